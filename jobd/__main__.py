@@ -1,0 +1,3 @@
+from jobd.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""The jobd command line: validate, run, enqueue, schema."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import orjson
+
+from jobd import __version__, exitcodes
+from jobd.config import DEFAULT_CONFIG, Config, ConfigError, load
+
+
+def _config_arg(parser: argparse.ArgumentParser, positional: bool) -> None:
+    parser.add_argument(
+        "-c",
+        "--config",
+        dest="config_opt",
+        metavar="PATH",
+        help=f"config file (default: $JOBD_CONFIG, else {DEFAULT_CONFIG})",
+    )
+    if positional:
+        parser.add_argument("config_pos", nargs="?", metavar="CONFIG", help="config file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobd", description="A job worker on Redis Streams: one subprocess per job."
+    )
+    parser.add_argument("--version", action="version", version=f"jobd {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check a config file and exit")
+    _config_arg(validate, positional=True)
+    validate.add_argument("--format", choices=("text", "json"), default="text")
+
+    run = commands.add_parser("run", help="run the daemon in the foreground")
+    _config_arg(run, positional=True)
+    run.add_argument(
+        "--log-level",
+        default=os.environ.get("JOBD_LOG_LEVEL", "INFO"),
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    )
+
+    enqueue = commands.add_parser("enqueue", help="add one job to a queue")
+    _config_arg(enqueue, positional=False)
+    enqueue.add_argument("queue", metavar="QUEUE")
+    enqueue.add_argument("payload", nargs="?", metavar="PAYLOAD")
+    enqueue.add_argument("--payload-file", metavar="F", help="read the payload from file F")
+    enqueue.add_argument("--job-id", metavar="ID", help="the job's stable id (default: stream id)")
+
+    commands.add_parser("schema", help="print the config's JSON Schema (Draft 2020-12)")
+    return parser
+
+
+def config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    positional = getattr(args, "config_pos", None)
+    if positional and args.config_opt and positional != args.config_opt:
+        parser.error("give the config once: either CONFIG or -c/--config")
+    return positional or args.config_opt or os.environ.get("JOBD_CONFIG") or DEFAULT_CONFIG
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "schema":
+        from jobd.validation import schema_text
+
+        sys.stdout.write(schema_text())
+        return exitcodes.OK
+    path = config_path(args, parser)
+    if args.command == "validate":
+        return validate(path, args.format)
+    try:
+        config = load(path)
+    except ConfigError as exc:
+        report_problems(exc)
+        return exitcodes.CONFIG
+    if args.command == "run":
+        from jobd.daemon import run
+
+        return run(config, args.log_level)
+    if args.command == "enqueue":
+        return enqueue(config, args, parser)
+    parser.error(f"unknown command {args.command}")
+    return exitcodes.USAGE
+
+
+def report_problems(exc: ConfigError) -> None:
+    for problem in exc.problems:
+        print(problem.format(exc.path), file=sys.stderr)
+
+
+def summary(config: Config) -> str:
+    names = ", ".join(config.queues)
+    return (
+        f"{config.path}: OK: {len(config.queues)} queue(s) ({names}) "
+        f"on {config.redis.redacted_url()}"
+    )
+
+
+def validate(path: str, fmt: str) -> int:
+    try:
+        config = load(path)
+    except ConfigError as exc:
+        if fmt == "json":
+            body = {"file": path, "valid": False, "errors": [p.as_json() for p in exc.problems]}
+            sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            for problem in exc.problems:
+                print(problem.format(exc.path))
+        return exitcodes.CONFIG
+    if fmt == "json":
+        body = {
+            "file": path,
+            "valid": True,
+            "errors": [],
+            "queues": {
+                name: {"stream": q.stream, "group": q.group} for name, q in config.queues.items()
+            },
+            "redis": config.redis.redacted_url(),
+        }
+        sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(summary(config))
+    return exitcodes.OK
+
+
+def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from jobd import producer
+
+    if args.queue not in config.queues:
+        parser.error(
+            f"no queue {args.queue!r} in {config.path}; queues: {', '.join(config.queues)}"
+        )
+    if args.payload is not None and args.payload_file:
+        parser.error("give the payload once: PAYLOAD or --payload-file")
+    if args.payload is not None:
+        payload = os.fsencode(args.payload)
+    elif args.payload_file:
+        try:
+            with open(args.payload_file, "rb") as f:
+                payload = f.read()
+        except OSError as exc:
+            print(f"jobd: cannot read {args.payload_file}: {exc.strerror}", file=sys.stderr)
+            return exitcodes.USAGE
+    else:
+        payload = sys.stdin.buffer.read()
+    try:
+        job_id = producer.enqueue(config, args.queue, payload, job_id=args.job_id)
+    except producer.ProducerError as exc:
+        print(f"jobd: {exc}", file=sys.stderr)
+        return exitcodes.UNAVAILABLE
+    print(job_id)
+    return exitcodes.OK

@@ -1,0 +1,238 @@
+"""The config: one immutable, typed object built from the YAML file and passed down explicitly.
+
+``load()`` reads the file, expands ``${VAR}``, validates it against ``schema.json``, merges
+``defaults`` into each queue, applies the documented defaults, checks what a schema cannot
+(see ``validation``), and either returns a ``Config`` or raises ``ConfigError`` carrying every
+problem found, each with its line and column.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from jobd import durations, keys, validation, yamlsrc
+from jobd.handler_env import base_environment
+from jobd.validation import Problem
+
+DEFAULT_CONFIG = "/etc/jobd/jobd.yaml"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class Lease:
+    renew_every: float
+    reclaim_after: float
+
+
+@dataclass(frozen=True)
+class Retry:
+    max_attempts: int
+    backoff: float
+    max_backoff: float
+    jitter: float
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    stream: str
+    maxlen: int
+    max_age: float | None
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    name: str
+    stream: str
+    group: str
+    command: tuple[str, ...]
+    concurrency: int
+    timeout: float
+    kill_grace: float
+    cwd: str
+    env: Mapping[str, str]  # the handler's whole environment, less the JOBD_* variables
+    lease: Lease
+    retry: Retry
+    fail_exit_codes: frozenset[int]
+    max_deliveries: int
+    dead_letter: DeadLetter
+    retention_maxlen: int | None
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    url: str
+
+    def redacted_url(self) -> str:
+        """The URL with any password replaced, for logs and summaries."""
+        scheme, sep, rest = self.url.partition("://")
+        userinfo, at, host = rest.rpartition("@")
+        if not at or ":" not in userinfo:
+            return self.url
+        return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    redis: RedisConfig
+    queues: Mapping[str, QueueConfig]
+    shutdown_grace: float
+
+
+class ConfigError(Exception):
+    """The config is invalid; ``problems`` lists every problem, in file order."""
+
+    def __init__(self, path: str, problems: list[Problem]) -> None:
+        super().__init__(f"{path}: {len(problems)} problem(s)")
+        self.path = path
+        self.problems = sorted(problems)
+
+
+def read_text(path: str) -> str:
+    """The config file's text; raises ConfigError with a one-line reason when unreadable."""
+    try:
+        raw = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(path, [Problem.whole_file("is a directory, not a config file")]) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(path, [Problem.whole_file(f"cannot read the file: {reason}")]) from None
+    if b"\x00" in raw:
+        raise ConfigError(path, [Problem.whole_file("is a binary file, not a YAML config")])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            path, [Problem.whole_file(f"is not UTF-8 text (byte {exc.start}); save it as UTF-8")]
+        ) from None
+
+
+def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
+    environ = dict(os.environ if environ is None else environ)
+    text = read_text(path)
+    try:
+        doc, expand_errors = yamlsrc.load(text, environ)
+    except yamlsrc.SourceError as exc:
+        raise ConfigError(path, [Problem(exc.pos or yamlsrc.Pos(1, 1), (), exc.message)]) from None
+    if not isinstance(doc.data, dict):
+        kind = "a list" if isinstance(doc.data, list) else f"the value {doc.data!r}"
+        message = f"the top level must be a mapping with a 'queues:' key, not {kind}"
+        raise ConfigError(path, [Problem(yamlsrc.Pos(1, 1), (), message)])
+
+    problems = [Problem(doc.value_pos(p), p, message) for p, message in expand_errors]
+    unexpanded = {p for p, _ in expand_errors}
+    problems += [p for p in validation.schema_problems(doc) if p.path not in unexpanded]
+    # Check further every queue whose own settings (and the defaults) passed the schema, so
+    # one run of `jobd validate` reports every problem in the file.
+    data = doc.data
+    queues: dict[str, QueueConfig] = {}
+    defaults_ok = not any(p.path[:1] == ("defaults",) for p in problems)
+    if isinstance(data.get("queues"), dict) and defaults_ok:
+        broken = {p.path[1] for p in problems if p.path[:1] == ("queues",) and len(p.path) > 1}
+        base_dir = str(Path(path).resolve().parent)
+        base_env = base_environment(environ)
+        for name, raw in data["queues"].items():
+            if name in broken:
+                continue
+            merged, origins = merge_defaults(data.get("defaults") or {}, raw)
+            located = validation.Located(doc, ("queues", name), origins)
+            if "command" not in merged:
+                message = "'command' is required; set it here or in defaults"
+                problems.append(located.problem((), message))
+                continue
+            queues[name] = build_queue(name, merged, base_dir, base_env)
+            problems += validation.queue_problems(queues[name], located)
+    problems += validation.cross_queue_problems(queues, doc)
+    if problems:
+        raise ConfigError(path, problems)
+
+    redis = data.get("redis") or {}
+    return Config(
+        path=str(Path(path).resolve()),
+        redis=RedisConfig(url=redis.get("url", DEFAULT_REDIS_URL)),
+        queues=MappingProxyType(queues),
+        shutdown_grace=durations.parse(
+            data.get("shutdown_grace", validation.TOP_DEFAULTS["shutdown_grace"])
+        ),
+    )
+
+
+def merge_defaults(
+    defaults: dict[str, Any], queue: dict[str, Any]
+) -> tuple[dict[str, Any], dict[yamlsrc.Path, yamlsrc.Path]]:
+    """``defaults`` under ``queue``, mappings merged key by key, lists and scalars replaced.
+
+    Also returns, for each merged path that came from ``defaults``, its path in the file.
+    """
+    origins: dict[yamlsrc.Path, yamlsrc.Path] = {}
+
+    def merge(low: Any, high: Any, path: yamlsrc.Path) -> Any:
+        if not (isinstance(low, dict) and isinstance(high, dict)):
+            return high
+        result = dict(high)
+        for key, value in low.items():
+            if key in high:
+                result[key] = merge(value, high[key], (*path, key))
+            else:
+                result[key] = value
+                origins[(*path, key)] = ("defaults", *path, key)
+        return result
+
+    return merge(defaults, queue, ()), origins
+
+
+def build_queue(
+    name: str, q: dict[str, Any], base_dir: str, base_env: Mapping[str, str]
+) -> QueueConfig:
+    """A QueueConfig from a schema-valid, defaults-merged queue mapping.
+
+    Every default not derived from another value comes from ``schema.json``'s ``default``s.
+    """
+    q, _ = merge_defaults(validation.QUEUE_DEFAULTS, q)
+    stream = q.get("stream", f"jobd:{name}")
+    lease, retry, dead = q["lease"], q["retry"], q["dead_letter"]
+    command = list(q["command"])
+    if "/" in command[0]:
+        command[0] = os.path.normpath(os.path.join(base_dir, command[0]))
+    env = dict(base_env)
+    env.update({k: _env_str(v) for k, v in q.get("env", {}).items()})
+    return QueueConfig(
+        name=name,
+        stream=stream,
+        group=q["group"],
+        command=tuple(command),
+        concurrency=q["concurrency"],
+        timeout=durations.parse(q["timeout"]),
+        kill_grace=durations.parse(q["kill_grace"]),
+        cwd=os.path.normpath(os.path.join(base_dir, q.get("cwd", "."))),
+        env=MappingProxyType(env),
+        lease=Lease(
+            renew_every=durations.parse(lease["renew_every"]),
+            reclaim_after=durations.parse(lease["reclaim_after"]),
+        ),
+        retry=Retry(
+            max_attempts=retry["max_attempts"],
+            backoff=durations.parse(retry["backoff"]),
+            max_backoff=durations.parse(retry["max_backoff"]),
+            jitter=float(retry["jitter"]),
+        ),
+        fail_exit_codes=frozenset(q["exit_codes"]["fail"]),
+        max_deliveries=q["max_deliveries"],
+        dead_letter=DeadLetter(
+            stream=dead.get("stream", keys.derive(stream, "dead")),
+            maxlen=dead["maxlen"],
+            max_age=durations.parse(dead["max_age"]) if "max_age" in dead else None,
+        ),
+        retention_maxlen=q.get("retention", {}).get("maxlen"),
+    )
+
+
+def _env_str(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,274 @@
+"""The daemon: one selector loop that owns every handler process.
+
+The loop, as an algorithm:
+
+    until stopped and every handler has ended:
+        wait for an event: a signal, jobs delivered by a reader, handler output or input room
+        reap the handlers that exited; decide each outcome and pass it to the recorder
+        stop the handlers past their timeout (SIGTERM, then SIGKILL after kill_grace)
+        start a handler for each job delivered
+
+Redis stays off this loop: reader threads fetch jobs (``reader``), a recorder thread writes
+outcomes (``recorder``). Signals only leave a byte in a pipe; the loop acts on them.
+
+Shutdown order (SIGTERM/SIGINT): stop the readers so no new job is taken; hand back jobs read
+but not started; let running handlers finish for up to ``shutdown_grace``, then SIGTERM them
+and SIGKILL after ``kill_grace``; hand back the entries of handlers stopped that way; then let
+the recorder write everything and exit. A second SIGTERM skips the rest of the grace period.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import secrets
+import selectors
+import signal
+import socket
+import time
+
+from jobd import exitcodes, logs, policy
+from jobd.config import Config
+from jobd.handler import Handler, SpawnError, State, reap_children
+from jobd.job import Job
+from jobd.reader import Reader, Slots
+from jobd.recorder import ACK, HAND_BACK, Outcome, Recorder
+
+log = logging.getLogger("jobd.daemon")
+
+IDLE_WAIT = 1.0  # longest select() when nothing is due
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def consumer_name() -> str:
+    """Unique per daemon process, and readable: which host and pid holds a job."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+class Daemon:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.consumer = consumer_name()
+        self.selector = selectors.DefaultSelector()
+        self.running: dict[int, Handler] = {}
+        self.delivered: collections.deque[Job] = collections.deque()
+        self.slots = {name: Slots(q.concurrency) for name, q in config.queues.items()}
+        self.recorder = Recorder(config.redis, self.consumer)
+        self.readers = [
+            Reader(q, config.redis, self.consumer, self.slots[name], self.deliver)
+            for name, q in config.queues.items()
+        ]
+        self.stopping = False
+        self.stop_at = float("inf")  # when handlers still running at shutdown are stopped
+        self.next_due = float("inf")  # earliest handler deadline or kill time
+        self._signal_r, self._signal_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.install_signal_handlers()
+        self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self.recorder.start()
+        for reader in self.readers:
+            reader.start()
+        log.info(
+            "jobd running as consumer %s: %s on %s",
+            self.consumer,
+            ", ".join(
+                f"{q.name} (stream {q.stream}, x{q.concurrency})"
+                for q in self.config.queues.values()
+            ),
+            self.config.redis.redacted_url(),
+        )
+        while not self.finished():
+            self.step()
+        self.recorder.stop()
+        self.recorder.join()
+        log.info("jobd stopped")
+        return exitcodes.OK
+
+    def step(self) -> None:
+        for key, _ in self.selector.select(self.wait_time()):
+            if key.data == "signal":
+                self.on_signals()
+            elif key.data == "wake":
+                _drain(self._wake_r)
+            else:
+                self.on_handler_io(key)
+        self.enforce_deadlines()
+        self.start_delivered()
+
+    def finished(self) -> bool:
+        return (
+            self.stopping
+            and not self.running
+            and not self.delivered
+            and not any(r.is_alive() for r in self.readers)
+        )
+
+    def wait_time(self) -> float:
+        if self.delivered:
+            return 0
+        due = min(self.next_due, self.stop_at) - time.monotonic()
+        return max(0.0, min(due, IDLE_WAIT))
+
+    # -- events ---------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        for signum in (*STOP_SIGNALS, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(signum, _note_signal)
+        signal.set_wakeup_fd(self._signal_w, warn_on_full_buffer=False)
+
+    def on_signals(self) -> None:
+        for signum in _drain(self._signal_r):
+            if signum == signal.SIGCHLD:
+                self.reap()
+            elif signum in STOP_SIGNALS:
+                self.begin_stop(signal.Signals(signum).name)
+            elif signum == signal.SIGHUP:
+                log.warning("SIGHUP: reloading the config is not supported yet; restart to apply")
+        self.reap()  # signals coalesce: a pass that saw any signal also looks for exits
+
+    def deliver(self, jobs: list[Job]) -> None:
+        """Called by reader threads: queue jobs for the loop and wake it."""
+        self.delivered.extend(jobs)
+        with contextlib.suppress(BlockingIOError):  # full: the loop is already due to wake
+            os.write(self._wake_w, b"\0")
+
+    def on_handler_io(self, key: selectors.SelectorKey) -> None:
+        handler, direction = key.data
+        if direction == "in":
+            if handler.write_input():
+                self.selector.unregister(key.fd)
+        elif handler.read_output(key.fd):
+            self.selector.unregister(key.fd)
+
+    # -- starting and ending handlers -----------------------------------------------------
+
+    def start_delivered(self) -> None:
+        while self.delivered:
+            job = self.delivered.popleft()
+            queue = self.config.queues[job.queue]
+            if self.stopping:
+                self.record(HAND_BACK, job, queue.name)
+                self.slots[job.queue].give()
+                continue
+            try:
+                handler = Handler.spawn(job, queue)
+            except SpawnError as exc:
+                log.error("queue=%s job=%s %s", queue.name, job.job_id, exc)
+                self.settle(job, None, policy.decide(None))
+                continue
+            self.running[handler.pid] = handler
+            for fd in handler.output_fds():
+                self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
+            stdin = handler.input_fd()
+            if stdin is not None:
+                self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
+            self.next_due = min(self.next_due, handler.deadline)
+            handler.log(logging.DEBUG, "started pid %d (attempt %d)", handler.pid, job.attempt)
+
+    def reap(self) -> None:
+        for handler, wait_status in reap_children(self.running):
+            for fd in (*handler.output_fds(), handler.input_fd()):
+                if fd is not None and fd in self.selector.get_map():
+                    self.selector.unregister(fd)
+            status = handler.exited(wait_status)
+            del self.running[handler.pid]
+            took = time.monotonic() - handler.started
+            action = policy.decide(status, handler.stopped_for_shutdown)
+            level = logging.INFO if action is policy.Action.ACK else logging.WARNING
+            handler.log(level, "%s after %.3fs: %s", status.describe(), took, action.value)
+            self.settle(handler.job, status, action)
+
+    def settle(self, job: Job, status: object, action: policy.Action) -> None:
+        """Carry out an outcome and free the job's slot."""
+        if action is policy.Action.ACK:
+            self.record(ACK, job, job.queue)
+        elif action is policy.Action.HAND_BACK:
+            self.record(HAND_BACK, job, job.queue)
+        self.slots[job.queue].give()
+
+    def record(self, kind: str, job: Job, queue_name: str) -> None:
+        self.recorder.record(Outcome(kind, self.config.queues[queue_name], job.message_id))
+
+    # -- deadlines and stopping -----------------------------------------------------------
+
+    def enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        if now >= self.stop_at:
+            self.stop_at = float("inf")
+            for handler in self.running.values():
+                if handler.state is State.RUNNING:
+                    handler.log(
+                        logging.WARNING, "still running at the end of shutdown_grace; stopping it"
+                    )
+                    handler.stopped_for_shutdown = True
+                    self.stop_handler(handler, now)
+        if now < self.next_due:
+            return
+        self.next_due = float("inf")
+        for handler in self.running.values():
+            if handler.deadline <= now:
+                if handler.state is State.RUNNING:
+                    handler.log(
+                        logging.WARNING, "timed out after %gs; SIGTERM", handler.queue.timeout
+                    )
+                    handler.timed_out = True
+                    self.stop_handler(handler, now)
+                else:
+                    handler.log(
+                        logging.WARNING,
+                        "still running %gs after SIGTERM; SIGKILL",
+                        handler.queue.kill_grace,
+                    )
+                    handler.kill()
+                    handler.deadline = float("inf")
+            self.next_due = min(self.next_due, handler.deadline)
+
+    def stop_handler(self, handler: Handler, now: float) -> None:
+        handler.terminate()
+        handler.deadline = now + handler.queue.kill_grace  # from now on: when SIGKILL is due
+        self.next_due = min(self.next_due, handler.deadline)
+
+    def begin_stop(self, reason: str) -> None:
+        now = time.monotonic()
+        if self.stopping:
+            log.warning("%s again: stopping %d running handler(s) now", reason, len(self.running))
+            self.stop_at = now
+            return
+        self.stopping = True
+        self.stop_at = now + self.config.shutdown_grace
+        log.info(
+            "%s: stopping; %d handler(s) running, waiting up to %gs for them",
+            reason,
+            len(self.running),
+            self.config.shutdown_grace,
+        )
+        for reader in self.readers:
+            reader.stop()
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    """Signals are acted on by the loop, which reads them from the wakeup fd."""
+
+
+def _drain(fd: int) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def run(config: Config, log_level: str = "INFO") -> int:
+    logs.setup(log_level)
+    return Daemon(config).run()

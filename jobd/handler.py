@@ -1,0 +1,281 @@
+"""The process seam: one running handler process and everything the OS does to it.
+
+A handler is started with the fast vfork path (no preexec_fn, no shell) in its own process
+group, gets its payload on a non-blocking stdin pipe, and has its stdout and stderr drained
+by the daemon's selector loop. Stopping it signals the whole group: SIGTERM, then SIGKILL.
+
+States: RUNNING → (TERMINATING →) EXITED. The daemon calls ``exited()`` once the leader is
+reaped; nothing is read from the process after that but what is left in its pipes.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+from jobd.config import QueueConfig
+from jobd.job import Job
+
+log = logging.getLogger("jobd.handler")
+
+STDERR_TAIL = 4096  # bytes of stderr kept for the dead-letter record
+LOG_LIMIT = 64 * 1024  # bytes of each output stream logged per job; the rest is counted
+LINE_LIMIT = 4096  # a longer line is logged in pieces
+
+
+class State(enum.Enum):
+    RUNNING = "running"
+    TERMINATING = "terminating"  # SIGTERM sent to the group; SIGKILL follows after kill_grace
+    EXITED = "exited"
+
+
+class SpawnError(Exception):
+    """The handler could not be started (missing, not executable, bad interpreter line)."""
+
+
+class Output:
+    """One of a handler's output streams: logged line by line up to a limit, tail kept."""
+
+    def __init__(self, handler: Handler, name: str, keep_tail: bool) -> None:
+        self.handler = handler
+        self.name = name
+        self.partial = b""
+        self.logged = 0
+        self.dropped = 0
+        self.tail = bytearray() if keep_tail else None
+
+    def feed(self, data: bytes) -> None:
+        if self.tail is not None:
+            self.tail += data
+            del self.tail[:-STDERR_TAIL]
+        if self.logged >= LOG_LIMIT:
+            self.dropped += len(data)
+            return
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        if len(self.partial) > LINE_LIMIT:
+            lines.append(self.partial)
+            self.partial = b""
+        for line in lines:
+            self._log(line)
+
+    def close(self) -> None:
+        if self.partial:
+            self._log(self.partial)
+            self.partial = b""
+        if self.dropped:
+            self.handler.log(
+                logging.WARNING, "%s: %d more bytes not logged", self.name, self.dropped
+            )
+
+    def _log(self, line: bytes) -> None:
+        if self.logged >= LOG_LIMIT:
+            self.dropped += len(line) + 1
+            return
+        self.logged += len(line) + 1
+        text = line.decode("utf-8", "backslashreplace")
+        self.handler.log(logging.INFO, "%s: %s", self.name, text)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    code: int | None  # the exit code, or None when a signal killed it
+    signal: int | None
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        what = f"exit {self.code}" if self.code is not None else f"signal {_signame(self.signal)}"
+        return f"timed out ({what})" if self.timed_out else what
+
+
+def _signame(signum: int | None) -> str:
+    try:
+        return signal.Signals(signum).name  # type: ignore[arg-type]
+    except ValueError:
+        return str(signum)
+
+
+class Handler:
+    """One attempt of one job, running as a process group led by ``pid``."""
+
+    def __init__(self, job: Job, queue: QueueConfig, popen: subprocess.Popen[bytes]) -> None:
+        self.job = job
+        self.queue = queue
+        self.popen = popen
+        self.pid = popen.pid
+        self.state = State.RUNNING
+        self.started = time.monotonic()
+        self.deadline = self.started + queue.timeout
+        self.timed_out = False
+        self.stopped_for_shutdown = False
+        self.stdout = Output(self, "stdout", keep_tail=False)
+        self.stderr = Output(self, "stderr", keep_tail=True)
+        self.pending_input = memoryview(b"")
+        self.status: ExitStatus | None = None
+
+    # -- starting -------------------------------------------------------------------------
+
+    @classmethod
+    def spawn(cls, job: Job, queue: QueueConfig) -> Handler:
+        payload = job.stdin_bytes()
+        env = dict(queue.env)
+        env.update(
+            JOBD_QUEUE=queue.name,
+            JOBD_STREAM=queue.stream,
+            JOBD_JOB_ID=job.job_id,
+            JOBD_MESSAGE_ID=job.message_id,
+            JOBD_ATTEMPT=str(job.attempt),
+            JOBD_DEADLINE=str(int(time.time() + queue.timeout)),
+        )
+        try:
+            popen = subprocess.Popen(
+                queue.command,
+                stdin=subprocess.PIPE if payload else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=queue.cwd,
+                env=env,
+                process_group=0,
+                bufsize=0,
+            )
+        except OSError as exc:
+            raise SpawnError(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}") from exc
+        handler = cls(job, queue, popen)
+        for f in (popen.stdout, popen.stderr):
+            os.set_blocking(f.fileno(), False)  # type: ignore[union-attr]
+        if popen.stdin is not None:
+            os.set_blocking(popen.stdin.fileno(), False)
+            handler.pending_input = memoryview(payload)
+            handler.write_input()
+        return handler
+
+    # -- I/O, driven by the daemon's selector ---------------------------------------------
+
+    def output_fds(self) -> list[int]:
+        return [f.fileno() for f in (self.popen.stdout, self.popen.stderr) if f and not f.closed]
+
+    def input_fd(self) -> int | None:
+        stdin = self.popen.stdin
+        return stdin.fileno() if stdin is not None and not stdin.closed else None
+
+    def write_input(self) -> bool:
+        """Write what the pipe takes; True once stdin is closed (all written, or reader gone)."""
+        stdin = self.popen.stdin
+        if stdin is None or stdin.closed:
+            return True
+        try:
+            while self.pending_input:
+                written = os.write(stdin.fileno(), self.pending_input)
+                self.pending_input = self.pending_input[written:]
+        except BlockingIOError:
+            return False
+        except BrokenPipeError:
+            pass  # the handler exited or closed stdin without reading: that is its right
+        self.pending_input = memoryview(b"")
+        stdin.close()
+        return True
+
+    def read_output(self, fd: int) -> bool:
+        """Drain ``fd``; True at end of file (the fd is then closed)."""
+        stream, sink = self._stream(fd)
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return False
+            if not data:
+                sink.close()
+                stream.close()
+                return True
+            sink.feed(data)
+
+    def _stream(self, fd: int):  # type: ignore[no-untyped-def]
+        if self.popen.stdout is not None and fd == self.popen.stdout.fileno():
+            return self.popen.stdout, self.stdout
+        return self.popen.stderr, self.stderr
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def terminate(self) -> None:
+        """SIGTERM to the process group; the daemon sends SIGKILL after kill_grace."""
+        if self.state is State.RUNNING:
+            self.state = State.TERMINATING
+            self._signal_group(signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.state is not State.EXITED:
+            self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:  # a member changed its uid: nothing more we can do
+            self.log(logging.WARNING, "cannot signal process group %d: %s", self.pid, exc)
+
+    def exited(self, wait_status: int) -> ExitStatus:
+        """The leader was reaped: end the group, drain the pipes, close everything."""
+        self.state = State.EXITED
+        code = os.waitstatus_to_exitcode(wait_status)
+        self.popen.returncode = code
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            self.popen.stdin.close()
+        for fd in self.output_fds():
+            self.read_output_until_empty(fd)
+        self.status = ExitStatus(
+            code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            timed_out=self.timed_out,
+        )
+        return self.status
+
+    def read_output_until_empty(self, fd: int) -> None:
+        """What the group wrote before it ended; a setsid escapee cannot keep us waiting."""
+        stream, sink = self._stream(fd)
+        try:
+            self.read_output(fd)
+        finally:
+            if not stream.closed:
+                sink.close()
+                stream.close()
+
+    def stderr_tail(self) -> bytes:
+        return bytes(self.stderr.tail or b"")
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        log.log(level, "queue=%s job=%s " + message, self.queue.name, self.job.job_id, *args)
+
+
+def reap_children(on_exit: dict[int, Handler]) -> list[tuple[Handler, int]]:
+    """Reap every exited child; kill each handler's leftover group before its pid is freed.
+
+    The leader is first observed with WNOWAIT: while it is a zombie its pid (= the group id)
+    cannot be reused, so SIGKILL to the group reaches only that handler's descendants.
+    """
+    reaped: list[tuple[Handler, int]] = []
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return reaped
+        if info is None or info.si_pid == 0:
+            return reaped
+        handler = on_exit.get(info.si_pid)
+        if handler is not None:
+            handler.kill()
+        try:
+            _, status = os.waitpid(info.si_pid, 0)
+        except ChildProcessError:
+            continue
+        if handler is not None:
+            reaped.append((handler, status))

@@ -1,0 +1,73 @@
+"""A job as delivered from the stream: its ids, its attempt, and the bytes for stdin."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import orjson
+
+log = logging.getLogger("jobd.job")
+
+PAYLOAD = b"payload"
+JOB_ID = b"job_id"
+RESERVED_JOB_ID = b"jobd_job_id"  # set by jobd when it re-adds a job (retries)
+RESERVED_ATTEMPT = b"jobd_attempt"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    queue: str
+    message_id: str  # this delivery's stream id
+    fields: dict[bytes, bytes]
+    job_id: str  # stable across retries and redeliveries
+    attempt: int  # 1 for the first attempt
+
+    @classmethod
+    def from_entry(cls, queue: str, message_id: bytes, fields: dict[bytes, bytes]) -> Job:
+        mid = message_id.decode("ascii")
+        return cls(queue, mid, fields, _job_id(queue, mid, fields), _attempt(queue, mid, fields))
+
+    def stdin_bytes(self) -> bytes:
+        """The ``payload`` field byte for byte; else a JSON object of the entry's fields."""
+        payload = self.fields.get(PAYLOAD)
+        if payload is not None:
+            return payload
+        return orjson.dumps(
+            {
+                k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                for k, v in self.fields.items()
+            }
+        )
+
+
+def _job_id(queue: str, message_id: str, fields: dict[bytes, bytes]) -> str:
+    for name in (JOB_ID, RESERVED_JOB_ID):
+        raw = fields.get(name)
+        if raw is None:
+            continue
+        if raw and b"\0" not in raw:
+            # Environment values are bytes to the kernel: surrogateescape keeps them exact.
+            return os.fsdecode(raw)
+        log.warning(
+            "queue=%s message=%s: field %s is empty or holds a NUL byte; using the stream id",
+            queue,
+            message_id,
+            name.decode(),
+        )
+    return message_id
+
+
+def _attempt(queue: str, message_id: str, fields: dict[bytes, bytes]) -> int:
+    raw = fields.get(RESERVED_ATTEMPT)
+    if raw is None:
+        return 1
+    try:
+        attempt = int(raw)
+    except ValueError:
+        attempt = 0
+    if attempt < 1:
+        log.warning("queue=%s message=%s: bad jobd_attempt %r; using 1", queue, message_id, raw)
+        return 1
+    return attempt

@@ -1,0 +1,44 @@
+"""Every Redis key of a queue, derived in one place.
+
+A queue's keys all hash to the Redis Cluster slot of its stream, so one Lua script can touch
+them all: a key's slot is the hash of its first non-empty ``{...}`` when it has one, else of
+the whole key. ``derive("media:thumbs", "dead")`` is ``{media:thumbs}:dead`` (slot of
+``media:thumbs``); a stream that already carries a hash tag keeps it: ``{media}:thumbs`` →
+``{media}:thumbs:dead``.
+
+Layout of a queue whose stream is S:
+  S                 the stream producers XADD jobs to; the consumer group lives on it
+  derive(S, "dead") the dead-letter stream (unless the config names another)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def hash_tag(key: str) -> str | None:
+    """The part of ``key`` Redis Cluster hashes when it is not the whole key."""
+    start = key.find("{")
+    if start == -1:
+        return None
+    end = key.find("}", start + 1)
+    if end == -1 or end == start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+def derive(stream: str, suffix: str) -> str:
+    """A key in the same cluster slot as ``stream``, named after it."""
+    if hash_tag(stream) is not None:
+        return f"{stream}:{suffix}"
+    return f"{{{stream}}}:{suffix}"
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    stream: str
+    dead_letter: str
+
+    @classmethod
+    def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
+        return cls(stream=stream, dead_letter=dead_letter or derive(stream, "dead"))

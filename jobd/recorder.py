@@ -1,0 +1,137 @@
+"""Recording outcomes in Redis, off the main loop, batched: one round trip per pass.
+
+The main loop hands over what it decided (ack this entry, hand that one back) and goes on
+spawning and reaping. This thread writes everything queued since its last pass in one
+pipeline, and keeps the batch to try again when Redis is away: an outcome is never dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from jobd import redisconn
+from jobd.config import QueueConfig, RedisConfig
+
+log = logging.getLogger("jobd.recorder")
+
+ACK = "ack"
+HAND_BACK = "hand_back"  # make the entry look idle for decades, so any consumer takes it now
+BACKOFF_START = 0.1
+BACKOFF_MAX = 5.0
+STOP_PATIENCE = 10.0  # at exit, how long to keep trying an unreachable Redis
+_EMPTY = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: str
+    queue: QueueConfig
+    message_id: str
+
+
+class Recorder(threading.Thread):
+    def __init__(self, redis_config: RedisConfig, consumer: str) -> None:
+        super().__init__(name="recorder", daemon=True)
+        self.client = redisconn.client(redis_config, "jobd-recorder")
+        self.consumer = consumer
+        self.inbox: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._outage = False
+        self._stop_deadline: float | None = None
+
+    def record(self, outcome: Outcome) -> None:
+        self.inbox.put(outcome)
+
+    def stop(self) -> None:
+        """Write everything recorded so far, then end (the caller joins)."""
+        self.inbox.put(None)
+
+    def run(self) -> None:
+        backlog: list[Outcome] = []
+        stopping = False
+        backoff = BACKOFF_START
+        while True:
+            stopping |= self._collect(backlog, wait=not backlog)
+            if backlog:
+                try:
+                    self.write(backlog)
+                except redisconn.UNAVAILABLE as exc:
+                    self._mark_down(exc, len(backlog))
+                    if stopping and self._give_up(backlog):
+                        break
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    continue
+                self._mark_up()
+                backlog.clear()
+                backoff = BACKOFF_START
+            if stopping:
+                break
+        self.client.close()
+
+    def _collect(self, backlog: list[Outcome], wait: bool) -> bool:
+        """Move what is in the inbox to ``backlog``; True when asked to stop."""
+        stopping = False
+        item = self.inbox.get() if wait else self._next()
+        while item is not _EMPTY:
+            if item is None:
+                stopping = True
+            else:
+                backlog.append(item)
+            item = self._next()
+        return stopping
+
+    def _next(self) -> Outcome | object | None:
+        try:
+            return self.inbox.get_nowait()
+        except queue.Empty:
+            return _EMPTY
+
+    def _give_up(self, backlog: list[Outcome]) -> bool:
+        if self._stop_deadline is None:
+            self._stop_deadline = time.monotonic() + STOP_PATIENCE
+        if time.monotonic() < self._stop_deadline:
+            return False
+        log.error(
+            "Redis still unreachable at exit; %d outcome(s) not recorded: those entries stay "
+            "pending and run again after lease.reclaim_after",
+            len(backlog),
+        )
+        return True
+
+    def _mark_down(self, exc: BaseException, kept: int) -> None:
+        if not self._outage:
+            log.warning("Redis unreachable (%s); %d outcome(s) kept to record later", exc, kept)
+            self._outage = True
+
+    def _mark_up(self) -> None:
+        if self._outage:
+            log.info("Redis reachable again; kept outcomes recorded")
+            self._outage = False
+
+    def write(self, batch: list[Outcome]) -> None:
+        acks: dict[tuple[str, str], list[str]] = defaultdict(list)
+        pipe = self.client.pipeline(transaction=False)
+        for outcome in batch:
+            q = outcome.queue
+            if outcome.kind == ACK:
+                acks[(q.stream, q.group)].append(outcome.message_id)
+            else:
+                pipe.execute_command(
+                    "XCLAIM",
+                    q.stream,
+                    q.group,
+                    self.consumer,
+                    0,
+                    outcome.message_id,
+                    "TIME",
+                    1,
+                    "JUSTID",
+                )
+        for (stream, group), ids in acks.items():
+            pipe.xack(stream, group, *ids)
+        pipe.execute()

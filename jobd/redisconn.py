@@ -1,0 +1,35 @@
+"""Redis clients with deliberately chosen timeouts and retries.
+
+redis-py (8.x) defaults to ``socket_timeout=5`` and re-sends failed commands up to 10 times.
+jobd keeps ``BLOCK`` short (1 s) so loops notice shutdown, sets the socket timeout well above
+it, and never lets the client re-send by itself: each caller decides what is safe to repeat
+(an XACK is; an ``XADD *`` or ``XREADGROUP >`` is not).
+"""
+
+from __future__ import annotations
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from jobd.config import RedisConfig
+
+BLOCK_MS = 1000
+SOCKET_TIMEOUT = 10.0  # well above BLOCK_MS: a blocking read must not time out by itself
+CONNECT_TIMEOUT = 5.0
+
+# What a caller treats as "Redis is away for now": retry later, never a job's failure.
+UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
+    return redis.Redis.from_url(
+        config.url,
+        socket_timeout=SOCKET_TIMEOUT,
+        socket_connect_timeout=CONNECT_TIMEOUT,
+        socket_keepalive=True,
+        health_check_interval=30,
+        retry=Retry(NoBackoff(), 0),
+        client_name=name,
+        decode_responses=False,
+    )

@@ -1,0 +1,229 @@
+"""What is wrong with a config, each problem with its position and a hint to fix it.
+
+Two layers: the JSON Schema in ``schema.json`` (types, ranges, unknown keys, durations) and the
+checks a schema cannot express (lease timing, stream collisions, executables on disk).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+
+from jobd import durations
+from jobd.yamlsrc import Document, Path, Pos
+
+if TYPE_CHECKING:
+    from jobd.config import QueueConfig
+
+# A lease must survive this many missed renewals before another consumer may take the job.
+RENEWALS_PER_RECLAIM = 3
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    pos: Pos
+    path: Path = field(compare=False)
+    message: str = field(compare=False)
+
+    @classmethod
+    def whole_file(cls, message: str) -> Problem:
+        return cls(Pos(0, 0), (), message)
+
+    def dotted(self) -> str:
+        return ".".join(str(p) for p in self.path)
+
+    def format(self, filename: str) -> str:
+        where = f"{filename}:{self.pos.line}:{self.pos.col}" if self.pos.line else filename
+        what = f"{self.dotted()}: {self.message}" if self.path else self.message
+        return f"{where}: error: {what}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "line": self.pos.line or None,
+            "column": self.pos.col or None,
+            "path": self.dotted(),
+            "message": self.message,
+        }
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return json.loads(resources.files("jobd").joinpath("schema.json").read_text("utf-8"))
+
+
+def schema_text() -> str:
+    return resources.files("jobd").joinpath("schema.json").read_text("utf-8")
+
+
+def _defaults_of(node: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, prop in node.get("properties", {}).items():
+        if "default" in prop:
+            result[key] = prop["default"]
+        elif prop.get("type") == "object" and "properties" in prop:
+            result[key] = _defaults_of(prop)
+    return result
+
+
+QUEUE_DEFAULTS = _defaults_of(schema()["$defs"]["queue"])
+TOP_DEFAULTS = _defaults_of(schema())
+
+
+def schema_problems(doc: Document) -> list[Problem]:
+    validator = jsonschema.Draft202012Validator(schema())
+    problems: list[Problem] = []
+    for error in validator.iter_errors(doc.data):
+        problems += _translate(error, doc)
+    return problems
+
+
+def _translate(error: jsonschema.ValidationError, doc: Document) -> list[Problem]:
+    path: Path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = [k for k in error.instance if k not in allowed]
+        return [_unknown_key(doc, path, key, allowed) for key in extra]
+    if error.validator == "propertyNames":
+        bad = error.instance
+        hint = error.schema.get("propertyNames", {}).get("x-hint", "")
+        return [Problem(doc.key_pos((*path, bad)), path, f"invalid name {bad!r}; {hint}")]
+    if error.validator == "required":
+        return [Problem(doc.key_pos(path), path, error.message)]
+    message = error.message
+    if error.validator in ("type", "pattern") and "x-hint" in error.schema:
+        message = f"{error.instance!r} is not valid here; {error.schema['x-hint']}"
+    elif "x-hint" in error.schema:
+        message = f"{message}; {error.schema['x-hint']}"
+    return [Problem(doc.value_pos(path), path, message)]
+
+
+def _unknown_key(doc: Document, path: Path, key: str, allowed: list[str]) -> Problem:
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    if close:
+        hint = f"did you mean {close[0]!r}?"
+    else:
+        hint = f"expected one of: {', '.join(allowed)}"
+    return Problem(doc.key_pos((*path, key)), (*path, key), f"unknown key {key!r}; {hint}")
+
+
+@dataclass(frozen=True)
+class Located:
+    """Positions for one queue's merged settings, following values inherited from defaults."""
+
+    doc: Document
+    prefix: Path
+    origins: dict[Path, Path]
+
+    def problem(self, sub: Path, message: str) -> Problem:
+        path = (*self.prefix, *sub)
+        for i in range(len(sub), 0, -1):
+            if sub[:i] in self.origins:
+                where = self.doc.value_pos((*self.origins[sub[:i]], *sub[i:]))
+                return Problem(where, path, f"{message} (value set in defaults)")
+        if path in self.doc.values:
+            where = self.doc.value_pos(path)
+        else:
+            # A value from the built-in defaults: point at the nearest thing the user wrote.
+            where = self.doc.key_pos(path)
+        return Problem(where, path, message)
+
+
+def queue_problems(q: QueueConfig, at: Located) -> list[Problem]:
+    problems: list[Problem] = []
+    for sub, seconds in (
+        (("timeout",), q.timeout),
+        (("lease", "renew_every"), q.lease.renew_every),
+        (("lease", "reclaim_after"), q.lease.reclaim_after),
+    ):
+        if seconds <= 0:
+            problems.append(at.problem(sub, "must be longer than zero"))
+    if q.lease.renew_every * RENEWALS_PER_RECLAIM > q.lease.reclaim_after:
+        limit = durations.format(q.lease.reclaim_after / RENEWALS_PER_RECLAIM)
+        problems.append(
+            at.problem(
+                ("lease", "renew_every"),
+                f"{durations.format(q.lease.renew_every)} is not well below lease.reclaim_after "
+                f"({durations.format(q.lease.reclaim_after)}): a lease must survive "
+                f"{RENEWALS_PER_RECLAIM - 1} missed renewals; set renew_every to {limit} or less",
+            )
+        )
+    if q.retry.max_backoff < q.retry.backoff:
+        problems.append(
+            at.problem(("retry", "max_backoff"), "is shorter than retry.backoff; raise it")
+        )
+    if q.dead_letter.stream == q.stream:
+        problems.append(
+            at.problem(
+                ("dead_letter", "stream"),
+                f"the dead-letter stream is the queue's own stream {q.stream!r}; "
+                "dead letters would run again: name another stream",
+            )
+        )
+    problems += _command_problems(q, at)
+    if not os.path.isdir(q.cwd):
+        problems.append(at.problem(("cwd",), f"{q.cwd!r} is not an existing directory"))
+    return problems
+
+
+def _command_problems(q: QueueConfig, at: Located) -> list[Problem]:
+    program = q.command[0]
+    if "/" in program:
+        if not os.path.exists(program):
+            return [at.problem(("command", 0), f"{program!r} does not exist")]
+        if os.path.isdir(program):
+            return [at.problem(("command", 0), f"{program!r} is a directory")]
+        if not os.access(program, os.X_OK):
+            return [
+                at.problem(
+                    ("command", 0),
+                    f"{program!r} is not executable; run chmod +x on it, or name its "
+                    "interpreter first, e.g. [python3, script.py]",
+                )
+            ]
+        return []
+    if shutil.which(program, path=q.env.get("PATH")) is None:
+        return [
+            at.problem(
+                ("command", 0),
+                f"{program!r} is not found on the handler's PATH ({q.env.get('PATH')}); "
+                "give its full path, or set env.PATH",
+            )
+        ]
+    return []
+
+
+def cross_queue_problems(queues: dict[str, QueueConfig], doc: Document) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: dict[tuple[str, str], str] = {}
+    streams = {q.stream: q.name for q in queues.values()}
+    for q in queues.values():
+        where = doc.key_pos(("queues", q.name))
+        other = seen.setdefault((q.stream, q.group), q.name)
+        if other != q.name:
+            problems.append(
+                Problem(
+                    where,
+                    ("queues", q.name),
+                    f"reads stream {q.stream!r} with group {q.group!r} like queue {other!r}; "
+                    "two queues would take each other's jobs: use another stream or group",
+                )
+            )
+        owner = streams.get(q.dead_letter.stream)
+        if owner is not None and owner != q.name:
+            problems.append(
+                Problem(
+                    where,
+                    ("queues", q.name, "dead_letter", "stream"),
+                    f"the dead-letter stream {q.dead_letter.stream!r} is the stream of queue "
+                    f"{owner!r}; dead letters would run there: name another stream",
+                )
+            )
+    return problems
