@@ -169,7 +169,7 @@ class Daemon:
             stdin = handler.input_fd()
             if stdin is not None:
                 self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
-            self.next_due = min(self.next_due, handler.deadline)
+            self.next_due = min(self.next_due, handler.due)
             handler.log(logging.DEBUG, "started pid %d (attempt %d)", handler.pid, job.attempt)
 
     def reap(self) -> None:
@@ -213,7 +213,7 @@ class Daemon:
             return
         self.next_due = float("inf")
         for handler in self.running.values():
-            if handler.deadline <= now:
+            if handler.due <= now:
                 if handler.state is State.RUNNING:
                     handler.log(
                         logging.WARNING, "timed out after %gs; SIGTERM", handler.queue.timeout
@@ -227,13 +227,13 @@ class Daemon:
                         handler.queue.kill_grace,
                     )
                     handler.kill()
-                    handler.deadline = float("inf")
-            self.next_due = min(self.next_due, handler.deadline)
+                    handler.due = float("inf")
+            self.next_due = min(self.next_due, handler.due)
 
     def stop_handler(self, handler: Handler, now: float) -> None:
         handler.terminate()
-        handler.deadline = now + handler.queue.kill_grace  # from now on: when SIGKILL is due
-        self.next_due = min(self.next_due, handler.deadline)
+        handler.due = now + handler.queue.kill_grace  # from now on: when SIGKILL is due
+        self.next_due = min(self.next_due, handler.due)
 
     def begin_stop(self, reason: str) -> None:
         now = time.monotonic()

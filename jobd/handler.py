@@ -114,7 +114,8 @@ class Handler:
         self.pid = popen.pid
         self.state = State.RUNNING
         self.started = time.monotonic()
-        self.deadline = self.started + queue.timeout
+        # When the loop must act on it next: at its timeout, then (once SIGTERMed) SIGKILL.
+        self.due = self.started + queue.timeout
         self.timed_out = False
         self.stopped_for_shutdown = False
         self.stdout = Output(self, "stdout", keep_tail=False)

@@ -128,10 +128,10 @@ class Located:
             if sub[:i] in self.origins:
                 where = self.doc.value_pos((*self.origins[sub[:i]], *sub[i:]))
                 return Problem(where, path, f"{message} (value set in defaults)")
-        if path in self.doc.values:
+        if sub and path in self.doc.values:
             where = self.doc.value_pos(path)
         else:
-            # A value from the built-in defaults: point at the nearest thing the user wrote.
+            # The queue as a whole, or a built-in default: the nearest key the user wrote.
             where = self.doc.key_pos(path)
         return Problem(where, path, message)
 

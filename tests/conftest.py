@@ -1,0 +1,74 @@
+"""Test fixtures: a private redis-server per test session, and real `jobd run` daemons.
+
+Nothing here mocks Redis or processes: the server is a real redis-server on a free loopback
+port in a temporary folder, and daemons are `python -m jobd run` subprocesses.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from support import DaemonProcess, RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client on a flushed server: each test starts from an empty Redis."""
+    client = redis.Redis(port=redis_server.port)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def write_config(tmp_path: Path, redis_server: RedisServer) -> Callable[..., Path]:
+    """Write a config (YAML text, dedented) into the test's folder; ``{redis}`` is the URL."""
+
+    def write(text: str, name: str = "jobd.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text).replace("{redis}", redis_server.url))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write an executable handler into the test's folder."""
+
+    def make(name: str, body: str) -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(body).lstrip())
+        path.chmod(0o755)
+        return path
+
+    return make
+
+
+@pytest.fixture
+def daemon(r: redis.Redis) -> Iterator[Callable[..., DaemonProcess]]:
+    """Start daemons; every one still running at the end of the test is killed."""
+    started: list[DaemonProcess] = []
+
+    def start(config: Path, env: dict[str, str] | None = None, ready: bool = True) -> DaemonProcess:
+        d = DaemonProcess(config, env)
+        started.append(d)
+        if ready:
+            d.wait_ready()
+        return d
+
+    yield start
+    for d in started:
+        d.kill()

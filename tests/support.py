@@ -1,0 +1,164 @@
+"""Helpers for tests: polling, a private redis-server, and real `jobd run` daemons."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+DEADLINE = 30.0  # seconds any poll may take before a test fails
+
+
+def wait_until(
+    predicate: Callable[[], object], timeout: float = DEADLINE, what: str = ""
+) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
+    end = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_redis_server() -> str:
+    for name in ("redis-server", "valkey-server"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("no redis-server or valkey-server on PATH")
+
+
+class RedisServer:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                find_redis_server(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--logfile",
+                str(self.workdir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        wait_until(lambda: _pings(client), 10, "redis-server to answer")
+        client.close()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+class DaemonProcess:
+    """A real `python -m jobd run CONFIG`, its stderr captured in a file."""
+
+    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.log_path = config.with_suffix(f".{time.monotonic_ns()}.log")
+        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jobd", "run", str(config), "--log-level", "DEBUG"],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, text: str, timeout: float = DEADLINE) -> None:
+        wait_until(lambda: text in self.log(), timeout, f"{text!r} in the daemon's log")
+
+    def wait_ready(self) -> None:
+        self.wait_log("jobd running as consumer")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def stop(self, timeout: float = DEADLINE) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log_file.close()
+
+
+def pending_count(r: redis.Redis, stream: str, group: str = "jobd") -> int:
+    try:
+        return int(r.xpending(stream, group)["pending"])
+    except redis.ResponseError:
+        return 0
+
+
+def wait_group(r: redis.Redis, stream: str, group: str = "jobd") -> None:
+    def exists() -> bool:
+        try:
+            return any(g["name"].decode() == group for g in r.xinfo_groups(stream))
+        except redis.ResponseError:
+            return False
+
+    wait_until(exists, what=f"group {group} on {stream}")
+
+
+def acked_all(r: redis.Redis, stream: str, count: int, group: str = "jobd") -> bool:
+    """True once ``count`` entries were delivered to ``group`` and none is pending."""
+    try:
+        info = {g["name"].decode(): g for g in r.xinfo_groups(stream)}
+    except redis.ResponseError:
+        return False
+    g = info.get(group)
+    return bool(g) and g["entries-read"] == count and g["pending"] == 0 and g["lag"] == 0
+
+
+def kill_quietly(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)

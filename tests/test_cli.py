@@ -1,0 +1,164 @@
+"""The command line as a user runs it: `python -m jobd …` and the `jobd` script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import jsonschema
+import pytest
+import redis
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def jobd(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "jobd", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_validate_valid_config_prints_one_summary_line(write_config: Callable[..., Path]) -> None:
+    path = write_config("redis: {url: '{redis}'}\nqueues:\n  a: {command: [/bin/true]}\n")
+    result = jobd("validate", str(path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) == 1 and " OK: 1 queue(s) (a) on redis://127.0.0.1:" in lines[0]
+
+
+def test_validate_accepts_c_and_jobd_config(write_config: Callable[..., Path]) -> None:
+    path = write_config("queues:\n  a: {command: [/bin/true]}\n")
+    assert jobd("validate", "-c", str(path)).returncode == 0
+    import os
+
+    env = {**os.environ, "JOBD_CONFIG": str(path)}
+    assert jobd("validate", env=env).returncode == 0
+
+
+def test_validate_invalid_exits_78_with_every_problem(write_config: Callable[..., Path]) -> None:
+    path = write_config(
+        "queues:\n  a:\n    command: [/bin/true]\n    concurency: 0\n    timeout: x\n"
+    )
+    result = jobd("validate", str(path))
+    assert result.returncode == 78
+    lines = result.stdout.decode().splitlines()
+    assert lines == [
+        f"{path}:4:5: error: queues.a.concurency: unknown key 'concurency'; did you mean 'concurrency'?",
+        f"{path}:5:14: error: queues.a.timeout: 'x' is not valid here; write a duration like "
+        "250ms, 30s, 5m, 2h, 1d, or a number of seconds",
+    ]
+
+
+def test_validate_json_format(write_config: Callable[..., Path]) -> None:
+    path = write_config("queues:\n  a:\n    command: [/bin/true]\n    concurrency: 0\n")
+    result = jobd("validate", str(path), "--format", "json")
+    assert result.returncode == 78
+    body = json.loads(result.stdout)
+    assert body["valid"] is False
+    assert body["errors"] == [
+        {
+            "line": 4,
+            "column": 18,
+            "path": "queues.a.concurrency",
+            "message": "0 is less than the minimum of 1",
+        }
+    ]
+    good = write_config("queues:\n  a: {command: [/bin/true]}\n", name="good.yaml")
+    body = json.loads(jobd("validate", str(good), "--format", "json").stdout)
+    assert body["valid"] is True and body["queues"] == {"a": {"stream": "jobd:a", "group": "jobd"}}
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "empty", "list", "binary"])
+def test_validate_bad_files_one_line_no_traceback(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "c.yaml"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "empty":
+        path.write_text("")
+    elif kind == "list":
+        path.write_text("- a\n")
+    elif kind == "binary":
+        path.write_bytes(bytes(range(256)))
+    result = jobd("validate", str(path))
+    assert result.returncode == 78
+    out = result.stdout.decode().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"{path}") and ": error: " in out[0]
+    assert b"Traceback" not in result.stderr + result.stdout
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert jobd("validate", "--bogus").returncode == 2
+    assert jobd().returncode == 2
+    assert jobd("validate", "a.yaml", "-c", "b.yaml").returncode == 2
+
+
+def test_run_refuses_an_invalid_config_with_78(write_config: Callable[..., Path]) -> None:
+    path = write_config("queues:\n  a: {command: [/bin/true], concurrency: 0}\n")
+    result = jobd("run", str(path))
+    assert result.returncode == 78
+    assert b"queues.a.concurrency: 0 is less than the minimum of 1" in result.stderr
+
+
+def test_schema_is_draft_2020_12_and_accepts_the_examples() -> None:
+    result = jobd("schema")
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for example in (ROOT / "config").glob("*.yaml"):
+        jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(example.read_text()))
+
+
+def test_example_config_validates() -> None:
+    result = jobd("validate", str(ROOT / "config" / "example.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_console_script_and_version() -> None:
+    script = shutil.which("jobd", path=str(Path(sys.executable).parent))
+    assert script, "the jobd console script is installed next to the interpreter"
+    result = subprocess.run([script, "--version"], capture_output=True, timeout=30)
+    assert result.returncode == 0 and result.stdout.startswith(b"jobd ")
+
+
+def test_enqueue_from_argument_file_and_stdin(
+    write_config: Callable[..., Path], r: redis.Redis, tmp_path: Path
+) -> None:
+    path = write_config("redis: {url: '{redis}'}\nqueues:\n  a: {command: [/bin/true]}\n")
+    first = jobd("enqueue", "-c", str(path), "a", "héllo")
+    assert first.returncode == 0, first.stderr
+    payload_file = tmp_path / "payload.bin"
+    payload_file.write_bytes(b"\x00\xffbinary")
+    second = jobd("enqueue", "-c", str(path), "a", "--payload-file", str(payload_file))
+    third = jobd("enqueue", "-c", str(path), "a", "--job-id", "order-42", stdin=b"from stdin\n")
+    assert third.stdout == b"order-42\n"
+    entries = r.xrange("jobd:a")
+    assert [e[0].decode() for e in entries[:2]] == [
+        first.stdout.decode().strip(),
+        second.stdout.decode().strip(),
+    ]
+    assert [e[1] for e in entries] == [
+        {b"payload": "héllo".encode()},
+        {b"payload": b"\x00\xffbinary"},
+        {b"payload": b"from stdin\n", b"job_id": b"order-42"},
+    ]
+
+
+def test_enqueue_unknown_queue_and_unreachable_redis(write_config: Callable[..., Path]) -> None:
+    path = write_config(
+        "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues:\n  a: {command: [/bin/true]}\n"
+    )
+    unknown = jobd("enqueue", "-c", str(path), "b", "x")
+    assert unknown.returncode == 2 and b"no queue 'b'" in unknown.stderr
+    down = jobd("enqueue", "-c", str(path), "a", "x")
+    assert down.returncode == 69 and b"cannot reach Redis" in down.stderr
+    assert b"Traceback" not in down.stderr

@@ -1,0 +1,359 @@
+"""The config: every class of error at its exact line and column, and the typed result."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from jobd import durations
+from jobd.config import ConfigError, load
+
+
+def problems(path: Path, environ: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load(str(path), environ if environ is not None else {"PATH": os.environ["PATH"]})
+    return [p.format("f") for p in info.value.problems]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "jobd.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def true_handler(tmp_path: Path) -> Path:
+    h = tmp_path / "ok.sh"
+    h.write_text("#!/bin/sh\nexit 0\n")
+    h.chmod(0o755)
+    return h
+
+
+# -- each class of error, with its line and column --------------------------------------------
+
+
+def test_yaml_syntax_error_points_at_the_problem(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a:\n    command: [x\n    concurrency: 1\n")
+    [line] = problems(path)
+    assert line.startswith("f:4:16: error: YAML syntax error: ")
+
+
+def test_unknown_key_gets_did_you_mean(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a:\n    command: [/bin/true]\n    concurency: 3\n")
+    assert problems(path) == [
+        "f:4:5: error: queues.a.concurency: unknown key 'concurency'; did you mean 'concurrency'?"
+    ]
+
+
+def test_unknown_key_without_a_close_match_lists_the_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a: {command: [/bin/true]}\nzzz: 1\n")
+    [line] = problems(path)
+    assert line == (
+        "f:3:1: error: zzz: unknown key 'zzz'; expected one of: defaults, queues, redis, "
+        "shutdown_grace"
+    )
+
+
+def test_wrong_type(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a:\n    command: /bin/true\n")
+    [line] = problems(path)
+    assert line.startswith("f:3:14: error: queues.a.command: '/bin/true' is not valid here; ")
+    assert "as a list" in line
+
+
+def test_below_minimum_matches_the_contract_wording(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  email:\n    command: [/bin/true]\n    concurrency: 0\n")
+    assert problems(path) == [
+        "f:4:18: error: queues.email.concurrency: 0 is less than the minimum of 1"
+    ]
+
+
+def test_bad_duration_has_a_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a:\n    command: [/bin/true]\n    timeout: 5 minutes\n")
+    [line] = problems(path)
+    assert line.startswith("f:4:14: error: queues.a.timeout: '5 minutes' is not valid here; ")
+    assert "250ms, 30s, 5m, 2h, 1d" in line
+
+
+def test_zero_timeout_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a:\n    command: [/bin/true]\n    timeout: 0s\n")
+    assert problems(path) == ["f:4:14: error: queues.a.timeout: must be longer than zero"]
+
+
+def test_lease_renewal_must_be_well_below_reclaim(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n  a:\n    command: [/bin/true]\n"
+        "    lease: {renew_every: 30s, reclaim_after: 1m}\n",
+    )
+    [line] = problems(path)
+    assert line.startswith("f:4:26: error: queues.a.lease.renew_every: 30s is not well below")
+    assert "set renew_every to 20s or less" in line
+
+
+def test_dead_letter_stream_equal_to_source(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n  a:\n    stream: s\n    command: [/bin/true]\n    dead_letter: {stream: s}\n",
+    )
+    [line] = problems(path)
+    assert line.startswith("f:5:27: error: queues.a.dead_letter.stream: the dead-letter stream")
+
+
+def test_dead_letter_stream_of_another_queue(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n  a: {stream: s, command: [/bin/true]}\n"
+        "  b: {command: [/bin/true], dead_letter: {stream: s}}\n",
+    )
+    [line] = problems(path)
+    assert line.startswith("f:3:3: error: queues.b.dead_letter.stream: ")
+    assert "stream of queue 'a'" in line
+
+
+def test_two_queues_on_one_stream_and_group(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n  a: {stream: s, command: [/bin/true]}\n  b: {stream: s, command: [/bin/true]}\n",
+    )
+    [line] = problems(path)
+    assert line.startswith(
+        "f:3:3: error: queues.b: reads stream 's' with group 'jobd' like queue 'a'"
+    )
+
+
+def test_same_stream_with_another_group_is_fine(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n  a: {stream: s, command: [/bin/true]}\n"
+        "  b: {stream: s, group: g2, command: [/bin/true]}\n",
+    )
+    assert set(load(str(path)).queues) == {"a", "b"}
+
+
+def test_command_missing(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a:\n    command: [./nope.sh, x]\n")
+    assert problems(path) == [
+        f"f:3:15: error: queues.a.command.0: '{tmp_path}/nope.sh' does not exist"
+    ]
+
+
+def test_command_not_executable(tmp_path: Path) -> None:
+    (tmp_path / "h.sh").write_text("#!/bin/sh\n")
+    path = write(tmp_path, "queues:\n  a:\n    command: [./h.sh]\n")
+    [line] = problems(path)
+    assert line.startswith(
+        f"f:3:15: error: queues.a.command.0: '{tmp_path}/h.sh' is not executable"
+    )
+    assert "chmod +x" in line
+
+
+def test_command_not_on_path(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a:\n    command: [no-such-program-jobd]\n")
+    [line] = problems(path)
+    assert line.startswith("f:3:15: error: queues.a.command.0: 'no-such-program-jobd' is not found")
+
+
+def test_command_required_here_or_in_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a:\n    concurrency: 2\n")
+    assert problems(path) == [
+        "f:2:3: error: queues.a: 'command' is required; set it here or in defaults"
+    ]
+
+
+def test_unset_environment_variable(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "redis:\n  url: ${JOBD_TEST_UNSET}\nqueues:\n  a: {command: [/bin/true]}\n"
+    )
+    [line] = problems(path, {"PATH": "/bin"})
+    assert line.startswith(
+        "f:2:8: error: redis.url: environment variable JOBD_TEST_UNSET is not set"
+    )
+
+
+def test_error_in_defaults_points_at_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n  a: {command: [/bin/true]}\ndefaults:\n  lease:\n    renew_every: 1m\n",
+    )
+    [line] = problems(path)
+    assert line.startswith("f:5:18: error: queues.a.lease.renew_every: 1m is not well below")
+    assert line.endswith("(value set in defaults)")
+
+
+def test_every_problem_at_once_in_file_order(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n"
+        "  b:\n    command: [./missing.sh]\n"
+        "  a:\n    command: [/bin/true]\n    concurrency: -1\n    retry: {max_atempts: 3}\n"
+        "shutdown_grace: soon\n",
+    )
+    found = problems(path)
+    assert [line.split(": error")[0] for line in found] == ["f:3:15", "f:6:18", "f:7:13", "f:8:17"]
+
+
+def test_duplicate_keys_are_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a: {command: [/bin/true]}\n  a: {command: [/bin/false]}\n")
+    [line] = problems(path)
+    assert line.startswith("f:3:3: error: duplicate key 'queues.a'")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "f:1:1: error: the file is empty"),
+        ("- a\n- b\n", "f:1:1: error: the top level must be a mapping"),
+        ("42\n", "f:1:1: error: the top level must be a mapping"),
+        ("redis: {}\n", "f:1:1: error: 'queues' is a required property"),
+        (
+            "queues: {}\n",
+            "f:1:9: error: queues: {} should be non-empty; declare at least one queue",
+        ),
+    ],
+)
+def test_documents_that_are_not_configs(tmp_path: Path, text: str, expected: str) -> None:
+    [line] = problems(write(tmp_path, text))
+    assert line.startswith(expected)
+
+
+def test_unreadable_files_get_one_line(tmp_path: Path) -> None:
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\x7fELF\x00\x01\x02")
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"queues:\n  caf\xe9: {command: [/bin/true]}\n")
+    assert problems(binary) == ["f: error: is a binary file, not a YAML config"]
+    assert problems(latin1)[0].startswith("f: error: is not UTF-8 text")
+    assert problems(tmp_path) == ["f: error: is a directory, not a config file"]
+    assert problems(tmp_path / "absent.yaml") == [
+        "f: error: cannot read the file: No such file or directory"
+    ]
+
+
+# -- the typed result ---------------------------------------------------------------------------
+
+
+def test_defaults_merge_into_each_queue_key_by_key(tmp_path: Path, true_handler: Path) -> None:
+    path = write(
+        tmp_path,
+        "defaults:\n"
+        "  command: [./ok.sh]\n  concurrency: 4\n"
+        "  lease: {renew_every: 5s}\n  env: {A: '1', B: '2'}\n"
+        "queues:\n"
+        "  a: {}\n"
+        "  b:\n    concurrency: 2\n    lease: {reclaim_after: 2m}\n    env: {B: three}\n",
+    )
+    config = load(str(path), {"PATH": "/usr/bin:/bin"})
+    a, b = config.queues["a"], config.queues["b"]
+    assert a.command == (str(true_handler),)
+    assert (a.concurrency, b.concurrency) == (4, 2)
+    assert (a.lease.renew_every, a.lease.reclaim_after) == (5, 60)
+    assert (b.lease.renew_every, b.lease.reclaim_after) == (5, 120)
+    assert (a.env["A"], a.env["B"], b.env["B"]) == ("1", "2", "three")
+
+
+def test_built_in_defaults(tmp_path: Path) -> None:
+    config = load(str(write(tmp_path, "queues:\n  mail: {command: [/bin/true]}\n")))
+    q = config.queues["mail"]
+    assert (q.stream, q.group, q.concurrency) == ("jobd:mail", "jobd", 1)
+    assert (q.timeout, q.kill_grace, q.lease.renew_every, q.lease.reclaim_after) == (
+        1800,
+        10,
+        10,
+        60,
+    )
+    assert q.dead_letter.stream == "{jobd:mail}:dead"
+    assert q.fail_exit_codes == {64, 65}
+    assert q.cwd == str(tmp_path)
+    assert config.shutdown_grace == 30
+    assert config.redis.url == "redis://127.0.0.1:6379/0"
+
+
+def test_environment_expansion_and_retyping(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "redis: {url: 'redis://${HOST:-localhost}:${PORT}/0'}\n"
+        "queues:\n  a:\n    command: [/bin/true]\n    concurrency: ${CONC:-3}\n"
+        "    env: {LITERAL: 'cost $$5'}\n",
+    )
+    config = load(str(path), {"PORT": "6400", "PATH": "/bin"})
+    assert config.redis.url == "redis://localhost:6400/0"
+    assert config.queues["a"].concurrency == 3
+    assert config.queues["a"].env["LITERAL"] == "cost $5"
+
+
+def test_relative_paths_resolve_against_the_config_folder(
+    tmp_path: Path, true_handler: Path
+) -> None:
+    (tmp_path / "work").mkdir()
+    path = write(tmp_path, "queues:\n  a: {command: [./ok.sh, ./arg], cwd: work}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    old = os.getcwd()
+    os.chdir(elsewhere)
+    try:
+        q = load("../jobd.yaml").queues["a"]
+    finally:
+        os.chdir(old)
+    assert q.command == (str(true_handler), "./arg")  # only the program is a path of ours
+    assert q.cwd == str(tmp_path / "work")
+
+
+def test_config_is_immutable(tmp_path: Path) -> None:
+    config = load(str(write(tmp_path, "queues:\n  a: {command: [/bin/true], env: {X: y}}\n")))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.queues["a"].concurrency = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.queues["a"].env["X"] = "z"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        config.queues["b"] = config.queues["a"]  # type: ignore[index]
+
+
+def test_handler_environment_is_a_small_base(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  a: {command: [/bin/true], env: {MINE: 'yes'}}\n")
+    environ = {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "C",
+        "TZ": "UTC",
+        "REDIS_PASSWORD": "s3cret",
+        "AWS_SECRET_ACCESS_KEY": "k",
+        "NOTIFY_SOCKET": "/x",
+    }
+    env = dict(load(str(path), environ).queues["a"].env)
+    assert env == {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "C",
+        "TZ": "UTC",
+        "MINE": "yes",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("250ms", 0.25),
+        ("30s", 30),
+        ("5m", 300),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("1.5s", 1.5),
+        (12, 12),
+        (0.5, 0.5),
+        ("45", 45),
+    ],
+)
+def test_durations(text: str | float, seconds: float) -> None:
+    assert durations.parse(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "5x", "-1s", "1 m s", "ms", True, -3])
+def test_bad_durations(bad: object) -> None:
+    with pytest.raises(ValueError, match="250ms, 30s"):
+        durations.parse(bad)  # type: ignore[arg-type]
