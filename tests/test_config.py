@@ -289,7 +289,7 @@ def test_relative_paths_resolve_against_the_config_folder(
     tmp_path: Path, true_handler: Path
 ) -> None:
     (tmp_path / "work").mkdir()
-    path = write(tmp_path, "queues:\n  a: {command: [./ok.sh, ./arg], cwd: work}\n")
+    write(tmp_path, "queues:\n  a: {command: [./ok.sh, ./arg], cwd: work}\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     old = os.getcwd()
