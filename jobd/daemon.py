@@ -85,7 +85,11 @@ class Daemon:
             self.config.redis.redacted_url(),
         )
         while not self.finished():
-            self.step()
+            try:
+                self.step()
+            except Exception:  # a bug must not take every running job down with the daemon
+                log.exception("internal error in the main loop; going on")
+                time.sleep(0.1)
         self.recorder.stop()
         self.recorder.join()
         log.info("jobd stopped")
@@ -141,6 +145,8 @@ class Daemon:
 
     def on_handler_io(self, key: selectors.SelectorKey) -> None:
         handler, direction = key.data
+        if handler.state is State.EXITED:
+            return  # reaped earlier in this pass: its fds are already closed
         if direction == "in":
             if handler.write_input():
                 self.selector.unregister(key.fd)
@@ -154,13 +160,19 @@ class Daemon:
             job = self.delivered.popleft()
             queue = self.config.queues[job.queue]
             if self.stopping:
-                self.record(HAND_BACK, job, queue.name)
-                self.slots[job.queue].give()
+                log.info(
+                    "queue=%s job=%s read as jobd stopped: handed back", queue.name, job.job_id
+                )
+                self.settle(job, None, policy.Action.HAND_BACK)
                 continue
             try:
                 handler = Handler.spawn(job, queue)
             except SpawnError as exc:
                 log.error("queue=%s job=%s %s", queue.name, job.job_id, exc)
+                self.settle(job, None, policy.decide(None))
+                continue
+            except Exception:
+                log.exception("queue=%s job=%s cannot start the handler", queue.name, job.job_id)
                 self.settle(job, None, policy.decide(None))
                 continue
             self.running[handler.pid] = handler
@@ -174,11 +186,17 @@ class Daemon:
 
     def reap(self) -> None:
         for handler, wait_status in reap_children(self.running):
+            del self.running[handler.pid]
             for fd in (*handler.output_fds(), handler.input_fd()):
                 if fd is not None and fd in self.selector.get_map():
                     self.selector.unregister(fd)
-            status = handler.exited(wait_status)
-            del self.running[handler.pid]
+            try:
+                status = handler.exited(wait_status)
+            except Exception:
+                handler.log(logging.ERROR, "internal error after exit; leaving it pending")
+                log.exception("while finishing pid %d", handler.pid)
+                self.settle(handler.job, None, policy.Action.LEAVE_PENDING)
+                continue
             took = time.monotonic() - handler.started
             action = policy.decide(status, handler.stopped_for_shutdown)
             level = logging.INFO if action is policy.Action.ACK else logging.WARNING

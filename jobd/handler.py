@@ -122,6 +122,11 @@ class Handler:
         self.stderr = Output(self, "stderr", keep_tail=True)
         self.pending_input = memoryview(b"")
         self.status: ExitStatus | None = None
+        self._outputs = {
+            f.fileno(): (f, sink)
+            for f, sink in ((popen.stdout, self.stdout), (popen.stderr, self.stderr))
+            if f is not None
+        }
 
     # -- starting -------------------------------------------------------------------------
 
@@ -151,8 +156,8 @@ class Handler:
         except OSError as exc:
             raise SpawnError(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}") from exc
         handler = cls(job, queue, popen)
-        for f in (popen.stdout, popen.stderr):
-            os.set_blocking(f.fileno(), False)  # type: ignore[union-attr]
+        for fd in handler.output_fds():
+            os.set_blocking(fd, False)
         if popen.stdin is not None:
             os.set_blocking(popen.stdin.fileno(), False)
             handler.pending_input = memoryview(payload)
@@ -162,7 +167,7 @@ class Handler:
     # -- I/O, driven by the daemon's selector ---------------------------------------------
 
     def output_fds(self) -> list[int]:
-        return [f.fileno() for f in (self.popen.stdout, self.popen.stderr) if f and not f.closed]
+        return list(self._outputs)
 
     def input_fd(self) -> int | None:
         stdin = self.popen.stdin
@@ -186,8 +191,8 @@ class Handler:
         return True
 
     def read_output(self, fd: int) -> bool:
-        """Drain ``fd``; True at end of file (the fd is then closed)."""
-        stream, sink = self._stream(fd)
+        """Drain ``fd`` for now; True at end of file (the fd is then closed)."""
+        stream, sink = self._outputs[fd]
         while True:
             try:
                 data = os.read(fd, 65536)
@@ -196,13 +201,9 @@ class Handler:
             if not data:
                 sink.close()
                 stream.close()
+                del self._outputs[fd]
                 return True
             sink.feed(data)
-
-    def _stream(self, fd: int):  # type: ignore[no-untyped-def]
-        if self.popen.stdout is not None and fd == self.popen.stdout.fileno():
-            return self.popen.stdout, self.stdout
-        return self.popen.stderr, self.stderr
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -232,23 +233,17 @@ class Handler:
         if self.popen.stdin is not None and not self.popen.stdin.closed:
             self.popen.stdin.close()
         for fd in self.output_fds():
-            self.read_output_until_empty(fd)
+            # What the group wrote before it ended; a setsid escapee cannot keep us waiting.
+            if not self.read_output(fd):
+                stream, sink = self._outputs.pop(fd)
+                sink.close()
+                stream.close()
         self.status = ExitStatus(
             code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
             timed_out=self.timed_out,
         )
         return self.status
-
-    def read_output_until_empty(self, fd: int) -> None:
-        """What the group wrote before it ended; a setsid escapee cannot keep us waiting."""
-        stream, sink = self._stream(fd)
-        try:
-            self.read_output(fd)
-        finally:
-            if not stream.closed:
-                sink.close()
-                stream.close()
 
     def stderr_tail(self) -> bytes:
         return bytes(self.stderr.tail or b"")

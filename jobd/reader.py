@@ -99,7 +99,7 @@ class Reader(threading.Thread):
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
             except redis.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
+                if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
                     log.error("queue=%s read failed: %s", self.queue.name, exc)
                     self.stopping.wait(BACKOFF_MAX)
                 else:
@@ -113,6 +113,9 @@ class Reader(threading.Thread):
             self.ready.set()
         free = self.slots.take_all(timeout=0.5)
         if not free:
+            return
+        if self.stopping.is_set():
+            self.slots.give(free)
             return
         entries: list = []
         try:

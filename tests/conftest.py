@@ -72,3 +72,4 @@ def daemon(r: redis.Redis) -> Iterator[Callable[..., DaemonProcess]]:
     yield start
     for d in started:
         d.kill()
+        print(f"--- log of daemon {d.proc.pid} ---\n{d.log()}")  # shown when the test fails

@@ -1,0 +1,408 @@
+"""End to end: a real `jobd run` against a real Redis, with handlers in sh and Python."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import psutil
+import redis
+from support import DaemonProcess, acked_all, pending_count, wait_group, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+
+def queue_config(command: str, **extra: object) -> str:
+    lines = [f"    command: {command}"] + [f"    {k}: {v}" for k, v in extra.items()]
+    return "redis: {url: '{redis}'}\nqueues:\n  q:\n" + "\n".join(lines) + "\n"
+
+
+def test_300_binary_and_non_ascii_jobs_run_exactly_once_with_exact_bytes(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    script(
+        "record.py",
+        f"""
+        #!{sys.executable}
+        import os, sys
+        data = sys.stdin.buffer.read()
+        mid = os.environ["JOBD_QUEUE"] + "-" + os.environ["JOBD_MESSAGE_ID"]
+        with open("{out}/" + mid, "wb") as f:
+            f.write(data)
+        fd = os.open("{tmp_path}/runs.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, (mid + "\\n").encode())
+        """,
+    )
+    script(
+        "record.sh",
+        f"""
+        #!/bin/sh
+        cat > "{out}/$JOBD_QUEUE-$JOBD_MESSAGE_ID"
+        echo "$JOBD_QUEUE-$JOBD_MESSAGE_ID" >> "{tmp_path}/runs.log"
+        """,
+    )
+    config = write_config(
+        """
+        redis: {url: '{redis}'}
+        queues:
+          py: {command: [./record.py], concurrency: 4}
+          sh: {command: [./record.sh], concurrency: 3}
+        """
+    )
+    rng = random.Random(7)
+    samples = [
+        b"",
+        b"\x00",
+        b"\xff\xfe\x00binary\n",
+        "héllo wörld ✓ 日本語 🚀".encode(),
+        b"\r\n\t ",
+    ]
+    sent: dict[str, bytes] = {}
+    for i in range(300):
+        payload = samples[i % len(samples)] + rng.randbytes(rng.randrange(0, 3000))
+        queue = "py" if i % 2 else "sh"
+        sent[f"{queue}-{r.xadd(f'jobd:{queue}', {'payload': payload}).decode()}"] = payload
+    daemon(config)
+    wait_until(
+        lambda: acked_all(r, "jobd:py", 150) and acked_all(r, "jobd:sh", 150), 60, "all acked"
+    )
+    runs = (tmp_path / "runs.log").read_text().split()
+    assert sorted(runs) == sorted(sent), "each job ran exactly once"
+    for mid, payload in sent.items():
+        assert (out / mid).read_bytes() == payload, mid
+    assert pending_count(r, "jobd:py") == pending_count(r, "jobd:sh") == 0
+
+
+def test_entry_without_payload_gets_json_of_its_fields(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\ncat > {tmp_path}/stdin\n")
+    daemon(write_config(queue_config("[./h.sh]")))
+    r.xadd("jobd:q", {"user": "ada", "n": "1"})
+    wait_until(lambda: acked_all(r, "jobd:q", 1))
+    assert orjson.loads((tmp_path / "stdin").read_bytes()) == {"user": "ada", "n": "1"}
+
+
+def test_handler_environment_argv_cwd_and_process_group(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script(
+        "h.py",
+        f"""
+        #!{sys.executable}
+        import json, os, sys
+        json.dump({{"env": dict(os.environ), "argv": sys.argv[1:], "cwd": os.getcwd(),
+                   "pgid": os.getpgrp(), "pid": os.getpid()}}, open("{tmp_path}/seen.json", "w"))
+        """,
+    )
+    config = write_config(
+        queue_config(
+            '[./h.py, "two words", "$HOME", "; rm -rf /"]',
+            cwd="work",
+            timeout="90s",
+            env="{GREETING: hi, COUNT: 3}",
+        )
+    )
+    d = daemon(
+        config, env={"REDIS_PASSWORD": "s3cret", "NOTIFY_SOCKET": "/run/x", "LANG": "C.UTF-8"}
+    )
+    mid = r.xadd("jobd:q", {"payload": b"x", "job_id": "order-7"}).decode()
+    wait_until(lambda: acked_all(r, "jobd:q", 1))
+    seen = orjson.loads((tmp_path / "seen.json").read_bytes())
+    env = seen["env"]
+    assert seen["argv"] == ["two words", "$HOME", "; rm -rf /"]
+    assert seen["cwd"] == str(work)
+    assert seen["pgid"] == seen["pid"], "the handler leads its own process group"
+    assert env["JOBD_QUEUE"] == "q" and env["JOBD_STREAM"] == "jobd:q"
+    assert env["JOBD_JOB_ID"] == "order-7" and env["JOBD_MESSAGE_ID"] == mid
+    assert env["JOBD_ATTEMPT"] == "1"
+    deadline = int(env["JOBD_DEADLINE"])
+    assert 0 < deadline - int(mid.split("-")[0]) / 1000 <= 91
+    assert env["GREETING"] == "hi" and env["COUNT"] == "3" and env["LANG"] == "C.UTF-8"
+    assert "REDIS_PASSWORD" not in env and "NOTIFY_SOCKET" not in env
+    assert set(env) <= {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "GREETING",
+        "COUNT",
+        "PWD",
+    } | {k for k in env if k.startswith(("JOBD_", "LC_"))}
+    assert "s3cret" not in d.log()
+
+
+def test_job_id_defaults_to_stream_id_and_attempt_comes_from_the_entry(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f'#!/bin/sh\necho "$JOBD_JOB_ID $JOBD_ATTEMPT" >> {tmp_path}/ids\n')
+    daemon(write_config(queue_config("[./h.sh]")))
+    plain = r.xadd("jobd:q", {"payload": "a"}).decode()
+    r.xadd("jobd:q", {"payload": "b", "jobd_job_id": "orig-1", "jobd_attempt": "3"})
+    r.xadd("jobd:q", {"payload": "c", "jobd_job_id": "orig-2", "jobd_attempt": "garbage"})
+    wait_until(lambda: acked_all(r, "jobd:q", 3))
+    assert (tmp_path / "ids").read_text().splitlines() == [f"{plain} 1", "orig-1 3", "orig-2 1"]
+
+
+def test_output_is_logged_with_queue_and_job_id(
+    r: redis.Redis, write_config, script, daemon: Daemon
+) -> None:
+    script("h.sh", "#!/bin/sh\necho 'to stdout'\necho 'to stderr' >&2\nprintf 'no newline'\n")
+    d = daemon(write_config(queue_config("[./h.sh]")))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "j-1"})
+    wait_until(lambda: acked_all(r, "jobd:q", 1))
+    d.wait_log("queue=q job=j-1 exit 0")
+    log = d.log()
+    assert "queue=q job=j-1 stdout: to stdout" in log
+    assert "queue=q job=j-1 stderr: to stderr" in log
+    assert "queue=q job=j-1 stdout: no newline" in log
+
+
+def test_large_output_and_payload_never_block(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script(
+        "h.py",
+        f"""
+        #!{sys.executable}
+        import sys, hashlib
+        data = sys.stdin.buffer.read()
+        open("{tmp_path}/digest", "w").write(hashlib.sha256(data).hexdigest())
+        sys.stdout.write("o" * 4_000_000)
+        sys.stderr.write("e" * 4_000_000 + "TAIL")
+        """,
+    )
+    script("ignore_stdin.sh", "#!/bin/sh\nexit 0\n")
+    config = write_config(
+        """
+        redis: {url: '{redis}'}
+        queues:
+          big: {command: [./h.py]}
+          deaf: {command: [./ignore_stdin.sh]}
+        """
+    )
+    d = daemon(config)
+    payload = os.urandom(3 * 1024 * 1024)
+    r.xadd("jobd:big", {"payload": payload})
+    r.xadd("jobd:deaf", {"payload": payload})
+    wait_until(lambda: acked_all(r, "jobd:big", 1) and acked_all(r, "jobd:deaf", 1))
+    import hashlib
+
+    assert (tmp_path / "digest").read_text() == hashlib.sha256(payload).hexdigest()
+    d.wait_log("more bytes not logged")
+    assert len(d.log()) < 1_000_000, "handler output is truncated in the logs"
+    assert "Traceback" not in d.log()
+
+
+def test_nonzero_exit_leaves_the_entry_pending(
+    r: redis.Redis, write_config, script, daemon: Daemon
+) -> None:
+    script("h.sh", "#!/bin/sh\ncase $(cat) in fail) exit 3;; esac\n")
+    d = daemon(write_config(queue_config("[./h.sh]")))
+    r.xadd("jobd:q", {"payload": "fail", "job_id": "bad"})
+    r.xadd("jobd:q", {"payload": "ok", "job_id": "good"})
+    d.wait_log("queue=q job=good exit 0")
+    d.wait_log("queue=q job=bad exit 3")
+    wait_until(lambda: pending_count(r, "jobd:q") == 1)
+    [entry] = r.xpending_range("jobd:q", "jobd", "-", "+", 10)
+    assert r.xrange("jobd:q", entry["message_id"], entry["message_id"])[0][1][b"job_id"] == b"bad"
+
+
+def test_timeout_sends_sigterm_to_the_group_then_sigkill(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script(
+        "stubborn.sh",
+        f"""
+        #!/bin/sh
+        trap 'echo got TERM' TERM
+        sleep 300 &
+        echo $! > {tmp_path}/child.pid
+        echo $$ > {tmp_path}/leader.pid
+        while true; do sleep 0.05; done
+        """,
+    )
+    d = daemon(write_config(queue_config("[./stubborn.sh]", timeout="700ms", kill_grace="700ms")))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "slow"})
+    d.wait_log("queue=q job=slow timed out after 0.7s; SIGTERM")
+    d.wait_log("queue=q job=slow still running 0.7s after SIGTERM; SIGKILL")
+    d.wait_log("queue=q job=slow timed out (signal SIGKILL)")
+    for name in ("leader.pid", "child.pid"):
+        pid = int((tmp_path / name).read_text())
+        wait_until(lambda pid=pid: not psutil.pid_exists(pid), what=f"{name} to be gone")
+    assert "got TERM" in d.log()
+    assert pending_count(r, "jobd:q") == 1, "a timed-out job is not acknowledged"
+
+
+def test_concurrency_and_reading_no_more_than_free_slots(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    script(
+        "h.sh",
+        f"""
+        #!/bin/sh
+        touch {tmp_path}/started.$JOBD_MESSAGE_ID
+        while [ ! -e {gate} ]; do sleep 0.02; done
+        """,
+    )
+    d = daemon(write_config(queue_config("[./h.sh]", concurrency=3)))
+    for i in range(10):
+        r.xadd("jobd:q", {"payload": str(i)})
+
+    def started() -> int:
+        return len(list(tmp_path.glob("started.*")))
+
+    wait_until(lambda: started() == 3, what="three handlers")
+    group = r.xinfo_groups("jobd:q")[0]
+    assert group["pending"] == 3, "the daemon holds no entry it cannot start"
+    assert group["lag"] == 7
+    assert started() == 3
+    gate.touch()
+    wait_until(lambda: acked_all(r, "jobd:q", 10))
+    assert started() == 10
+    assert d.proc.poll() is None
+
+
+def test_graceful_stop_lets_running_handlers_finish(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    script(
+        "h.sh",
+        f"""
+        #!/bin/sh
+        trap '' TERM
+        touch {tmp_path}/started
+        while [ ! -e {gate} ]; do sleep 0.02; done
+        touch {tmp_path}/finished
+        """,
+    )
+    d = daemon(write_config(queue_config("[./h.sh]")))
+    r.xadd("jobd:q", {"payload": "x"})
+    wait_until(lambda: (tmp_path / "started").exists())
+    d.signal(signal.SIGTERM)
+    d.wait_log("SIGTERM: stopping; 1 handler(s) running")
+    r.xadd("jobd:q", {"payload": "arrives during shutdown"})
+    gate.touch()
+    assert d.proc.wait(30) == 0
+    assert (tmp_path / "finished").exists()
+    assert len(list(tmp_path.glob("started*"))) == 1, "no new job started while stopping"
+    for entry in r.xpending_range("jobd:q", "jobd", "-", "+", 10):
+        # Read in the instant the stop began: handed back, so another consumer takes it now.
+        assert entry["time_since_delivered"] > 10 * 365 * 86400 * 1000
+
+
+def test_handlers_past_shutdown_grace_are_stopped_and_handed_back(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\necho $$ > {tmp_path}/pid\nexec sleep 300\n")
+    config = write_config(queue_config("[./h.sh]", kill_grace="5s") + "shutdown_grace: 300ms\n")
+    d = daemon(config)
+    mid = r.xadd("jobd:q", {"payload": "x"})
+    wait_until(lambda: (tmp_path / "pid").exists())
+    d.signal(signal.SIGTERM)
+    assert d.proc.wait(30) == 0
+    assert not psutil.pid_exists(int((tmp_path / "pid").read_text()))
+    [entry] = r.xpending_range("jobd:q", "jobd", "-", "+", 10)
+    assert entry["message_id"] == mid
+    assert entry["time_since_delivered"] > 10 * 365 * 86400 * 1000, "handed back: idle at once"
+    assert "still running at the end of shutdown_grace" in d.log()
+
+
+def test_second_sigterm_stops_handlers_at_once(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\ntouch {tmp_path}/started\nexec sleep 300\n")
+    d = daemon(write_config(queue_config("[./h.sh]") + "shutdown_grace: 5m\n"))
+    r.xadd("jobd:q", {"payload": "x"})
+    wait_until(lambda: (tmp_path / "started").exists())
+    d.signal(signal.SIGTERM)
+    d.wait_log("SIGTERM: stopping")
+    d.signal(signal.SIGINT)
+    assert d.proc.wait(30) == 0
+    assert "SIGINT again: stopping 1 running handler(s) now" in d.log()
+
+
+def test_handler_that_cannot_start_is_logged_and_the_daemon_goes_on(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    handler = script("h.sh", f"#!/bin/sh\ntouch {tmp_path}/ran.$(cat)\n")
+    d = daemon(write_config(queue_config("[./h.sh]")))
+    handler.chmod(0o644)  # a bad deploy after the daemon started
+    r.xadd("jobd:q", {"payload": "1", "job_id": "first"})
+    d.wait_log("queue=q job=first cannot start")
+    assert pending_count(r, "jobd:q") == 1, "never acked silently"
+    handler.chmod(0o755)
+    r.xadd("jobd:q", {"payload": "2"})
+    wait_until(lambda: (tmp_path / "ran.2").exists())
+    assert d.proc.poll() is None
+
+
+def test_grandchildren_are_cleaned_up_with_the_group(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\nsleep 300 &\necho $! > {tmp_path}/orphan.pid\nexit 0\n")
+    daemon(write_config(queue_config("[./h.sh]")))
+    r.xadd("jobd:q", {"payload": "x"})
+    wait_until(lambda: acked_all(r, "jobd:q", 1))
+    pid = int((tmp_path / "orphan.pid").read_text())
+    wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie")
+
+
+def test_jobs_added_before_the_group_exists_are_run(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\ncat >> {tmp_path}/seen\n")
+    r.xadd("jobd:q", {"payload": "early\n"})
+    daemon(write_config(queue_config("[./h.sh]")))
+    r.xadd("jobd:q", {"payload": "late\n"})
+    wait_until(lambda: acked_all(r, "jobd:q", 2))
+    assert (tmp_path / "seen").read_text() == "early\nlate\n"
+
+
+def test_each_daemon_process_has_its_own_consumer(
+    r: redis.Redis, write_config, script, daemon: Daemon
+) -> None:
+    script("h.sh", "#!/bin/sh\nexit 0\n")
+    config = write_config(queue_config("[./h.sh]"))
+    first, second = daemon(config), daemon(config)
+    wait_group(r, "jobd:q")
+
+    def consumers() -> list[bytes]:
+        return [c["name"] for c in r.xinfo_consumers("jobd:q", "jobd")]
+
+    for _ in range(20):
+        r.xadd("jobd:q", {"payload": "x"})
+    wait_until(lambda: acked_all(r, "jobd:q", 20))
+    wait_until(lambda: len(consumers()) == 2, what="two consumers")
+    names = {n.decode() for n in consumers()}
+    assert all(str(p) in " ".join(names) for p in (first.proc.pid, second.proc.pid))
+
+
+def test_group_recreated_when_deleted_under_the_daemon(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\ncat >> {tmp_path}/seen\n")
+    d = daemon(write_config(queue_config("[./h.sh]")))
+    wait_group(r, "jobd:q")
+    r.delete("jobd:q")
+    d.wait_log("group or stream vanished")
+    wait_group(r, "jobd:q")
+    r.xadd("jobd:q", {"payload": "after\n"})
+    wait_until(
+        lambda: (tmp_path / "seen").exists() and (tmp_path / "seen").read_text() == "after\n"
+    )
