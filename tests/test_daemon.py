@@ -406,3 +406,23 @@ def test_group_recreated_when_deleted_under_the_daemon(
     wait_until(
         lambda: (tmp_path / "seen").exists() and (tmp_path / "seen").read_text() == "after\n"
     )
+
+
+def test_the_example_config_runs_its_handlers(
+    r: redis.Redis, redis_server, daemon: Daemon, tmp_path: Path
+) -> None:
+    example = Path(__file__).resolve().parent.parent / "config" / "example.yaml"
+    state = tmp_path / "state"
+    d = daemon(example, env={"REDIS_URL": redis_server.url, "EXAMPLE_STATE": str(state)})
+    r.xadd("jobd:greetings", {"payload": "world", "job_id": "g1"})
+    r.xadd("jobd:greetings", {"payload": "", "job_id": "g-empty"})
+    r.xadd(
+        "example:reports", {"payload": '{"title": "sales", "numbers": [3, 4.5]}', "job_id": "r1"}
+    )
+    r.xadd("example:reports", {"payload": "not json", "job_id": "r-bad"})
+    wait_until(lambda: (state / "reports" / "r1.txt").exists())
+    d.wait_log("queue=greetings job=g1 stdout: Hello, world! (attempt 1)")
+    d.wait_log("queue=greetings job=g-empty exit 65")
+    d.wait_log("queue=reports job=r-bad exit 65")
+    assert (state / "reports" / "r1.txt").read_text() == "sales\ncount=2 sum=7.5\n"
+    assert (state / "greetings" / "g1").read_text() == "world\n"
