@@ -33,6 +33,7 @@ from jobd import exitcodes, logs, policy
 from jobd.config import Config
 from jobd.handler import Handler, SpawnError, State, reap_children
 from jobd.job import Job
+from jobd.lease import Holdings, LeaseKeeper, Lost
 from jobd.reader import Reader, Slots
 from jobd.recorder import ACK, HAND_BACK, Outcome, Recorder
 
@@ -53,11 +54,15 @@ class Daemon:
         self.consumer = consumer_name()
         self.selector = selectors.DefaultSelector()
         self.running: dict[int, Handler] = {}
+        self.by_entry: dict[tuple[str, str], Handler] = {}  # (queue, message id) → handler
         self.delivered: collections.deque[Job] = collections.deque()
+        self.lost: collections.deque[Lost] = collections.deque()
         self.slots = {name: Slots(q.concurrency) for name, q in config.queues.items()}
-        self.recorder = Recorder(config.redis, self.consumer)
+        self.holdings = Holdings(config.queues)
+        self.recorder = Recorder(config.redis, self.consumer, self.holdings)
+        self.keeper = LeaseKeeper(config, self.consumer, self.holdings, self.report_lost)
         self.readers = [
-            Reader(q, config.redis, self.consumer, self.slots[name], self.deliver)
+            Reader(q, config.redis, self.consumer, self.slots[name], self.holdings, self.deliver)
             for name, q in config.queues.items()
         ]
         self.stopping = False
@@ -73,6 +78,7 @@ class Daemon:
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.recorder.start()
+        self.keeper.start()
         for reader in self.readers:
             reader.start()
         log.info(
@@ -90,8 +96,11 @@ class Daemon:
             except Exception:  # a bug must not take every running job down with the daemon
                 log.exception("internal error in the main loop; going on")
                 time.sleep(0.1)
+        # Leases are renewed until every outcome is written: the keeper stops last.
         self.recorder.stop()
         self.recorder.join()
+        self.keeper.stop()
+        self.keeper.join()
         log.info("jobd stopped")
         return exitcodes.OK
 
@@ -101,6 +110,7 @@ class Daemon:
                 self.on_signals()
             elif key.data == "wake":
                 _drain(self._wake_r)
+                self.on_lost()
             else:
                 self.on_handler_io(key)
         self.enforce_deadlines()
@@ -143,6 +153,41 @@ class Daemon:
         with contextlib.suppress(BlockingIOError):  # full: the loop is already due to wake
             os.write(self._wake_w, b"\0")
 
+    def report_lost(self, lost: list[Lost]) -> None:
+        """Called by the lease keeper: entries this daemon no longer holds."""
+        self.lost.extend(lost)
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"\0")
+
+    def on_lost(self) -> None:
+        """Stop the handler of each entry whose lease was lost; never settle those entries."""
+        while self.lost:
+            lost = self.lost.popleft()
+            to = f"consumer {lost.owner}" if lost.owner else "nobody (acked elsewhere, or trimmed)"
+            handler = self.by_entry.get((lost.queue, lost.message_id))
+            if handler is not None:
+                handler.log(
+                    logging.WARNING,
+                    "lease lost: the entry now belongs to %s; stopping the handler",
+                    to,
+                )
+                handler.lease_lost = True
+                if handler.state is State.RUNNING:
+                    self.stop_handler(handler, time.monotonic())
+                continue
+            for job in [
+                j
+                for j in self.delivered
+                if (j.queue, j.message_id) == (lost.queue, lost.message_id)
+            ]:
+                log.warning(
+                    "queue=%s job=%s lease lost before it started; not starting it",
+                    job.queue,
+                    job.job_id,
+                )
+                self.delivered.remove(job)
+                self.slots[job.queue].give()
+
     def on_handler_io(self, key: selectors.SelectorKey) -> None:
         handler, direction = key.data
         if handler.state is State.EXITED:
@@ -163,19 +208,20 @@ class Daemon:
                 log.info(
                     "queue=%s job=%s read as jobd stopped: handed back", queue.name, job.job_id
                 )
-                self.settle(job, None, policy.Action.HAND_BACK)
+                self.settle(job, policy.Action.HAND_BACK)
                 continue
             try:
                 handler = Handler.spawn(job, queue)
             except SpawnError as exc:
                 log.error("queue=%s job=%s %s", queue.name, job.job_id, exc)
-                self.settle(job, None, policy.decide(None))
+                self.settle(job, policy.decide(None))
                 continue
             except Exception:
                 log.exception("queue=%s job=%s cannot start the handler", queue.name, job.job_id)
-                self.settle(job, None, policy.decide(None))
+                self.settle(job, policy.decide(None))
                 continue
             self.running[handler.pid] = handler
+            self.by_entry[(job.queue, job.message_id)] = handler
             for fd in handler.output_fds():
                 self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
             stdin = handler.input_fd()
@@ -187,6 +233,7 @@ class Daemon:
     def reap(self) -> None:
         for handler, wait_status in reap_children(self.running):
             del self.running[handler.pid]
+            del self.by_entry[(handler.job.queue, handler.job.message_id)]
             for fd in (*handler.output_fds(), handler.input_fd()):
                 if fd is not None and fd in self.selector.get_map():
                     self.selector.unregister(fd)
@@ -195,24 +242,24 @@ class Daemon:
             except Exception:
                 handler.log(logging.ERROR, "internal error after exit; leaving it pending")
                 log.exception("while finishing pid %d", handler.pid)
-                self.settle(handler.job, None, policy.Action.LEAVE_PENDING)
+                self.settle(handler.job, policy.Action.LEAVE_PENDING)
                 continue
             took = time.monotonic() - handler.started
-            action = policy.decide(status, handler.stopped_for_shutdown)
+            action = policy.decide(status, handler.stopped_for_shutdown, handler.lease_lost)
             level = logging.INFO if action is policy.Action.ACK else logging.WARNING
             handler.log(level, "%s after %.3fs: %s", status.describe(), took, action.value)
-            self.settle(handler.job, status, action)
+            self.settle(handler.job, action)
 
-    def settle(self, job: Job, status: object, action: policy.Action) -> None:
+    def settle(self, job: Job, action: policy.Action) -> None:
         """Carry out an outcome and free the job's slot."""
+        queue = self.config.queues[job.queue]
         if action is policy.Action.ACK:
-            self.record(ACK, job, job.queue)
+            self.recorder.record(Outcome(ACK, queue, job.message_id, job.job_id))
         elif action is policy.Action.HAND_BACK:
-            self.record(HAND_BACK, job, job.queue)
+            self.recorder.record(Outcome(HAND_BACK, queue, job.message_id, job.job_id))
+        else:  # left for another consumer to take over once its lease lapses: stop renewing
+            self.holdings.discard(job.queue, [job.message_id])
         self.slots[job.queue].give()
-
-    def record(self, kind: str, job: Job, queue_name: str) -> None:
-        self.recorder.record(Outcome(kind, self.config.queues[queue_name], job.message_id))
 
     # -- deadlines and stopping -----------------------------------------------------------
 

@@ -118,6 +118,7 @@ class Handler:
         self.due = self.started + queue.timeout
         self.timed_out = False
         self.stopped_for_shutdown = False
+        self.lease_lost = False
         self.stdout = Output(self, "stdout", keep_tail=False)
         self.stderr = Output(self, "stderr", keep_tail=True)
         self.pending_input = memoryview(b"")

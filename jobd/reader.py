@@ -1,4 +1,5 @@
-"""Reading jobs: one thread per queue that takes free slots, then reads that many entries.
+"""Reading jobs: one thread per queue that takes free slots, then fills them: first with entries
+whose lease lapsed (XAUTOCLAIM, min-idle = ``lease.reclaim_after``), then with new ones.
 
 A reader never holds an entry it cannot start: it first takes the queue's free slots, then
 asks XREADGROUP for at most that many, and gives back the slots it did not fill. The daemon's
@@ -10,18 +11,22 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import redis
 
-from jobd import redisconn
+from jobd import dead_letter, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.job import Job
+from jobd.lease import Holdings
+from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.reader")
 
 BACKOFF_START = 0.1
 BACKOFF_MAX = 5.0
+RECLAIM_EVERY = 1.0  # seconds between reclaim passes at most (a quarter of reclaim_after if less)
 
 
 class Slots:
@@ -58,22 +63,29 @@ def ensure_group(client: redis.Redis, queue: QueueConfig) -> None:
 
 
 class Reader(threading.Thread):
+    """Feeds one queue's free slots: first with entries whose lease lapsed, then new ones."""
+
     def __init__(
         self,
         queue: QueueConfig,
         redis_config: RedisConfig,
         consumer: str,
         slots: Slots,
+        holdings: Holdings,
         deliver: Callable[[list[Job]], None],
     ) -> None:
         super().__init__(name=f"reader-{queue.name}", daemon=True)
         self.queue = queue
         self.consumer = consumer
         self.slots = slots
+        self.holdings = holdings
         self.deliver = deliver
         self.client = redisconn.client(redis_config, f"jobd-reader-{queue.name}")
+        self.scripts = Scripts(self.client)
         self.stopping = threading.Event()
         self.ready = threading.Event()  # set once Redis answered and the group exists
+        self.reclaim_every = min(RECLAIM_EVERY, queue.lease.reclaim_after / 4)
+        self.next_reclaim = 0.0
         self._group_ok = False
         self._outage: str | None = None
 
@@ -105,9 +117,16 @@ class Reader(threading.Thread):
                 else:
                     log.warning("queue=%s group or stream vanished; recreating it", self.queue.name)
                 self._group_ok = False
+            except UnsupportedServer as exc:
+                log.error("queue=%s %s; checking again in a minute", self.queue.name, exc)
+                self.stopping.wait(60)
+            except Exception:
+                log.exception("queue=%s reader failed; going on", self.queue.name)
+                self.stopping.wait(BACKOFF_MAX)
 
     def read_once(self) -> None:
         if not self._group_ok:
+            check_server(self.client)
             ensure_group(self.client, self.queue)
             self._group_ok = True
             self.ready.set()
@@ -117,20 +136,82 @@ class Reader(threading.Thread):
         if self.stopping.is_set():
             self.slots.give(free)
             return
-        entries: list = []
+        used = 0
         try:
-            reply = self.client.xreadgroup(
-                self.queue.group,
-                self.consumer,
-                {self.queue.stream: ">"},
-                count=free,
-                block=redisconn.BLOCK_MS,
-            )
-            entries = reply[0][1] if reply else []
+            if self.until_reclaim() <= 0:
+                self.next_reclaim = time.monotonic() + self.reclaim_every
+                used += self.reclaim(free)
+            if used < free:
+                used += self.read_new(free - used)
         finally:
-            self.slots.give(free - len(entries))
-        if entries:
-            self.deliver([Job.from_entry(self.queue.name, mid, fields) for mid, fields in entries])
+            self.slots.give(free - used)
+
+    def until_reclaim(self) -> float:
+        return max(0.0, self.next_reclaim - time.monotonic())
+
+    def read_new(self, count: int) -> int:
+        """XREADGROUP at most ``count`` new entries; blocks until the next reclaim at most."""
+        block_ms = max(1, min(redisconn.BLOCK_MS, int(self.until_reclaim() * 1000)))
+        reply = self.client.xreadgroup(
+            self.queue.group, self.consumer, {self.queue.stream: ">"}, count=count, block=block_ms
+        )
+        entries = reply[0][1] if reply else []
+        self.hand_over([Job.from_entry(self.queue.name, mid, fields) for mid, fields in entries])
+        return len(entries)
+
+    def reclaim(self, count: int) -> int:
+        """Take over up to ``count`` entries idle past ``reclaim_after``, following XAUTOCLAIM's
+        cursor to its end; poison entries are dead-lettered, not run. Returns slots used."""
+        q = self.queue
+        min_idle = int(q.lease.reclaim_after * 1000)
+        cursor: bytes | str = "0-0"
+        jobs: list[Job] = []
+        while len(jobs) < count:
+            cursor, claimed, deleted = self.scripts.reclaim(
+                keys=[q.stream], args=[q.group, self.consumer, min_idle, cursor, count - len(jobs)]
+            )
+            for raw_id, flat, deliveries in claimed:
+                job = Job.from_entry(q.name, raw_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+                if deliveries > q.max_deliveries:
+                    self.dead_letter_poison(job, deliveries)
+                else:
+                    log.warning(
+                        "queue=%s job=%s lease lapsed; taken over (delivery %d)",
+                        q.name,
+                        job.job_id,
+                        deliveries,
+                    )
+                    jobs.append(job)
+            for raw_id in deleted:
+                log.warning(
+                    "queue=%s entry %s was pending but its data is gone (trimmed or deleted); "
+                    "dropped from the group",
+                    q.name,
+                    raw_id.decode(),
+                )
+            if cursor == b"0-0":
+                break
+        self.hand_over(jobs)
+        return len(jobs)
+
+    def dead_letter_poison(self, job: Job, deliveries: int) -> None:
+        failure = dead_letter.Failure(dead_letter.POISON, attempts=deliveries)
+        q = self.queue
+        if dead_letter.write(self.scripts, q, self.consumer, job.job_id, job.message_id, failure):
+            log.error(
+                "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
+                "dead-lettered as poison",
+                q.name,
+                job.job_id,
+                deliveries,
+                q.max_deliveries,
+            )
+
+    def hand_over(self, jobs: list[Job]) -> None:
+        """Hold the jobs' leases from now on, and pass them to the main loop."""
+        if jobs:
+            self.holdings.add(self.queue.name, [job.message_id for job in jobs])
+            self.deliver(jobs)
 
     def _mark_down(self, exc: BaseException) -> None:
         state = f"{type(exc).__name__}: {exc}"
@@ -142,3 +223,18 @@ class Reader(threading.Thread):
         if self._outage is not None:
             log.info("queue=%s Redis reachable again", self.queue.name)
             self._outage = None
+
+
+class UnsupportedServer(Exception):
+    pass
+
+
+def check_server(client: redis.Redis) -> None:
+    """Refuse servers whose stream commands jobd cannot rely on (see REDIS-NOTES)."""
+    version = client.info("server").get("redis_version", "0")
+    parts = tuple(int(p) for p in str(version).split(".")[:3] if p.isdigit())
+    if parts < (6, 2, 2):
+        raise UnsupportedServer(
+            f"Redis {version} is not supported: jobd needs 6.2.2 or later "
+            "(XAUTOCLAIM, and its cursor fixes in 6.2.2)"
+        )

@@ -3,6 +3,9 @@
 The main loop hands over what it decided (ack this entry, hand that one back) and goes on
 spawning and reaping. This thread writes everything queued since its last pass in one
 pipeline, and keeps the batch to try again when Redis is away: an outcome is never dropped.
+Each write checks, in the same script, that this daemon still holds the entry
+(``lua/settle.lua``): an entry another daemon took over is theirs to settle. Once written, the
+entries are no longer held, and their leases are no longer renewed.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from dataclasses import dataclass
 
 from jobd import redisconn
 from jobd.config import QueueConfig, RedisConfig
+from jobd.lease import Holdings
+from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.recorder")
 
 ACK = "ack"
-HAND_BACK = "hand_back"  # make the entry look idle for decades, so any consumer takes it now
+HAND_BACK = "back"  # make the entry look idle for decades, so any consumer takes it now
 BACKOFF_START = 0.1
 BACKOFF_MAX = 5.0
 STOP_PATIENCE = 10.0  # at exit, how long to keep trying an unreachable Redis
@@ -29,16 +34,19 @@ _EMPTY = object()
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    kind: str
+    kind: str  # ACK or HAND_BACK
     queue: QueueConfig
     message_id: str
+    job_id: str
 
 
 class Recorder(threading.Thread):
-    def __init__(self, redis_config: RedisConfig, consumer: str) -> None:
+    def __init__(self, redis_config: RedisConfig, consumer: str, holdings: Holdings) -> None:
         super().__init__(name="recorder", daemon=True)
         self.client = redisconn.client(redis_config, "jobd-recorder")
+        self.scripts = Scripts(self.client)
         self.consumer = consumer
+        self.holdings = holdings
         self.inbox: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._outage = False
         self._stop_deadline: float | None = None
@@ -66,6 +74,10 @@ class Recorder(threading.Thread):
                     time.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX)
                     continue
+                except Exception:
+                    log.exception("cannot record %d outcome(s): left pending", len(backlog))
+                    for o in backlog:  # no longer renewed: another consumer will take them over
+                        self.holdings.discard(o.queue.name, [o.message_id])
                 self._mark_up()
                 backlog.clear()
                 backoff = BACKOFF_START
@@ -81,7 +93,7 @@ class Recorder(threading.Thread):
             if item is None:
                 stopping = True
             else:
-                backlog.append(item)
+                backlog.append(item)  # type: ignore[arg-type]
             item = self._next()
         return stopping
 
@@ -90,6 +102,36 @@ class Recorder(threading.Thread):
             return self.inbox.get_nowait()
         except queue.Empty:
             return _EMPTY
+
+    def write(self, batch: list[Outcome]) -> None:
+        """One script call per queue, all in one pipeline."""
+        by_queue: dict[str, list[Outcome]] = defaultdict(list)
+        for outcome in batch:
+            by_queue[outcome.queue.name].append(outcome)
+        pipe = self.client.pipeline(transaction=False)
+        for outcomes in by_queue.values():
+            q = outcomes[0].queue
+            ops = [x for o in outcomes for x in (o.kind, o.message_id)]
+            self.scripts.settle(keys=[q.stream], args=[q.group, self.consumer, *ops], client=pipe)
+        replies = pipe.execute(raise_on_error=False)
+        for outcomes, reply in zip(by_queue.values(), replies, strict=True):
+            self._report(outcomes, reply)
+            self.holdings.discard(outcomes[0].queue.name, [o.message_id for o in outcomes])
+
+    def _report(self, outcomes: list[Outcome], reply: object) -> None:
+        q = outcomes[0].queue
+        if isinstance(reply, Exception):
+            log.error("queue=%s cannot record %d outcome(s): %s", q.name, len(outcomes), reply)
+            return
+        job_ids = {o.message_id: o.job_id for o in outcomes}
+        for i in range(0, len(reply), 2):  # type: ignore[arg-type]
+            mid, owner = reply[i].decode(), reply[i + 1].decode()  # type: ignore[index]
+            log.warning(
+                "queue=%s job=%s outcome not recorded: the lease was lost%s",
+                q.name,
+                job_ids.get(mid, mid),
+                f" to {owner}" if owner else " (entry gone)",
+            )
 
     def _give_up(self, backlog: list[Outcome]) -> bool:
         if self._stop_deadline is None:
@@ -112,26 +154,3 @@ class Recorder(threading.Thread):
         if self._outage:
             log.info("Redis reachable again; kept outcomes recorded")
             self._outage = False
-
-    def write(self, batch: list[Outcome]) -> None:
-        acks: dict[tuple[str, str], list[str]] = defaultdict(list)
-        pipe = self.client.pipeline(transaction=False)
-        for outcome in batch:
-            q = outcome.queue
-            if outcome.kind == ACK:
-                acks[(q.stream, q.group)].append(outcome.message_id)
-            else:
-                pipe.execute_command(
-                    "XCLAIM",
-                    q.stream,
-                    q.group,
-                    self.consumer,
-                    0,
-                    outcome.message_id,
-                    "TIME",
-                    1,
-                    "JUSTID",
-                )
-        for (stream, group), ids in acks.items():
-            pipe.xack(stream, group, *ids)
-        pipe.execute()

@@ -1,0 +1,75 @@
+"""Dead letters: the record of a job that will not run again, written atomically with its ack.
+
+Every path that dead-letters a job (poison on reclaim, and the failure policy) goes through
+``write``, which runs ``lua/dead_letter.lua``: the record exists if and only if the original
+entry is acknowledged. The record holds the job's own fields plus the contract's ``jobd_*``
+fields; nothing in it is unbounded (stderr is cut to its last 4 KiB).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from jobd.config import QueueConfig
+from jobd.scripts import Scripts
+
+STDERR_LIMIT = 4096
+
+# jobd_error values
+EXIT, SIGNAL, TIMEOUT, SPAWN, POISON, MALFORMED = (
+    "exit",
+    "signal",
+    "timeout",
+    "spawn",
+    "poison",
+    "malformed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    error: str  # one of the jobd_error values
+    attempts: int
+    exit_code: int | None = None
+    signal: int | None = None
+    stderr: bytes = b""
+
+
+def record_fields(queue: QueueConfig, job_id: str, message_id: str, failure: Failure) -> list:
+    return [
+        "jobd_job_id", job_id,
+        "jobd_queue", queue.name,
+        "jobd_original_id", message_id,
+        "jobd_error", failure.error,
+        "jobd_exit_code", "" if failure.exit_code is None else str(failure.exit_code),
+        "jobd_signal", "" if failure.signal is None else str(failure.signal),
+        "jobd_attempts", str(failure.attempts),
+        "jobd_failed_at", str(int(time.time() * 1000)),
+        "jobd_stderr", failure.stderr[-STDERR_LIMIT:],
+    ]  # fmt: skip
+
+
+def write(
+    scripts: Scripts,
+    queue: QueueConfig,
+    consumer: str,
+    job_id: str,
+    message_id: str,
+    failure: Failure,
+) -> str | None:
+    """Dead-letter the entry and ack it; None when this consumer no longer holds it."""
+    dead = queue.dead_letter
+    min_id = ""
+    if dead.max_age is not None:
+        min_id = f"{int((time.time() - dead.max_age) * 1000)}-0"
+    reply = scripts.dead_letter(
+        keys=[queue.stream, dead.stream],
+        args=[
+            queue.group, consumer, message_id, dead.maxlen, min_id,
+            *record_fields(queue, job_id, message_id, failure),
+        ],
+    )  # fmt: skip
+    if isinstance(reply, list):
+        return None
+    return reply.decode()

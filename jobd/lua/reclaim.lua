@@ -1,0 +1,29 @@
+-- reclaim.lua: take over entries whose lease lapsed (idle at least min-idle), one XAUTOCLAIM step.
+--
+-- KEYS[1]  the queue's stream
+-- ARGV[1]  the consumer group
+-- ARGV[2]  this consumer's name
+-- ARGV[3]  min-idle in milliseconds (the queue's lease.reclaim_after)
+-- ARGV[4]  cursor to start from ('0-0' at first)
+-- ARGV[5]  at most this many entries (this daemon's free slots)
+--
+-- Returns {next cursor, {{id, {field, value, …}, times delivered}, …}, {deleted id, …}}.
+-- The caller follows the cursor until it is '0-0': XAUTOCLAIM scans at most COUNT×10 pending
+-- entries per call and may claim nothing yet return a non-zero cursor. The delivery count is
+-- read in the same script, after the claim counted this delivery: it is what the poison check
+-- (max_deliveries) needs. Redis 7.0+ purges pending entries whose data was deleted and lists
+-- them third; 6.2 returns them with no data: they are acknowledged here, as nothing is left to run.
+local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
+local reply = redis.call('XAUTOCLAIM', stream, group, me, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+local claimed, deleted = {}, reply[3] or {}
+for _, entry in ipairs(reply[2]) do
+  local id, fields = entry[1], entry[2]
+  if type(fields) ~= 'table' then
+    redis.call('XACK', stream, group, id)
+    deleted[#deleted + 1] = id
+  else
+    local p = redis.call('XPENDING', stream, group, id, id, 1)
+    claimed[#claimed + 1] = {id, fields, p[1][4]}
+  end
+end
+return {reply[1], claimed, deleted}

@@ -1,0 +1,45 @@
+-- renew.lua: renew this consumer's lease on every entry it holds; report the ones it lost.
+--
+-- KEYS[1]   the queue's stream
+-- ARGV[1]   the consumer group
+-- ARGV[2]   this consumer's name
+-- ARGV[3..] ids of the entries this consumer believes it holds
+--
+-- Returns a flat list of pairs for the entries it no longer holds: id, owner now ('' when no
+-- one: acknowledged, or its data trimmed).
+--
+-- Redis counts an entry's idle time from its last delivery or claim. XCLAIM with min-idle 0 and
+-- JUSTID resets that time without counting a delivery; but min-idle 0 also takes an entry from
+-- whoever holds it, so ownership is checked first, in this same script: no window between the
+-- two. On Redis 7.0+ XCLAIM drops (and does not return) entries whose data was deleted.
+local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
+local lost, mine = {}, {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  if #p == 0 then
+    lost[#lost + 1] = id
+    lost[#lost + 1] = ''
+  elseif p[1][2] ~= me then
+    lost[#lost + 1] = id
+    lost[#lost + 1] = p[1][2]
+  else
+    mine[#mine + 1] = id
+  end
+end
+local CHUNK = 1000
+for first = 1, #mine, CHUNK do
+  local args = {stream, group, me, '0'}
+  local last = math.min(first + CHUNK - 1, #mine)
+  for i = first, last do args[#args + 1] = mine[i] end
+  args[#args + 1] = 'JUSTID'
+  local kept = {}
+  for _, id in ipairs(redis.call('XCLAIM', unpack(args))) do kept[id] = true end
+  for i = first, last do
+    if not kept[mine[i]] then
+      lost[#lost + 1] = mine[i]
+      lost[#lost + 1] = ''
+    end
+  end
+end
+return lost
