@@ -145,7 +145,7 @@ def queue_problems(q: QueueConfig, at: Located) -> list[Problem]:
     ):
         if seconds <= 0:
             problems.append(at.problem(sub, "must be longer than zero"))
-    if q.lease.renew_every * RENEWALS_PER_RECLAIM > q.lease.reclaim_after:
+    if q.lease.renew_every * RENEWALS_PER_RECLAIM > q.lease.reclaim_after + 1e-9:
         limit = durations.format(q.lease.reclaim_after / RENEWALS_PER_RECLAIM)
         problems.append(
             at.problem(

@@ -112,7 +112,12 @@ class DaemonProcess:
         wait_until(lambda: text in self.log(), timeout, f"{text!r} in the daemon's log")
 
     def wait_ready(self) -> None:
-        self.wait_log("jobd running as consumer")
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                pytest.fail(f"jobd exited with {self.proc.returncode}:\n{self.log()}")
+            return "jobd running as consumer" in self.log()
+
+        wait_until(ready, what="the daemon to start")
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
