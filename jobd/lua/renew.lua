@@ -11,20 +11,28 @@
 -- Redis counts an entry's idle time from its last delivery or claim. XCLAIM with min-idle 0 and
 -- JUSTID resets that time without counting a delivery; but min-idle 0 also takes an entry from
 -- whoever holds it, so ownership is checked first, in this same script: no window between the
--- two. On Redis 7.0+ XCLAIM drops (and does not return) entries whose data was deleted.
+-- two. The check reads this consumer's own pending list (XPENDING … consumer) once, so a tick
+-- costs a few commands however many entries are in flight; only lost entries are looked up one
+-- by one, for their new owner. On Redis 7.0+ XCLAIM drops (and does not return) entries whose
+-- data was deleted: those are lost too.
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
+-- This consumer's own pending list, page by page: a few commands however many entries it holds.
+local held, start = {}, '-'
+while true do
+  local page = redis.call('XPENDING', stream, group, start, '+', 1000, me)
+  for _, p in ipairs(page) do held[p[1]] = true end
+  if #page < 1000 then break end
+  start = '(' .. page[#page][1]
+end
 local lost, mine = {}, {}
 for i = 3, #ARGV do
   local id = ARGV[i]
-  local p = redis.call('XPENDING', stream, group, id, id, 1)
-  if #p == 0 then
-    lost[#lost + 1] = id
-    lost[#lost + 1] = ''
-  elseif p[1][2] ~= me then
-    lost[#lost + 1] = id
-    lost[#lost + 1] = p[1][2]
-  else
+  if held[id] then
     mine[#mine + 1] = id
+  else
+    local p = redis.call('XPENDING', stream, group, id, id, 1)
+    lost[#lost + 1] = id
+    lost[#lost + 1] = (#p == 0) and '' or p[1][2]
   end
 end
 local CHUNK = 1000
