@@ -359,3 +359,21 @@ def test_group_of_a_queue_is_renewed_per_queue(
     r.xadd("jobd:b", {"payload": "b"})
     wait_until(lambda: acked_all(r, "jobd:a", 1) and acked_all(r, "jobd:b", 1))
     assert sum(starts(tmp_path / "starts").values()) == 2
+
+
+def test_reclaimed_entries_run_before_new_ones(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\necho $(cat) >> {tmp_path}/ran\n")
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    r.xadd("jobd:q", {"payload": "orphan"})
+    r.xreadgroup("jobd", "dead-daemon", {"jobd:q": ">"})
+    for i in range(3):
+        r.xadd("jobd:q", {"payload": f"new-{i}"})
+    wait_until(
+        lambda: r.xpending_range("jobd:q", "jobd", "-", "+", 1)[0]["time_since_delivered"] >= 300,
+        what="the orphan's lease to lapse",
+    )
+    daemon(write_config(config_text("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}")))
+    wait_until(lambda: acked_all(r, "jobd:q", 4) and pending_count(r, "jobd:q") == 0)
+    assert (tmp_path / "ran").read_text().split() == ["orphan", "new-0", "new-1", "new-2"]
