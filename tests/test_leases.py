@@ -374,6 +374,8 @@ def test_reclaimed_entries_run_before_new_ones(
         lambda: r.xpending_range("jobd:q", "jobd", "-", "+", 1)[0]["time_since_delivered"] >= 300,
         what="the orphan's lease to lapse",
     )
-    daemon(write_config(config_text("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}")))
+    daemon(
+        write_config(config_text("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}"))
+    )
     wait_until(lambda: acked_all(r, "jobd:q", 4) and pending_count(r, "jobd:q") == 0)
     assert (tmp_path / "ran").read_text().split() == ["orphan", "new-0", "new-1", "new-2"]
