@@ -17,6 +17,7 @@ from typing import Any
 
 from jobd import durations, keys, validation, yamlsrc
 from jobd.handler_env import base_environment
+from jobd.keys import QueueKeys
 from jobd.validation import Problem
 
 DEFAULT_CONFIG = "/etc/jobd/jobd.yaml"
@@ -61,6 +62,7 @@ class QueueConfig:
     max_deliveries: int
     dead_letter: DeadLetter
     retention_maxlen: int | None
+    keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,7 @@ def build_queue(
     q, _ = merge_defaults(validation.QUEUE_DEFAULTS, q)
     stream = q.get("stream", f"jobd:{name}")
     lease, retry, dead = q["lease"], q["retry"], q["dead_letter"]
+    queue_keys = keys.QueueKeys.of(stream, dead.get("stream"))
     command = list(q["command"])
     if "/" in command[0]:
         command[0] = os.path.normpath(os.path.join(base_dir, command[0]))
@@ -224,11 +227,12 @@ def build_queue(
         fail_exit_codes=frozenset(q["exit_codes"]["fail"]),
         max_deliveries=q["max_deliveries"],
         dead_letter=DeadLetter(
-            stream=dead.get("stream", keys.derive(stream, "dead")),
+            stream=queue_keys.dead_letter,
             maxlen=dead["maxlen"],
             max_age=durations.parse(dead["max_age"]) if "max_age" in dead else None,
         ),
         retention_maxlen=q.get("retention", {}).get("maxlen"),
+        keys=queue_keys,
     )
 
 

@@ -28,14 +28,20 @@ import selectors
 import signal
 import socket
 import time
+from dataclasses import replace
 
-from jobd import exitcodes, logs, policy
+from jobd import dead_letter, exitcodes, logs, policy, redisconn
 from jobd.config import Config
-from jobd.handler import Handler, SpawnError, State, reap_children
+from jobd.delayed import Forwarder
+from jobd.duties import Duty, Ticker
+from jobd.handler import ExitStatus, Handler, SpawnError, State, reap_children
+from jobd.janitor import Janitor
 from jobd.job import Job
-from jobd.lease import Holdings, LeaseKeeper, Lost
+from jobd.lease import Holdings, Lost, Renewal
 from jobd.reader import Reader, Slots
-from jobd.recorder import ACK, HAND_BACK, Outcome, Recorder
+from jobd.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
+from jobd.retention import Trimmer
+from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.daemon")
 
@@ -60,7 +66,8 @@ class Daemon:
         self.slots = {name: Slots(q.concurrency) for name, q in config.queues.items()}
         self.holdings = Holdings(config.queues)
         self.recorder = Recorder(config.redis, self.consumer, self.holdings)
-        self.keeper = LeaseKeeper(config, self.consumer, self.holdings, self.report_lost)
+        self.ticker_client = redisconn.client(config.redis, "jobd-ticker")
+        self.ticker = Ticker(self.periodic_duties(Scripts(self.ticker_client)))
         self.readers = [
             Reader(q, config.redis, self.consumer, self.slots[name], self.holdings, self.deliver)
             for name, q in config.queues.items()
@@ -71,6 +78,16 @@ class Daemon:
         self._signal_r, self._signal_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
+    def periodic_duties(self, scripts: Scripts) -> list[Duty]:
+        duties: list[Duty] = []
+        for q in self.config.queues.values():
+            duties.append(Renewal(scripts, q, self.consumer, self.holdings, self.report_lost))
+            duties.append(Forwarder(scripts, q))
+            duties.append(Janitor(self.ticker_client, scripts, q, self.consumer))
+            if q.retention_maxlen is not None:
+                duties.append(Trimmer(scripts, q, q.retention_maxlen))
+        return duties
+
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -78,7 +95,7 @@ class Daemon:
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.recorder.start()
-        self.keeper.start()
+        self.ticker.start()
         for reader in self.readers:
             reader.start()
         log.info(
@@ -96,11 +113,12 @@ class Daemon:
             except Exception:  # a bug must not take every running job down with the daemon
                 log.exception("internal error in the main loop; going on")
                 time.sleep(0.1)
-        # Leases are renewed until every outcome is written: the keeper stops last.
+        # Leases are renewed until every outcome is written: the ticker stops last.
         self.recorder.stop()
         self.recorder.join()
-        self.keeper.stop()
-        self.keeper.join()
+        self.ticker.stop()
+        self.ticker.join()
+        self.ticker_client.close()
         log.info("jobd stopped")
         return exitcodes.OK
 
@@ -154,7 +172,7 @@ class Daemon:
             os.write(self._wake_w, b"\0")
 
     def report_lost(self, lost: list[Lost]) -> None:
-        """Called by the lease keeper: entries this daemon no longer holds."""
+        """Called by lease renewal (ticker thread): entries this daemon no longer holds."""
         self.lost.extend(lost)
         with contextlib.suppress(BlockingIOError):
             os.write(self._wake_w, b"\0")
@@ -205,20 +223,17 @@ class Daemon:
             job = self.delivered.popleft()
             queue = self.config.queues[job.queue]
             if self.stopping:
-                log.info(
-                    "queue=%s job=%s read as jobd stopped: handed back", queue.name, job.job_id
-                )
-                self.settle(job, policy.Action.HAND_BACK)
+                log.info("queue=%s job=%s read as jobd stopped: handed back", job.queue, job.job_id)
+                self.settle(job, policy.Decision(policy.Action.HAND_BACK))
                 continue
             try:
                 handler = Handler.spawn(job, queue)
-            except SpawnError as exc:
-                log.error("queue=%s job=%s %s", queue.name, job.job_id, exc)
-                self.settle(job, policy.decide(None))
-                continue
-            except Exception:
-                log.exception("queue=%s job=%s cannot start the handler", queue.name, job.job_id)
-                self.settle(job, policy.decide(None))
+            except Exception as exc:
+                if not isinstance(exc, SpawnError):
+                    log.exception("queue=%s job=%s cannot start the handler", job.queue, job.job_id)
+                decision = policy.decide(queue, job.attempt, None)
+                log.error("queue=%s job=%s %s: %s", job.queue, job.job_id, exc, describe(decision))
+                self.settle(job, decision, error_text=str(exc).encode())
                 continue
             self.running[handler.pid] = handler
             self.by_entry[(job.queue, job.message_id)] = handler
@@ -240,25 +255,54 @@ class Daemon:
             try:
                 status = handler.exited(wait_status)
             except Exception:
-                handler.log(logging.ERROR, "internal error after exit; leaving it pending")
-                log.exception("while finishing pid %d", handler.pid)
-                self.settle(handler.job, policy.Action.LEAVE_PENDING)
+                log.exception(
+                    "queue=%s job=%s internal error after exit; releasing it",
+                    handler.job.queue,
+                    handler.job.job_id,
+                )
+                self.settle(handler.job, policy.Decision(policy.Action.RELEASE))
                 continue
+            decision = policy.decide(
+                handler.queue, handler.job.attempt, status,
+                handler.stopped_for_shutdown, handler.lease_lost,
+            )  # fmt: skip
             took = time.monotonic() - handler.started
-            action = policy.decide(status, handler.stopped_for_shutdown, handler.lease_lost)
-            level = logging.INFO if action is policy.Action.ACK else logging.WARNING
-            handler.log(level, "%s after %.3fs: %s", status.describe(), took, action.value)
-            self.settle(handler.job, action)
+            level = logging.INFO if decision.action is policy.Action.ACK else logging.WARNING
+            handler.log(level, "%s after %.3fs: %s", status.describe(), took, describe(decision))
+            self.settle(handler.job, decision, status, handler.stderr_tail())
 
-    def settle(self, job: Job, action: policy.Action) -> None:
-        """Carry out an outcome and free the job's slot."""
+    def settle(
+        self,
+        job: Job,
+        decision: policy.Decision,
+        status: ExitStatus | None = None,
+        error_text: bytes = b"",
+    ) -> None:
+        """Carry out a decision and free the job's slot. ``error_text``: the stderr tail, or
+        why the handler could not start."""
         queue = self.config.queues[job.queue]
-        if action is policy.Action.ACK:
-            self.recorder.record(Outcome(ACK, queue, job.message_id, job.job_id))
-        elif action is policy.Action.HAND_BACK:
-            self.recorder.record(Outcome(HAND_BACK, queue, job.message_id, job.job_id))
-        else:  # left for another consumer to take over once its lease lapses: stop renewing
+        outcome = Outcome(ACK, queue, job.message_id, job.job_id)
+        action = decision.action
+        if action is policy.Action.HAND_BACK:
+            outcome = replace(outcome, kind=HAND_BACK)
+        elif action is policy.Action.RETRY:
+            due_ms = int((time.time() + decision.delay) * 1000)
+            outcome = replace(
+                outcome, kind=RETRY, retry_fields=job.next_attempt_fields(), due_ms=due_ms
+            )
+        elif action is policy.Action.DEAD_LETTER:
+            failure = dead_letter.Failure(
+                decision.error or dead_letter.EXIT,
+                attempts=job.attempt,
+                exit_code=status.code if status else None,
+                signal=status.signal if status else None,
+                stderr=error_text,
+            )
+            outcome = replace(outcome, kind=DEAD_LETTER, failure=failure)
+        if action is policy.Action.RELEASE:
             self.holdings.discard(job.queue, [job.message_id])
+        else:
+            self.recorder.record(outcome)
         self.slots[job.queue].give()
 
     # -- deadlines and stopping -----------------------------------------------------------
@@ -316,6 +360,14 @@ class Daemon:
         )
         for reader in self.readers:
             reader.stop()
+
+
+def describe(decision: policy.Decision) -> str:
+    if decision.action is policy.Action.RETRY:
+        return f"retry in {decision.delay:.1f}s"
+    if decision.action is policy.Action.DEAD_LETTER:
+        return f"dead-lettered ({decision.error})"
+    return decision.action.value
 
 
 def _note_signal(signum: int, frame: object) -> None:

@@ -50,6 +50,21 @@ def record_fields(queue: QueueConfig, job_id: str, message_id: str, failure: Fai
     ]  # fmt: skip
 
 
+def script_call(
+    queue: QueueConfig, consumer: str, job_id: str, message_id: str, failure: Failure
+) -> tuple[list[str], list]:
+    """KEYS and ARGV of ``lua/dead_letter.lua`` for this job."""
+    dead = queue.dead_letter
+    min_id = ""
+    if dead.max_age is not None:
+        min_id = f"{int((time.time() - dead.max_age) * 1000)}-0"
+    args = [
+        queue.group, consumer, message_id, dead.maxlen, min_id,
+        *record_fields(queue, job_id, message_id, failure),
+    ]  # fmt: skip
+    return [queue.stream, dead.stream], args
+
+
 def write(
     scripts: Scripts,
     queue: QueueConfig,
@@ -59,17 +74,6 @@ def write(
     failure: Failure,
 ) -> str | None:
     """Dead-letter the entry and ack it; None when this consumer no longer holds it."""
-    dead = queue.dead_letter
-    min_id = ""
-    if dead.max_age is not None:
-        min_id = f"{int((time.time() - dead.max_age) * 1000)}-0"
-    reply = scripts.dead_letter(
-        keys=[queue.stream, dead.stream],
-        args=[
-            queue.group, consumer, message_id, dead.maxlen, min_id,
-            *record_fields(queue, job_id, message_id, failure),
-        ],
-    )  # fmt: skip
-    if isinstance(reply, list):
-        return None
-    return reply.decode()
+    keys, args = script_call(queue, consumer, job_id, message_id, failure)
+    reply = scripts.dead_letter(keys=keys, args=args)
+    return None if isinstance(reply, list) else reply.decode()

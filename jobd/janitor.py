@@ -15,7 +15,7 @@ import logging
 
 import redis
 
-from jobd.config import Config, QueueConfig
+from jobd.config import QueueConfig
 from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.janitor")
@@ -25,14 +25,6 @@ IDLE_FACTOR = 10
 
 def max_idle_ms(queue: QueueConfig) -> int:
     return int(IDLE_FACTOR * queue.lease.reclaim_after * 1000)
-
-
-def sweep_interval(config: Config) -> float:
-    return min(q.lease.reclaim_after for q in config.queues.values())
-
-
-def first_sweep_delay(config: Config) -> float:
-    return sweep_interval(config)
 
 
 def sweep(client: redis.Redis, scripts: Scripts, queue: QueueConfig, me: str) -> int:
@@ -52,3 +44,15 @@ def sweep(client: redis.Redis, scripts: Scripts, queue: QueueConfig, me: str) ->
             log.info("queue=%s removed consumer %s: idle and holding nothing", queue.name, name)
             removed += 1
     return removed
+
+
+class Janitor:
+    """The duty that sweeps one queue's consumers, every ``lease.reclaim_after``."""
+
+    def __init__(self, client: redis.Redis, scripts: Scripts, queue: QueueConfig, me: str) -> None:
+        self.name = f"consumer sweep of queue {queue.name}"
+        self.interval = queue.lease.reclaim_after
+        self.client, self.scripts, self.queue, self.me = client, scripts, queue, me
+
+    def tick(self) -> None:
+        sweep(self.client, self.scripts, self.queue, self.me)

@@ -29,6 +29,13 @@ class Job:
         mid = message_id.decode("ascii")
         return cls(queue, mid, fields, _job_id(queue, mid, fields), _attempt(queue, mid, fields))
 
+    def next_attempt_fields(self) -> dict[bytes, bytes]:
+        """The fields of this job's next attempt: its own, with jobd's bookkeeping renewed."""
+        fields = {k: v for k, v in self.fields.items() if not k.startswith(b"jobd_")}
+        fields[RESERVED_JOB_ID] = os.fsencode(self.job_id)
+        fields[RESERVED_ATTEMPT] = str(self.attempt + 1).encode()
+        return fields
+
     def stdin_bytes(self) -> bytes:
         """The ``payload`` field byte for byte; else a JSON object of the entry's fields."""
         payload = self.fields.get(PAYLOAD)

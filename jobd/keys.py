@@ -7,8 +7,11 @@ the whole key. ``derive("media:thumbs", "dead")`` is ``{media:thumbs}:dead`` (sl
 ``{media}:thumbs:dead``.
 
 Layout of a queue whose stream is S:
-  S                 the stream producers XADD jobs to; the consumer group lives on it
-  derive(S, "dead") the dead-letter stream (unless the config names another)
+  S                    the stream producers XADD jobs to; the consumer group lives on it
+  derive(S, "dead")    the dead-letter stream (unless the config names another)
+  derive(S, "delayed") sorted set of jobs waiting for a later time (retries, delayed enqueue),
+                       scored by due time in Unix ms; members are cmsgpack arrays
+                       {unique id, field, value, …} (see lua/retry.lua)
 """
 
 from __future__ import annotations
@@ -38,7 +41,12 @@ def derive(stream: str, suffix: str) -> str:
 class QueueKeys:
     stream: str
     dead_letter: str
+    delayed: str
 
     @classmethod
     def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
-        return cls(stream=stream, dead_letter=dead_letter or derive(stream, "dead"))
+        return cls(
+            stream=stream,
+            dead_letter=dead_letter or derive(stream, "dead"),
+            delayed=derive(stream, "delayed"),
+        )

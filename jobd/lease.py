@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import redis
 
-from jobd import janitor, redisconn
-from jobd.config import Config, QueueConfig
+from jobd.config import QueueConfig
 from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.lease")
@@ -74,76 +72,30 @@ def renew(scripts: Scripts, queue: QueueConfig, consumer: str, ids: list[str]) -
     ]
 
 
-class LeaseKeeper(threading.Thread):
-    """Renews every held entry on time, and sweeps away consumers of dead daemons."""
+class Renewal:
+    """The duty that renews one queue's leases every ``lease.renew_every``."""
 
     def __init__(
         self,
-        config: Config,
+        scripts: Scripts,
+        queue: QueueConfig,
         consumer: str,
         holdings: Holdings,
         on_lost: Callable[[list[Lost]], None],
     ) -> None:
-        super().__init__(name="lease-keeper", daemon=True)
-        self.config = config
+        self.name = f"lease renewal of queue {queue.name}"
+        self.interval = queue.lease.renew_every
+        self.scripts = scripts
+        self.queue = queue
         self.consumer = consumer
         self.holdings = holdings
         self.on_lost = on_lost
-        self.client = redisconn.client(config.redis, "jobd-lease")
-        self.scripts = Scripts(self.client)
-        self.stopping = threading.Event()
-        now = time.monotonic()
-        self.next_renewal = {name: now for name in config.queues}
-        self.next_sweep = now + janitor.first_sweep_delay(config)
-        self._outage = False
 
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                self.tick(time.monotonic())
-                self.stopping.wait(max(0.0, self.next_due() - time.monotonic()))
-        finally:
-            self.client.close()
-
-    def next_due(self) -> float:
-        return min(*self.next_renewal.values(), self.next_sweep)
-
-    def tick(self, now: float) -> None:
-        for name, due in self.next_renewal.items():
-            if now >= due:
-                queue = self.config.queues[name]
-                self.next_renewal[name] = now + queue.lease.renew_every
-                self._guarded(lambda q=queue: self.renew_queue(q))
-        if now >= self.next_sweep:
-            self.next_sweep = now + janitor.sweep_interval(self.config)
-            for queue in self.config.queues.values():
-                self._guarded(
-                    lambda q=queue: janitor.sweep(self.client, self.scripts, q, self.consumer)
-                )
-
-    def renew_queue(self, queue: QueueConfig) -> None:
-        ids = self.holdings.snapshot(queue.name)
+    def tick(self) -> None:
+        ids = self.holdings.snapshot(self.queue.name)
         if not ids:
             return
-        lost = renew(self.scripts, queue, self.consumer, ids)
+        lost = renew(self.scripts, self.queue, self.consumer, ids)
         if lost:
-            self.holdings.discard(queue.name, [x.message_id for x in lost])
+            self.holdings.discard(self.queue.name, [x.message_id for x in lost])
             self.on_lost(lost)
-
-    def _guarded(self, duty: Callable[[], None]) -> None:
-        try:
-            duty()
-        except redisconn.UNAVAILABLE as exc:
-            if not self._outage:
-                log.warning("Redis unreachable (%s); leases are renewed when it is back", exc)
-                self._outage = True
-            return
-        except Exception:
-            log.exception("lease keeper duty failed; trying again on the next tick")
-            return
-        if self._outage:
-            log.info("Redis reachable again; leases renewed")
-            self._outage = False

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from jobd import redisconn
+from jobd import dead_letter, delayed, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.lease import Holdings
 from jobd.scripts import Scripts
@@ -26,6 +26,8 @@ log = logging.getLogger("jobd.recorder")
 
 ACK = "ack"
 HAND_BACK = "back"  # make the entry look idle for decades, so any consumer takes it now
+RETRY = "retry"  # into the delayed set, and ack
+DEAD_LETTER = "dead"  # a dead-letter record, and ack
 BACKOFF_START = 0.1
 BACKOFF_MAX = 5.0
 STOP_PATIENCE = 10.0  # at exit, how long to keep trying an unreachable Redis
@@ -34,10 +36,13 @@ _EMPTY = object()
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    kind: str  # ACK or HAND_BACK
+    kind: str  # ACK, HAND_BACK, RETRY or DEAD_LETTER
     queue: QueueConfig
     message_id: str
     job_id: str
+    retry_fields: dict[bytes, bytes] | None = None  # RETRY: the next attempt's fields
+    due_ms: int = 0  # RETRY: when the next attempt is due
+    failure: dead_letter.Failure | None = None  # DEAD_LETTER: what goes in the record
 
 
 class Recorder(threading.Thread):
@@ -104,17 +109,39 @@ class Recorder(threading.Thread):
             return _EMPTY
 
     def write(self, batch: list[Outcome]) -> None:
-        """One script call per queue, all in one pipeline."""
-        by_queue: dict[str, list[Outcome]] = defaultdict(list)
-        for outcome in batch:
-            by_queue[outcome.queue.name].append(outcome)
+        """Everything in one pipeline: per queue one settle call for its acks and hand-backs,
+        and one call per retry and per dead letter. Each call checks ownership itself."""
         pipe = self.client.pipeline(transaction=False)
-        for outcomes in by_queue.values():
+        calls: list[list[Outcome]] = []
+        settles: dict[str, list[Outcome]] = defaultdict(list)
+        for o in batch:
+            if o.kind in (ACK, HAND_BACK):
+                settles[o.queue.name].append(o)
+            elif o.kind == RETRY:
+                q = o.queue
+                args = [q.group, self.consumer, o.message_id, o.due_ms]
+                fields = delayed.flatten(o.retry_fields or {})
+                self.scripts.retry(
+                    keys=[q.stream, q.keys.delayed], args=[*args, *fields], client=pipe
+                )
+                calls.append([o])
+            else:
+                keys, args = dead_letter.script_call(
+                    o.queue,
+                    self.consumer,
+                    o.job_id,
+                    o.message_id,
+                    o.failure,  # type: ignore[arg-type]
+                )
+                self.scripts.dead_letter(keys=keys, args=args, client=pipe)
+                calls.append([o])
+        for outcomes in settles.values():
             q = outcomes[0].queue
             ops = [x for o in outcomes for x in (o.kind, o.message_id)]
             self.scripts.settle(keys=[q.stream], args=[q.group, self.consumer, *ops], client=pipe)
+            calls.append(outcomes)
         replies = pipe.execute(raise_on_error=False)
-        for outcomes, reply in zip(by_queue.values(), replies, strict=True):
+        for outcomes, reply in zip(calls, replies, strict=True):
             self._report(outcomes, reply)
             self.holdings.discard(outcomes[0].queue.name, [o.message_id for o in outcomes])
 
@@ -123,13 +150,12 @@ class Recorder(threading.Thread):
         if isinstance(reply, Exception):
             log.error("queue=%s cannot record %d outcome(s): %s", q.name, len(outcomes), reply)
             return
-        job_ids = {o.message_id: o.job_id for o in outcomes}
-        for i in range(0, len(reply), 2):  # type: ignore[arg-type]
-            mid, owner = reply[i].decode(), reply[i + 1].decode()  # type: ignore[index]
+        for mid, owner in _not_held(outcomes, reply):
+            job_id = next((o.job_id for o in outcomes if o.message_id == mid), mid)
             log.warning(
                 "queue=%s job=%s outcome not recorded: the lease was lost%s",
                 q.name,
-                job_ids.get(mid, mid),
+                job_id,
                 f" to {owner}" if owner else " (entry gone)",
             )
 
@@ -154,3 +180,14 @@ class Recorder(threading.Thread):
         if self._outage:
             log.info("Redis reachable again; kept outcomes recorded")
             self._outage = False
+
+
+def _not_held(outcomes: list[Outcome], reply: object) -> list[tuple[str, str]]:
+    """(message id, owner now) of the outcomes a script left alone because the entry is not
+    this consumer's any more. settle.lua returns such pairs for its batch; retry.lua and
+    dead_letter.lua return {'not held', owner} for their one entry."""
+    if not isinstance(reply, list):
+        return []
+    if outcomes[0].kind in (RETRY, DEAD_LETTER):
+        return [(outcomes[0].message_id, reply[1].decode())] if reply else []
+    return [(reply[i].decode(), reply[i + 1].decode()) for i in range(0, len(reply), 2)]

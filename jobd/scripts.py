@@ -9,7 +9,10 @@ from importlib import resources
 import redis
 from redis.commands.core import Script
 
-NAMES = ("renew", "settle", "reclaim", "dead_letter", "drop_consumer")
+NAMES = (
+    "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
+    "retry", "schedule", "promote", "delayed_list", "requeue", "trim",
+)  # fmt: skip
 
 
 @cache
@@ -21,9 +24,18 @@ class Scripts:
     """Every script, bound to one client. redis-py's Script re-loads on NOSCRIPT (normal after
     a restart or a failover: SCRIPT LOAD is not replicated from Redis 7.0)."""
 
+    renew: Script
+    settle: Script
+    reclaim: Script
+    dead_letter: Script
+    drop_consumer: Script
+    retry: Script
+    schedule: Script
+    promote: Script
+    delayed_list: Script
+    requeue: Script
+    trim: Script
+
     def __init__(self, client: redis.Redis) -> None:
-        self.renew: Script = client.register_script(source("renew"))
-        self.settle: Script = client.register_script(source("settle"))
-        self.reclaim: Script = client.register_script(source("reclaim"))
-        self.dead_letter: Script = client.register_script(source("dead_letter"))
-        self.drop_consumer: Script = client.register_script(source("drop_consumer"))
+        for name in NAMES:
+            setattr(self, name, client.register_script(source(name)))

@@ -207,18 +207,21 @@ def test_large_output_and_payload_never_block(
     assert "Traceback" not in d.log()
 
 
-def test_nonzero_exit_leaves_the_entry_pending(
+def test_nonzero_exit_is_never_acknowledged_silently(
     r: redis.Redis, write_config, script, daemon: Daemon
 ) -> None:
-    script("h.sh", "#!/bin/sh\ncase $(cat) in fail) exit 3;; esac\n")
-    d = daemon(write_config(queue_config("[./h.sh]")))
+    script("h.sh", "#!/bin/sh\necho failing >&2\ncase $(cat) in fail) exit 3;; esac\n")
+    config = write_config(queue_config("[./h.sh]", retry="{max_attempts: 2, backoff: 100ms}"))
+    d = daemon(config)
     r.xadd("jobd:q", {"payload": "fail", "job_id": "bad"})
     r.xadd("jobd:q", {"payload": "ok", "job_id": "good"})
     d.wait_log("queue=q job=good exit 0")
-    d.wait_log("queue=q job=bad exit 3")
-    wait_until(lambda: pending_count(r, "jobd:q") == 1)
-    [entry] = r.xpending_range("jobd:q", "jobd", "-", "+", 10)
-    assert r.xrange("jobd:q", entry["message_id"], entry["message_id"])[0][1][b"job_id"] == b"bad"
+    d.wait_log("queue=q job=bad exit 3 after")
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the dead letter after two attempts")
+    [(_, record)] = r.xrange("{jobd:q}:dead")
+    assert record[b"jobd_job_id"] == b"bad" and record[b"jobd_exit_code"] == b"3"
+    assert record[b"jobd_attempts"] == b"2" and record[b"jobd_stderr"] == b"failing\n"
+    wait_until(lambda: pending_count(r, "jobd:q") == 0)
 
 
 def test_timeout_sends_sigterm_to_the_group_then_sigkill(
@@ -235,7 +238,10 @@ def test_timeout_sends_sigterm_to_the_group_then_sigkill(
         while true; do sleep 0.05; done
         """,
     )
-    d = daemon(write_config(queue_config("[./stubborn.sh]", timeout="700ms", kill_grace="700ms")))
+    config = queue_config(
+        "[./stubborn.sh]", timeout="700ms", kill_grace="700ms", retry="{max_attempts: 1}"
+    )
+    d = daemon(write_config(config))
     r.xadd("jobd:q", {"payload": "x", "job_id": "slow"})
     d.wait_log("queue=q job=slow timed out after 0.7s; SIGTERM")
     d.wait_log("queue=q job=slow still running 0.7s after SIGTERM; SIGKILL")
@@ -244,7 +250,8 @@ def test_timeout_sends_sigterm_to_the_group_then_sigkill(
         pid = int((tmp_path / name).read_text())
         wait_until(lambda pid=pid: not psutil.pid_exists(pid), what=f"{name} to be gone")
     assert "got TERM" in d.log()
-    assert pending_count(r, "jobd:q") == 1, "a timed-out job is not acknowledged"
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the timed-out job dead-lettered")
+    assert r.xrange("{jobd:q}:dead")[0][1][b"jobd_error"] == b"timeout"
 
 
 def test_concurrency_and_reading_no_more_than_free_slots(
@@ -337,18 +344,23 @@ def test_second_sigterm_stops_handlers_at_once(
     assert "SIGINT again: stopping 1 running handler(s) now" in d.log()
 
 
-def test_handler_that_cannot_start_is_logged_and_the_daemon_goes_on(
+def test_handler_that_cannot_start_is_retried_and_the_daemon_goes_on(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
     handler = script("h.sh", f"#!/bin/sh\ntouch {tmp_path}/ran.$(cat)\n")
-    d = daemon(write_config(queue_config("[./h.sh]")))
+    config = queue_config(
+        "[./h.sh]", retry="{max_attempts: 20, backoff: 100ms, max_backoff: 200ms}"
+    )
+    d = daemon(write_config(config))
     handler.chmod(0o644)  # a bad deploy after the daemon started
     r.xadd("jobd:q", {"payload": "1", "job_id": "first"})
     d.wait_log("queue=q job=first cannot start")
-    assert pending_count(r, "jobd:q") == 1, "never acked silently"
-    handler.chmod(0o755)
+    d.wait_log("Permission denied: retry in")
+    handler.chmod(0o755)  # the fix is deployed: the retry succeeds
+    wait_until(lambda: (tmp_path / "ran.1").exists())
     r.xadd("jobd:q", {"payload": "2"})
     wait_until(lambda: (tmp_path / "ran.2").exists())
+    wait_until(lambda: pending_count(r, "jobd:q") == 0)
     assert d.proc.poll() is None
 
 

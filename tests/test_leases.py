@@ -15,7 +15,9 @@ from support import DaemonProcess, acked_all, pending_count, wait_group, wait_un
 
 from jobd import lease
 from jobd.config import load
-from jobd.lease import Holdings, LeaseKeeper
+from jobd import redisconn
+from jobd.duties import Ticker
+from jobd.lease import Holdings, Renewal
 from jobd.scripts import Scripts
 
 Daemon = Callable[..., DaemonProcess]
@@ -107,8 +109,9 @@ def test_a_renewal_that_cannot_reach_redis_is_not_a_loss(tmp_path: Path) -> None
     holdings = Holdings(config.queues)
     holdings.add("q", ["1-0", "2-0"])
     reported: list = []
-    keeper = LeaseKeeper(config, "me", holdings, reported.extend)
-    keeper.tick(time.monotonic())
+    scripts = Scripts(redisconn.client(config.redis))
+    ticker = Ticker([Renewal(scripts, config.queues["q"], "me", holdings, reported.extend)])
+    ticker.run_due(time.monotonic())
     assert reported == [] and sorted(holdings.snapshot("q")) == ["1-0", "2-0"]
 
 

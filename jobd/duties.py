@@ -1,0 +1,65 @@
+"""Periodic duties on one thread and one Redis connection: lease renewal, moving due jobs,
+trimming streams, removing dead consumers. Each duty is a small object with an ``interval``
+and a ``tick()``; the ticker runs each on time, and a duty that fails because Redis is away
+is retried on its next tick (logged once per outage, not once per tick).
+
+The ticker stops last at shutdown (see ``daemon``): leases must be renewed until every
+handler has ended and every outcome is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from jobd import redisconn
+
+log = logging.getLogger("jobd.duties")
+
+
+class Duty(Protocol):
+    name: str
+    interval: float  # seconds between two ticks
+
+    def tick(self) -> None: ...
+
+
+class Ticker(threading.Thread):
+    def __init__(self, duties: Sequence[Duty]) -> None:
+        super().__init__(name="ticker", daemon=True)
+        self.duties = list(duties)
+        self.next_at = [0.0] * len(self.duties)
+        self.stopping = threading.Event()
+        self._outage = False
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        while not self.stopping.is_set() and self.duties:
+            self.run_due(time.monotonic())
+            self.stopping.wait(max(0.0, min(self.next_at) - time.monotonic()))
+
+    def run_due(self, now: float) -> None:
+        for i, duty in enumerate(self.duties):
+            if now >= self.next_at[i]:
+                self.next_at[i] = now + duty.interval
+                self._guarded(duty)
+
+    def _guarded(self, duty: Duty) -> None:
+        try:
+            duty.tick()
+        except redisconn.UNAVAILABLE as exc:
+            if not self._outage:
+                log.warning("Redis unreachable (%s); periodic duties resume when it is back", exc)
+                self._outage = True
+            return
+        except Exception:
+            log.exception("%s failed; trying again on its next tick", duty.name)
+            return
+        if self._outage:
+            log.info("Redis reachable again; periodic duties resumed")
+            self._outage = False

@@ -1,0 +1,26 @@
+-- retry.lua: schedule a job's next attempt in the delayed set and ack its entry, in one step.
+--
+-- KEYS[1]   the queue's stream
+-- KEYS[2]   the queue's delayed set (sorted set; same cluster slot: see jobd/keys.py)
+-- ARGV[1]   the consumer group
+-- ARGV[2]   this consumer's name
+-- ARGV[3]   the entry's id
+-- ARGV[4]   when the next attempt is due, Unix time in milliseconds (the member's score)
+-- ARGV[5..] the job's fields for the next attempt, as name, value pairs (jobd_job_id and
+--           jobd_attempt included)
+--
+-- A member is cmsgpack.pack({unique id, name, value, …}); the unique id (here the entry's id,
+-- unique in its stream) keeps two identical jobs from collapsing into one member.
+-- Returns 1, or {'not held', owner} when this consumer no longer holds the entry (then nothing
+-- is written). A crash cannot split the two halves: the job is in the delayed set if and only
+-- if its entry is acknowledged.
+local stream, delayed, group, me, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+local p = redis.call('XPENDING', stream, group, id, id, 1)
+if #p == 0 or p[1][2] ~= me then
+  return {'not held', (#p == 0) and '' or p[1][2]}
+end
+local member = {id}
+for i = 5, #ARGV do member[#member + 1] = ARGV[i] end
+redis.call('ZADD', delayed, ARGV[4], cmsgpack.pack(member))
+redis.call('XACK', stream, group, id)
+return 1

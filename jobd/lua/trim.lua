@@ -1,0 +1,80 @@
+-- trim.lua: bring a stream back towards MAXLEN without removing any entry a group still needs.
+--
+-- KEYS[1]  the stream
+-- ARGV[1]  the target length (retention.maxlen)
+-- ARGV[2]  remove at most this many entries in this call
+--
+-- Returns {removed by XTRIM MINID, removed by XDEL}.
+--
+-- XTRIM MAXLEN ignores consumer groups (before Redis 8.2): it can remove entries that are
+-- pending, or not yet delivered at all. So, for every group on the stream, jobd's or any
+-- other: an entry may go only if it is below the group's last-delivered id and in no group's
+-- pending list. Step 1 trims the oldest entries with MINID, bounded by the oldest pending entry
+-- and the first undelivered entry of every group. One long-running job would stop that bound
+-- for good, so step 2 deletes, one by one, acknowledged entries further on (still below every
+-- group's last-delivered id, in no pending list). No groups: nothing is trimmed.
+local stream = KEYS[1]
+local maxlen, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
+
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function less(a, b)
+  local ams, aseq = parse(a)
+  local bms, bseq = parse(b)
+  return ams < bms or (ams == bms and aseq < bseq)
+end
+local function after(id)
+  local ms, seq = parse(id)
+  return string.format('%d-%d', ms, seq + 1)
+end
+
+local excess = redis.call('XLEN', stream) - maxlen
+if excess <= 0 then return {0, 0} end
+local groups = {}
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local info = {}
+  for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+  groups[#groups + 1] = info
+end
+if #groups == 0 then return {0, 0} end
+
+-- Below `delivered` every group has had every entry; below `safe` none is pending either.
+local delivered, safe = nil, nil
+for _, g in ipairs(groups) do
+  local next_undelivered = after(g['last-delivered-id'])
+  if delivered == nil or less(next_undelivered, delivered) then delivered = next_undelivered end
+  local bound = next_undelivered
+  local summary = redis.call('XPENDING', stream, g['name'])
+  if summary[1] > 0 and less(summary[2], bound) then bound = summary[2] end
+  if safe == nil or less(bound, safe) then safe = bound end
+end
+
+-- Step 1: the oldest entries, up to the budget and the safe bound.
+local oldest = redis.call('XRANGE', stream, '-', '+', 'COUNT', math.min(excess, budget))
+local trimmed = 0
+if #oldest > 0 then
+  local cut = after(oldest[#oldest][1])
+  if less(safe, cut) then cut = safe end
+  trimmed = redis.call('XTRIM', stream, 'MINID', cut)
+end
+
+-- Step 2: acknowledged entries behind a long-pending one.
+local deleted = 0
+excess = excess - trimmed
+budget = budget - trimmed
+if excess > 0 and budget > 0 then
+  local scan = redis.call('XRANGE', stream, '-', '(' .. delivered, 'COUNT', budget)
+  for _, entry in ipairs(scan) do
+    if deleted >= excess then break end
+    local id, pending = entry[1], false
+    for _, g in ipairs(groups) do
+      if #redis.call('XPENDING', stream, g['name'], id, id, 1) > 0 then pending = true; break end
+    end
+    if not pending then
+      deleted = deleted + redis.call('XDEL', stream, id)
+    end
+  end
+end
+return {trimmed, deleted}
