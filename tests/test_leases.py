@@ -13,9 +13,8 @@ import pytest
 import redis
 from support import DaemonProcess, acked_all, pending_count, wait_group, wait_until
 
-from jobd import lease
+from jobd import lease, redisconn
 from jobd.config import load
-from jobd import redisconn
 from jobd.duties import Ticker
 from jobd.lease import Holdings, Renewal
 from jobd.scripts import Scripts
