@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 import orjson
 
-from jobd import __version__, exitcodes
+from jobd import __version__, durations, exitcodes
 from jobd.config import DEFAULT_CONFIG, Config, ConfigError, load
 
 
@@ -50,6 +52,28 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("payload", nargs="?", metavar="PAYLOAD")
     enqueue.add_argument("--payload-file", metavar="F", help="read the payload from file F")
     enqueue.add_argument("--job-id", metavar="ID", help="the job's stable id (default: stream id)")
+    when = enqueue.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay", metavar="DURATION", help="run it this long from now (e.g. 30s, 5m)"
+    )
+    when.add_argument(
+        "--at",
+        metavar="TIME",
+        help="run it at TIME: ISO 8601 (e.g. 2026-12-01T09:00:00+00:00) or Unix seconds",
+    )
+
+    dlq = commands.add_parser("dlq", help="inspect and act on dead-lettered jobs")
+    _config_arg(dlq, positional=False)
+    dlq.add_argument("queue", metavar="QUEUE")
+    actions = dlq.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="newest first, one line each")
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    show = actions.add_parser("show", help="one whole record")
+    show.add_argument("ref", metavar="ID", help="record id or job id")
+    requeue = actions.add_parser("requeue", help="back to the queue, attempts reset, job id kept")
+    requeue.add_argument("refs", nargs="*", metavar="ID", help="record ids or job ids")
+    requeue.add_argument("--all", action="store_true", help="every record")
+    actions.add_parser("purge", help="delete every record")
 
     commands.add_parser("schema", help="print the config's JSON Schema (Draft 2020-12)")
     return parser
@@ -84,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(config, args.log_level)
     if args.command == "enqueue":
         return enqueue(config, args, parser)
+    if args.command == "dlq":
+        from jobd.dlq_cli import run_dlq
+
+        return run_dlq(config, args, parser)
     parser.error(f"unknown command {args.command}")
     return exitcodes.USAGE
 
@@ -149,9 +177,32 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
     else:
         payload = sys.stdin.buffer.read()
     try:
-        job_id = producer.enqueue(config, args.queue, payload, job_id=args.job_id)
+        at = when_to_run(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        job_id = producer.enqueue(config, args.queue, payload, job_id=args.job_id, at=at)
     except producer.ProducerError as exc:
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
     print(job_id)
     return exitcodes.OK
+
+
+def when_to_run(args: argparse.Namespace) -> float | None:
+    """Unix time from --delay or --at; None for now."""
+    if args.delay is not None:
+        return time.time() + durations.parse(args.delay)
+    if args.at is None:
+        return None
+    try:
+        return float(args.at)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(args.at)
+    except ValueError:
+        raise ValueError(
+            f"--at {args.at!r}: write ISO 8601 (2026-12-01T09:00:00+00:00) or Unix seconds"
+        ) from None
+    return moment.timestamp()  # a time without an offset is local time

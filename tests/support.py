@@ -154,6 +154,11 @@ def wait_group(r: redis.Redis, stream: str, group: str = "jobd") -> None:
     wait_until(exists, what=f"group {group} on {stream}")
 
 
+def group_info(r: redis.Redis, stream: str, group: str = "jobd") -> dict:
+    """XINFO GROUPS for one group (Redis lists groups by name, not by creation)."""
+    return next(g for g in r.xinfo_groups(stream) if g["name"].decode() == group)
+
+
 def acked_all(r: redis.Redis, stream: str, count: int, group: str = "jobd") -> bool:
     """True once ``count`` entries were delivered to ``group`` and none is pending."""
     try:
@@ -164,6 +169,13 @@ def acked_all(r: redis.Redis, stream: str, count: int, group: str = "jobd") -> b
     return bool(g) and g["entries-read"] == count and g["pending"] == 0 and g["lag"] == 0
 
 
-def kill_quietly(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+def kill_with_handlers(d: DaemonProcess) -> None:
+    """SIGKILL a daemon and every process it started, as a power cut would."""
+    import psutil
+
+    children = psutil.Process(d.proc.pid).children(recursive=True)
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait()
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()

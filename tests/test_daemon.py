@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import psutil
 import redis
-from support import DaemonProcess, acked_all, pending_count, wait_group, wait_until
+from support import DaemonProcess, acked_all, group_info, pending_count, wait_group, wait_until
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -274,7 +274,7 @@ def test_concurrency_and_reading_no_more_than_free_slots(
         return len(list(tmp_path.glob("started.*")))
 
     wait_until(lambda: started() == 3, what="three handlers")
-    group = r.xinfo_groups("jobd:q")[0]
+    group = group_info(r, "jobd:q")
     assert group["pending"] == 3, "the daemon holds no entry it cannot start"
     assert group["lag"] == 7
     assert started() == 3

@@ -11,7 +11,14 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
-from support import DaemonProcess, acked_all, pending_count, wait_group, wait_until
+from support import (
+    DaemonProcess,
+    acked_all,
+    kill_with_handlers,
+    pending_count,
+    wait_group,
+    wait_until,
+)
 
 from jobd import lease, redisconn
 from jobd.config import load
@@ -25,20 +32,6 @@ Daemon = Callable[..., DaemonProcess]
 def config_text(command: str, **queue: object) -> str:
     lines = [f"    command: {command}"] + [f"    {k}: {v}" for k, v in queue.items()]
     return "redis: {url: '{redis}'}\nqueues:\n  q:\n" + "\n".join(lines) + "\n"
-
-
-def kill_with_handlers(d: DaemonProcess) -> None:
-    """SIGKILL a daemon and every process it started, as a power cut would."""
-    children = psutil.Process(d.proc.pid).children(recursive=True)
-    d.proc.send_signal(signal.SIGKILL)
-    d.proc.wait()
-    for child in children:
-        try:
-            for grandchild in child.children(recursive=True):
-                grandchild.kill()
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 def starts(path: Path) -> Counter[str]:

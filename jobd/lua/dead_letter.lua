@@ -5,7 +5,7 @@
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the entry's id
--- ARGV[4]   MAXLEN of the dead-letter stream (approximate trim)
+-- ARGV[4]   MAXLEN of the dead-letter stream (exact: dead letters are few, and a cap is a cap)
 -- ARGV[5]   MINID for the dead-letter stream's max_age, or '' for none
 -- ARGV[6..] the record's jobd_* fields, as name, value pairs
 --
@@ -18,7 +18,7 @@ local p = redis.call('XPENDING', stream, group, id, id, 1)
 if #p == 0 or p[1][2] ~= me then
   return {'not held', (#p == 0) and '' or p[1][2]}
 end
-local record = {dead, 'MAXLEN', '~', ARGV[4], '*'}
+local record = {dead, 'MAXLEN', ARGV[4], '*'}
 local entry = redis.call('XRANGE', stream, id, id)
 if #entry == 1 then
   local fields = entry[1][2]
@@ -32,7 +32,7 @@ end
 for i = 6, #ARGV do record[#record + 1] = ARGV[i] end
 local record_id = redis.call('XADD', unpack(record))
 if ARGV[5] ~= '' then
-  redis.call('XTRIM', dead, 'MINID', '~', ARGV[5])
+  redis.call('XTRIM', dead, 'MINID', ARGV[5])
 end
 redis.call('XACK', stream, group, id)
 return record_id
