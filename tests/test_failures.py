@@ -449,3 +449,37 @@ def test_sigterm_during_retry_wait_loses_nothing(
     daemon(config)
     wait_until(lambda: (tmp_path / "ran").read_text().split() == ["1", "2"])
     wait_until(lambda: pending_count(r, "jobd:q") == 0 and r.zcard("{jobd:q}:delayed") == 0)
+
+
+def test_handlers_that_cannot_start_are_retried_then_dead_lettered_as_spawn(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("bad_interpreter.sh", "#!/nonexistent/interpreter\nexit 0\n")
+    script("no_shebang", "this is not a program\n")
+    missing = script("missing.sh", "#!/bin/sh\n")
+    config = write_config(
+        """
+        redis: {url: '{redis}'}
+        defaults: {retry: {max_attempts: 2, backoff: 50ms}}
+        queues:
+          interpreter: {command: [./bad_interpreter.sh]}
+          format: {command: [./no_shebang]}
+          missing: {command: [./missing.sh]}
+        """
+    )
+    daemon(config)
+    missing.unlink()  # deleted after the config was validated: a bad deploy
+    for name in ("interpreter", "format", "missing"):
+        r.xadd(f"jobd:{name}", {"payload": "x"})
+    reasons = {}
+    for name in ("interpreter", "format", "missing"):
+        wait_until(
+            lambda name=name: r.xlen(f"{{jobd:{name}}}:dead") == 1, what=f"{name} dead-lettered"
+        )
+        [(_, record)] = r.xrange(f"{{jobd:{name}}}:dead")
+        assert (record[b"jobd_error"], record[b"jobd_attempts"]) == (b"spawn", b"2")
+        reasons[name] = record[b"jobd_stderr"].decode()
+        assert pending_count(r, f"jobd:{name}") == 0
+    assert "No such file or directory" in reasons["interpreter"]
+    assert "Exec format error" in reasons["format"]
+    assert "No such file or directory" in reasons["missing"]
