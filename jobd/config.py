@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from jobd import durations, keys, validation, yamlsrc
+from jobd import durations, keys, sizes, validation, yamlsrc
 from jobd.handler_env import base_environment
 from jobd.keys import QueueKeys
 from jobd.validation import Problem
@@ -62,6 +62,7 @@ class QueueConfig:
     max_deliveries: int
     dead_letter: DeadLetter
     retention_maxlen: int | None
+    max_payload: int  # bytes
     keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
 
 
@@ -232,6 +233,7 @@ def build_queue(
             max_age=durations.parse(dead["max_age"]) if "max_age" in dead else None,
         ),
         retention_maxlen=q.get("retention", {}).get("maxlen"),
+        max_payload=sizes.parse(q["max_payload"]),
         keys=queue_keys,
     )
 

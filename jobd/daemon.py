@@ -221,29 +221,43 @@ class Daemon:
     def start_delivered(self) -> None:
         while self.delivered:
             job = self.delivered.popleft()
-            queue = self.config.queues[job.queue]
             if self.stopping:
                 log.info("queue=%s job=%s read as jobd stopped: handed back", job.queue, job.job_id)
                 self.settle(job, policy.Decision(policy.Action.HAND_BACK))
-                continue
-            try:
-                handler = Handler.spawn(job, queue)
-            except Exception as exc:
-                if not isinstance(exc, SpawnError):
-                    log.exception("queue=%s job=%s cannot start the handler", job.queue, job.job_id)
-                decision = policy.decide(queue, job.attempt, None)
-                log.error("queue=%s job=%s %s: %s", job.queue, job.job_id, exc, describe(decision))
-                self.settle(job, decision, error_text=str(exc).encode())
-                continue
-            self.running[handler.pid] = handler
-            self.by_entry[(job.queue, job.message_id)] = handler
-            for fd in handler.output_fds():
-                self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
-            stdin = handler.input_fd()
-            if stdin is not None:
-                self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
-            self.next_due = min(self.next_due, handler.due)
-            handler.log(logging.DEBUG, "started pid %d (attempt %d)", handler.pid, job.attempt)
+            elif (reason := self.malformed(job)) is not None:
+                log.error("queue=%s job=%s %s: dead-lettered unrun", job.queue, job.job_id, reason)
+                decision = policy.Decision(policy.Action.DEAD_LETTER, dead_letter.MALFORMED)
+                self.settle(job, decision, error_text=reason.encode())
+            else:
+                self.start(job)
+
+    def malformed(self, job: Job) -> str | None:
+        """Why this job must not run at all, if it must not."""
+        limit = self.config.queues[job.queue].max_payload
+        if job.payload_size() > limit:
+            return f"payload of {job.payload_size()} bytes is above max_payload ({limit})"
+        return None
+
+    def start(self, job: Job) -> None:
+        queue = self.config.queues[job.queue]
+        try:
+            handler = Handler.spawn(job, queue)
+        except Exception as exc:
+            if not isinstance(exc, SpawnError):
+                log.exception("queue=%s job=%s cannot start the handler", job.queue, job.job_id)
+            decision = policy.decide(queue, job.attempt, None)
+            log.error("queue=%s job=%s %s: %s", job.queue, job.job_id, exc, describe(decision))
+            self.settle(job, decision, error_text=str(exc).encode())
+            return
+        self.running[handler.pid] = handler
+        self.by_entry[(job.queue, job.message_id)] = handler
+        for fd in handler.output_fds():
+            self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
+        stdin = handler.input_fd()
+        if stdin is not None:
+            self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
+        self.next_due = min(self.next_due, handler.due)
+        handler.log(logging.DEBUG, "started pid %d (attempt %d)", handler.pid, job.attempt)
 
     def reap(self) -> None:
         for handler, wait_status in reap_children(self.running):

@@ -33,7 +33,7 @@ class Ticker(threading.Thread):
         self.duties = list(duties)
         self.next_at = [0.0] * len(self.duties)
         self.stopping = threading.Event()
-        self._outage = False
+        self._failing: set[str] = set()  # duties whose last tick found Redis away
 
     def stop(self) -> None:
         self.stopping.set()
@@ -53,13 +53,14 @@ class Ticker(threading.Thread):
         try:
             duty.tick()
         except redisconn.UNAVAILABLE as exc:
-            if not self._outage:
+            if not self._failing:
                 log.warning("Redis unreachable (%s); periodic duties resume when it is back", exc)
-                self._outage = True
+            self._failing.add(duty.name)
             return
         except Exception:
             log.exception("%s failed; trying again on its next tick", duty.name)
             return
-        if self._outage:
-            log.info("Redis reachable again; periodic duties resumed")
-            self._outage = False
+        if duty.name in self._failing:
+            self._failing.discard(duty.name)
+            if not self._failing:
+                log.info("Redis reachable again; periodic duties resumed")

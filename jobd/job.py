@@ -29,6 +29,10 @@ class Job:
         mid = message_id.decode("ascii")
         return cls(queue, mid, fields, _job_id(queue, mid, fields), _attempt(queue, mid, fields))
 
+    def payload_size(self) -> int:
+        payload = self.fields.get(PAYLOAD)
+        return len(payload) if payload is not None else len(self.stdin_bytes())
+
     def next_attempt_fields(self) -> dict[bytes, bytes]:
         """The fields of this job's next attempt: its own, with jobd's bookkeeping renewed."""
         fields = {k: v for k, v in self.fields.items() if not k.startswith(b"jobd_")}

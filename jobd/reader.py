@@ -170,8 +170,13 @@ class Reader(threading.Thread):
             cursor, claimed, deleted = self.scripts.reclaim(
                 keys=[q.stream], args=[q.group, self.consumer, min_idle, cursor, count - len(jobs)]
             )
+            held = set(self.holdings.snapshot(q.name)) if claimed else set()
             for raw_id, flat, deliveries in claimed:
                 job = Job.from_entry(q.name, raw_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+                if job.message_id in held:
+                    # Our own job, still running: its lease lapsed while Redis was away and this
+                    # claim renewed it. It is not a new job, and not poison.
+                    continue
                 if deliveries > q.max_deliveries:
                     self.dead_letter_poison(job, deliveries)
                 else:

@@ -73,3 +73,13 @@ def daemon(r: redis.Redis) -> Iterator[Callable[..., DaemonProcess]]:
     for d in started:
         d.kill()
         print(f"--- log of daemon {d.proc.pid} ---\n{d.log()}")  # shown when the test fails
+
+
+@pytest.fixture
+def durable_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, with AOF and appendfsync always: it can be stopped
+    and started again on the same port without losing a write."""
+    server = RedisServer(tmp_path / "redis", ("--appendonly", "yes", "--appendfsync", "always"))
+    server.start()
+    yield server
+    server.stop()

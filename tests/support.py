@@ -48,37 +48,31 @@ def find_redis_server() -> str:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path) -> None:
+    """A private redis-server on a free loopback port; ``extra`` adds server options."""
+
+    def __init__(self, workdir: Path, extra: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [
-                find_redis_server(),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.workdir),
-                "--logfile",
-                str(self.workdir / "redis.log"),
+                find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
+                "--logfile", str(self.workdir / "redis.log"), *self.extra,
             ],
             stdout=subprocess.DEVNULL,
-        )
+        )  # fmt: skip
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
         wait_until(lambda: _pings(client), 10, "redis-server to answer")
         client.close()
 
     def stop(self) -> None:
+        """SIGTERM: Redis shuts down cleanly, writing its AOF when it keeps one."""
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
