@@ -9,6 +9,8 @@ problem found, each with its line and column.
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +48,30 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Per-handler resource limits; None: inherited from the daemon."""
+
+    address_space: int | None = None  # bytes
+    open_files: int | None = None
+    cpu_time: int | None = None  # seconds
+
+    def prlimit_args(self) -> list[str]:
+        """Options for prlimit(1), soft and hard limit alike."""
+        args = []
+        for option, value in (("--as", self.address_space), ("--nofile", self.open_files),
+                              ("--cpu", self.cpu_time)):  # fmt: skip
+            if value is not None:
+                args.append(f"{option}={value}:{value}")
+        return args
+
+
+@dataclass(frozen=True)
 class QueueConfig:
     name: str
     stream: str
     group: str
     command: tuple[str, ...]
+    argv: tuple[str, ...]  # what is executed: the command, behind prlimit(1) when limits are set
     concurrency: int
     timeout: float
     kill_grace: float
@@ -63,6 +84,12 @@ class QueueConfig:
     dead_letter: DeadLetter
     retention_maxlen: int | None
     max_payload: int  # bytes
+    limits: Limits
+    run_as_user: str | None  # Unix user for handlers (queue key run_as.user)
+    run_as_group: (
+        str | None
+    )  # Unix group for handlers (run_as.group); `group` is the consumer group
+    log_payload: int  # bytes of each payload logged at start; 0: none
     keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
 
 
@@ -198,18 +225,35 @@ def build_queue(
     """
     q, _ = merge_defaults(validation.QUEUE_DEFAULTS, q)
     stream = q.get("stream", f"jobd:{name}")
-    lease, retry, dead = q["lease"], q["retry"], q["dead_letter"]
+    lease, retry, dead, limits = q["lease"], q["retry"], q["dead_letter"], q.get("limits", {})
     queue_keys = keys.QueueKeys.of(stream, dead.get("stream"))
     command = list(q["command"])
     if "/" in command[0]:
         command[0] = os.path.normpath(os.path.join(base_dir, command[0]))
     env = dict(base_env)
+    run_as_user = q.get("run_as", {}).get("user")
+    if run_as_user:  # the handler's own identity, not the daemon's (root's)
+        account = pwd.getpwnam(run_as_user) if _user_exists(run_as_user) else None
+        if account is not None:
+            env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
     env.update({k: _env_str(v) for k, v in q.get("env", {}).items()})
+    process_limits = Limits(
+        address_space=sizes.parse(limits["address_space"]) if "address_space" in limits else None,
+        open_files=limits.get("open_files"),
+        cpu_time=max(1, round(durations.parse(limits["cpu_time"])))
+        if "cpu_time" in limits
+        else None,
+    )
+    argv = tuple(command)
+    if process_limits.prlimit_args():
+        prlimit = shutil.which("prlimit") or "prlimit"
+        argv = (prlimit, *process_limits.prlimit_args(), "--", *command)
     return QueueConfig(
         name=name,
         stream=stream,
         group=q["group"],
         command=tuple(command),
+        argv=argv,
         concurrency=q["concurrency"],
         timeout=durations.parse(q["timeout"]),
         kill_grace=durations.parse(q["kill_grace"]),
@@ -234,8 +278,20 @@ def build_queue(
         ),
         retention_maxlen=q.get("retention", {}).get("maxlen"),
         max_payload=sizes.parse(q["max_payload"]),
+        limits=process_limits,
+        run_as_user=q.get("run_as", {}).get("user"),
+        run_as_group=q.get("run_as", {}).get("group"),
+        log_payload=q["log_payload"],
         keys=queue_keys,
     )
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _env_str(value: str | int | float | bool) -> str:

@@ -258,6 +258,9 @@ class Daemon:
             self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
         self.next_due = min(self.next_due, handler.due)
         handler.log(logging.DEBUG, "started pid %d (attempt %d)", handler.pid, job.attempt)
+        if queue.log_payload:
+            preview = job.stdin_bytes()[: queue.log_payload]
+            handler.log(logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview)
 
     def reap(self) -> None:
         for handler, wait_status in reap_children(self.running):

@@ -7,8 +7,10 @@ checks a schema cannot express (lease timing, stream collisions, executables on 
 from __future__ import annotations
 
 import difflib
+import grp
 import json
 import os
+import pwd
 import shutil
 from dataclasses import dataclass, field
 from functools import cache
@@ -168,6 +170,7 @@ def queue_problems(q: QueueConfig, at: Located) -> list[Problem]:
             )
         )
     problems += _command_problems(q, at)
+    problems += _privilege_problems(q, at)
     if not os.path.isdir(q.cwd):
         problems.append(at.problem(("cwd",), f"{q.cwd!r} is not an existing directory"))
     return problems
@@ -198,6 +201,31 @@ def _command_problems(q: QueueConfig, at: Located) -> list[Problem]:
             )
         ]
     return []
+
+
+def _privilege_problems(q: QueueConfig, at: Located) -> list[Problem]:
+    problems = []
+    if (q.run_as_user or q.run_as_group) and os.geteuid() != 0:
+        problems.append(
+            at.problem(("run_as",), "switching user or group needs jobd to run as root")
+        )
+    if q.run_as_user:
+        try:
+            pwd.getpwnam(q.run_as_user)
+        except KeyError:
+            problems.append(
+                at.problem(("run_as", "user"), f"no user {q.run_as_user!r} on this host")
+            )
+    if q.run_as_group:
+        try:
+            grp.getgrnam(q.run_as_group)
+        except KeyError:
+            problems.append(
+                at.problem(("run_as", "group"), f"no group {q.run_as_group!r} on this host")
+            )
+    if q.limits.prlimit_args() and shutil.which("prlimit") is None:
+        problems.append(at.problem(("limits",), "limits need prlimit(1) (util-linux) on PATH"))
+    return problems
 
 
 def cross_queue_problems(queues: dict[str, QueueConfig], doc: Document) -> list[Problem]:
