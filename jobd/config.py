@@ -12,7 +12,7 @@ import os
 import pwd
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -94,8 +94,23 @@ class QueueConfig:
 
 
 @dataclass(frozen=True)
+class TLS:
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify_hostname: bool = True
+
+
+@dataclass(frozen=True)
 class RedisConfig:
     url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)  # never printed, never logged
+    tls: TLS = TLS()
+
+    def __repr__(self) -> str:  # the URL may carry a password
+        url, user = self.redacted_url(), self.username
+        return f"RedisConfig(url={url!r}, username={user!r}, tls={self.tls!r})"
 
     def redacted_url(self) -> str:
         """The URL with any password replaced, for logs and summaries."""
@@ -181,13 +196,54 @@ def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
     if problems:
         raise ConfigError(path, problems)
 
-    redis = data.get("redis") or {}
+    redis_config = build_redis(data.get("redis") or {}, str(Path(path).resolve().parent), environ)
+    if isinstance(redis_config, tuple):
+        where, message = redis_config
+        raise ConfigError(path, [Problem(doc.value_pos(where), where, message)])
     return Config(
         path=str(Path(path).resolve()),
-        redis=RedisConfig(url=redis.get("url", DEFAULT_REDIS_URL)),
+        redis=redis_config,
         queues=MappingProxyType(queues),
         shutdown_grace=durations.parse(
             data.get("shutdown_grace", validation.TOP_DEFAULTS["shutdown_grace"])
+        ),
+    )
+
+
+def build_redis(
+    redis: dict[str, Any], base_dir: str, environ: Mapping[str, str]
+) -> RedisConfig | tuple[yamlsrc.Path, str]:
+    """The Redis settings, with the password read from wherever it is kept; or what is wrong
+    (the path of the key, and a message)."""
+    sources = [k for k in ("password", "password_file", "password_credential") if k in redis]
+    if len(sources) > 1:
+        return ("redis", sources[1]), f"give one of {', '.join(sources)}, not several"
+    password = redis.get("password")
+    secret_path = None
+    if "password_file" in redis:
+        secret_path = os.path.join(base_dir, redis["password_file"])
+    elif "password_credential" in redis:
+        directory = environ.get("CREDENTIALS_DIRECTORY")
+        if not directory:
+            return ("redis", "password_credential"), (
+                "CREDENTIALS_DIRECTORY is not set: run jobd under systemd with "
+                f"LoadCredential={redis['password_credential']}:/path/to/secret"
+            )
+        secret_path = os.path.join(directory, redis["password_credential"])
+    if secret_path is not None:
+        try:
+            password = Path(secret_path).read_text().rstrip("\r\n")
+        except OSError as exc:
+            key = "password_file" if "password_file" in redis else "password_credential"
+            return ("redis", key), f"cannot read {secret_path}: {exc.strerror}"
+    tls = redis.get("tls", {})
+    return RedisConfig(
+        url=redis.get("url", DEFAULT_REDIS_URL),
+        username=redis.get("username"),
+        password=password,
+        tls=TLS(
+            **{k: os.path.join(base_dir, v) for k, v in tls.items() if k.endswith("_file")},
+            verify_hostname=tls.get("verify_hostname", True),
         ),
     )
 

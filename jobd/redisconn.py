@@ -23,6 +23,19 @@ UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
+    options: dict[str, object] = {}
+    if config.username is not None:
+        options["username"] = config.username
+    if config.password is not None:
+        options["password"] = config.password
+    if config.url.startswith("rediss://"):
+        tls = config.tls
+        options.update(
+            ssl_ca_certs=tls.ca_file,
+            ssl_certfile=tls.cert_file,
+            ssl_keyfile=tls.key_file,
+            ssl_check_hostname=tls.verify_hostname,
+        )
     return redis.Redis.from_url(
         config.url,
         socket_timeout=SOCKET_TIMEOUT,
@@ -32,4 +45,16 @@ def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
         retry=Retry(NoBackoff(), 0),
         client_name=name,
         decode_responses=False,
+        **options,
     )
+
+
+# The commands jobd sends, directly or from its scripts: what an ACL user for jobd needs.
+# (redis-py also sends CLIENT SETINFO on 7.2+ and ignores a refusal.)
+# `ACL SETUSER jobd on >PASSWORD ~<key patterns> resetchannels -@all +<each of these>`
+ACL_COMMANDS = (
+    "ping", "info", "client|setname", "evalsha", "eval", "script|load",
+    "script|exists", "xreadgroup", "xadd", "xack", "xclaim", "xautoclaim", "xpending", "xrange",
+    "xrevrange", "xlen", "xdel", "xtrim", "xinfo|groups", "xinfo|consumers", "xgroup|create",
+    "xgroup|delconsumer", "zadd", "zrangebyscore", "zrange", "zrem", "zcard", "del",
+)  # fmt: skip

@@ -55,6 +55,7 @@ class RedisServer:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.extra = extra
+        self.ping_options: dict[str, object] = {}  # client options to reach it (TLS)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -67,7 +68,7 @@ class RedisServer:
             ],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        client = redis.Redis(port=self.port, socket_connect_timeout=1, **self.ping_options)  # type: ignore[arg-type]
         wait_until(lambda: _pings(client), 10, "redis-server to answer")
         client.close()
 
