@@ -40,7 +40,7 @@ class Problem:
         return cls(Pos(0, 0), (), message)
 
     def dotted(self) -> str:
-        return ".".join(str(p) for p in self.path)
+        return ".".join(_component(p) for p in self.path)
 
     def format(self, filename: str) -> str:
         where = f"{filename}:{self.pos.line}:{self.pos.col}" if self.pos.line else filename
@@ -54,6 +54,12 @@ class Problem:
             "path": self.dotted(),
             "message": self.message,
         }
+
+
+def _component(part: str | int) -> str:
+    """A path component as written, or quoted when it holds anything unprintable."""
+    text = str(part)
+    return text if text.isprintable() and text.strip() == text and text else repr(text)
 
 
 @cache

@@ -140,7 +140,10 @@ def load(text: str, environ: dict[str, str]) -> tuple[Document, list[tuple[Path,
 
     Raises SourceError for anything that stops the file from being read as YAML.
     """
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:  # ReaderError: control characters
+        raise SourceError(f"not a readable YAML text file: {exc}".splitlines()[0]) from None
     try:
         try:
             node = loader.get_single_node()
