@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import redis
 from support import DaemonProcess, acked_all, pending_count, wait_until
 
@@ -88,3 +89,30 @@ def test_killed_connections_are_reopened(
     wait_until(lambda: acked_all(r, "jobd:q", 2) and pending_count(r, "jobd:q") == 0)
     assert (tmp_path / "ran").read_text().split() == ["before", "after"]
     assert d.proc.poll() is None
+
+
+def test_daemon_started_before_redis_waits_quietly_then_works(
+    tmp_path: Path, script, daemon: Daemon
+) -> None:
+    from support import RedisServer
+
+    server = RedisServer(tmp_path / "late-redis")  # its port is chosen; it is not running yet
+    script("h.sh", f"#!/bin/sh\ncat > {tmp_path}/got\n")
+    config = tmp_path / "jobd.yaml"
+    config.write_text(f"redis: {{url: '{server.url}'}}\nqueues:\n  q: {{command: [./h.sh]}}\n")
+    d = daemon(config)
+    d.wait_log("Redis unreachable")
+    process = psutil.Process(d.proc.pid)
+    cpu_before, started = sum(process.cpu_times()[:2]), time.monotonic()
+    wait_until(lambda: time.monotonic() - started >= 2, what="2 s of waiting for Redis")
+    cpu = sum(process.cpu_times()[:2]) - cpu_before
+    assert cpu < 0.2, f"the daemon spun while Redis was away: {cpu:.2f}s of CPU in 2 s"
+    assert d.log().count("queue=q Redis unreachable") == 1, "logged once, not once per retry"
+    server.start()
+    try:
+        redis.Redis(port=server.port).xadd("jobd:q", {"payload": "finally"})
+        wait_until(lambda: (tmp_path / "got").exists(), what="the job to run once Redis is up")
+        assert (tmp_path / "got").read_text() == "finally"
+        assert d.proc.poll() is None
+    finally:
+        server.stop()
