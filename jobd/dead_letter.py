@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from jobd.config import QueueConfig
+from jobd.keys import STATS_TTL
 from jobd.scripts import Scripts
 
 STDERR_LIMIT = 4096
@@ -59,10 +60,10 @@ def script_call(
     if dead.max_age is not None:
         min_id = f"{int((time.time() - dead.max_age) * 1000)}-0"
     args = [
-        queue.group, consumer, message_id, dead.maxlen, min_id,
+        queue.group, consumer, message_id, dead.maxlen, min_id, STATS_TTL,
         *record_fields(queue, job_id, message_id, failure),
     ]  # fmt: skip
-    return [queue.stream, dead.stream], args
+    return [queue.stream, dead.stream, queue.keys.stats()], args
 
 
 def write(

@@ -12,11 +12,16 @@ Layout of a queue whose stream is S:
   derive(S, "delayed") sorted set of jobs waiting for a later time (retries, delayed enqueue),
                        scored by due time in Unix ms; members are cmsgpack arrays
                        {unique id, field, value, …} (see lua/retry.lua)
+  derive(S, "stats:M") counters of minute M (Unix time // 60), a hash: done, failed, retried,
+                       dead; kept STATS_TTL seconds, so any host can read recent throughput
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+
+STATS_TTL = 2 * 3600  # seconds a minute's counters are kept
 
 
 def hash_tag(key: str) -> str | None:
@@ -50,3 +55,9 @@ class QueueKeys:
             dead_letter=dead_letter or derive(stream, "dead"),
             delayed=derive(stream, "delayed"),
         )
+
+    def stats(self, minute: int | None = None) -> str:
+        """The counters of ``minute`` (Unix time // 60; default: now)."""
+        if minute is None:
+            minute = int(time.time() // 60)
+        return derive(self.stream, f"stats:{minute}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from jobd import dead_letter, delayed, redisconn
 from jobd.config import QueueConfig, RedisConfig
+from jobd.keys import STATS_TTL
 from jobd.lease import Holdings
 from jobd.scripts import Scripts
 
@@ -119,11 +120,10 @@ class Recorder(threading.Thread):
                 settles[o.queue.name].append(o)
             elif o.kind == RETRY:
                 q = o.queue
-                args = [q.group, self.consumer, o.message_id, o.due_ms]
+                args = [q.group, self.consumer, o.message_id, o.due_ms, STATS_TTL]
                 fields = delayed.flatten(o.retry_fields or {})
-                self.scripts.retry(
-                    keys=[q.stream, q.keys.delayed], args=[*args, *fields], client=pipe
-                )
+                keys = [q.stream, q.keys.delayed, q.keys.stats()]
+                self.scripts.retry(keys=keys, args=[*args, *fields], client=pipe)
                 calls.append([o])
             else:
                 keys, args = dead_letter.script_call(
@@ -138,7 +138,8 @@ class Recorder(threading.Thread):
         for outcomes in settles.values():
             q = outcomes[0].queue
             ops = [x for o in outcomes for x in (o.kind, o.message_id)]
-            self.scripts.settle(keys=[q.stream], args=[q.group, self.consumer, *ops], client=pipe)
+            args = [q.group, self.consumer, STATS_TTL, *ops]
+            self.scripts.settle(keys=[q.stream, q.keys.stats()], args=args, client=pipe)
             calls.append(outcomes)
         replies = pipe.execute(raise_on_error=False)
         for outcomes, reply in zip(calls, replies, strict=True):

@@ -111,7 +111,7 @@ def test_daemon_started_before_redis_waits_quietly_then_works(
     server.start()
     try:
         redis.Redis(port=server.port).xadd("jobd:q", {"payload": "finally"})
-        wait_until(lambda: (tmp_path / "got").exists(), what="the job to run once Redis is up")
+        wait_until(lambda: acked_all(redis.Redis(port=server.port), "jobd:q", 1), what="the job")
         assert (tmp_path / "got").read_text() == "finally"
         assert d.proc.poll() is None
     finally:

@@ -2,12 +2,14 @@
 --
 -- KEYS[1]   the queue's stream
 -- KEYS[2]   the queue's dead-letter stream (same cluster slot: see jobd/keys.py)
+-- KEYS[3]   the queue's counters for this minute (a hash)
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the entry's id
 -- ARGV[4]   MAXLEN of the dead-letter stream (exact: dead letters are few, and a cap is a cap)
 -- ARGV[5]   MINID for the dead-letter stream's max_age, or '' for none
--- ARGV[6..] the record's jobd_* fields, as name, value pairs
+-- ARGV[6]   seconds the counters are kept
+-- ARGV[7..] the record's jobd_* fields, as name, value pairs
 --
 -- The record is the job's own fields (those not starting with jobd_) followed by the jobd_*
 -- fields given. Returns the record's id, or {'not held', owner} when this consumer no longer
@@ -29,10 +31,13 @@ if #entry == 1 then
     end
   end
 end
-for i = 6, #ARGV do record[#record + 1] = ARGV[i] end
+for i = 7, #ARGV do record[#record + 1] = ARGV[i] end
 local record_id = redis.call('XADD', unpack(record))
 if ARGV[5] ~= '' then
   redis.call('XTRIM', dead, 'MINID', ARGV[5])
 end
 redis.call('XACK', stream, group, id)
+redis.call('HINCRBY', KEYS[3], 'dead', 1)
+redis.call('HINCRBY', KEYS[3], 'failed', 1)
+redis.call('EXPIRE', KEYS[3], ARGV[6])
 return record_id

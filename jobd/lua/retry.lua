@@ -2,11 +2,13 @@
 --
 -- KEYS[1]   the queue's stream
 -- KEYS[2]   the queue's delayed set (sorted set; same cluster slot: see jobd/keys.py)
+-- KEYS[3]   the queue's counters for this minute (a hash)
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the entry's id
 -- ARGV[4]   when the next attempt is due, Unix time in milliseconds (the member's score)
--- ARGV[5..] the job's fields for the next attempt, as name, value pairs (jobd_job_id and
+-- ARGV[5]   seconds the counters are kept
+-- ARGV[6..] the job's fields for the next attempt, as name, value pairs (jobd_job_id and
 --           jobd_attempt included)
 --
 -- A member is cmsgpack.pack({unique id, name, value, …}); the unique id (here the entry's id,
@@ -20,7 +22,10 @@ if #p == 0 or p[1][2] ~= me then
   return {'not held', (#p == 0) and '' or p[1][2]}
 end
 local member = {id}
-for i = 5, #ARGV do member[#member + 1] = ARGV[i] end
+for i = 6, #ARGV do member[#member + 1] = ARGV[i] end
 redis.call('ZADD', delayed, ARGV[4], cmsgpack.pack(member))
 redis.call('XACK', stream, group, id)
+redis.call('HINCRBY', KEYS[3], 'retried', 1)
+redis.call('HINCRBY', KEYS[3], 'failed', 1)
+redis.call('EXPIRE', KEYS[3], ARGV[5])
 return 1
