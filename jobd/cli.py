@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("JOBD_LOG_LEVEL", "INFO"),
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
     )
+    run.add_argument(
+        "--log-format", default=os.environ.get("JOBD_LOG_FORMAT", "text"), choices=("text", "json")
+    )
 
     enqueue = commands.add_parser("enqueue", help="add one job to a queue")
     _config_arg(enqueue, positional=False)
@@ -60,6 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--at",
         metavar="TIME",
         help="run it at TIME: ISO 8601 (e.g. 2026-12-01T09:00:00+00:00) or Unix seconds",
+    )
+
+    status = commands.add_parser("status", help="backlog, leases, failures and consumers per queue")
+    _config_arg(status, positional=False)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until interrupted",
     )
 
     dlq = commands.add_parser("dlq", help="inspect and act on dead-lettered jobs")
@@ -105,9 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         from jobd.daemon import run
 
-        return run(config, args.log_level)
+        return run(config, args.log_level, args.log_format)
     if args.command == "enqueue":
         return enqueue(config, args, parser)
+    if args.command == "status":
+        return show_status(config, args)
     if args.command == "dlq":
         from jobd.dlq_cli import run_dlq
 
@@ -206,3 +223,33 @@ def when_to_run(args: argparse.Namespace) -> float | None:
             f"--at {args.at!r}: write ISO 8601 (2026-12-01T09:00:00+00:00) or Unix seconds"
         ) from None
     return moment.timestamp()  # a time without an offset is local time
+
+
+def show_status(config: Config, args: argparse.Namespace) -> int:
+    from jobd import redisconn, status
+
+    client = redisconn.client(config.redis, "jobd-status")
+    try:
+        while True:
+            try:
+                report = status.gather(client, config)
+            except redisconn.UNAVAILABLE as exc:
+                print(
+                    f"jobd: cannot reach Redis at {config.redis.redacted_url()}: {exc}",
+                    file=sys.stderr,
+                )
+                return exitcodes.UNAVAILABLE
+            if args.json:
+                sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+            else:
+                if args.watch:
+                    sys.stdout.write("\x1b[H\x1b[2J")  # clear the terminal
+                print(status.render(report))
+            sys.stdout.flush()
+            if not args.watch:
+                return exitcodes.OK
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return exitcodes.OK
+    finally:
+        client.close()

@@ -127,6 +127,7 @@ class Config:
     redis: RedisConfig
     queues: Mapping[str, QueueConfig]
     shutdown_grace: float
+    metrics_listen: str | None = None  # HOST:PORT for /metrics and /healthz
 
 
 class ConfigError(Exception):
@@ -207,6 +208,7 @@ def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
         shutdown_grace=durations.parse(
             data.get("shutdown_grace", validation.TOP_DEFAULTS["shutdown_grace"])
         ),
+        metrics_listen=(data.get("metrics") or {}).get("listen"),
     )
 
 

@@ -7,14 +7,20 @@ The loop, as an algorithm:
         reap the handlers that exited; decide each outcome and pass it to the recorder
         stop the handlers past their timeout (SIGTERM, then SIGKILL after kill_grace)
         start a handler for each job delivered
+        tell systemd the loop is alive (watchdog)
 
 Redis stays off this loop: reader threads fetch jobs (``reader``), a recorder thread writes
-outcomes (``recorder``). Signals only leave a byte in a pipe; the loop acts on them.
+outcomes (``recorder``), a ticker thread renews leases and runs the other periodic duties
+(``duties``). Signals only leave a byte in a pipe; the loop acts on them.
+
+Every job travels with the queue definition it was read under, and a handler keeps the one it
+started with: a reload (SIGHUP) never changes a running job.
 
 Shutdown order (SIGTERM/SIGINT): stop the readers so no new job is taken; hand back jobs read
 but not started; let running handlers finish for up to ``shutdown_grace``, then SIGTERM them
 and SIGKILL after ``kill_grace``; hand back the entries of handlers stopped that way; then let
-the recorder write everything and exit. A second SIGTERM skips the rest of the grace period.
+the recorder write everything; the ticker, which renews leases, stops last. A second SIGTERM
+skips the rest of the grace period.
 """
 
 from __future__ import annotations
@@ -30,23 +36,27 @@ import socket
 import time
 from dataclasses import replace
 
-from jobd import dead_letter, exitcodes, logs, policy, redisconn
-from jobd.config import Config
+from jobd import dead_letter, exitcodes, lease, logs, policy, redisconn
+from jobd.config import Config, ConfigError, QueueConfig, load
 from jobd.delayed import Forwarder
 from jobd.duties import Duty, Ticker
 from jobd.handler import ExitStatus, Handler, SpawnError, State, reap_children
 from jobd.janitor import Janitor
 from jobd.job import Job
 from jobd.lease import Holdings, Lost, Renewal
+from jobd.metrics import Metrics, serve
+from jobd.notify import Notifier
 from jobd.reader import Reader, Slots
 from jobd.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
 from jobd.retention import Trimmer
 from jobd.scripts import Scripts
+from jobd.status_duty import StatusReport
 
 log = logging.getLogger("jobd.daemon")
 
 IDLE_WAIT = 1.0  # longest select() when nothing is due
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+EntryKey = tuple[str, str, str]  # (stream, group, message id)
 
 
 def consumer_name() -> str:
@@ -54,39 +64,75 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
+def entry_key(queue: QueueConfig, job: Job) -> EntryKey:
+    return (queue.stream, queue.group, job.message_id)
+
+
 class Daemon:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, notifier: Notifier | None = None) -> None:
         self.config = config
         self.consumer = consumer_name()
+        self.notifier = notifier or Notifier.from_environ()
+        self.metrics = Metrics()
         self.selector = selectors.DefaultSelector()
         self.running: dict[int, Handler] = {}
-        self.by_entry: dict[tuple[str, str], Handler] = {}  # (queue, message id) → handler
-        self.delivered: collections.deque[Job] = collections.deque()
+        self.by_entry: dict[EntryKey, Handler] = {}
+        self.delivered: collections.deque[tuple[QueueConfig, Job]] = collections.deque()
         self.lost: collections.deque[Lost] = collections.deque()
-        self.slots = {name: Slots(q.concurrency) for name, q in config.queues.items()}
-        self.holdings = Holdings(config.queues)
+        self.holdings = Holdings()
+        self.slots: dict[str, Slots] = {}
+        self.readers: dict[str, Reader] = {}
+        self.retired_readers: list[Reader] = []  # stopped by a reload, maybe still reading
+        self.renewals: dict[lease.LeaseKey, Renewal] = {}  # kept while anything is held there
         self.recorder = Recorder(config.redis, self.consumer, self.holdings)
         self.ticker_client = redisconn.client(config.redis, "jobd-ticker")
-        self.ticker = Ticker(self.periodic_duties(Scripts(self.ticker_client)))
-        self.readers = [
-            Reader(q, config.redis, self.consumer, self.slots[name], self.holdings, self.deliver)
-            for name, q in config.queues.items()
-        ]
+        self.scripts = Scripts(self.ticker_client)
+        self.ticker = Ticker([])
+        self.ready = False
         self.stopping = False
         self.stop_at = float("inf")  # when handlers still running at shutdown are stopped
         self.next_due = float("inf")  # earliest handler deadline or kill time
         self._signal_r, self._signal_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
-    def periodic_duties(self, scripts: Scripts) -> list[Duty]:
-        duties: list[Duty] = []
+    # -- queues ---------------------------------------------------------------------------
+
+    def add_queue(self, q: QueueConfig) -> None:
+        if q.name in self.slots:
+            self.slots[q.name].resize(q.concurrency)
+        else:
+            self.slots[q.name] = Slots(q.concurrency)
+            self.metrics.watch(
+                q.name,
+                running=lambda name=q.name: sum(
+                    1 for h in self.running.values() if h.queue.name == name
+                ),
+                free=lambda name=q.name: self.slots[name].free,
+            )
+        reader = Reader(
+            q, self.config.redis, self.consumer, self.slots[q.name], self.holdings,
+            self.deliver, self.metrics,
+        )  # fmt: skip
+        self.readers[q.name] = reader
+        reader.start()
+
+    def retire_reader(self, name: str) -> None:
+        reader = self.readers.pop(name)
+        reader.stop()
+        self.retired_readers.append(reader)
+
+    def periodic_duties(self) -> list[Duty]:
+        duties: list[Duty] = [StatusReport(self)]
         for q in self.config.queues.values():
-            duties.append(Renewal(scripts, q, self.consumer, self.holdings, self.report_lost))
-            duties.append(Forwarder(scripts, q))
-            duties.append(Janitor(self.ticker_client, scripts, q, self.consumer))
+            self.renewals[lease.key(q)] = Renewal(
+                self.scripts, q, self.consumer, self.holdings, self.report_lost
+            )
+            duties.append(Forwarder(self.scripts, q))
+            duties.append(Janitor(self.ticker_client, self.scripts, q, self.consumer))
             if q.retention_maxlen is not None:
-                duties.append(Trimmer(scripts, q, q.retention_maxlen))
-        return duties
+                duties.append(Trimmer(self.scripts, q, q.retention_maxlen))
+        # Renewal goes on for queues a reload removed or moved, while their jobs finish.
+        return [*self.renewals.values(), *duties]
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -94,10 +140,14 @@ class Daemon:
         self.install_signal_handlers()
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        if self.config.metrics_listen:
+            serve(self.metrics, self.config.metrics_listen)
+        self.metrics.zero(self.config.queues)
         self.recorder.start()
+        for q in self.config.queues.values():
+            self.add_queue(q)
+        self.ticker.replace(self.periodic_duties())
         self.ticker.start()
-        for reader in self.readers:
-            reader.start()
         log.info(
             "jobd running as consumer %s: %s on %s",
             self.consumer,
@@ -133,19 +183,40 @@ class Daemon:
                 self.on_handler_io(key)
         self.enforce_deadlines()
         self.start_delivered()
+        self.heartbeat()
+
+    def heartbeat(self) -> None:
+        now = time.monotonic()
+        self.metrics.beat()
+        self.notifier.watchdog(now)
+        if (
+            not self.ready
+            and not self.stopping
+            and all(r.ready.is_set() for r in self.readers.values())
+        ):
+            self.ready = True
+            self.notifier.ready(self.status_line())
+            log.info("ready: Redis answers and every consumer group exists")
+
+    def status_line(self, backlog: int | None = None) -> str:
+        total = sum(s.total for name, s in self.slots.items() if name in self.config.queues)
+        line = f"{len(self.running)} of {total} handlers running"
+        return line if backlog is None else f"{line}; backlog {backlog}"
 
     def finished(self) -> bool:
         return (
             self.stopping
             and not self.running
             and not self.delivered
-            and not any(r.is_alive() for r in self.readers)
+            and not any(r.is_alive() for r in (*self.readers.values(), *self.retired_readers))
         )
 
     def wait_time(self) -> float:
         if self.delivered:
             return 0
         due = min(self.next_due, self.stop_at) - time.monotonic()
+        if self.notifier.watchdog_interval is not None:
+            due = min(due, self.notifier.next_watchdog - time.monotonic())
         return max(0.0, min(due, IDLE_WAIT))
 
     # -- events ---------------------------------------------------------------------------
@@ -162,28 +233,32 @@ class Daemon:
             elif signum in STOP_SIGNALS:
                 self.begin_stop(signal.Signals(signum).name)
             elif signum == signal.SIGHUP:
-                log.warning("SIGHUP: reloading the config is not supported yet; restart to apply")
+                self.reload()
         self.reap()  # signals coalesce: a pass that saw any signal also looks for exits
 
-    def deliver(self, jobs: list[Job]) -> None:
+    def deliver(self, queue: QueueConfig, jobs: list[Job]) -> None:
         """Called by reader threads: queue jobs for the loop and wake it."""
-        self.delivered.extend(jobs)
-        with contextlib.suppress(BlockingIOError):  # full: the loop is already due to wake
-            os.write(self._wake_w, b"\0")
+        self.delivered.extend((queue, job) for job in jobs)
+        self._wake()
 
     def report_lost(self, lost: list[Lost]) -> None:
         """Called by lease renewal (ticker thread): entries this daemon no longer holds."""
         self.lost.extend(lost)
-        with contextlib.suppress(BlockingIOError):
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: the loop is already due to wake
             os.write(self._wake_w, b"\0")
 
     def on_lost(self) -> None:
         """Stop the handler of each entry whose lease was lost; never settle those entries."""
         while self.lost:
             lost = self.lost.popleft()
+            key = (*lost.key, lost.message_id)
             to = f"consumer {lost.owner}" if lost.owner else "nobody (acked elsewhere, or trimmed)"
-            handler = self.by_entry.get((lost.queue, lost.message_id))
+            handler = self.by_entry.get(key)
             if handler is not None:
+                self.metrics.leases_lost.labels(queue=handler.queue.name).inc()
                 handler.log(
                     logging.WARNING,
                     "lease lost: the entry now belongs to %s; stopping the handler",
@@ -193,18 +268,10 @@ class Daemon:
                 if handler.state is State.RUNNING:
                     self.stop_handler(handler, time.monotonic())
                 continue
-            for job in [
-                j
-                for j in self.delivered
-                if (j.queue, j.message_id) == (lost.queue, lost.message_id)
-            ]:
-                log.warning(
-                    "queue=%s job=%s lease lost before it started; not starting it",
-                    job.queue,
-                    job.job_id,
-                )
-                self.delivered.remove(job)
-                self.slots[job.queue].give()
+            for queue, job in [d for d in self.delivered if entry_key(*d) == key]:
+                log.warning("%s lease lost before it started; not starting it", job.tag(queue.name))
+                self.delivered.remove((queue, job))
+                self.slots[queue.name].give()
 
     def on_handler_io(self, key: selectors.SelectorKey) -> None:
         handler, direction = key.data
@@ -220,44 +287,42 @@ class Daemon:
 
     def start_delivered(self) -> None:
         while self.delivered:
-            job = self.delivered.popleft()
-            if self.stopping:
-                log.info("queue=%s job=%s read as jobd stopped: handed back", job.queue, job.job_id)
-                self.settle(job, policy.Decision(policy.Action.HAND_BACK))
-            elif (reason := self.malformed(job)) is not None:
-                log.error("queue=%s job=%s %s: dead-lettered unrun", job.queue, job.job_id, reason)
+            queue, job = self.delivered.popleft()
+            current = self.config.queues.get(queue.name)
+            if self.stopping or current is None or lease.key(current) != lease.key(queue):
+                why = "jobd stopped" if self.stopping else "its queue was removed or moved"
+                log.info("%s read as %s: handed back", job.tag(queue.name), why)
+                self.settle(queue, job, policy.Decision(policy.Action.HAND_BACK))
+            elif (reason := malformed(current, job)) is not None:
+                log.error("%s %s: dead-lettered unrun", job.tag(queue.name), reason)
                 decision = policy.Decision(policy.Action.DEAD_LETTER, dead_letter.MALFORMED)
-                self.settle(job, decision, error_text=reason.encode())
+                self.settle(current, job, decision, error_text=reason.encode())
             else:
-                self.start(job)
+                self.start(current, job)
 
-    def malformed(self, job: Job) -> str | None:
-        """Why this job must not run at all, if it must not."""
-        limit = self.config.queues[job.queue].max_payload
-        if job.payload_size() > limit:
-            return f"payload of {job.payload_size()} bytes is above max_payload ({limit})"
-        return None
-
-    def start(self, job: Job) -> None:
-        queue = self.config.queues[job.queue]
+    def start(self, queue: QueueConfig, job: Job) -> None:
         try:
             handler = Handler.spawn(job, queue)
         except Exception as exc:
             if not isinstance(exc, SpawnError):
-                log.exception("queue=%s job=%s cannot start the handler", job.queue, job.job_id)
+                log.exception("%s cannot start the handler", job.tag(queue.name))
             decision = policy.decide(queue, job.attempt, None)
-            log.error("queue=%s job=%s %s: %s", job.queue, job.job_id, exc, describe(decision))
-            self.settle(job, decision, error_text=str(exc).encode())
+            log.error("%s %s: %s", job.tag(queue.name), exc, describe(decision))
+            self.settle(queue, job, decision, error_text=str(exc).encode())
             return
         self.running[handler.pid] = handler
-        self.by_entry[(job.queue, job.message_id)] = handler
+        self.by_entry[entry_key(queue, job)] = handler
         for fd in handler.output_fds():
             self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
         stdin = handler.input_fd()
         if stdin is not None:
             self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
         self.next_due = min(self.next_due, handler.due)
-        handler.log(logging.DEBUG, "started pid %d (attempt %d)", handler.pid, job.attempt)
+        self.metrics.started.labels(queue=queue.name).inc()
+        self.metrics.latency.labels(queue=queue.name).observe(
+            max(0.0, time.time() - job.enqueued_at())
+        )
+        handler.log(logging.DEBUG, "started pid %d", handler.pid)
         if queue.log_payload:
             preview = job.stdin_bytes()[: queue.log_payload]
             handler.log(logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview)
@@ -265,31 +330,30 @@ class Daemon:
     def reap(self) -> None:
         for handler, wait_status in reap_children(self.running):
             del self.running[handler.pid]
-            del self.by_entry[(handler.job.queue, handler.job.message_id)]
+            del self.by_entry[entry_key(handler.queue, handler.job)]
             for fd in (*handler.output_fds(), handler.input_fd()):
                 if fd is not None and fd in self.selector.get_map():
                     self.selector.unregister(fd)
             try:
                 status = handler.exited(wait_status)
             except Exception:
-                log.exception(
-                    "queue=%s job=%s internal error after exit; releasing it",
-                    handler.job.queue,
-                    handler.job.job_id,
-                )
-                self.settle(handler.job, policy.Decision(policy.Action.RELEASE))
+                handler.log(logging.ERROR, "internal error after exit; releasing it")
+                log.exception("while finishing pid %d", handler.pid)
+                self.settle(handler.queue, handler.job, policy.Decision(policy.Action.RELEASE))
                 continue
             decision = policy.decide(
                 handler.queue, handler.job.attempt, status,
                 handler.stopped_for_shutdown, handler.lease_lost,
             )  # fmt: skip
             took = time.monotonic() - handler.started
+            self.metrics.duration.labels(queue=handler.queue.name).observe(took)
             level = logging.INFO if decision.action is policy.Action.ACK else logging.WARNING
             handler.log(level, "%s after %.3fs: %s", status.describe(), took, describe(decision))
-            self.settle(handler.job, decision, status, handler.stderr_tail())
+            self.settle(handler.queue, handler.job, decision, status, handler.stderr_tail())
 
     def settle(
         self,
+        queue: QueueConfig,
         job: Job,
         decision: policy.Decision,
         status: ExitStatus | None = None,
@@ -297,19 +361,23 @@ class Daemon:
     ) -> None:
         """Carry out a decision and free the job's slot. ``error_text``: the stderr tail, or
         why the handler could not start."""
-        queue = self.config.queues[job.queue]
         outcome = Outcome(ACK, queue, job.message_id, job.job_id)
         action = decision.action
-        if action is policy.Action.HAND_BACK:
+        if action is policy.Action.ACK:
+            self.metrics.succeeded.labels(queue=queue.name).inc()
+        elif action is policy.Action.HAND_BACK:
             outcome = replace(outcome, kind=HAND_BACK)
         elif action is policy.Action.RETRY:
+            self.metrics.retried.labels(queue=queue.name).inc()
             due_ms = int((time.time() + decision.delay) * 1000)
             outcome = replace(
                 outcome, kind=RETRY, retry_fields=job.next_attempt_fields(), due_ms=due_ms
             )
         elif action is policy.Action.DEAD_LETTER:
+            error = decision.error or dead_letter.EXIT
+            self.metrics.dead_lettered.labels(queue=queue.name, error=error).inc()
             failure = dead_letter.Failure(
-                decision.error or dead_letter.EXIT,
+                error,
                 attempts=job.attempt,
                 exit_code=status.code if status else None,
                 signal=status.signal if status else None,
@@ -317,10 +385,10 @@ class Daemon:
             )
             outcome = replace(outcome, kind=DEAD_LETTER, failure=failure)
         if action is policy.Action.RELEASE:
-            self.holdings.discard(job.queue, [job.message_id])
+            self.holdings.discard(lease.key(queue), [job.message_id])
         else:
             self.recorder.record(outcome)
-        self.slots[job.queue].give()
+        self.slots[queue.name].give()
 
     # -- deadlines and stopping -----------------------------------------------------------
 
@@ -347,11 +415,8 @@ class Daemon:
                     handler.timed_out = True
                     self.stop_handler(handler, now)
                 else:
-                    handler.log(
-                        logging.WARNING,
-                        "still running %gs after SIGTERM; SIGKILL",
-                        handler.queue.kill_grace,
-                    )
+                    handler.log(logging.WARNING, "still running %gs after SIGTERM; SIGKILL",
+                                handler.queue.kill_grace)  # fmt: skip
                     handler.kill()
                     handler.due = float("inf")
             self.next_due = min(self.next_due, handler.due)
@@ -369,14 +434,57 @@ class Daemon:
             return
         self.stopping = True
         self.stop_at = now + self.config.shutdown_grace
+        self.notifier.stopping(f"stopping; {len(self.running)} handler(s) finishing")
         log.info(
             "%s: stopping; %d handler(s) running, waiting up to %gs for them",
-            reason,
-            len(self.running),
-            self.config.shutdown_grace,
-        )
-        for reader in self.readers:
+            reason, len(self.running), self.config.shutdown_grace,
+        )  # fmt: skip
+        for reader in self.readers.values():
             reader.stop()
+
+    # -- reload ---------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """SIGHUP: apply a changed config file, or keep the running one if it is invalid."""
+        if self.stopping:
+            return
+        self.notifier.reloading()
+        try:
+            new = load(self.config.path)
+        except ConfigError as exc:
+            for problem in exc.problems:
+                log.error("reload refused: %s", problem.format(exc.path))
+            log.error("reload refused: %d problem(s); the running config stays", len(exc.problems))
+            self.notifier.ready(self.status_line())
+            return
+        if new.redis != self.config.redis or new.metrics_listen != self.config.metrics_listen:
+            log.error("reload refused: changing redis or metrics needs a restart; nothing changed")
+            self.notifier.ready(self.status_line())
+            return
+        old, self.config = self.config, new
+        for name in old.queues.keys() - new.queues.keys():
+            running = sum(1 for h in self.running.values() if h.queue.name == name)
+            log.info("reload: queue %s removed; %d running handler(s) finish first", name, running)
+            self.retire_reader(name)
+        for name, q in new.queues.items():
+            if name not in old.queues:
+                log.info("reload: queue %s added", name)
+                self.add_queue(q)
+            elif old.queues[name] != q:
+                log.info("reload: queue %s changed; running handlers finish as they started", name)
+                self.retire_reader(name)
+                self.add_queue(q)
+        self.ticker.replace(self.periodic_duties())
+        self.metrics.zero(new.queues)
+        self.notifier.ready(self.status_line())
+        log.info("reload done: %s", ", ".join(new.queues))
+
+
+def malformed(queue: QueueConfig, job: Job) -> str | None:
+    """Why this job must not run at all, if it must not."""
+    if job.payload_size() > queue.max_payload:
+        return f"payload of {job.payload_size()} bytes is above max_payload ({queue.max_payload})"
+    return None
 
 
 def describe(decision: policy.Decision) -> str:
@@ -403,6 +511,6 @@ def _drain(fd: int) -> bytes:
         data += chunk
 
 
-def run(config: Config, log_level: str = "INFO") -> int:
-    logs.setup(log_level)
+def run(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
+    logs.setup(log_level, log_format)
     return Daemon(config).run()

@@ -33,21 +33,35 @@ class Ticker(threading.Thread):
         self.duties = list(duties)
         self.next_at = [0.0] * len(self.duties)
         self.stopping = threading.Event()
+        self._lock = threading.Lock()  # the duty list is replaced on reload, from the main loop
         self._failing: set[str] = set()  # duties whose last tick found Redis away
 
     def stop(self) -> None:
         self.stopping.set()
 
+    def replace(self, duties: Sequence[Duty]) -> None:
+        """A new list of duties; each runs soon, then on its own interval."""
+        with self._lock:
+            self.duties = list(duties)
+            self.next_at = [0.0] * len(self.duties)
+
     def run(self) -> None:
-        while not self.stopping.is_set() and self.duties:
+        while not self.stopping.is_set():
             self.run_due(time.monotonic())
-            self.stopping.wait(max(0.0, min(self.next_at) - time.monotonic()))
+            with self._lock:
+                soonest = min(self.next_at, default=time.monotonic() + 1.0)
+            self.stopping.wait(max(0.0, soonest - time.monotonic()))
 
     def run_due(self, now: float) -> None:
-        for i, duty in enumerate(self.duties):
-            if now >= self.next_at[i]:
+        with self._lock:
+            due = [(i, d) for i, d in enumerate(self.duties) if now >= self.next_at[i]]
+            for i, duty in due:
                 self.next_at[i] = now + duty.interval
-                self._guarded(duty)
+            duties = self.duties
+        for _, duty in due:
+            if self.duties is not duties:
+                return  # replaced meanwhile: the new list runs on the next pass
+            self._guarded(duty)
 
     def _guarded(self, duty: Duty) -> None:
         try:

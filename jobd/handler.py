@@ -20,6 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from jobd import logs
 from jobd.config import QueueConfig
 from jobd.job import Job
 
@@ -76,7 +77,7 @@ class Output:
             )
 
     def _log(self, line: bytes) -> None:
-        if self.logged >= LOG_LIMIT:
+        if self.logged >= LOG_LIMIT or not logs.OUTPUT_LIMIT.allow():
             self.dropped += len(line) + 1
             return
         self.logged += len(line) + 1
@@ -253,7 +254,7 @@ class Handler:
         return bytes(self.stderr.tail or b"")
 
     def log(self, level: int, message: str, *args: object) -> None:
-        log.log(level, "queue=%s job=%s " + message, self.queue.name, self.job.job_id, *args)
+        log.log(level, "%s " + message, self.job.tag(self.queue.name), *args)
 
 
 def identity(queue: QueueConfig) -> dict[str, object]:

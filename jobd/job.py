@@ -29,6 +29,14 @@ class Job:
         mid = message_id.decode("ascii")
         return cls(queue, mid, fields, _job_id(queue, mid, fields), _attempt(queue, mid, fields))
 
+    def tag(self, queue: str) -> str:
+        """How log lines name this job."""
+        return f"queue={queue} job={self.job_id} attempt={self.attempt}"
+
+    def enqueued_at(self) -> float:
+        """Unix time of this entry's stream id: when it was added (or re-added for a retry)."""
+        return int(self.message_id.split("-", 1)[0]) / 1000
+
     def payload_size(self) -> int:
         payload = self.fields.get(PAYLOAD)
         return len(payload) if payload is not None else len(self.stdin_bytes())

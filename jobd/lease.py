@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -28,35 +29,44 @@ from jobd.scripts import Scripts
 log = logging.getLogger("jobd.lease")
 
 
+LeaseKey = tuple[str, str]  # (stream, group): where an entry's lease lives
+
+
+def key(queue: QueueConfig) -> LeaseKey:
+    return (queue.stream, queue.group)
+
+
 @dataclass(frozen=True, slots=True)
 class Lost:
-    queue: str
+    key: LeaseKey
     message_id: str
     owner: str  # the consumer holding it now; '' when none (acknowledged, or data trimmed)
 
 
 class Holdings:
-    """The entries this daemon holds, per queue; shared by readers, loop, recorder and keeper."""
+    """The entries this daemon holds, by (stream, group); shared by readers, loop, recorder and
+    ticker. Keyed by stream and group rather than queue name, so a queue whose stream changes
+    on reload keeps renewing the entries it read from the old one until they are settled."""
 
-    def __init__(self, queues: Iterable[str]) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ids: dict[str, set[str]] = {q: set() for q in queues}
+        self._ids: dict[LeaseKey, set[str]] = defaultdict(set)
 
-    def add(self, queue: str, ids: Iterable[str]) -> None:
+    def add(self, key: LeaseKey, ids: Iterable[str]) -> None:
         with self._lock:
-            self._ids[queue].update(ids)
+            self._ids[key].update(ids)
 
-    def discard(self, queue: str, ids: Iterable[str]) -> None:
+    def discard(self, key: LeaseKey, ids: Iterable[str]) -> None:
         with self._lock:
-            self._ids[queue].difference_update(ids)
+            self._ids[key].difference_update(ids)
 
-    def snapshot(self, queue: str) -> list[str]:
+    def snapshot(self, key: LeaseKey) -> list[str]:
         with self._lock:
-            return list(self._ids[queue])
+            return list(self._ids[key])
 
-    def count(self, queue: str) -> int:
+    def count(self, key: LeaseKey) -> int:
         with self._lock:
-            return len(self._ids[queue])
+            return len(self._ids[key])
 
 
 def renew(scripts: Scripts, queue: QueueConfig, consumer: str, ids: list[str]) -> list[Lost]:
@@ -66,9 +76,9 @@ def renew(scripts: Scripts, queue: QueueConfig, consumer: str, ids: list[str]) -
     except redis.ResponseError as exc:
         if "NOGROUP" not in str(exc):
             raise
-        return [Lost(queue.name, mid, "") for mid in ids]  # the group or stream was deleted
+        return [Lost(key(queue), mid, "") for mid in ids]  # the group or stream was deleted
     return [
-        Lost(queue.name, reply[i].decode(), reply[i + 1].decode()) for i in range(0, len(reply), 2)
+        Lost(key(queue), reply[i].decode(), reply[i + 1].decode()) for i in range(0, len(reply), 2)
     ]
 
 
@@ -83,7 +93,7 @@ class Renewal:
         holdings: Holdings,
         on_lost: Callable[[list[Lost]], None],
     ) -> None:
-        self.name = f"lease renewal of queue {queue.name}"
+        self.name = f"lease renewal of {queue.stream} ({queue.group})"
         self.interval = queue.lease.renew_every
         self.scripts = scripts
         self.queue = queue
@@ -92,10 +102,10 @@ class Renewal:
         self.on_lost = on_lost
 
     def tick(self) -> None:
-        ids = self.holdings.snapshot(self.queue.name)
+        ids = self.holdings.snapshot(key(self.queue))
         if not ids:
             return
         lost = renew(self.scripts, self.queue, self.consumer, ids)
         if lost:
-            self.holdings.discard(self.queue.name, [x.message_id for x in lost])
+            self.holdings.discard(key(self.queue), [x.message_id for x in lost])
             self.on_lost(lost)

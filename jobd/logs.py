@@ -1,20 +1,83 @@
-"""Logging to stderr; timestamps only when journald is not there to add its own."""
+"""Logging to stderr, as text or JSON lines.
+
+Text carries timestamps only when journald is not there to add its own. JSON lines carry
+``ts``, ``level``, ``logger`` and ``message``, plus ``queue``, ``job`` and ``attempt`` when the
+line is about a job (parsed from the ``queue=… job=… attempt=…`` tag every job line starts with).
+Handler output goes through ``OutputLimiter``: a flood from one handler cannot drown the log.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import time
+
+import orjson
+
+_TAG = re.compile(r"^queue=(?P<queue>\S+) job=(?P<job>\S+)(?: attempt=(?P<attempt>\d+))?")
 
 
-def setup(level: str = "INFO") -> None:
-    under_journald = bool(os.environ.get("JOURNAL_STREAM"))
-    fmt = "%(levelname)s %(name)s: %(message)s"
-    if not under_journald:
-        fmt = "%(asctime)s " + fmt
+class JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        body: dict[str, object] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": message,
+        }
+        tag = _TAG.match(message)
+        if tag:
+            body["queue"], body["job"] = tag["queue"], tag["job"]
+            if tag["attempt"]:
+                body["attempt"] = int(tag["attempt"])
+        if record.exc_info:
+            body["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(body).decode()
+
+
+def setup(level: str = "INFO", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(fmt))
+    if fmt == "json":
+        handler.setFormatter(JSONFormatter())
+    else:
+        text = "%(levelname)s %(name)s: %(message)s"
+        if not os.environ.get("JOURNAL_STREAM"):
+            text = "%(asctime)s " + text
+        handler.setFormatter(logging.Formatter(text))
     root = logging.getLogger("jobd")
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+
+
+class OutputLimiter:
+    """A token bucket for handler output lines, shared by every handler of the daemon:
+    ``rate`` lines a second on average, bursts up to ``burst``. Lines over the limit are counted
+    and reported once the bucket refills."""
+
+    def __init__(self, rate: float = 1000.0, burst: float = 5000.0) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens = burst
+        self.stamp = time.monotonic()
+        self.dropped = 0
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            if self.dropped:
+                dropped, self.dropped = self.dropped, 0
+                logging.getLogger("jobd.handler").warning(
+                    "%d handler output line(s) not logged: over %g lines/s", dropped, self.rate
+                )
+            return True
+        self.dropped += 1
+        return False
+
+
+OUTPUT_LIMIT = OutputLimiter()

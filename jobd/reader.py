@@ -16,10 +16,11 @@ from collections.abc import Callable
 
 import redis
 
-from jobd import dead_letter, redisconn
+from jobd import dead_letter, lease, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.job import Job
 from jobd.lease import Holdings
+from jobd.metrics import Metrics
 from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.reader")
@@ -33,8 +34,21 @@ class Slots:
     """A queue's free handler slots, shared by its reader and the main loop."""
 
     def __init__(self, total: int) -> None:
+        self.total = total
         self._free = total
         self._cond = threading.Condition()
+
+    @property
+    def free(self) -> int:
+        return max(0, self._free)
+
+    def resize(self, total: int) -> None:
+        """A reload changed the concurrency. Free slots may go below zero for a while: handlers
+        already running finish, and only then is a new one started."""
+        with self._cond:
+            self._free += total - self.total
+            self.total = total
+            self._cond.notify()
 
     def take_all(self, timeout: float) -> int:
         """Wait up to ``timeout`` for a free slot; take every free slot and return how many."""
@@ -72,7 +86,8 @@ class Reader(threading.Thread):
         consumer: str,
         slots: Slots,
         holdings: Holdings,
-        deliver: Callable[[list[Job]], None],
+        deliver: Callable[[QueueConfig, list[Job]], None],
+        metrics: Metrics,
     ) -> None:
         super().__init__(name=f"reader-{queue.name}", daemon=True)
         self.queue = queue
@@ -80,6 +95,7 @@ class Reader(threading.Thread):
         self.slots = slots
         self.holdings = holdings
         self.deliver = deliver
+        self.metrics = metrics
         self.client = redisconn.client(redis_config, f"jobd-reader-{queue.name}")
         self.scripts = Scripts(self.client)
         self.stopping = threading.Event()
@@ -97,7 +113,7 @@ class Reader(threading.Thread):
             self._loop()
         finally:
             self.client.close()
-            self.deliver([])  # wakes the main loop, which waits for readers to end
+            self.deliver(self.queue, [])  # wakes the main loop, which waits for readers to end
 
     def _loop(self) -> None:
         backoff = BACKOFF_START
@@ -170,7 +186,7 @@ class Reader(threading.Thread):
             cursor, claimed, deleted = self.scripts.reclaim(
                 keys=[q.stream], args=[q.group, self.consumer, min_idle, cursor, count - len(jobs)]
             )
-            held = set(self.holdings.snapshot(q.name)) if claimed else set()
+            held = set(self.holdings.snapshot(lease.key(q))) if claimed else set()
             for raw_id, flat, deliveries in claimed:
                 job = Job.from_entry(q.name, raw_id, dict(zip(flat[::2], flat[1::2], strict=True)))
                 if job.message_id in held:
@@ -180,6 +196,7 @@ class Reader(threading.Thread):
                 if deliveries > q.max_deliveries:
                     self.dead_letter_poison(job, deliveries)
                 else:
+                    self.metrics.reclaimed.labels(queue=q.name).inc()
                     log.warning(
                         "queue=%s job=%s lease lapsed; taken over (delivery %d)",
                         q.name,
@@ -203,6 +220,7 @@ class Reader(threading.Thread):
         failure = dead_letter.Failure(dead_letter.POISON, attempts=deliveries)
         q = self.queue
         if dead_letter.write(self.scripts, q, self.consumer, job.job_id, job.message_id, failure):
+            self.metrics.dead_lettered.labels(queue=q.name, error=dead_letter.POISON).inc()
             log.error(
                 "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
                 "dead-lettered as poison",
@@ -215,8 +233,8 @@ class Reader(threading.Thread):
     def hand_over(self, jobs: list[Job]) -> None:
         """Hold the jobs' leases from now on, and pass them to the main loop."""
         if jobs:
-            self.holdings.add(self.queue.name, [job.message_id for job in jobs])
-            self.deliver(jobs)
+            self.holdings.add(lease.key(self.queue), [job.message_id for job in jobs])
+            self.deliver(self.queue, jobs)
 
     def _mark_down(self, exc: BaseException) -> None:
         state = f"{type(exc).__name__}: {exc}"

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from jobd import dead_letter, delayed, redisconn
+from jobd import dead_letter, delayed, lease, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.keys import STATS_TTL
 from jobd.lease import Holdings
@@ -83,7 +83,7 @@ class Recorder(threading.Thread):
                 except Exception:
                     log.exception("cannot record %d outcome(s): left pending", len(backlog))
                     for o in backlog:  # no longer renewed: another consumer will take them over
-                        self.holdings.discard(o.queue.name, [o.message_id])
+                        self.holdings.discard(lease.key(o.queue), [o.message_id])
                 self._mark_up()
                 backlog.clear()
                 backoff = BACKOFF_START
@@ -114,10 +114,10 @@ class Recorder(threading.Thread):
         and one call per retry and per dead letter. Each call checks ownership itself."""
         pipe = self.client.pipeline(transaction=False)
         calls: list[list[Outcome]] = []
-        settles: dict[str, list[Outcome]] = defaultdict(list)
+        settles: dict[lease.LeaseKey, list[Outcome]] = defaultdict(list)
         for o in batch:
             if o.kind in (ACK, HAND_BACK):
-                settles[o.queue.name].append(o)
+                settles[lease.key(o.queue)].append(o)
             elif o.kind == RETRY:
                 q = o.queue
                 args = [q.group, self.consumer, o.message_id, o.due_ms, STATS_TTL]
@@ -144,7 +144,7 @@ class Recorder(threading.Thread):
         replies = pipe.execute(raise_on_error=False)
         for outcomes, reply in zip(calls, replies, strict=True):
             self._report(outcomes, reply)
-            self.holdings.discard(outcomes[0].queue.name, [o.message_id for o in outcomes])
+            self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
 
     def _report(self, outcomes: list[Outcome], reply: object) -> None:
         q = outcomes[0].queue

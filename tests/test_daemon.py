@@ -164,11 +164,11 @@ def test_output_is_logged_with_queue_and_job_id(
     d = daemon(write_config(queue_config("[./h.sh]")))
     r.xadd("jobd:q", {"payload": "x", "job_id": "j-1"})
     wait_until(lambda: acked_all(r, "jobd:q", 1))
-    d.wait_log("queue=q job=j-1 exit 0")
+    d.wait_log("queue=q job=j-1 attempt=1 exit 0")
     log = d.log()
-    assert "queue=q job=j-1 stdout: to stdout" in log
-    assert "queue=q job=j-1 stderr: to stderr" in log
-    assert "queue=q job=j-1 stdout: no newline" in log
+    assert "queue=q job=j-1 attempt=1 stdout: to stdout" in log
+    assert "queue=q job=j-1 attempt=1 stderr: to stderr" in log
+    assert "queue=q job=j-1 attempt=1 stdout: no newline" in log
 
 
 def test_large_output_and_payload_never_block(
@@ -215,8 +215,8 @@ def test_nonzero_exit_is_never_acknowledged_silently(
     d = daemon(config)
     r.xadd("jobd:q", {"payload": "fail", "job_id": "bad"})
     r.xadd("jobd:q", {"payload": "ok", "job_id": "good"})
-    d.wait_log("queue=q job=good exit 0")
-    d.wait_log("queue=q job=bad exit 3 after")
+    d.wait_log("queue=q job=good attempt=1 exit 0")
+    d.wait_log("queue=q job=bad attempt=1 exit 3 after")
     wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the dead letter after two attempts")
     [(_, record)] = r.xrange("{jobd:q}:dead")
     assert record[b"jobd_job_id"] == b"bad" and record[b"jobd_exit_code"] == b"3"
@@ -243,9 +243,9 @@ def test_timeout_sends_sigterm_to_the_group_then_sigkill(
     )
     d = daemon(write_config(config))
     r.xadd("jobd:q", {"payload": "x", "job_id": "slow"})
-    d.wait_log("queue=q job=slow timed out after 0.7s; SIGTERM")
-    d.wait_log("queue=q job=slow still running 0.7s after SIGTERM; SIGKILL")
-    d.wait_log("queue=q job=slow timed out (signal SIGKILL)")
+    d.wait_log("queue=q job=slow attempt=1 timed out after 0.7s; SIGTERM")
+    d.wait_log("queue=q job=slow attempt=1 still running 0.7s after SIGTERM; SIGKILL")
+    d.wait_log("queue=q job=slow attempt=1 timed out (signal SIGKILL)")
     for name in ("leader.pid", "child.pid"):
         pid = int((tmp_path / name).read_text())
         wait_until(lambda pid=pid: not psutil.pid_exists(pid), what=f"{name} to be gone")
@@ -354,7 +354,7 @@ def test_handler_that_cannot_start_is_retried_and_the_daemon_goes_on(
     d = daemon(write_config(config))
     handler.chmod(0o644)  # a bad deploy after the daemon started
     r.xadd("jobd:q", {"payload": "1", "job_id": "first"})
-    d.wait_log("queue=q job=first cannot start")
+    d.wait_log("queue=q job=first attempt=1 cannot start")
     d.wait_log("Permission denied: retry in")
     handler.chmod(0o755)  # the fix is deployed: the retry succeeds
     wait_until(lambda: (tmp_path / "ran.1").exists())
@@ -433,8 +433,8 @@ def test_the_example_config_runs_its_handlers(
     )
     r.xadd("example:reports", {"payload": "not json", "job_id": "r-bad"})
     wait_until(lambda: (state / "reports" / "r1.txt").exists())
-    d.wait_log("queue=greetings job=g1 stdout: Hello, world! (attempt 1)")
-    d.wait_log("queue=greetings job=g-empty exit 65")
-    d.wait_log("queue=reports job=r-bad exit 65")
+    d.wait_log("queue=greetings job=g1 attempt=1 stdout: Hello, world! (attempt 1)")
+    d.wait_log("queue=greetings job=g-empty attempt=1 exit 65")
+    d.wait_log("queue=reports job=r-bad attempt=1 exit 65")
     assert (state / "reports" / "r1.txt").read_text() == "sales\ncount=2 sum=7.5\n"
     assert (state / "greetings" / "g1").read_text() == "world\n"

@@ -98,13 +98,13 @@ def test_a_renewal_that_cannot_reach_redis_is_not_a_loss(tmp_path: Path) -> None
     path = tmp_path / "c.yaml"
     path.write_text("redis: {url: 'redis://127.0.0.1:1/0'}\nqueues:\n  q: {command: [/bin/true]}\n")
     config = load(str(path))
-    holdings = Holdings(config.queues)
-    holdings.add("q", ["1-0", "2-0"])
+    holdings = Holdings()
+    holdings.add(("jobd:q", "jobd"), ["1-0", "2-0"])
     reported: list = []
     scripts = Scripts(redisconn.client(config.redis))
     ticker = Ticker([Renewal(scripts, config.queues["q"], "me", holdings, reported.extend)])
     ticker.run_due(time.monotonic())
-    assert reported == [] and sorted(holdings.snapshot("q")) == ["1-0", "2-0"]
+    assert reported == [] and sorted(holdings.snapshot(("jobd:q", "jobd"))) == ["1-0", "2-0"]
 
 
 # -- real daemons --------------------------------------------------------------------------------

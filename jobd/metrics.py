@@ -1,0 +1,120 @@
+"""Prometheus metrics at ``/metrics`` and liveness at ``/healthz`` (``metrics.listen``).
+
+Names follow Prometheus conventions: ``jobd_`` prefix, ``_total`` on counters, seconds for
+time; every series has a ``queue`` label. The registry is the daemon's own (no process-wide
+state). ``/healthz`` answers 200 while the main loop turns over, 503 once it has been stuck
+for ``STUCK_AFTER`` seconds.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+STUCK_AFTER = 10.0
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.started = Counter("jobd_jobs_started", "Handlers started.", ["queue"], registry=r)
+        self.succeeded = Counter(
+            "jobd_jobs_succeeded", "Jobs acknowledged after exit 0.", ["queue"], registry=r
+        )
+        self.retried = Counter(
+            "jobd_jobs_retried", "Failed attempts scheduled again.", ["queue"], registry=r
+        )
+        self.dead_lettered = Counter(
+            "jobd_jobs_dead_lettered",
+            "Jobs dead-lettered, by jobd_error.",
+            ["queue", "error"],
+            registry=r,
+        )
+        self.reclaimed = Counter(
+            "jobd_jobs_reclaimed",
+            "Entries taken over after their lease lapsed.",
+            ["queue"],
+            registry=r,
+        )
+        self.leases_lost = Counter(
+            "jobd_leases_lost",
+            "Entries this daemon lost to another consumer.",
+            ["queue"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "jobd_handler_duration_seconds", "Handler run time.", ["queue"],
+            buckets=DURATION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "jobd_enqueue_to_start_seconds", "From the entry's stream id time to handler start.",
+            ["queue"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.running = Gauge(
+            "jobd_handlers_running", "Handlers running now.", ["queue"], registry=r
+        )
+        self.free = Gauge("jobd_slots_free", "Free handler slots.", ["queue"], registry=r)
+        self.heartbeat = time.monotonic()
+
+    def watch(self, queue: str, running: Callable[[], float], free: Callable[[], float]) -> None:
+        self.running.labels(queue=queue).set_function(running)
+        self.free.labels(queue=queue).set_function(free)
+
+    def beat(self) -> None:
+        """The main loop turned over."""
+        self.heartbeat = time.monotonic()
+
+    def healthy(self) -> bool:
+        return time.monotonic() - self.heartbeat < STUCK_AFTER
+
+    def zero(self, queues: Iterable[str]) -> None:
+        """Create each queue's series at 0, so rates work from the first scrape."""
+        for q in queues:
+            for counter in (
+                self.started,
+                self.succeeded,
+                self.retried,
+                self.reclaimed,
+                self.leases_lost,
+            ):
+                counter.labels(queue=q)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # scrapes every few seconds would drown the log
+
+
+class _IPv6Server(WSGIServer):
+    address_family = socket.AF_INET6
+
+
+def serve(metrics: Metrics, listen: str) -> WSGIServer:
+    """Serve on ``listen`` (HOST:PORT) from a daemon thread; returns the server."""
+    host, _, port = listen.rpartition(":")
+    prometheus = make_wsgi_app(metrics.registry)
+
+    def app(environ, start_response):  # type: ignore[no-untyped-def]
+        if environ.get("PATH_INFO") == "/healthz":
+            ok = metrics.healthy()
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
+            )
+            return [b"ok\n" if ok else b"main loop stuck\n"]
+        return prometheus(environ, start_response)
+
+    host = host.strip("[]")
+    server_class = _IPv6Server if ":" in host else WSGIServer
+    server = make_server(
+        host, int(port), app, server_class=server_class, handler_class=_QuietHandler
+    )
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

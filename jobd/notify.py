@@ -1,0 +1,84 @@
+"""sd_notify without a dependency: the protocol is one datagram on an AF_UNIX socket.
+
+``NOTIFY_SOCKET`` names the socket (a leading ``@`` means the abstract namespace). Messages are
+newline-separated ``KEY=value`` lines: ``READY=1``, ``STATUS=…``, ``WATCHDOG=1``,
+``STOPPING=1``, ``RELOADING=1`` (with ``MONOTONIC_USEC``, or ``systemctl reload`` can hang).
+Outside systemd every call is a no-op. A failed send is logged, never raised: the daemon does
+not die because systemd went away.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+
+log = logging.getLogger("jobd.notify")
+
+# What systemd gives the daemon and no handler must inherit (handlers get an allow-list of
+# variables anyway; see handler_env).
+SYSTEMD_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "CREDENTIALS_DIRECTORY",
+                     "JOURNAL_STREAM", "LISTEN_FDS", "LISTEN_PID", "INVOCATION_ID")  # fmt: skip
+
+
+class Notifier:
+    def __init__(self, address: str | None, watchdog_usec: int | None = None) -> None:
+        self.address = address
+        self.watchdog_interval = watchdog_usec / 2_000_000 if watchdog_usec else None
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._warned = False
+        self.next_watchdog = 0.0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Notifier:
+        env = os.environ if environ is None else environ
+        watchdog = env.get("WATCHDOG_USEC")
+        pid = env.get("WATCHDOG_PID")
+        usec = int(watchdog) if watchdog and watchdog.isdigit() else None
+        if pid and pid.isdigit() and int(pid) != os.getpid():
+            usec = None  # the watchdog is meant for another process
+        return cls(env.get("NOTIFY_SOCKET") or None, usec)
+
+    @property
+    def enabled(self) -> bool:
+        return self.address is not None
+
+    def send(self, **fields: object) -> None:
+        if self.address is None:
+            return
+        message = "\n".join(f"{key}={value}" for key, value in fields.items()).encode()
+        target = "\0" + self.address[1:] if self.address.startswith("@") else self.address
+        with self._lock:
+            try:
+                if self._sock is None:
+                    self._sock = socket.socket(
+                        socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
+                    )
+                self._sock.sendto(message, target)
+            except OSError as exc:
+                if not self._warned:
+                    log.warning("cannot notify systemd at %s: %s", self.address, exc)
+                    self._warned = True
+
+    def ready(self, status: str) -> None:
+        self.send(READY=1, STATUS=status)
+
+    def status(self, status: str) -> None:
+        self.send(STATUS=status)
+
+    def reloading(self) -> None:
+        self.send(RELOADING=1, MONOTONIC_USEC=time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000)
+
+    def stopping(self, status: str) -> None:
+        self.send(STOPPING=1, STATUS=status)
+
+    def watchdog(self, now: float) -> None:
+        """Called from the main loop only: a wedged loop stops the pings, and systemd acts."""
+        if self.watchdog_interval is None or now < self.next_watchdog:
+            return
+        self.next_watchdog = now + self.watchdog_interval
+        self.send(WATCHDOG=1)

@@ -1,0 +1,129 @@
+"""What `jobd status` reports: each queue's backlog, leases, delays, failures and consumers.
+
+Everything is read from Redis (one pipeline per queue), so it works from any host, with or
+without a daemon running there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from jobd.config import Config, QueueConfig
+
+LAG_COUNT_CAP = 100_000  # when Redis reports lag as null, count at most this many entries
+
+
+def _ms_of(stream_id: bytes | str) -> int:
+    raw = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+    return int(raw.split("-")[0])
+
+
+def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    minute = int(now // 60)
+    pipe = client.pipeline(transaction=False)
+    pipe.xlen(q.stream)
+    pipe.xinfo_groups(q.stream)
+    pipe.xpending(q.stream, q.group)
+    pipe.xinfo_consumers(q.stream, q.group)
+    pipe.zcard(q.keys.delayed)
+    pipe.xlen(q.dead_letter.stream)
+    pipe.hgetall(q.keys.stats(minute - 1))
+    pipe.hgetall(q.keys.stats(minute))
+    length, groups, pending, consumers, delayed, dead, last, this = pipe.execute(
+        raise_on_error=False
+    )
+    group = None
+    if not isinstance(groups, Exception):
+        group = next((g for g in groups if g["name"].decode() == q.group), None)
+    result: dict[str, Any] = {
+        "stream": q.stream,
+        "group": q.group,
+        "length": 0 if isinstance(length, Exception) else length,
+        "exists": group is not None,
+        "lag": None,
+        "pending": 0,
+        "oldest_pending_age": None,
+        "delayed": delayed,
+        "dead_lettered": dead,
+        "last_minute": _counters(last),
+        "this_minute": _counters(this),
+        "consumers": [],
+    }
+    if group is None:
+        return result
+    result["lag"] = group.get("lag")
+    if result["lag"] is None:
+        result["lag"] = count_after(client, q.stream, group["last-delivered-id"])
+    if not isinstance(pending, Exception) and pending["pending"]:
+        result["pending"] = pending["pending"]
+        result["oldest_pending_age"] = max(0.0, now - _ms_of(pending["min"]) / 1000)
+    if not isinstance(consumers, Exception):
+        result["consumers"] = [
+            {"name": c["name"].decode(), "idle": c["idle"] / 1000, "holding": c["pending"]}
+            for c in consumers
+        ]
+    return result
+
+
+def count_after(client: redis.Redis, stream: str, last_delivered: bytes) -> int:
+    """Entries after ``last_delivered`` (what lag means), counted, up to LAG_COUNT_CAP."""
+    start = f"({last_delivered.decode()}"
+    counted = 0
+    while counted < LAG_COUNT_CAP:
+        rows = client.xrange(stream, start, "+", count=10_000)
+        counted += len(rows)
+        if len(rows) < 10_000:
+            break
+        start = f"({rows[-1][0].decode()}"
+    return counted
+
+
+def _counters(raw: object) -> dict[str, int]:
+    counts = {"done": 0, "failed": 0, "retried": 0, "dead": 0}
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            counts[key.decode()] = int(value)
+    return counts
+
+
+def gather(client: redis.Redis, config: Config) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "redis": config.redis.redacted_url(),
+        "time": now,
+        "queues": {name: queue_status(client, q, now) for name, q in config.queues.items()},
+    }
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"jobd status on {report['redis']}"]
+    for name, s in report["queues"].items():
+        lines.append(f"queue {name}  (stream {s['stream']}, group {s['group']})")
+        if not s["exists"]:
+            lines.append("  no consumer group yet: no daemon has run this queue")
+        last, this = s["last_minute"], s["this_minute"]
+        lines += [
+            f"  length {s['length']}  lag {s['lag'] if s['lag'] is not None else '-'}  "
+            f"pending {s['pending']} (oldest {_age(s['oldest_pending_age'])})  "
+            f"delayed {s['delayed']}  dead-lettered {s['dead_lettered']}",
+            f"  last minute: done {last['done']}, failed {last['failed']} "
+            f"(retried {last['retried']}, dead {last['dead']});  "
+            f"this minute: done {this['done']}, failed {this['failed']}",
+        ]
+        for c in s["consumers"]:
+            lines.append(f"  consumer {c['name']}  idle {_age(c['idle'])}  holding {c['holding']}")
+    return "\n".join(lines)
