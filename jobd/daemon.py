@@ -104,10 +104,8 @@ class Daemon:
             self.slots[q.name] = Slots(q.concurrency)
             self.metrics.watch(
                 q.name,
-                running=lambda name=q.name: sum(
-                    1 for h in self.running.values() if h.queue.name == name
-                ),
-                free=lambda name=q.name: self.slots[name].free,
+                running=lambda name=q.name: self.running_in(name),
+                free=lambda name=q.name: max(0, self.slots[name].total - self.running_in(name)),
             )
         reader = Reader(
             q, self.config.redis, self.consumer, self.slots[q.name], self.holdings,
@@ -115,6 +113,9 @@ class Daemon:
         )  # fmt: skip
         self.readers[q.name] = reader
         reader.start()
+
+    def running_in(self, queue: str) -> int:
+        return sum(1 for h in list(self.running.values()) if h.queue.name == queue)
 
     def retire_reader(self, name: str) -> None:
         reader = self.readers.pop(name)
@@ -463,7 +464,7 @@ class Daemon:
             return
         old, self.config = self.config, new
         for name in old.queues.keys() - new.queues.keys():
-            running = sum(1 for h in self.running.values() if h.queue.name == name)
+            running = self.running_in(name)
             log.info("reload: queue %s removed; %d running handler(s) finish first", name, running)
             self.retire_reader(name)
         for name, q in new.queues.items():

@@ -38,10 +38,6 @@ class Slots:
         self._free = total
         self._cond = threading.Condition()
 
-    @property
-    def free(self) -> int:
-        return max(0, self._free)
-
     def resize(self, total: int) -> None:
         """A reload changed the concurrency. Free slots may go below zero for a while: handlers
         already running finish, and only then is a new one started."""

@@ -312,16 +312,17 @@ def test_consumers_holding_entries_are_never_removed(
         "h.sh",
         f"#!/bin/sh\necho $(cat) >> {tmp_path}/ran\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n",
     )
-    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
-    r.xadd("jobd:q", {"payload": "held-by-ghost"})
-    r.xreadgroup("jobd", "ghost-holding", {"jobd:q": ">"})
-    r.xgroup_createconsumer("jobd:q", "jobd", "ghost-empty")
-    r.xadd("jobd:q", {"payload": "long"})
-    # reclaim_after 300ms: consumers idle 3 s and empty are removed; the only slot is busy, so
-    # nothing reclaims the ghost's entry until the gate opens.
+    # reclaim_after 300ms: consumers idle 3 s and empty are removed. The daemon's only slot is
+    # busy with "long" before the ghost takes its entry, so nothing reclaims that entry until
+    # the gate opens.
     d = daemon(
         write_config(config_text("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}"))
     )
+    r.xadd("jobd:q", {"payload": "long"})
+    wait_until(lambda: (tmp_path / "ran").exists(), what="the long job running")
+    r.xadd("jobd:q", {"payload": "held-by-ghost"})
+    assert r.xreadgroup("jobd", "ghost-holding", {"jobd:q": ">"}), "the ghost got the entry"
+    r.xgroup_createconsumer("jobd:q", "jobd", "ghost-empty")
 
     def consumers() -> dict[str, int]:
         return {c["name"].decode(): c["pending"] for c in r.xinfo_consumers("jobd:q", "jobd")}
