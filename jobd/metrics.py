@@ -62,7 +62,32 @@ class Metrics:
             "jobd_handlers_running", "Handlers running now.", ["queue"], registry=r
         )
         self.free = Gauge("jobd_slots_free", "Free handler slots.", ["queue"], registry=r)
+        self.lag = Gauge(
+            "jobd_queue_lag", "Entries not yet delivered to the group.", ["queue"], registry=r
+        )
+        self.pending = Gauge(
+            "jobd_queue_pending", "Entries delivered, not yet settled.", ["queue"], registry=r
+        )
+        self.oldest = Gauge(
+            "jobd_queue_oldest_pending_age_seconds",
+            "Age of the oldest pending entry (since it was added), 0 when none.",
+            ["queue"], registry=r,
+        )  # fmt: skip
+        self.delayed = Gauge(
+            "jobd_queue_delayed", "Jobs waiting in the delayed set.", ["queue"], registry=r
+        )
+        self.dead = Gauge(
+            "jobd_queue_dead_lettered", "Records on the dead-letter stream.", ["queue"], registry=r
+        )
         self.heartbeat = time.monotonic()
+
+    def queue_state(self, queue: str, report: dict) -> None:
+        """The cluster-wide state of a queue, as ``status.queue_status`` read it."""
+        self.lag.labels(queue=queue).set(report["lag"] or 0)
+        self.pending.labels(queue=queue).set(report["pending"])
+        self.oldest.labels(queue=queue).set(report["oldest_pending_age"] or 0)
+        self.delayed.labels(queue=queue).set(report["delayed"])
+        self.dead.labels(queue=queue).set(report["dead_lettered"])
 
     def watch(self, queue: str, running: Callable[[], float], free: Callable[[], float]) -> None:
         self.running.labels(queue=queue).set_function(running)

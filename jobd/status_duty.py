@@ -1,10 +1,13 @@
-"""The duty that tells systemd how the daemon is doing: ``STATUS=`` with running handlers and
-the backlog (entries not yet delivered to the group), every few seconds. Only when systemd
-listens: outside it, this costs nothing."""
+"""The duty that reports how the queues are doing, every few seconds: ``STATUS=`` to systemd
+(running handlers, backlog) and the queue gauges of the metrics endpoint (lag, pending, oldest
+pending age, delayed, dead-lettered). Only when systemd listens or metrics are served:
+otherwise it costs nothing."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from jobd import status
 
 if TYPE_CHECKING:
     from jobd.daemon import Daemon
@@ -13,7 +16,7 @@ STATUS_EVERY = 5.0
 
 
 class StatusReport:
-    name = "status report to systemd"
+    name = "status report"
     interval = STATUS_EVERY
 
     def __init__(self, daemon: Daemon) -> None:
@@ -21,11 +24,11 @@ class StatusReport:
 
     def tick(self) -> None:
         d = self.daemon
-        if not d.notifier.enabled or not d.ready or d.stopping:
+        if not (d.notifier.enabled or d.config.metrics_listen) or not d.ready or d.stopping:
             return
         backlog = 0
         for q in list(d.config.queues.values()):
-            groups = d.ticker_client.xinfo_groups(q.stream)
-            group = next((g for g in groups if g["name"].decode() == q.group), None)
-            backlog += (group or {}).get("lag") or 0
+            report = status.queue_status(d.ticker_client, q)
+            backlog += report["lag"] or 0
+            d.metrics.queue_state(q.name, report)
         d.notifier.status(d.status_line(backlog))

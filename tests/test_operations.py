@@ -320,7 +320,9 @@ def test_metrics_and_healthz(r: redis.Redis, write_config, script, daemon: Daemo
             return response.status, response.read().decode()
 
     def sample(text: str, name: str) -> float:
-        return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name)))
+        """The series' value; NaN while it does not exist yet."""
+        found = [line.split()[-1] for line in text.splitlines() if line.startswith(name)]
+        return float(found[0]) if found else float("nan")
 
     _, text = get("/metrics")
     assert sample(text, 'jobd_jobs_started_total{queue="q"}') == 3
@@ -334,6 +336,12 @@ def test_metrics_and_healthz(r: redis.Redis, write_config, script, daemon: Daemo
     assert sample(text, 'jobd_handlers_running{queue="q"}') == 0
     assert sample(text, 'jobd_slots_free{queue="q"}') == 3
     assert get("/healthz") == (200, "ok\n")
+    r.xadd("jobd:q", {"payload": "ok"})  # queue gauges come from the status duty, every 5 s
+    wait_until(lambda: sample(get("/metrics")[1], 'jobd_queue_dead_lettered{queue="q"}') == 1, 15)
+    _, text = get("/metrics")
+    for gauge in ("jobd_queue_lag", "jobd_queue_pending", "jobd_queue_oldest_pending_age_seconds",
+                  "jobd_queue_delayed"):  # fmt: skip
+        assert sample(text, f'{gauge}{{queue="q"}}') >= 0
 
 
 def test_json_logs_and_rate_limited_output(
