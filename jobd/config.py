@@ -18,12 +18,12 @@ from types import MappingProxyType
 from typing import Any
 
 from jobd import durations, keys, sizes, validation, yamlsrc
+from jobd.embedded import EmbeddedConfig
 from jobd.handler_env import base_environment
 from jobd.keys import QueueKeys
 from jobd.validation import Problem
 
 DEFAULT_CONFIG = "/etc/jobd/jobd.yaml"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,13 @@ class RedisConfig:
     username: str | None = None
     password: str | None = field(default=None, repr=False)  # never printed, never logged
     tls: TLS = TLS()
+    embedded: EmbeddedConfig | None = None  # jobd runs this server itself (url is its socket)
 
     def __repr__(self) -> str:  # the URL may carry a password
-        url, user = self.redacted_url(), self.username
-        return f"RedisConfig(url={url!r}, username={user!r}, tls={self.tls!r})"
+        url, user, embedded = self.redacted_url(), self.username, self.embedded
+        return (
+            f"RedisConfig(url={url!r}, username={user!r}, tls={self.tls!r}, embedded={embedded!r})"
+        )
 
     def redacted_url(self) -> str:
         """The URL with any password replaced, for logs and summaries."""
@@ -239,8 +242,19 @@ def build_redis(
             key = "password_file" if "password_file" in redis else "password_credential"
             return ("redis", key), f"cannot read {secret_path}: {exc.strerror}"
     tls = redis.get("tls", {})
+    if "url" in redis and "embedded" in redis:
+        return ("redis", "embedded"), "give redis.url or redis.embedded, not both"
+    embedded = None
+    if "url" not in redis:
+        options = redis.get("embedded") or {}
+        state = environ.get("STATE_DIRECTORY", "").split(":")[0] or os.path.join(base_dir, ".jobd")
+        embedded = EmbeddedConfig(
+            dir=os.path.join(base_dir, options["dir"]) if "dir" in options else state,
+            appendfsync=options.get("appendfsync", "everysec"),
+        )
     return RedisConfig(
-        url=redis.get("url", DEFAULT_REDIS_URL),
+        url=embedded.url if embedded else redis["url"],
+        embedded=embedded,
         username=redis.get("username"),
         password=password,
         tls=TLS(

