@@ -29,6 +29,7 @@ import collections
 import contextlib
 import logging
 import os
+import resource
 import secrets
 import selectors
 import signal
@@ -141,6 +142,7 @@ class Daemon:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> int:
+        raise_open_files_limit()
         self.install_signal_handlers()
         if self.embedded is not None:
             self.start_embedded()
@@ -526,6 +528,20 @@ class Daemon:
         self.metrics.zero(new.queues)
         self.notifier.ready(self.status_line())
         log.info("reload done: %s", ", ".join(new.queues))
+
+
+OPEN_FILES = 65536
+
+
+def raise_open_files_limit() -> None:
+    """Each running handler costs up to three pipe ends: lift the soft limit on open files
+    (1024 by default outside systemd: too few for a thousand handlers) to 65536, or the hard
+    limit if lower. Handlers inherit it; `limits.open_files` sets theirs explicitly."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def malformed(queue: QueueConfig, job: Job) -> str | None:
