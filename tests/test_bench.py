@@ -1,0 +1,32 @@
+"""Smoke tests of the benchmarks: they run, on small sizes, and report what they promise.
+(Speed itself is measured by running them, never by a timed test.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def run(*args: str) -> str:
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_spawn_bench_runs() -> None:
+    out = run(str(BENCH / "spawn.py"), "--jobs", "60", "--rounds", "1")
+    assert "median ratio jobd/xargs" in out
+
+
+def test_renewal_bench_runs() -> None:
+    out = run(str(BENCH / "renewal.py"), "--in-flight", "50", "--repeat", "3")
+    assert "jobd (renew.lua)" in out and "(delivery counts after: {1})" in out
+
+
+def test_targets_bench_runs() -> None:
+    out = run(str(BENCH / "targets.py"), "--quick")
+    for line in ("latency", "sleepers", "backlog"):
+        assert out.count(f"{line} ") >= 1, out
