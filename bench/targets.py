@@ -32,7 +32,9 @@ STAMP = 'echo "$JOBD_JOB_ID $(date +%s.%N)" >> {out}'
 class Daemon:
     def __init__(self, workdir: Path, port: int, queues: str) -> None:
         self.config = workdir / f"jobd-{time.monotonic_ns()}.yaml"
-        self.config.write_text(f"redis: {{url: 'redis://127.0.0.1:{port}/0'}}\nqueues:\n{queues}")
+        self.config.write_text(
+            f"redis: {{url: 'redis://127.0.0.1:{port}/0'}}\nshutdown_grace: 1s\nqueues:\n{queues}"
+        )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jobd", "run", str(self.config), "--log-level", "WARNING"],
             stderr=subprocess.DEVNULL,
@@ -134,8 +136,7 @@ def sleepers(r: redis.Redis, workdir: Path, port: int, count: int, window: float
         calls = r.info("commandstats").get("cmdstat_xclaim", {}).get("calls", 0) - calls0
         rss = d.rss_mb()
     finally:
-        d.stop()
-        subprocess.run(["pkill", "-f", "sleep 120"], check=False)
+        d.stop()  # its handlers get SIGTERM after shutdown_grace
     per_tick = calls / (2 * window)  # two queues, one tick a second each
     rss_ok, cpu_ok = "met" if rss <= 150 else "NOT met", "met" if cpu <= 2 else "NOT met"
     print(
@@ -165,7 +166,6 @@ def backlog(r: redis.Redis, workdir: Path, port: int, count: int) -> None:
         delivered = r.xinfo_groups("jobd:slow")[0]["entries-read"]
     finally:
         d.stop()
-        subprocess.run(["pkill", "-f", "sleep 60"], check=False)
     grown = after - before
     flat = "met" if grown < 2 and delivered <= 9 else "NOT met"
     print(
