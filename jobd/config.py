@@ -316,7 +316,8 @@ def build_queue(
         if "cpu_time" in limits
         else None,
     )
-    argv = tuple(command)
+    program = command[0] if "/" in command[0] else shutil.which(command[0], path=env.get("PATH"))
+    argv = (program or command[0], *command[1:])  # found on the handler's PATH now, once
     if process_limits.prlimit_args():
         prlimit = shutil.which("prlimit") or "prlimit"
         argv = (prlimit, *process_limits.prlimit_args(), "--", *command)

@@ -143,6 +143,9 @@ class Daemon:
 
     def run(self) -> int:
         raise_open_files_limit()
+        # Handlers run in the config's folder unless their queue says otherwise; working there
+        # too lets the daemon start them with posix_spawn, its fastest path.
+        os.chdir(os.path.dirname(self.config.path))
         self.install_signal_handlers()
         if self.embedded is not None:
             self.start_embedded()

@@ -111,11 +111,11 @@ def _signame(signum: int | None) -> str:
 class Handler:
     """One attempt of one job, running as a process group led by ``pid``."""
 
-    def __init__(self, job: Job, queue: QueueConfig, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, job: Job, queue: QueueConfig, pid: int, stdin: int | None,
+                 stdout: int, stderr: int) -> None:  # fmt: skip
         self.job = job
         self.queue = queue
-        self.popen = popen
-        self.pid = popen.pid
+        self.pid = pid
         self.state = State.RUNNING
         self.started = time.monotonic()
         # When the loop must act on it next: at its timeout, then (once SIGTERMed) SIGKILL.
@@ -125,18 +125,21 @@ class Handler:
         self.lease_lost = False
         self.stdout = Output(self, "stdout", keep_tail=False)
         self.stderr = Output(self, "stderr", keep_tail=True)
+        self.stdin_fd = stdin  # our end of its stdin pipe, until all is written
         self.pending_input = memoryview(b"")
         self.status: ExitStatus | None = None
-        self._outputs = {
-            f.fileno(): (f, sink)
-            for f, sink in ((popen.stdout, self.stdout), (popen.stderr, self.stderr))
-            if f is not None
-        }
+        self._outputs = {stdout: self.stdout, stderr: self.stderr}
 
     # -- starting -------------------------------------------------------------------------
 
     @classmethod
     def spawn(cls, job: Job, queue: QueueConfig) -> Handler:
+        """Start the handler with its payload pipe filled as far as it goes.
+
+        The fast path is os.posix_spawn (vfork and exec, no Python in the child) when the
+        handler runs in the daemon's own folder as the daemon's user; otherwise
+        subprocess.Popen, which can change folder and identity.
+        """
         payload = job.stdin_bytes()
         env = dict(queue.env)
         env.update(
@@ -147,25 +150,27 @@ class Handler:
             JOBD_ATTEMPT=str(job.attempt),
             JOBD_DEADLINE=str(int(time.time() + queue.timeout)),
         )
+        # Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Only ours
+        # are made non-blocking (each end is its own open file description).
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        in_r, in_w = os.pipe2(os.O_CLOEXEC) if payload else (None, None)
+        os.set_blocking(out_r, False)
+        os.set_blocking(err_r, False)
+        child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
         try:
-            popen = subprocess.Popen(
-                queue.argv,
-                stdin=subprocess.PIPE if payload else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=queue.cwd,
-                env=env,
-                process_group=0,
-                bufsize=0,
-                **identity(queue),
-            )
+            pid = _start(queue, env, in_r, out_w, err_w)
         except OSError as exc:
+            for fd in (out_r, err_r, in_w):
+                if fd is not None:
+                    os.close(fd)
             raise SpawnError(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}") from exc
-        handler = cls(job, queue, popen)
-        for fd in handler.output_fds():
-            os.set_blocking(fd, False)
-        if popen.stdin is not None:
-            os.set_blocking(popen.stdin.fileno(), False)
+        finally:
+            for fd in child_ends:
+                os.close(fd)
+        handler = cls(job, queue, pid, in_w, out_r, err_r)
+        if in_w is not None:
+            os.set_blocking(in_w, False)
             handler.pending_input = memoryview(payload)
             handler.write_input()
         return handler
@@ -176,40 +181,41 @@ class Handler:
         return list(self._outputs)
 
     def input_fd(self) -> int | None:
-        stdin = self.popen.stdin
-        return stdin.fileno() if stdin is not None and not stdin.closed else None
+        return self.stdin_fd
 
     def write_input(self) -> bool:
         """Write what the pipe takes; True once stdin is closed (all written, or reader gone)."""
-        stdin = self.popen.stdin
-        if stdin is None or stdin.closed:
+        if self.stdin_fd is None:
             return True
         try:
             while self.pending_input:
-                written = os.write(stdin.fileno(), self.pending_input)
+                written = os.write(self.stdin_fd, self.pending_input)
                 self.pending_input = self.pending_input[written:]
         except BlockingIOError:
             return False
         except BrokenPipeError:
             pass  # the handler exited or closed stdin without reading: that is its right
         self.pending_input = memoryview(b"")
-        stdin.close()
+        os.close(self.stdin_fd)
+        self.stdin_fd = None
         return True
 
     def read_output(self, fd: int) -> bool:
         """Drain ``fd`` for now; True at end of file (the fd is then closed)."""
-        stream, sink = self._outputs[fd]
+        sink = self._outputs[fd]
         while True:
             try:
                 data = os.read(fd, 65536)
             except BlockingIOError:
                 return False
             if not data:
-                sink.close()
-                stream.close()
-                del self._outputs[fd]
+                self._close_output(fd)
                 return True
             sink.feed(data)
+
+    def _close_output(self, fd: int) -> None:
+        self._outputs.pop(fd).close()
+        os.close(fd)
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -232,18 +238,16 @@ class Handler:
             self.log(logging.WARNING, "cannot signal process group %d: %s", self.pid, exc)
 
     def exited(self, wait_status: int) -> ExitStatus:
-        """The leader was reaped: end the group, drain the pipes, close everything."""
+        """The leader was reaped: drain the pipes, close everything."""
         self.state = State.EXITED
         code = os.waitstatus_to_exitcode(wait_status)
-        self.popen.returncode = code
-        if self.popen.stdin is not None and not self.popen.stdin.closed:
-            self.popen.stdin.close()
+        if self.stdin_fd is not None:
+            os.close(self.stdin_fd)
+            self.stdin_fd = None
         for fd in self.output_fds():
             # What the group wrote before it ended; a setsid escapee cannot keep us waiting.
             if not self.read_output(fd):
-                stream, sink = self._outputs.pop(fd)
-                sink.close()
-                stream.close()
+                self._close_output(fd)
         self.status = ExitStatus(
             code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
@@ -256,6 +260,34 @@ class Handler:
 
     def log(self, level: int, message: str, *args: object) -> None:
         log.log(level, "%s " + message, self.job.tag(self.queue.name), *args)
+
+
+def _start(
+    queue: QueueConfig, env: dict[str, str], stdin: int | None, stdout: int, stderr: int
+) -> int:
+    """Start the process in its own group with these descriptors as 0, 1, 2; its pid."""
+    if queue.cwd == os.getcwd() and not (queue.run_as_user or queue.run_as_group):
+        actions = [
+            (os.POSIX_SPAWN_DUP2, stdin, 0) if stdin is not None
+            else (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, stdout, 1),
+            (os.POSIX_SPAWN_DUP2, stderr, 2),
+        ]  # fmt: skip
+        return os.posix_spawn(
+            queue.argv[0], list(queue.argv), env, file_actions=actions, setpgroup=0
+        )
+    popen = subprocess.Popen(
+        queue.argv,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=queue.cwd,
+        env=env,
+        process_group=0,
+        **identity(queue),
+    )
+    popen.returncode = 0  # reaped by the daemon's loop, not by this object
+    return popen.pid
 
 
 def identity(queue: QueueConfig) -> dict[str, object]:
