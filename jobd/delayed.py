@@ -12,8 +12,6 @@ import secrets
 import time
 from dataclasses import dataclass
 
-import redis
-
 from jobd.config import QueueConfig
 from jobd.scripts import Scripts
 
@@ -67,7 +65,3 @@ class Forwarder:
             moved += count
             if count < FORWARD_BATCH:
                 return moved
-
-
-def delayed_count(client: redis.Redis, queue: QueueConfig) -> int:
-    return int(client.zcard(queue.keys.delayed))

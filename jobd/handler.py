@@ -1,8 +1,9 @@
 """The process seam: one running handler process and everything the OS does to it.
 
-A handler is started with the fast vfork path (no preexec_fn, no shell) in its own process
-group, gets its payload on a non-blocking stdin pipe, and has its stdout and stderr drained
-by the daemon's selector loop. Stopping it signals the whole group: SIGTERM, then SIGKILL.
+A handler is started with vfork-based posix_spawn (or subprocess when it needs another folder
+or user; never preexec_fn, never a shell) in its own process group, gets its payload on a
+pipe, and has its stdout and stderr drained by the daemon's selector loop. Stopping it
+signals the whole group: SIGTERM, then SIGKILL.
 
 States: RUNNING → (TERMINATING →) EXITED. The daemon calls ``exited()`` once the leader is
 reaped; nothing is read from the process after that but what is left in its pipes.

@@ -64,10 +64,6 @@ class Holdings:
         with self._lock:
             return list(self._ids[key])
 
-    def count(self, key: LeaseKey) -> int:
-        with self._lock:
-            return len(self._ids[key])
-
 
 def renew(scripts: Scripts, queue: QueueConfig, consumer: str, ids: list[str]) -> list[Lost]:
     """Renew ``ids`` in one script call; returns the ones this consumer no longer holds."""

@@ -18,11 +18,6 @@ from collections.abc import Mapping
 
 log = logging.getLogger("jobd.notify")
 
-# What systemd gives the daemon and no handler must inherit (handlers get an allow-list of
-# variables anyway; see handler_env).
-SYSTEMD_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "CREDENTIALS_DIRECTORY",
-                     "JOURNAL_STREAM", "LISTEN_FDS", "LISTEN_PID", "INVOCATION_ID")  # fmt: skip
-
 
 class Notifier:
     def __init__(self, address: str | None, watchdog_usec: int | None = None) -> None:
