@@ -43,7 +43,7 @@ from jobd.config import Config, ConfigError, QueueConfig, load
 from jobd.delayed import Forwarder
 from jobd.duties import Duty, Ticker
 from jobd.embedded import EmbeddedServer
-from jobd.handler import ExitStatus, Handler, SpawnError, State, reap_children
+from jobd.handler import ExitStatus, Handler, SpawnError, State
 from jobd.janitor import Janitor
 from jobd.job import Job
 from jobd.lease import Holdings, Lost, Renewal
@@ -53,6 +53,7 @@ from jobd.reader import Reader, Slots
 from jobd.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
 from jobd.retention import Trimmer
 from jobd.scripts import Scripts
+from jobd.spawner import Spawner, Started
 from jobd.status_duty import StatusReport
 
 log = logging.getLogger("jobd.daemon")
@@ -82,6 +83,9 @@ class Daemon:
         self.by_entry: dict[EntryKey, Handler] = {}
         self.delivered: collections.deque[tuple[QueueConfig, Job]] = collections.deque()
         self.lost: collections.deque[Lost] = collections.deque()
+        self.spawner = Spawner(self.on_started)
+        self.spawning: dict[EntryKey, bool] = {}  # handed to the spawner, not back yet
+        self.started: collections.deque[Started] = collections.deque()
         self.holdings = Holdings()
         self.slots: dict[str, Slots] = {}
         self.readers: dict[str, Reader] = {}
@@ -92,6 +96,7 @@ class Daemon:
         self.scripts = Scripts(self.ticker_client)
         self.ticker = Ticker([])
         self.embedded = EmbeddedServer(config.redis.embedded) if config.redis.embedded else None
+        self.stopping_server = False
         self.ready = False
         self.stopping = False
         self.stop_at = float("inf")  # when handlers still running at shutdown are stopped
@@ -155,6 +160,7 @@ class Daemon:
             serve(self.metrics, self.config.metrics_listen)
         self.metrics.zero(self.config.queues)
         self.recorder.start()
+        self.spawner.start()
         for q in self.config.queues.values():
             self.add_queue(q)
         self.ticker.replace(self.periodic_duties())
@@ -175,12 +181,14 @@ class Daemon:
                 log.exception("internal error in the main loop; going on")
                 time.sleep(0.1)
         # Leases are renewed until every outcome is written: the ticker stops last.
+        self.spawner.stop()
         self.recorder.stop()
         self.recorder.join()
         self.ticker.stop()
         self.ticker.join()
         self.ticker_client.close()
         if self.embedded is not None:
+            self.stopping_server = True
             self.embedded.stop()  # after every handler and every outcome
         log.info("jobd stopped")
         return exitcodes.OK
@@ -191,6 +199,7 @@ class Daemon:
                 self.on_signals()
             elif key.data == "wake":
                 _drain(self._wake_r)
+                self.register_started()
                 self.on_lost()
             else:
                 self.on_handler_io(key)
@@ -220,6 +229,8 @@ class Daemon:
         return (
             self.stopping
             and not self.running
+            and not self.spawning
+            and not self.started
             and not self.delivered
             and not any(r.is_alive() for r in (*self.readers.values(), *self.retired_readers))
         )
@@ -235,19 +246,16 @@ class Daemon:
     # -- events ---------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        for signum in (*STOP_SIGNALS, signal.SIGCHLD, signal.SIGHUP):
+        for signum in (*STOP_SIGNALS, signal.SIGHUP):
             signal.signal(signum, _note_signal)
         signal.set_wakeup_fd(self._signal_w, warn_on_full_buffer=False)
 
     def on_signals(self) -> None:
         for signum in _drain(self._signal_r):
-            if signum == signal.SIGCHLD:
-                self.reap()
-            elif signum in STOP_SIGNALS:
+            if signum in STOP_SIGNALS:
                 self.begin_stop(signal.Signals(signum).name)
             elif signum == signal.SIGHUP:
                 self.reload()
-        self.reap()  # signals coalesce: a pass that saw any signal also looks for exits
 
     def deliver(self, queue: QueueConfig, jobs: list[Job]) -> None:
         """Called by reader threads: queue jobs for the loop and wake it."""
@@ -281,6 +289,9 @@ class Daemon:
                 if handler.state is State.RUNNING:
                     self.stop_handler(handler, time.monotonic())
                 continue
+            if key in self.spawning:
+                self.spawning[key] = True  # stopped as soon as it is registered
+                continue
             for queue, job in [d for d in self.delivered if entry_key(*d) == key]:
                 log.warning("%s lease lost before it started; not starting it", job.tag(queue.name))
                 self.delivered.remove((queue, job))
@@ -290,11 +301,15 @@ class Daemon:
         handler, direction = key.data
         if handler.state is State.EXITED:
             return  # reaped earlier in this pass: its fds are already closed
-        if direction == "in":
+        if direction == "exit":
+            self.finish(handler)
+        elif direction == "in":
             if handler.write_input():
-                self.selector.unregister(key.fd)
+                self.selector.unregister(key.fd)  # before closing: see Handler.write_input
+                handler.close_input()
         elif handler.read_output(key.fd):
             self.selector.unregister(key.fd)
+            handler.close_output(key.fd)
 
     # -- starting and ending handlers -----------------------------------------------------
 
@@ -314,55 +329,74 @@ class Daemon:
                 self.start(current, job)
 
     def start(self, queue: QueueConfig, job: Job) -> None:
-        try:
-            handler = Handler.spawn(job, queue)
-        except Exception as exc:
-            if not isinstance(exc, SpawnError):
-                log.exception("%s cannot start the handler", job.tag(queue.name))
-            decision = policy.decide(queue, job.attempt, None)
-            log.error("%s %s: %s", job.tag(queue.name), exc, describe(decision))
-            self.settle(queue, job, decision, error_text=str(exc).encode())
-            return
-        self.running[handler.pid] = handler
-        self.by_entry[entry_key(queue, job)] = handler
-        for fd in handler.output_fds():
-            self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
-        stdin = handler.input_fd()
-        if stdin is not None:
-            self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
-        self.next_due = min(self.next_due, handler.due)
-        self.metrics.started.labels(queue=queue.name).inc()
-        self.metrics.latency.labels(queue=queue.name).observe(
-            max(0.0, time.time() - job.enqueued_at())
-        )
-        handler.log(logging.DEBUG, "started pid %d", handler.pid)
-        if queue.log_payload:
-            preview = job.stdin_bytes()[: queue.log_payload]
-            handler.log(logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview)
+        """Hand the start to the spawner threads; ``on_started`` brings the handler back."""
+        self.spawning[entry_key(queue, job)] = False  # True once its lease is lost meanwhile
+        self.spawner.submit(queue, job)
 
-    def reap(self) -> None:
-        for handler, wait_status in reap_children(self.running, self.on_other_exit):
-            del self.running[handler.pid]
-            del self.by_entry[entry_key(handler.queue, handler.job)]
-            for fd in (*handler.output_fds(), handler.input_fd()):
-                if fd is not None and fd in self.selector.get_map():
-                    self.selector.unregister(fd)
-            try:
-                status = handler.exited(wait_status)
-            except Exception:
-                handler.log(logging.ERROR, "internal error after exit; releasing it")
-                log.exception("while finishing pid %d", handler.pid)
-                self.settle(handler.queue, handler.job, policy.Decision(policy.Action.RELEASE))
+    def on_started(self, started: Started) -> None:
+        """Called by spawner threads."""
+        self.started.append(started)
+        self._wake()
+
+    def register_started(self) -> None:
+        while self.started:
+            s = self.started.popleft()
+            queue, job, handler = s.queue, s.job, s.handler
+            lost_meanwhile = self.spawning.pop(entry_key(queue, job))
+            if handler is None:
+                if not isinstance(s.error, SpawnError):
+                    log.error("%s cannot start the handler", job.tag(queue.name), exc_info=s.error)
+                decision = policy.decide(queue, job.attempt, None)
+                log.error("%s %s: %s", job.tag(queue.name), s.error, describe(decision))
+                self.settle(queue, job, decision, error_text=str(s.error).encode())
                 continue
-            decision = policy.decide(
-                handler.queue, handler.job.attempt, status,
-                handler.stopped_for_shutdown, handler.lease_lost,
-            )  # fmt: skip
-            took = time.monotonic() - handler.started
-            self.metrics.duration.labels(queue=handler.queue.name).observe(took)
-            level = logging.INFO if decision.action is policy.Action.ACK else logging.WARNING
-            handler.log(level, "%s after %.3fs: %s", status.describe(), took, describe(decision))
-            self.settle(handler.queue, handler.job, decision, status, handler.stderr_tail())
+            self.running[handler.pid] = handler
+            self.by_entry[entry_key(queue, job)] = handler
+            self.selector.register(handler.pidfd, selectors.EVENT_READ, (handler, "exit"))
+            for fd in handler.output_fds():
+                self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
+            stdin = handler.input_fd()
+            if stdin is not None:
+                self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
+            self.next_due = min(self.next_due, handler.due)
+            self.metrics.started.labels(queue=queue.name).inc()
+            self.metrics.latency.labels(queue=queue.name).observe(
+                max(0.0, time.time() - job.enqueued_at())
+            )
+            handler.log(logging.DEBUG, "started pid %d", handler.pid)
+            if queue.log_payload:
+                preview = job.stdin_bytes()[: queue.log_payload]
+                handler.log(
+                    logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview
+                )
+            if lost_meanwhile or self.stop_at <= time.monotonic():
+                handler.lease_lost = lost_meanwhile
+                handler.stopped_for_shutdown = not lost_meanwhile
+                self.stop_handler(handler, time.monotonic())
+
+    def finish(self, handler: Handler) -> None:
+        """The handler's leader exited: reap it, decide, settle."""
+        del self.running[handler.pid]
+        del self.by_entry[entry_key(handler.queue, handler.job)]
+        for fd in (handler.pidfd, *handler.output_fds(), handler.input_fd()):
+            if fd is not None and fd in self.selector.get_map():
+                self.selector.unregister(fd)
+        try:
+            status = handler.exited(handler.reap())
+        except Exception:
+            handler.log(logging.ERROR, "internal error after exit; releasing it")
+            log.exception("while finishing pid %d", handler.pid)
+            self.settle(handler.queue, handler.job, policy.Decision(policy.Action.RELEASE))
+            return
+        decision = policy.decide(
+            handler.queue, handler.job.attempt, status,
+            handler.stopped_for_shutdown, handler.lease_lost,
+        )  # fmt: skip
+        took = time.monotonic() - handler.started
+        self.metrics.duration.labels(queue=handler.queue.name).observe(took)
+        level = logging.INFO if decision.action is policy.Action.ACK else logging.WARNING
+        handler.log(level, "%s after %.3fs: %s", status.describe(), took, describe(decision))
+        self.settle(handler.queue, handler.job, decision, status, handler.stderr_tail())
 
     def settle(
         self,
@@ -415,33 +449,27 @@ class Daemon:
                 waited = True
             time.sleep(0.1)
         self.embedded.start()
+        threading.Thread(target=self.supervise_embedded, name="embedded", daemon=True).start()
 
-    def on_other_exit(self, pid: int, wait_status: int) -> None:
-        """A child that is not a handler ended: the embedded Redis, if anything. Restart it."""
+    def supervise_embedded(self) -> None:
+        """A thread that waits for the embedded Redis and restarts it whenever it dies (only
+        this thread waits for that process; the loop waits for handlers by their pidfds)."""
         server = self.embedded
-        if server is None or server.proc is None or pid != server.pid:
-            return
-        server.proc.returncode = os.waitstatus_to_exitcode(wait_status)
-        if self.stopping and not self.running:
-            return
-        log.error("embedded Redis exited (%s); restarting it", server.proc.returncode)
-        threading.Thread(
-            target=self._restart_embedded, name="embedded-restart", daemon=True
-        ).start()
-
-    def _restart_embedded(self) -> None:
-        assert self.embedded is not None
-        delay = 0.1
+        assert server is not None and server.proc is not None
         while True:
-            try:
-                self.embedded.start()
+            code = server.proc.wait()
+            if self.stopping_server:
                 return
-            except Exception as exc:
-                log.error(
-                    "cannot restart the embedded Redis: %s; trying again in %.1fs", exc, delay
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+            log.error("embedded Redis exited (%s); restarting it", code)
+            delay = 0.1
+            while True:
+                try:
+                    server.start()
+                    break
+                except Exception as exc:
+                    log.error("cannot restart the embedded Redis: %s; again in %.1fs", exc, delay)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 5.0)
 
     # -- deadlines and stopping -----------------------------------------------------------
 

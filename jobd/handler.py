@@ -19,7 +19,6 @@ import pwd
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobd import logs
@@ -130,6 +129,10 @@ class Handler:
         self.pending_input = memoryview(b"")
         self.status: ExitStatus | None = None
         self._outputs = {stdout: self.stdout, stderr: self.stderr}
+        # Readable once the leader has exited. Watching each handler's own pidfd, never
+        # waiting for "any child", leaves every other child alone (the embedded Redis, a
+        # handler another thread is just starting).
+        self.pidfd = os.pidfd_open(pid)
 
     # -- starting -------------------------------------------------------------------------
 
@@ -173,7 +176,8 @@ class Handler:
         if in_w is not None:
             os.set_blocking(in_w, False)
             handler.pending_input = memoryview(payload)
-            handler.write_input()
+            if handler.write_input():
+                handler.close_input()  # not in any selector yet
         return handler
 
     # -- I/O, driven by the daemon's selector ---------------------------------------------
@@ -184,8 +188,14 @@ class Handler:
     def input_fd(self) -> int | None:
         return self.stdin_fd
 
+    # A descriptor is closed only after the caller has taken it out of its selector: closed
+    # first, its number could be reused (by another thread, for another handler) while the
+    # epoll entry of the old file lives on in a child that is just being spawned, and that
+    # entry's events would then be read as the new descriptor's.
+
     def write_input(self) -> bool:
-        """Write what the pipe takes; True once stdin is closed (all written, or reader gone)."""
+        """Write what the pipe takes; True once all is written or the reader is gone (then
+        ``close_input``)."""
         if self.stdin_fd is None:
             return True
         try:
@@ -197,12 +207,15 @@ class Handler:
         except BrokenPipeError:
             pass  # the handler exited or closed stdin without reading: that is its right
         self.pending_input = memoryview(b"")
-        os.close(self.stdin_fd)
-        self.stdin_fd = None
         return True
 
+    def close_input(self) -> None:
+        if self.stdin_fd is not None:
+            os.close(self.stdin_fd)
+            self.stdin_fd = None
+
     def read_output(self, fd: int) -> bool:
-        """Drain ``fd`` for now; True at end of file (the fd is then closed)."""
+        """Drain ``fd`` for now; True at end of file (then ``close_output``)."""
         sink = self._outputs[fd]
         while True:
             try:
@@ -210,11 +223,10 @@ class Handler:
             except BlockingIOError:
                 return False
             if not data:
-                self._close_output(fd)
                 return True
             sink.feed(data)
 
-    def _close_output(self, fd: int) -> None:
+    def close_output(self, fd: int) -> None:
         self._outputs.pop(fd).close()
         os.close(fd)
 
@@ -238,17 +250,25 @@ class Handler:
         except PermissionError as exc:  # a member changed its uid: nothing more we can do
             self.log(logging.WARNING, "cannot signal process group %d: %s", self.pid, exc)
 
+    def reap(self) -> int:
+        """The leader exited (its pidfd is readable): end what is left of its group, then
+        collect its wait status. While the leader is a zombie its pid, which is the group id,
+        cannot be reused, so SIGKILL to the group reaches only this handler's descendants."""
+        self.kill()
+        _, wait_status = os.waitpid(self.pid, 0)
+        os.close(self.pidfd)
+        return wait_status
+
     def exited(self, wait_status: int) -> ExitStatus:
-        """The leader was reaped: drain the pipes, close everything."""
+        """The leader was reaped: drain the pipes, close everything (the caller has taken
+        every descriptor out of its selector)."""
         self.state = State.EXITED
         code = os.waitstatus_to_exitcode(wait_status)
-        if self.stdin_fd is not None:
-            os.close(self.stdin_fd)
-            self.stdin_fd = None
+        self.close_input()
         for fd in self.output_fds():
             # What the group wrote before it ended; a setsid escapee cannot keep us waiting.
-            if not self.read_output(fd):
-                self._close_output(fd)
+            self.read_output(fd)
+            self.close_output(fd)
         self.status = ExitStatus(
             code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
@@ -308,33 +328,3 @@ def identity(queue: QueueConfig) -> dict[str, object]:
         args["extra_groups"] = []
     args["group"] = gid
     return args
-
-
-def reap_children(
-    on_exit: dict[int, Handler], on_other: Callable[[int, int], None] | None = None
-) -> list[tuple[Handler, int]]:
-    """Reap every exited child; kill each handler's leftover group before its pid is freed.
-
-    The leader is first observed with WNOWAIT: while it is a zombie its pid (= the group id)
-    cannot be reused, so SIGKILL to the group reaches only that handler's descendants. A child
-    that is not a handler (the embedded Redis) goes to ``on_other`` with its wait status.
-    """
-    reaped: list[tuple[Handler, int]] = []
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return reaped
-        if info is None or info.si_pid == 0:
-            return reaped
-        handler = on_exit.get(info.si_pid)
-        if handler is not None:
-            handler.kill()
-        try:
-            _, status = os.waitpid(info.si_pid, 0)
-        except ChildProcessError:
-            continue
-        if handler is not None:
-            reaped.append((handler, status))
-        elif on_other is not None:
-            on_other(info.si_pid, status)
