@@ -3,13 +3,15 @@
 The loop, as an algorithm:
 
     until stopped and every handler has ended:
-        wait for an event: a signal, jobs delivered by a reader, handler output or input room
+        wait for an event: a signal, jobs delivered by a reader, handlers started by the
+            spawner, a handler's exit (its pidfd), its output, or room in its stdin pipe
         reap the handlers that exited; decide each outcome and pass it to the recorder
         stop the handlers past their timeout (SIGTERM, then SIGKILL after kill_grace)
-        start a handler for each job delivered
+        hand each job delivered to the spawner
         tell systemd the loop is alive (watchdog)
 
-Redis stays off this loop: reader threads fetch jobs (``reader``), a recorder thread writes
+Redis stays off this loop: reader threads fetch jobs (``reader``), spawner threads start
+handlers (``spawner``: a vfork-based spawn waits for the child's exec), a recorder thread writes
 outcomes (``recorder``), a ticker thread renews leases and runs the other periodic duties
 (``duties``). Signals only leave a byte in a pipe; the loop acts on them.
 
