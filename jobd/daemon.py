@@ -155,7 +155,11 @@ class Daemon:
         os.chdir(os.path.dirname(self.config.path))
         self.install_signal_handlers()
         if self.embedded is not None:
-            self.start_embedded()
+            try:
+                self.start_embedded()
+            except RuntimeError as exc:  # no server binary, or it will not start: see its log
+                log.error("cannot start the embedded Redis: %s", exc)
+                return exitcodes.UNAVAILABLE
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         if self.config.metrics_listen:

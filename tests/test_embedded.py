@@ -112,3 +112,13 @@ def test_state_directory_from_systemd(tmp_path: Path) -> None:
         "validate", str(config), env={"STATE_DIRECTORY": f"{state}:/other"}
     ).stdout.decode()
     assert f"state in {state}" in out
+
+
+def test_no_server_binary_is_a_clear_error(tmp_path: Path) -> None:
+    config = embedded_config(tmp_path)
+    env = {"JOBD_REDIS_SERVER": "no-such-redis-server-binary"}
+    for args in (("run", str(config)), ("enqueue", "-c", str(config), "q", "x")):
+        result = jobd_cli(*args, env=env)
+        assert result.returncode == 69, result.stderr
+        assert b"no redis-server or valkey-server" in result.stderr
+        assert b"Traceback" not in result.stderr
