@@ -8,6 +8,7 @@ problem found, each with its line and column.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -305,8 +306,8 @@ def build_queue(
     env = dict(base_env)
     run_as_user = q.get("run_as", {}).get("user")
     if run_as_user:  # the handler's own identity, not the daemon's (root's)
-        account = pwd.getpwnam(run_as_user) if _user_exists(run_as_user) else None
-        if account is not None:
+        with contextlib.suppress(KeyError):  # an unknown user is reported by validation
+            account = pwd.getpwnam(run_as_user)
             env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
     env.update({k: _env_str(v) for k, v in q.get("env", {}).items()})
     process_limits = Limits(
@@ -357,14 +358,6 @@ def build_queue(
         log_payload=q["log_payload"],
         keys=queue_keys,
     )
-
-
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
 
 
 def _env_str(value: str | int | float | bool) -> str:

@@ -215,20 +215,14 @@ def _privilege_problems(q: QueueConfig, at: Located) -> list[Problem]:
         problems.append(
             at.problem(("run_as",), "switching user or group needs jobd to run as root")
         )
-    if q.run_as_user:
+    for kind, name, lookup in (("user", q.run_as_user, pwd.getpwnam),
+                               ("group", q.run_as_group, grp.getgrnam)):  # fmt: skip
+        if name is None:
+            continue
         try:
-            pwd.getpwnam(q.run_as_user)
+            lookup(name)
         except KeyError:
-            problems.append(
-                at.problem(("run_as", "user"), f"no user {q.run_as_user!r} on this host")
-            )
-    if q.run_as_group:
-        try:
-            grp.getgrnam(q.run_as_group)
-        except KeyError:
-            problems.append(
-                at.problem(("run_as", "group"), f"no group {q.run_as_group!r} on this host")
-            )
+            problems.append(at.problem(("run_as", kind), f"no {kind} {name!r} on this host"))
     if q.limits.prlimit_args() and shutil.which("prlimit") is None:
         problems.append(at.problem(("limits",), "limits need prlimit(1) (util-linux) on PATH"))
     return problems
