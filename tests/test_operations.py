@@ -372,3 +372,23 @@ def test_json_logs_and_rate_limited_output(
     output = [x for x in job_lines if "stdout: line" in x["message"]]
     assert 1000 <= len(output) < 8000, "handler output is rate-limited"
     assert any("not logged" in x["message"] for x in records)
+
+
+def test_status_watch_refreshes_until_interrupted(r: redis.Redis, write_config) -> None:
+    config = write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobd", "status", "-c", str(config), "--watch", "0.1"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        seen = b""
+        while seen.count(b"jobd status on") < 3:
+            seen += proc.stdout.read1(65536)  # type: ignore[union-attr]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        assert seen.count(b"\x1b[2J") >= 3, "the screen is cleared before each refresh"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
