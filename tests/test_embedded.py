@@ -122,3 +122,21 @@ def test_no_server_binary_is_a_clear_error(tmp_path: Path) -> None:
         assert result.returncode == 69, result.stderr
         assert b"no redis-server or valkey-server" in result.stderr
         assert b"Traceback" not in result.stderr
+
+
+def test_a_server_orphaned_by_a_killed_daemon_is_replaced(tmp_path: Path, daemon: Daemon) -> None:
+    config = embedded_config(tmp_path, "redis: {embedded: {dir: state, appendfsync: always}}\n")
+    state = tmp_path / "state"
+    first = daemon(config)
+    [orphan] = servers_on(state / "redis.sock")
+    first.proc.kill()  # the daemon alone: its server, in its own process group, lives on
+    first.proc.wait()
+    client = redis.Redis(unix_socket_path=str(state / "redis.sock"))
+    client.xadd("jobd:q", {"payload": "kept"})
+    second = daemon(config)
+    second.wait_log("an embedded Redis from an earlier run still answers")
+    wait_until(lambda: not orphan.is_running() or orphan.status() == psutil.STATUS_ZOMBIE)
+    [server] = servers_on(state / "redis.sock")
+    assert server.pid != orphan.pid and server.ppid() == second.proc.pid
+    wait_until(lambda: ran(tmp_path) == ["kept"], what="the job written to the orphan, run")
+    client.close()
