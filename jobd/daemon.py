@@ -164,7 +164,8 @@ class Daemon:
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         if self.config.metrics_listen:
             serve(self.metrics, self.config.metrics_listen)
-        self.metrics.zero(self.config.queues)
+        for name in self.config.queues:
+            self.metrics.of(name)
         self.recorder.start()
         self.spawner.start()
         for q in self.config.queues.values():
@@ -285,7 +286,7 @@ class Daemon:
             to = f"consumer {lost.owner}" if lost.owner else "nobody (acked elsewhere, or trimmed)"
             handler = self.by_entry.get(key)
             if handler is not None:
-                self.metrics.leases_lost.labels(queue=handler.queue.name).inc()
+                self.metrics.of(handler.queue.name).leases_lost.inc()
                 handler.log(
                     logging.WARNING,
                     "lease lost: the entry now belongs to %s; stopping the handler",
@@ -365,10 +366,9 @@ class Daemon:
             if stdin is not None:
                 self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
             self.next_due = min(self.next_due, handler.due)
-            self.metrics.started.labels(queue=queue.name).inc()
-            self.metrics.latency.labels(queue=queue.name).observe(
-                max(0.0, time.time() - job.enqueued_at())
-            )
+            series = self.metrics.of(queue.name)
+            series.started.inc()
+            series.latency.observe(max(0.0, time.time() - job.enqueued_at()))
             handler.log(logging.DEBUG, "started pid %d", handler.pid)
             if queue.log_payload:
                 preview = job.stdin_bytes()[: queue.log_payload]
@@ -399,7 +399,7 @@ class Daemon:
             handler.stopped_for_shutdown, handler.lease_lost,
         )  # fmt: skip
         took = time.monotonic() - handler.started
-        self.metrics.duration.labels(queue=handler.queue.name).observe(took)
+        self.metrics.of(handler.queue.name).duration.observe(took)
         level = logging.INFO if decision.action is policy.Action.ACK else logging.WARNING
         handler.log(level, "%s after %.3fs: %s", status.describe(), took, describe(decision))
         self.settle(handler.queue, handler.job, decision, status, handler.stderr_tail())
@@ -417,11 +417,11 @@ class Daemon:
         outcome = Outcome(ACK, queue, job.message_id, job.job_id)
         action = decision.action
         if action is policy.Action.ACK:
-            self.metrics.succeeded.labels(queue=queue.name).inc()
+            self.metrics.of(queue.name).succeeded.inc()
         elif action is policy.Action.HAND_BACK:
             outcome = replace(outcome, kind=HAND_BACK)
         elif action is policy.Action.RETRY:
-            self.metrics.retried.labels(queue=queue.name).inc()
+            self.metrics.of(queue.name).retried.inc()
             due_ms = int((time.time() + decision.delay) * 1000)
             outcome = replace(
                 outcome, kind=RETRY, retry_fields=job.next_attempt_fields(), due_ms=due_ms
@@ -562,7 +562,8 @@ class Daemon:
                 self.retire_reader(name)
                 self.add_queue(q)
         self.ticker.replace(self.periodic_duties())
-        self.metrics.zero(new.queues)
+        for name in new.queues:
+            self.metrics.of(name)
         self.notifier.ready(self.status_line())
         log.info("reload done: %s", ", ".join(new.queues))
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -19,6 +21,20 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 STUCK_AFTER = 10.0
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
+
+
+@dataclass(frozen=True)
+class QueueMetrics:
+    """One queue's series, looked up once: ``labels()`` takes a lock and a dict lookup, and
+    these are touched for every job."""
+
+    started: Any
+    succeeded: Any
+    retried: Any
+    reclaimed: Any
+    leases_lost: Any
+    duration: Any
+    latency: Any
 
 
 class Metrics:
@@ -80,6 +96,18 @@ class Metrics:
             "jobd_queue_dead_lettered", "Records on the dead-letter stream.", ["queue"], registry=r
         )
         self.heartbeat = time.monotonic()
+        self._queues: dict[str, QueueMetrics] = {}
+
+    def of(self, queue: str) -> QueueMetrics:
+        """The queue's series (created at 0, so rates work from the first scrape)."""
+        found = self._queues.get(queue)
+        if found is None:
+            found = self._queues[queue] = QueueMetrics(
+                *(m.labels(queue=queue) for m in (self.started, self.succeeded, self.retried,
+                                                   self.reclaimed, self.leases_lost,
+                                                   self.duration, self.latency))
+            )  # fmt: skip
+        return found
 
     def queue_state(self, queue: str, report: dict) -> None:
         """The cluster-wide state of a queue, as ``status.queue_status`` read it."""
@@ -99,18 +127,6 @@ class Metrics:
 
     def healthy(self) -> bool:
         return time.monotonic() - self.heartbeat < STUCK_AFTER
-
-    def zero(self, queues: Iterable[str]) -> None:
-        """Create each queue's series at 0, so rates work from the first scrape."""
-        for q in queues:
-            for counter in (
-                self.started,
-                self.succeeded,
-                self.retried,
-                self.reclaimed,
-                self.leases_lost,
-            ):
-                counter.labels(queue=q)
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -192,7 +192,7 @@ class Reader(threading.Thread):
                 if deliveries > q.max_deliveries:
                     self.dead_letter_poison(job, deliveries)
                 else:
-                    self.metrics.reclaimed.labels(queue=q.name).inc()
+                    self.metrics.of(q.name).reclaimed.inc()
                     log.warning(
                         "queue=%s job=%s lease lapsed; taken over (delivery %d)",
                         q.name,
