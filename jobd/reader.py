@@ -25,8 +25,6 @@ from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.reader")
 
-BACKOFF_START = 0.1
-BACKOFF_MAX = 5.0
 RECLAIM_EVERY = 1.0  # seconds between reclaim passes at most (a quarter of reclaim_after if less)
 
 
@@ -99,7 +97,7 @@ class Reader(threading.Thread):
         self.reclaim_every = min(RECLAIM_EVERY, queue.lease.reclaim_after / 4)
         self.next_reclaim = 0.0
         self._group_ok = False
-        self._outage: str | None = None
+        self.outage = redisconn.Outage(log, f"queue={queue.name} ")
 
     def stop(self) -> None:
         self.stopping.set()
@@ -112,20 +110,16 @@ class Reader(threading.Thread):
             self.deliver(self.queue, [])  # wakes the main loop, which waits for readers to end
 
     def _loop(self) -> None:
-        backoff = BACKOFF_START
         while not self.stopping.is_set():
             try:
                 self.read_once()
-                backoff = BACKOFF_START
-                self._mark_up()
+                self.outage.up()
             except redisconn.UNAVAILABLE as exc:
-                self._mark_down(exc)
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
+                self.stopping.wait(self.outage.down(exc, "retrying"))
             except redis.ResponseError as exc:
                 if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
                     log.error("queue=%s read failed: %s", self.queue.name, exc)
-                    self.stopping.wait(BACKOFF_MAX)
+                    self.stopping.wait(redisconn.BACKOFF_MAX)
                 else:
                     log.warning("queue=%s group or stream vanished; recreating it", self.queue.name)
                 self._group_ok = False
@@ -134,7 +128,7 @@ class Reader(threading.Thread):
                 self.stopping.wait(60)
             except Exception:
                 log.exception("queue=%s reader failed; going on", self.queue.name)
-                self.stopping.wait(BACKOFF_MAX)
+                self.stopping.wait(redisconn.BACKOFF_MAX)
 
     def read_once(self) -> None:
         if not self._group_ok:
@@ -231,17 +225,6 @@ class Reader(threading.Thread):
         if jobs:
             self.holdings.add(lease.key(self.queue), [job.message_id for job in jobs])
             self.deliver(self.queue, jobs)
-
-    def _mark_down(self, exc: BaseException) -> None:
-        state = f"{type(exc).__name__}: {exc}"
-        if self._outage is None:
-            log.warning("queue=%s Redis unreachable (%s); retrying", self.queue.name, state)
-        self._outage = state
-
-    def _mark_up(self) -> None:
-        if self._outage is not None:
-            log.info("queue=%s Redis reachable again", self.queue.name)
-            self._outage = None
 
 
 class UnsupportedServer(Exception):

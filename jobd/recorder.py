@@ -29,8 +29,6 @@ ACK = "ack"
 HAND_BACK = "back"  # make the entry look idle for decades, so any consumer takes it now
 RETRY = "retry"  # into the delayed set, and ack
 DEAD_LETTER = "dead"  # a dead-letter record, and ack
-BACKOFF_START = 0.1
-BACKOFF_MAX = 5.0
 STOP_PATIENCE = 10.0  # at exit, how long to keep trying an unreachable Redis
 _EMPTY = object()
 
@@ -54,7 +52,7 @@ class Recorder(threading.Thread):
         self.consumer = consumer
         self.holdings = holdings
         self.inbox: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
-        self._outage = False
+        self.outage = redisconn.Outage(log)
         self._stop_deadline: float | None = None
 
     def record(self, outcome: Outcome) -> None:
@@ -67,26 +65,23 @@ class Recorder(threading.Thread):
     def run(self) -> None:
         backlog: list[Outcome] = []
         stopping = False
-        backoff = BACKOFF_START
         while True:
             stopping |= self._collect(backlog, wait=not backlog)
             if backlog:
                 try:
                     self.write(backlog)
                 except redisconn.UNAVAILABLE as exc:
-                    self._mark_down(exc, len(backlog))
+                    delay = self.outage.down(exc, f"{len(backlog)} outcome(s) kept to record later")
                     if stopping and self._give_up(backlog):
                         break
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    time.sleep(delay)
                     continue
                 except Exception:
                     log.exception("cannot record %d outcome(s): left pending", len(backlog))
                     for o in backlog:  # no longer renewed: another consumer will take them over
                         self.holdings.discard(lease.key(o.queue), [o.message_id])
-                self._mark_up()
+                self.outage.up("; kept outcomes recorded")
                 backlog.clear()
-                backoff = BACKOFF_START
             if stopping:
                 break
         self.client.close()
@@ -171,16 +166,6 @@ class Recorder(threading.Thread):
             len(backlog),
         )
         return True
-
-    def _mark_down(self, exc: BaseException, kept: int) -> None:
-        if not self._outage:
-            log.warning("Redis unreachable (%s); %d outcome(s) kept to record later", exc, kept)
-            self._outage = True
-
-    def _mark_up(self) -> None:
-        if self._outage:
-            log.info("Redis reachable again; kept outcomes recorded")
-            self._outage = False
 
 
 def _not_held(outcomes: list[Outcome], reply: object) -> list[tuple[str, str]]:

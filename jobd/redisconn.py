@@ -8,6 +8,8 @@ it, and never lets the client re-send by itself: each caller decides what is saf
 
 from __future__ import annotations
 
+import logging
+
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -20,6 +22,33 @@ CONNECT_TIMEOUT = 5.0
 
 # What a caller treats as "Redis is away for now": retry later, never a job's failure.
 UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
+BACKOFF_START = 0.1
+BACKOFF_MAX = 5.0
+
+
+class Outage:
+    """A thread's view of Redis being away: logged once when it goes and once when it is
+    back (not once per retry), with the capped exponential wait between retries."""
+
+    def __init__(self, logger: logging.Logger, prefix: str = "") -> None:
+        self.log, self.prefix = logger, prefix
+        self.active = False
+        self.backoff = BACKOFF_START
+
+    def down(self, exc: BaseException, note: str) -> float:
+        """Redis failed a call; returns how long to wait before the next try."""
+        if not self.active:
+            self.log.warning("%sRedis unreachable (%s); %s", self.prefix, exc, note)
+            self.active = True
+        delay, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX)
+        return delay
+
+    def up(self, note: str = "") -> None:
+        """A call succeeded."""
+        if self.active:
+            self.log.info("%sRedis reachable again%s", self.prefix, note)
+            self.active = False
+        self.backoff = BACKOFF_START
 
 
 def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
