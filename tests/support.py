@@ -177,3 +177,22 @@ def kill_with_handlers(d: DaemonProcess) -> None:
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
+
+
+def jobd_cli(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """`python -m jobd ARGS`, as a user runs it; ``env`` is added to this environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "jobd", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def queue_config(command: str, **settings: object) -> str:
+    """A config text with one queue `q` (the `{redis}` placeholder is the test server)."""
+    lines = [f"    command: {command}"] + [f"    {k}: {v}" for k, v in settings.items()]
+    return "redis: {url: '{redis}'}\nqueues:\n  q:\n" + "\n".join(lines) + "\n"

@@ -13,23 +13,14 @@ import jsonschema
 import pytest
 import redis
 import yaml
+from support import jobd_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def jobd(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "jobd", *args],
-        input=stdin,
-        capture_output=True,
-        timeout=60,
-        env=env,
-    )
-
-
 def test_validate_valid_config_prints_one_summary_line(write_config: Callable[..., Path]) -> None:
     path = write_config("redis: {url: '{redis}'}\nqueues:\n  a: {command: [/bin/true]}\n")
-    result = jobd("validate", str(path))
+    result = jobd_cli("validate", str(path))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.decode().splitlines()
     assert len(lines) == 1 and " OK: 1 queue(s) (a) on redis://127.0.0.1:" in lines[0]
@@ -37,18 +28,15 @@ def test_validate_valid_config_prints_one_summary_line(write_config: Callable[..
 
 def test_validate_accepts_c_and_jobd_config(write_config: Callable[..., Path]) -> None:
     path = write_config("queues:\n  a: {command: [/bin/true]}\n")
-    assert jobd("validate", "-c", str(path)).returncode == 0
-    import os
-
-    env = {**os.environ, "JOBD_CONFIG": str(path)}
-    assert jobd("validate", env=env).returncode == 0
+    assert jobd_cli("validate", "-c", str(path)).returncode == 0
+    assert jobd_cli("validate", env={"JOBD_CONFIG": str(path)}).returncode == 0
 
 
 def test_validate_invalid_exits_78_with_every_problem(write_config: Callable[..., Path]) -> None:
     path = write_config(
         "queues:\n  a:\n    command: [/bin/true]\n    concurency: 0\n    timeout: x\n"
     )
-    result = jobd("validate", str(path))
+    result = jobd_cli("validate", str(path))
     assert result.returncode == 78
     lines = result.stdout.decode().splitlines()
     assert lines == [
@@ -60,7 +48,7 @@ def test_validate_invalid_exits_78_with_every_problem(write_config: Callable[...
 
 def test_validate_json_format(write_config: Callable[..., Path]) -> None:
     path = write_config("queues:\n  a:\n    command: [/bin/true]\n    concurrency: 0\n")
-    result = jobd("validate", str(path), "--format", "json")
+    result = jobd_cli("validate", str(path), "--format", "json")
     assert result.returncode == 78
     body = json.loads(result.stdout)
     assert body["valid"] is False
@@ -73,7 +61,7 @@ def test_validate_json_format(write_config: Callable[..., Path]) -> None:
         }
     ]
     good = write_config("queues:\n  a: {command: [/bin/true]}\n", name="good.yaml")
-    body = json.loads(jobd("validate", str(good), "--format", "json").stdout)
+    body = json.loads(jobd_cli("validate", str(good), "--format", "json").stdout)
     assert body["valid"] is True and body["queues"] == {"a": {"stream": "jobd:a", "group": "jobd"}}
 
 
@@ -88,7 +76,7 @@ def test_validate_bad_files_one_line_no_traceback(tmp_path: Path, kind: str) -> 
         path.write_text("- a\n")
     elif kind == "binary":
         path.write_bytes(bytes(range(256)))
-    result = jobd("validate", str(path))
+    result = jobd_cli("validate", str(path))
     assert result.returncode == 78
     out = result.stdout.decode().splitlines()
     assert len(out) == 1 and out[0].startswith(f"{path}") and ": error: " in out[0]
@@ -96,20 +84,20 @@ def test_validate_bad_files_one_line_no_traceback(tmp_path: Path, kind: str) -> 
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
-    assert jobd("validate", "--bogus").returncode == 2
-    assert jobd().returncode == 2
-    assert jobd("validate", "a.yaml", "-c", "b.yaml").returncode == 2
+    assert jobd_cli("validate", "--bogus").returncode == 2
+    assert jobd_cli().returncode == 2
+    assert jobd_cli("validate", "a.yaml", "-c", "b.yaml").returncode == 2
 
 
 def test_run_refuses_an_invalid_config_with_78(write_config: Callable[..., Path]) -> None:
     path = write_config("queues:\n  a: {command: [/bin/true], concurrency: 0}\n")
-    result = jobd("run", str(path))
+    result = jobd_cli("run", str(path))
     assert result.returncode == 78
     assert b"queues.a.concurrency: 0 is less than the minimum of 1" in result.stderr
 
 
 def test_schema_is_draft_2020_12_and_accepts_the_examples() -> None:
-    result = jobd("schema")
+    result = jobd_cli("schema")
     assert result.returncode == 0
     schema = json.loads(result.stdout)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
@@ -119,7 +107,7 @@ def test_schema_is_draft_2020_12_and_accepts_the_examples() -> None:
 
 
 def test_example_config_validates() -> None:
-    result = jobd("validate", str(ROOT / "config" / "example.yaml"))
+    result = jobd_cli("validate", str(ROOT / "config" / "example.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -134,12 +122,12 @@ def test_enqueue_from_argument_file_and_stdin(
     write_config: Callable[..., Path], r: redis.Redis, tmp_path: Path
 ) -> None:
     path = write_config("redis: {url: '{redis}'}\nqueues:\n  a: {command: [/bin/true]}\n")
-    first = jobd("enqueue", "-c", str(path), "a", "héllo")
+    first = jobd_cli("enqueue", "-c", str(path), "a", "héllo")
     assert first.returncode == 0, first.stderr
     payload_file = tmp_path / "payload.bin"
     payload_file.write_bytes(b"\x00\xffbinary")
-    second = jobd("enqueue", "-c", str(path), "a", "--payload-file", str(payload_file))
-    third = jobd("enqueue", "-c", str(path), "a", "--job-id", "order-42", stdin=b"from stdin\n")
+    second = jobd_cli("enqueue", "-c", str(path), "a", "--payload-file", str(payload_file))
+    third = jobd_cli("enqueue", "-c", str(path), "a", "--job-id", "order-42", stdin=b"from stdin\n")
     assert third.stdout == b"order-42\n"
     entries = r.xrange("jobd:a")
     assert [e[0].decode() for e in entries[:2]] == [
@@ -157,8 +145,8 @@ def test_enqueue_unknown_queue_and_unreachable_redis(write_config: Callable[...,
     path = write_config(
         "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues:\n  a: {command: [/bin/true]}\n"
     )
-    unknown = jobd("enqueue", "-c", str(path), "b", "x")
+    unknown = jobd_cli("enqueue", "-c", str(path), "b", "x")
     assert unknown.returncode == 2 and b"no queue 'b'" in unknown.stderr
-    down = jobd("enqueue", "-c", str(path), "a", "x")
+    down = jobd_cli("enqueue", "-c", str(path), "a", "x")
     assert down.returncode == 69 and b"cannot reach Redis" in down.stderr
     assert b"Traceback" not in down.stderr

@@ -12,14 +12,17 @@ from pathlib import Path
 import orjson
 import psutil
 import redis
-from support import DaemonProcess, acked_all, group_info, pending_count, wait_group, wait_until
+from support import (
+    DaemonProcess,
+    acked_all,
+    group_info,
+    pending_count,
+    queue_config,
+    wait_group,
+    wait_until,
+)
 
 Daemon = Callable[..., DaemonProcess]
-
-
-def queue_config(command: str, **extra: object) -> str:
-    lines = [f"    command: {command}"] + [f"    {k}: {v}" for k, v in extra.items()]
-    return "redis: {url: '{redis}'}\nqueues:\n  q:\n" + "\n".join(lines) + "\n"
 
 
 def test_300_binary_and_non_ascii_jobs_run_exactly_once_with_exact_bytes(

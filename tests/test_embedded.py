@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import redis
-from support import DaemonProcess, find_redis_server, wait_until
+from support import DaemonProcess, find_redis_server, jobd_cli, wait_until
 
 Daemon = Callable[..., DaemonProcess]
-
-
-def jobd_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobd", *args], capture_output=True, timeout=60,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
 
 
 def servers_on(socket_path: Path) -> list[psutil.Process]:

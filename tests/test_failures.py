@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import random
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
@@ -19,6 +18,7 @@ from support import (
     DaemonProcess,
     acked_all,
     group_info,
+    jobd_cli,
     kill_with_handlers,
     pending_count,
     wait_group,
@@ -31,10 +31,6 @@ from jobd.handler import ExitStatus
 from jobd.scripts import Scripts
 
 Daemon = Callable[..., DaemonProcess]
-
-
-def jobd_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "jobd", *args], capture_output=True, timeout=60)
 
 
 # -- the policy itself ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from support import (
     acked_all,
     kill_with_handlers,
     pending_count,
+    queue_config,
     wait_group,
     wait_until,
 )
@@ -27,11 +28,6 @@ from jobd.lease import Holdings, Renewal
 from jobd.scripts import Scripts
 
 Daemon = Callable[..., DaemonProcess]
-
-
-def config_text(command: str, **queue: object) -> str:
-    lines = [f"    command: {command}"] + [f"    {k}: {v}" for k, v in queue.items()]
-    return "redis: {url: '{redis}'}\nqueues:\n  q:\n" + "\n".join(lines) + "\n"
 
 
 def starts(path: Path) -> Counter[str]:
@@ -129,7 +125,7 @@ def test_long_jobs_run_once_under_short_leases(
 ) -> None:
     long_job(script, tmp_path, 6)
     config = write_config(
-        config_text("[./long.sh]", concurrency=2, lease="{renew_every: 500ms, reclaim_after: 2s}")
+        queue_config("[./long.sh]", concurrency=2, lease="{renew_every: 500ms, reclaim_after: 2s}")
     )
     daemon(config), daemon(config)
     ids = [r.xadd("jobd:q", {"payload": str(i)}).decode() for i in range(4)]
@@ -153,7 +149,7 @@ def test_a_killed_daemons_job_is_taken_over_within_reclaim_after(
         [ -e {tmp_path}/second ] || sleep 300
         """,
     )
-    config = write_config(config_text("[./h.sh]", lease="{renew_every: 500ms, reclaim_after: 2s}"))
+    config = write_config(queue_config("[./h.sh]", lease="{renew_every: 500ms, reclaim_after: 2s}"))
     first = daemon(config)
     mid = r.xadd("jobd:q", {"payload": "x"}).decode()
     wait_until(lambda: starts(tmp_path / "starts")[mid] == 1)
@@ -174,7 +170,7 @@ def test_a_stalled_daemon_loses_its_lease_and_stops_its_stale_handler(
 ) -> None:
     long_job(script, tmp_path, 6)
     config = write_config(
-        config_text("[./long.sh]", lease="{renew_every: 300ms, reclaim_after: 1s}")
+        queue_config("[./long.sh]", lease="{renew_every: 300ms, reclaim_after: 1s}")
     )
     stalled = daemon(config)
     mid = r.xadd("jobd:q", {"payload": "x"}).decode()
@@ -202,7 +198,7 @@ def test_crash_loop_loses_nothing(
 ) -> None:
     script("h.sh", f"#!/bin/sh\nsleep 0.01\necho $JOBD_MESSAGE_ID >> {tmp_path}/done\n")
     config = write_config(
-        config_text("[./h.sh]", concurrency=8, lease="{renew_every: 300ms, reclaim_after: 1s}")
+        queue_config("[./h.sh]", concurrency=8, lease="{renew_every: 300ms, reclaim_after: 1s}")
     )
     pipe = r.pipeline(transaction=False)
     for i in range(2000):
@@ -235,7 +231,7 @@ def test_graceful_stop_hands_jobs_to_another_daemon_at_once(
 ) -> None:
     script("h.sh", f'#!/bin/sh\necho "$JOBD_MESSAGE_ID $$" >> {tmp_path}/starts\nexec sleep 300\n')
     config = write_config(
-        config_text(
+        queue_config(
             "[./h.sh]",
             concurrency=2,
             kill_grace="1s",
@@ -263,7 +259,7 @@ def test_poison_entry_is_dead_lettered_without_running(
 ) -> None:
     script("h.sh", f"#!/bin/sh\ntouch {tmp_path}/ran\n")
     config = write_config(
-        config_text(
+        queue_config(
             "[./h.sh]", max_deliveries=3, lease="{renew_every: 100ms, reclaim_after: 300ms}"
         )
     )
@@ -291,7 +287,7 @@ def test_trimmed_entry_stops_its_handler_and_nothing_wedges(
         f'#!/bin/sh\necho "$(cat) $$" >> {tmp_path}/starts\n[ "$(cat {tmp_path}/starts | wc -l)" -gt 1 ] || exec sleep 300\n',
     )
     d = daemon(
-        write_config(config_text("[./h.sh]", lease="{renew_every: 200ms, reclaim_after: 1s}"))
+        write_config(queue_config("[./h.sh]", lease="{renew_every: 200ms, reclaim_after: 1s}"))
     )
     mid = r.xadd("jobd:q", {"payload": "first"})
     wait_until(lambda: (tmp_path / "starts").exists())
@@ -316,7 +312,7 @@ def test_consumers_holding_entries_are_never_removed(
     # busy with "long" before the ghost takes its entry, so nothing reclaims that entry until
     # the gate opens.
     d = daemon(
-        write_config(config_text("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}"))
+        write_config(queue_config("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}"))
     )
     r.xadd("jobd:q", {"payload": "long"})
     wait_until(lambda: (tmp_path / "ran").exists(), what="the long job running")
@@ -371,7 +367,7 @@ def test_reclaimed_entries_run_before_new_ones(
         what="the orphan's lease to lapse",
     )
     daemon(
-        write_config(config_text("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}"))
+        write_config(queue_config("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}"))
     )
     wait_until(lambda: acked_all(r, "jobd:q", 4) and pending_count(r, "jobd:q") == 0)
     assert (tmp_path / "ran").read_text().split() == ["orphan", "new-0", "new-1", "new-2"]

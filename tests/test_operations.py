@@ -17,14 +17,18 @@ from pathlib import Path
 import orjson
 import pytest
 import redis
-from support import DaemonProcess, acked_all, free_port, pending_count, wait_group, wait_until
+from support import (
+    DaemonProcess,
+    acked_all,
+    free_port,
+    jobd_cli,
+    pending_count,
+    wait_group,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 Daemon = Callable[..., DaemonProcess]
-
-
-def jobd_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "jobd", *args], capture_output=True, timeout=60)
 
 
 # -- systemd -------------------------------------------------------------------------------------

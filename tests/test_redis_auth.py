@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from support import (
     acked_all,
     find_redis_server,
     free_port,
+    jobd_cli,
     pending_count,
     wait_until,
 )
@@ -23,12 +23,6 @@ from jobd import redisconn
 
 Daemon = Callable[..., DaemonProcess]
 PASSWORD = "s3cret-Pa55word"
-
-
-def jobd_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobd", *args], capture_output=True, timeout=60, env=env
-    )
 
 
 @pytest.fixture
