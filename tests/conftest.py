@@ -58,12 +58,12 @@ def script(tmp_path: Path) -> Callable[[str, str], Path]:
 
 
 @pytest.fixture
-def daemon(r: redis.Redis) -> Iterator[Callable[..., DaemonProcess]]:
+def daemon(r: redis.Redis, tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
     """Start daemons; every one still running at the end of the test is killed."""
     started: list[DaemonProcess] = []
 
     def start(config: Path, env: dict[str, str] | None = None, ready: bool = True) -> DaemonProcess:
-        d = DaemonProcess(config, env)
+        d = DaemonProcess(config, tmp_path, env)
         started.append(d)
         if ready:
             d.wait_ready()

@@ -90,11 +90,11 @@ def _pings(client: redis.Redis) -> bool:
 
 
 class DaemonProcess:
-    """A real `python -m jobd run CONFIG`, its stderr captured in a file."""
+    """A real `python -m jobd run CONFIG`, its stderr captured in a file in `log_dir`."""
 
-    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: Path, log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.config = config
-        self.log_path = config.with_suffix(f".{time.monotonic_ns()}.log")
+        self.log_path = log_dir / f"{config.stem}.{time.monotonic_ns()}.log"
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jobd", "run", str(config), "--log-level", "DEBUG"],
