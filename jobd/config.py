@@ -102,19 +102,45 @@ class TLS:
     verify_hostname: bool = True
 
 
+Node = tuple[str, int]  # host, port
+
+
+@dataclass(frozen=True)
+class SentinelConfig:
+    master: str  # the master's name in the sentinels' configuration
+    nodes: tuple[Node, ...]  # the sentinels
+    db: int = 0
+    username: str | None = None  # the sentinels' own credentials
+    password: str | None = field(default=None, repr=False)
+
+
 @dataclass(frozen=True)
 class RedisConfig:
-    url: str
+    """Where Redis is: exactly one of a URL (one server; an embedded one's socket when
+    ``embedded`` is set), a cluster's seed nodes, or a Sentinel group."""
+
+    url: str = ""
     username: str | None = None
     password: str | None = field(default=None, repr=False)  # never printed, never logged
     tls: TLS = TLS()
     embedded: EmbeddedConfig | None = None  # jobd runs this server itself (url is its socket)
+    cluster: tuple[Node, ...] | None = None  # seed nodes of a Redis Cluster
+    sentinel: SentinelConfig | None = None
 
     def __repr__(self) -> str:  # the URL may carry a password
-        url, user, embedded = self.redacted_url(), self.username, self.embedded
         return (
-            f"RedisConfig(url={url!r}, username={user!r}, tls={self.tls!r}, embedded={embedded!r})"
+            f"RedisConfig({self.describe()!r}, username={self.username!r}, tls={self.tls!r}, "
+            f"embedded={self.embedded!r})"
         )
+
+    def describe(self) -> str:
+        """Where Redis is, for logs and messages; never a password."""
+        if self.cluster:
+            return "Redis Cluster via " + ", ".join(format_node(n) for n in self.cluster)
+        if self.sentinel:
+            nodes = ", ".join(format_node(n) for n in self.sentinel.nodes)
+            return f"master {self.sentinel.master!r} of Sentinel {nodes}"
+        return self.redacted_url()
 
     def redacted_url(self) -> str:
         """The URL with any password replaced, for logs and summaries."""
@@ -123,6 +149,17 @@ class RedisConfig:
         if not at or ":" not in userinfo:
             return self.url
         return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def parse_node(text: str) -> Node:
+    """``HOST:PORT`` or ``[IPV6]:PORT`` (the schema has checked the form)."""
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def format_node(node: Node) -> str:
+    host, port = node
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -197,7 +234,8 @@ def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
                 continue
             queues[name] = build_queue(name, merged, base_dir, base_env)
             problems += validation.queue_problems(queues[name], located)
-    problems += validation.cross_queue_problems(queues, doc)
+    cluster = isinstance(data.get("redis"), dict) and "cluster" in data["redis"]
+    problems += validation.cross_queue_problems(queues, doc, cluster)
     if problems:
         raise ConfigError(path, problems)
 
@@ -221,41 +259,45 @@ def build_redis(
 ) -> RedisConfig | tuple[yamlsrc.Path, str]:
     """The Redis settings, with the password read from wherever it is kept; or what is wrong
     (the path of the key, and a message)."""
-    sources = [k for k in ("password", "password_file", "password_credential") if k in redis]
-    if len(sources) > 1:
-        return ("redis", sources[1]), f"give one of {', '.join(sources)}, not several"
-    password = redis.get("password")
-    secret_path = None
-    if "password_file" in redis:
-        secret_path = os.path.join(base_dir, redis["password_file"])
-    elif "password_credential" in redis:
-        directory = environ.get("CREDENTIALS_DIRECTORY")
-        if not directory:
-            return ("redis", "password_credential"), (
-                "CREDENTIALS_DIRECTORY is not set: run jobd under systemd with "
-                f"LoadCredential={redis['password_credential']}:/path/to/secret"
-            )
-        secret_path = os.path.join(directory, redis["password_credential"])
-    if secret_path is not None:
-        try:
-            password = Path(secret_path).read_text().rstrip("\r\n")
-        except OSError as exc:
-            key = "password_file" if "password_file" in redis else "password_credential"
-            return ("redis", key), f"cannot read {secret_path}: {exc.strerror}"
+    where = [k for k in ("url", "embedded", "cluster", "sentinel") if k in redis]
+    if len(where) > 1:
+        return ("redis", where[1]), f"give one of redis.{', redis.'.join(where)}, not several"
+    password = _secret(redis, ("redis",), base_dir, environ)
+    if isinstance(password, tuple):
+        return password
     tls = redis.get("tls", {})
-    if "url" in redis and "embedded" in redis:
-        return ("redis", "embedded"), "give redis.url or redis.embedded, not both"
+    if tls and ("cluster" in redis or "sentinel" in redis):
+        return ("redis", "tls"), (
+            "TLS is supported with redis.url (rediss://) only, not yet with a cluster or "
+            "Sentinel; reach those over a private network or a TLS tunnel"
+        )
     embedded = None
-    if "url" not in redis:
+    if not where or where == ["embedded"]:
         options = redis.get("embedded") or {}
         state = environ.get("STATE_DIRECTORY", "").split(":")[0] or os.path.join(base_dir, ".jobd")
         embedded = EmbeddedConfig(
             dir=os.path.join(base_dir, options["dir"]) if "dir" in options else state,
             appendfsync=options.get("appendfsync", "everysec"),
         )
+    sentinel = None
+    if "sentinel" in redis:
+        section = redis["sentinel"]
+        sentinel_password = _secret(section, ("redis", "sentinel"), base_dir, environ)
+        if isinstance(sentinel_password, tuple):
+            return sentinel_password
+        sentinel = SentinelConfig(
+            master=section["master"],
+            nodes=tuple(parse_node(n) for n in section["nodes"]),
+            db=section.get("db", 0),
+            username=section.get("username"),
+            password=sentinel_password,
+        )
+    cluster = redis.get("cluster")
     return RedisConfig(
-        url=embedded.url if embedded else redis["url"],
+        url=embedded.url if embedded else redis.get("url", ""),
         embedded=embedded,
+        cluster=tuple(parse_node(n) for n in cluster["nodes"]) if cluster else None,
+        sentinel=sentinel,
         username=redis.get("username"),
         password=password,
         tls=TLS(
@@ -263,6 +305,32 @@ def build_redis(
             verify_hostname=tls.get("verify_hostname", True),
         ),
     )
+
+
+def _secret(
+    section: dict[str, Any], path: yamlsrc.Path, base_dir: str, environ: Mapping[str, str]
+) -> str | tuple[yamlsrc.Path, str] | None:
+    """A password given in ``section`` as password, password_file or password_credential;
+    or what is wrong."""
+    sources = [k for k in ("password", "password_file", "password_credential") if k in section]
+    if len(sources) > 1:
+        return (*path, sources[1]), f"give one of {', '.join(sources)}, not several"
+    if "password_file" in section:
+        secret_path = os.path.join(base_dir, section["password_file"])
+    elif "password_credential" in section:
+        directory = environ.get("CREDENTIALS_DIRECTORY")
+        if not directory:
+            return (*path, "password_credential"), (
+                "CREDENTIALS_DIRECTORY is not set: run jobd under systemd with "
+                f"LoadCredential={section['password_credential']}:/path/to/secret"
+            )
+        secret_path = os.path.join(directory, section["password_credential"])
+    else:
+        return section.get("password")
+    try:
+        return Path(secret_path).read_text().rstrip("\r\n")
+    except OSError as exc:
+        return (*path, sources[0]), f"cannot read {secret_path}: {exc.strerror}"
 
 
 def merge_defaults(

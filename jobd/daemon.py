@@ -179,7 +179,7 @@ class Daemon:
                 f"{q.name} (stream {q.stream}, x{q.concurrency})"
                 for q in self.config.queues.values()
             ),
-            self.config.redis.redacted_url(),
+            self.config.redis.describe(),
         )
         while not self.finished():
             try:

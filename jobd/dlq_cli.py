@@ -52,7 +52,7 @@ def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
                 f"purged {dlq.purge(client, queue)} dead letter(s) from {queue.dead_letter.stream}"
             )
     except redisconn.UNAVAILABLE as exc:
-        print(f"jobd: cannot reach Redis at {config.redis.redacted_url()}: {exc}", file=sys.stderr)
+        print(f"jobd: cannot reach Redis at {config.redis.describe()}: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
     finally:
         client.close()

@@ -46,7 +46,7 @@ def enqueue(
             return job_id  # type: ignore[return-value]
         message_id = client.xadd(q.stream, fields)  # type: ignore[arg-type]
     except redisconn.UNAVAILABLE as exc:
-        raise ProducerError(f"cannot reach Redis at {config.redis.redacted_url()}: {exc}") from exc
+        raise ProducerError(f"cannot reach Redis at {config.redis.describe()}: {exc}") from exc
     except redis.ResponseError as exc:
         raise ProducerError(f"Redis refused the job: {exc}") from exc
     finally:

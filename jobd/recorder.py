@@ -21,7 +21,7 @@ from jobd import dead_letter, delayed, lease, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.keys import STATS_TTL
 from jobd.lease import Holdings
-from jobd.scripts import Scripts
+from jobd.scripts import Batch, Scripts
 
 log = logging.getLogger("jobd.recorder")
 
@@ -107,7 +107,7 @@ class Recorder(threading.Thread):
     def write(self, batch: list[Outcome]) -> None:
         """Everything in one pipeline: per queue one settle call for its acks and hand-backs,
         and one call per retry and per dead letter. Each call checks ownership itself."""
-        pipe = self.client.pipeline(transaction=False)
+        sent = Batch()
         calls: list[list[Outcome]] = []
         settles: dict[lease.LeaseKey, list[Outcome]] = defaultdict(list)
         for o in batch:
@@ -118,7 +118,7 @@ class Recorder(threading.Thread):
                 args = [q.group, self.consumer, o.message_id, o.due_ms, STATS_TTL]
                 fields = delayed.flatten(o.retry_fields or {})
                 keys = [q.stream, q.keys.delayed, q.keys.stats()]
-                self.scripts.retry(keys=keys, args=[*args, *fields], client=pipe)
+                sent.add(self.scripts.retry, keys, [*args, *fields])
                 calls.append([o])
             else:
                 keys, args = dead_letter.script_call(
@@ -128,15 +128,15 @@ class Recorder(threading.Thread):
                     o.message_id,
                     o.failure,  # type: ignore[arg-type]
                 )
-                self.scripts.dead_letter(keys=keys, args=args, client=pipe)
+                sent.add(self.scripts.dead_letter, keys, args)
                 calls.append([o])
         for outcomes in settles.values():
             q = outcomes[0].queue
             ops = [x for o in outcomes for x in (o.kind, o.message_id)]
             args = [q.group, self.consumer, STATS_TTL, *ops]
-            self.scripts.settle(keys=[q.stream, q.keys.stats()], args=args, client=pipe)
+            sent.add(self.scripts.settle, [q.stream, q.keys.stats()], args)
             calls.append(outcomes)
-        replies = pipe.execute(raise_on_error=False)
+        replies = sent.run(self.client)
         for outcomes, reply in zip(calls, replies, strict=True):
             self._report(outcomes, reply)
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])

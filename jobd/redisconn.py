@@ -9,10 +9,14 @@ it, and never lets the client re-send by itself: each caller decides what is saf
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from jobd.config import RedisConfig
 
@@ -20,8 +24,13 @@ BLOCK_MS = 1000
 SOCKET_TIMEOUT = 10.0  # well above BLOCK_MS: a blocking read must not time out by itself
 CONNECT_TIMEOUT = 5.0
 
-# What a caller treats as "Redis is away for now": retry later, never a job's failure.
-UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
+# What a caller treats as "Redis is away for now": retry later, never a job's failure. A
+# Sentinel that knows no master raises a ConnectionError; a cluster mid-failover or with a
+# slot not served answers CLUSTERDOWN / TRYAGAIN, or redis-py finds no node for the slot.
+UNAVAILABLE = (
+    redis.ConnectionError, redis.TimeoutError, OSError,
+    ClusterError, TryAgainError, SlotNotCoveredError,
+)  # fmt: skip
 BACKOFF_START = 0.1
 BACKOFF_MAX = 5.0
 
@@ -52,11 +61,38 @@ class Outage:
 
 
 def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
-    options: dict[str, object] = {}
+    """A client for wherever the config says Redis is: one server, a cluster (commands routed
+    by their keys' slot, redirections followed) or the master a Sentinel group names (found
+    again on every new connection, so a failover is followed after one failed call)."""
+    options: dict[str, Any] = {
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "health_check_interval": 30,
+        "retry": Retry(NoBackoff(), 0),
+        "client_name": name,
+        "decode_responses": False,
+    }
+    if not config.url.startswith("unix://"):
+        options["socket_keepalive"] = True  # TCP only: notice a dead peer
     if config.username is not None:
         options["username"] = config.username
     if config.password is not None:
         options["password"] = config.password
+    if config.cluster:
+        nodes = [ClusterNode(host, port) for host, port in config.cluster]
+        return RedisCluster(startup_nodes=nodes, **options)  # type: ignore[return-value]
+    if config.sentinel:
+        s = config.sentinel
+        own = {"username": s.username, "password": s.password}
+        sentinel = Sentinel(
+            list(s.nodes),
+            sentinel_kwargs={
+                "socket_timeout": CONNECT_TIMEOUT,
+                "socket_connect_timeout": CONNECT_TIMEOUT,
+                **{k: v for k, v in own.items() if v is not None},
+            },
+        )
+        return sentinel.master_for(s.master, redis_class=redis.Redis, db=s.db, **options)
     if config.url.startswith("rediss://"):
         tls = config.tls
         options.update(
@@ -65,18 +101,11 @@ def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
             ssl_keyfile=tls.key_file,
             ssl_check_hostname=tls.verify_hostname,
         )
-    if not config.url.startswith("unix://"):
-        options["socket_keepalive"] = True  # TCP only: notice a dead peer
-    return redis.Redis.from_url(
-        config.url,
-        socket_timeout=SOCKET_TIMEOUT,
-        socket_connect_timeout=CONNECT_TIMEOUT,
-        health_check_interval=30,
-        retry=Retry(NoBackoff(), 0),
-        client_name=name,
-        decode_responses=False,
-        **options,
-    )
+    return redis.Redis.from_url(config.url, **options)
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, RedisCluster)
 
 
 # The commands jobd sends, directly or from its scripts: what an ACL user for jobd needs.

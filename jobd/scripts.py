@@ -3,11 +3,18 @@ keys it touches and its reply."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from functools import cache
 from importlib import resources
 
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+
+# A cluster's answers that mean "not here, not now": the call did not run, so it is sent again
+# through the cluster client, which follows the redirection.
+_ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
@@ -39,3 +46,45 @@ class Scripts:
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:
             setattr(self, name, client.register_script(source(name)))
+
+
+class Batch:
+    """Script calls sent together in one round trip, their replies (or errors) in order.
+
+    On a single server (or a Sentinel's master) that is one pipeline. redis-py's cluster
+    pipeline refuses EVALSHA, so on a cluster it is one pipeline per node, to the node that
+    holds each call's slot (a call's keys share one slot, see ``keys.py``); a call whose slot
+    moved meanwhile is sent again through the cluster client. Each script jobd batches checks
+    ownership before it writes, so a batch sent again after a lost connection does no harm.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Script, list[str], list[object]]] = []
+
+    def add(self, script: Script, keys: list[str], args: list[object]) -> None:
+        self.calls.append((script, keys, args))
+
+    def run(self, client: redis.Redis | RedisCluster) -> list[object]:
+        if not isinstance(client, RedisCluster):
+            return self._pipeline(client, range(len(self.calls)))
+        replies: list[object] = [None] * len(self.calls)
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for i, (_, keys, _) in enumerate(self.calls):
+            by_node[client.get_node_from_key(keys[0]).name].append(i)
+        for name, indexes in by_node.items():
+            node = client.get_node(node_name=name)
+            for i, reply in zip(
+                indexes, self._pipeline(node.redis_connection, indexes), strict=True
+            ):
+                if isinstance(reply, _ELSEWHERE):
+                    script, keys, args = self.calls[i]
+                    reply = script(keys=keys, args=args, client=client)
+                replies[i] = reply
+        return replies
+
+    def _pipeline(self, client: redis.Redis, indexes: range | list[int]) -> list[object]:
+        pipe = client.pipeline(transaction=False)
+        for i in indexes:
+            script, keys, args = self.calls[i]
+            script(keys=keys, args=args, client=pipe)
+        return pipe.execute(raise_on_error=False)

@@ -93,7 +93,7 @@ def _counters(raw: object) -> dict[str, int]:
 def gather(client: redis.Redis, config: Config) -> dict[str, Any]:
     now = time.time()
     return {
-        "redis": config.redis.redacted_url(),
+        "redis": config.redis.describe(),
         "time": now,
         "queues": {name: queue_status(client, q, now) for name, q in config.queues.items()},
     }

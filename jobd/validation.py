@@ -18,8 +18,9 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
+from redis.crc import key_slot
 
-from jobd import durations
+from jobd import durations, keys
 from jobd.yamlsrc import Document, Path, Pos
 
 if TYPE_CHECKING:
@@ -228,7 +229,9 @@ def _privilege_problems(q: QueueConfig, at: Located) -> list[Problem]:
     return problems
 
 
-def cross_queue_problems(queues: dict[str, QueueConfig], doc: Document) -> list[Problem]:
+def cross_queue_problems(
+    queues: dict[str, QueueConfig], doc: Document, cluster: bool = False
+) -> list[Problem]:
     problems: list[Problem] = []
     seen: dict[tuple[str, str], str] = {}
     streams = {q.stream: q.name for q in queues.values()}
@@ -252,6 +255,16 @@ def cross_queue_problems(queues: dict[str, QueueConfig], doc: Document) -> list[
                     ("queues", q.name, "dead_letter", "stream"),
                     f"the dead-letter stream {q.dead_letter.stream!r} is the stream of queue "
                     f"{owner!r}; dead letters would run there: name another stream",
+                )
+            )
+        if cluster and key_slot(q.dead_letter.stream.encode()) != key_slot(q.stream.encode()):
+            problems.append(
+                Problem(
+                    where,
+                    ("queues", q.name, "dead_letter", "stream"),
+                    f"the dead-letter stream {q.dead_letter.stream!r} is in another Redis Cluster "
+                    f"slot than the stream {q.stream!r}; one script writes both: name it "
+                    f"{keys.derive(q.stream, 'dead')!r} (the default) or give both one hash tag",
                 )
             )
     return problems
