@@ -1,0 +1,158 @@
+"""Scale-out, on real servers on loopback: a 3-master Redis Cluster, a Sentinel group forced to
+fail over under load, and many daemons sharing consumer groups while some are SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
+from support import (
+    DaemonProcess,
+    LocalCluster,
+    jobd_cli,
+    kill_with_handlers,
+    wait_until,
+)
+
+from jobd.keys import QueueKeys
+
+Daemon = Callable[..., DaemonProcess]
+
+# Each job's payload says how its handler behaves: ok, flaky (fails its first attempt), bad
+# (exit 65: dead-lettered at once) or slow (4 s, well past reclaim_after: only a renewed lease
+# keeps it from being taken over). Every start is a line in `starts`, every success in `done`.
+HANDLER = """
+    #!/bin/sh
+    p=$(cat)
+    echo "$JOBD_QUEUE $p $JOBD_ATTEMPT" >> {dir}/starts
+    case $p in
+      bad*) exit 65 ;;
+      flaky*) [ "$JOBD_ATTEMPT" -ge 2 ] || exit 1 ;;
+      slow*) sleep 4 ;;
+    esac
+    echo "$JOBD_QUEUE $p" >> {dir}/done
+"""
+
+QUEUE_SETTINGS = """
+defaults:
+  command: [./h.sh]
+  concurrency: 4
+  lease: {renew_every: 300ms, reclaim_after: 1500ms}
+  retry: {max_attempts: 3, backoff: 100ms, max_backoff: 200ms}
+  exit_codes: {fail: [65]}
+shutdown_grace: 2s
+"""
+
+
+def lines(path: Path) -> Counter[str]:
+    if not path.exists():
+        return Counter()
+    return Counter(" ".join(line.split()[:2]) for line in path.read_text().splitlines())
+
+
+def handler(tmp_path: Path) -> None:
+    path = tmp_path / "h.sh"
+    path.write_text(textwrap.dedent(HANDLER.format(dir=tmp_path)).lstrip())
+    path.chmod(0o755)
+
+
+# -- Redis Cluster -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    c.start()
+    yield c
+    c.stop()
+
+
+def spread_streams(cluster: LocalCluster, per_node: int) -> dict[str, str]:
+    """Queue name → stream, ``per_node`` streams on each master."""
+    chosen: dict[int, list[str]] = {i: [] for i in range(len(cluster.servers))}
+    n = 0
+    while any(len(v) < per_node for v in chosen.values()):
+        stream = f"media:q{n}"
+        node = cluster.node_of_slot(key_slot(stream.encode()))
+        if len(chosen[node]) < per_node:
+            chosen[node].append(stream)
+        n += 1
+    streams = sorted(s for v in chosen.values() for s in v)
+    return {f"q{i}": s for i, s in enumerate(streams)}
+
+
+def test_three_daemons_on_a_three_master_cluster(
+    cluster: LocalCluster, daemon: Daemon, tmp_path: Path
+) -> None:
+    queues = spread_streams(cluster, 2)
+    handler(tmp_path)
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        "redis:\n  cluster:\n    nodes: [" + ", ".join(cluster.nodes[:2]) + "]\n"
+        + QUEUE_SETTINGS + "queues:\n"
+        + "".join(f"  {name}: {{stream: '{s}'}}\n" for name, s in queues.items())
+    )  # fmt: skip
+    assert jobd_cli("validate", str(config)).returncode == 0
+    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.servers[2].port)])
+
+    # Daemon A takes the slow jobs; it is SIGKILLed with its handlers mid-way, B and C take over.
+    first = daemon(config)
+    for stream in queues.values():
+        for i in range(2):
+            rc.xadd(stream, {"payload": f"slow{i}"})
+    wait_until(lambda: len(lines(tmp_path / "starts")) == 12, what="A running the slow jobs")
+    others = [daemon(config), daemon(config)]
+    kill_with_handlers(first)
+    for stream in queues.values():
+        for i in range(10):
+            rc.xadd(stream, {"payload": f"ok{i}"})
+        for i in range(2):
+            rc.xadd(stream, {"payload": f"flaky{i}"})
+            rc.xadd(stream, {"payload": f"bad{i}"})
+    done = tmp_path / "done"
+    wait_until(lambda: sum(lines(done).values()) == 6 * 14, what="every job done")
+
+    starts = lines(tmp_path / "starts")
+    for name in queues:
+        assert all(starts[f"{name} ok{i}"] == 1 for i in range(10))
+        assert all(starts[f"{name} flaky{i}"] == 2 for i in range(2)), "retried once"
+        assert all(starts[f"{name} bad{i}"] == 1 for i in range(2)), "dead-lettered at once"
+        # Once by A (killed), once by B or C: their renewed leases kept them from a third run.
+        assert all(starts[f"{name} slow{i}"] == 2 for i in range(2)), starts
+    assert set(lines(done).values()) == {1}
+
+    # Every key of a queue lives on its stream's master, and nothing is left pending.
+    for stream in queues.values():
+        keys = QueueKeys.of(stream)
+        node = cluster.servers[cluster.node_of_slot(key_slot(stream.encode()))]
+        with redis.Redis(port=node.port) as own:
+            wait_until(lambda own=own, keys=keys: own.xlen(keys.dead_letter) == 2)
+            assert own.xpending(stream, "jobd")["pending"] == 0
+            assert own.exists(keys.stats()) == 1
+
+    # The commands work on the cluster too.
+    status = json.loads(jobd_cli("status", "-c", str(config), "--json").stdout)
+    assert {name: q["dead_lettered"] for name, q in status["queues"].items()} == dict.fromkeys(
+        queues, 2
+    )
+    assert len(jobd_cli("dlq", "-c", str(config), "q0", "list").stdout.splitlines()) == 2
+    out = jobd_cli("dlq", "-c", str(config), "q0", "requeue", "--all")
+    assert out.returncode == 0 and b"requeued 2" in out.stdout, out
+    wait_until(lambda: lines(tmp_path / "starts")["q0 bad0"] == 2, what="a requeued job run")
+    out = jobd_cli("enqueue", "-c", str(config), "q5", "ok-cli")
+    assert out.returncode == 0, out.stderr
+    wait_until(lambda: lines(done)["q5 ok-cli"] == 1, what="a job enqueued by `jobd enqueue`")
+    wait_until(lambda: rc.xlen(QueueKeys.of(queues["q0"]).dead_letter) == 2)
+    out = jobd_cli("dlq", "-c", str(config), "q0", "purge")
+    assert out.returncode == 0, out.stderr
+    assert rc.xlen(QueueKeys.of(queues["q0"]).dead_letter) == 0
+    for d in others:
+        assert d.stop() == 0
+    rc.close()
