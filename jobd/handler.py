@@ -153,6 +153,9 @@ class Handler:
             JOBD_MESSAGE_ID=job.message_id,
             JOBD_ATTEMPT=str(job.attempt),
             JOBD_DEADLINE=str(int(time.time() + queue.timeout)),
+            # A handler whose daemon dies while the payload is still being written reads a
+            # short stdin then EOF; this tells it so (extension of the contract, see README).
+            JOBD_PAYLOAD_BYTES=str(len(payload)),
         )
         # Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Only ours
         # are made non-blocking (each end is its own open file description).

@@ -127,7 +127,7 @@ def test_handler_environment_argv_cwd_and_process_group(
     assert seen["pgid"] == seen["pid"], "the handler leads its own process group"
     assert env["JOBD_QUEUE"] == "q" and env["JOBD_STREAM"] == "jobd:q"
     assert env["JOBD_JOB_ID"] == "order-7" and env["JOBD_MESSAGE_ID"] == mid
-    assert env["JOBD_ATTEMPT"] == "1"
+    assert env["JOBD_ATTEMPT"] == "1" and env["JOBD_PAYLOAD_BYTES"] == "1"
     deadline = int(env["JOBD_DEADLINE"])
     assert 0 < deadline - int(mid.split("-")[0]) / 1000 <= 91
     assert env["GREETING"] == "hi" and env["COUNT"] == "3" and env["LANG"] == "C.UTF-8"
