@@ -258,10 +258,11 @@ def cross_queue_problems(
                 )
             )
         if cluster and key_slot(q.dead_letter.stream.encode()) != key_slot(q.stream.encode()):
+            dead = ("queues", q.name, "dead_letter", "stream")
             problems.append(
                 Problem(
-                    where,
-                    ("queues", q.name, "dead_letter", "stream"),
+                    doc.value_pos(dead),
+                    dead,
                     f"the dead-letter stream {q.dead_letter.stream!r} is in another Redis Cluster "
                     f"slot than the stream {q.stream!r}; one script writes both: name it "
                     f"{keys.derive(q.stream, 'dead')!r} (the default) or give both one hash tag",

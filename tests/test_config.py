@@ -358,3 +358,75 @@ def test_durations(text: str | float, seconds: float) -> None:
 def test_bad_durations(bad: object) -> None:
     with pytest.raises(ValueError, match="250ms, 30s"):
         durations.parse(bad)  # type: ignore[arg-type]
+
+
+# -- where Redis is: one server, a cluster, a Sentinel group -------------------------------------
+
+
+def test_cluster_and_sentinel_configs(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "redis:\n  cluster:\n    nodes: [10.0.0.1:7000, 'r2.example:7001', '[::1]:7002']\n"
+        "  password: pw\nqueues:\n  a: {command: [/bin/true]}\n",
+    )
+    redis = load(str(path), {}).redis
+    assert redis.cluster == (("10.0.0.1", 7000), ("r2.example", 7001), ("::1", 7002))
+    assert redis.describe() == "Redis Cluster via 10.0.0.1:7000, r2.example:7001, [::1]:7002"
+    assert "pw" not in repr(redis)
+    (tmp_path / "spw").write_text("sentinel-secret\n")
+    path = write(
+        tmp_path,
+        "redis:\n  sentinel:\n    master: jobs\n    nodes: ['h1:26379', 'h2:26379']\n"
+        "    db: 2\n    password_file: spw\nqueues:\n  a: {command: [/bin/true]}\n",
+    )
+    redis = load(str(path), {}).redis
+    assert redis.sentinel is not None and redis.sentinel.master == "jobs"
+    assert redis.sentinel.nodes == (("h1", 26379), ("h2", 26379)) and redis.sentinel.db == 2
+    assert redis.sentinel.password == "sentinel-secret"
+    assert "sentinel-secret" not in repr(redis)
+    assert redis.describe() == "master 'jobs' of Sentinel h1:26379, h2:26379"
+
+
+@pytest.mark.parametrize(
+    ("redis", "expected"),
+    [
+        (
+            "  url: redis://x\n  cluster: {nodes: ['a:1']}\n",
+            "f:3:12: error: redis.cluster: give one of redis.url, redis.cluster, not several",
+        ),
+        (
+            "  cluster: {nodes: [a]}\n",
+            "f:2:21: error: redis.cluster.nodes.0: 'a' is not valid here; write HOST:PORT, "
+            "e.g. 10.0.0.5:6379 or [::1]:6379",
+        ),
+        (
+            "  sentinel: {nodes: ['h:26379']}\n",
+            "f:2:3: error: redis.sentinel: 'master' is a required property",
+        ),
+        (
+            "  cluster: {nodes: ['a:1']}\n  tls: {ca_file: ca.pem}\n",
+            "f:3:8: error: redis.tls: TLS is supported with redis.url (rediss://) only, not yet "
+            "with a cluster or Sentinel; reach those over a private network or a TLS tunnel",
+        ),
+    ],
+)
+def test_bad_cluster_and_sentinel_settings(tmp_path: Path, redis: str, expected: str) -> None:
+    path = write(tmp_path, "redis:\n" + redis + "queues:\n  a: {command: [/bin/true]}\n")
+    assert problems(path) == [expected]
+
+
+def test_on_a_cluster_a_dead_letter_stream_must_share_its_queues_slot(tmp_path: Path) -> None:
+    queues = (
+        "queues:\n"
+        "  a: {command: [/bin/true], stream: 'media:a', dead_letter: {stream: 'media:a:dead'}}\n"
+        "  b: {command: [/bin/true], stream: '{m}:b', dead_letter: {stream: '{m}:dead'}}\n"
+        "  c: {command: [/bin/true], stream: 'media:c'}\n"
+    )
+    path = write(tmp_path, "redis: {cluster: {nodes: ['h:7000']}}\n" + queues)
+    assert problems(path) == [
+        "f:3:70: error: queues.a.dead_letter.stream: the dead-letter stream 'media:a:dead' is in "
+        "another Redis Cluster slot than the stream 'media:a'; one script writes both: name it "
+        "'{media:a}:dead' (the default) or give both one hash tag"
+    ]
+    # One server has no slots: the same queues are fine there.
+    load(str(write(tmp_path, "redis: {url: 'redis://h'}\n" + queues)), {})
