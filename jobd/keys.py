@@ -35,8 +35,14 @@ def hash_tag(key: str) -> str | None:
     return key[start + 1 : end]
 
 
+def can_derive(stream: str) -> bool:
+    """Whether ``derive`` keeps ``stream``'s slot: not for a stream with a ``}`` but no hash tag
+    (``a}b``: ``{a}b}:dead`` would hash ``a``); such a stream needs a hash tag on a cluster."""
+    return hash_tag(stream) is not None or (stream != "" and "}" not in stream)
+
+
 def derive(stream: str, suffix: str) -> str:
-    """A key in the same cluster slot as ``stream``, named after it."""
+    """A key in the same cluster slot as ``stream``, named after it (see ``can_derive``)."""
     if hash_tag(stream) is not None:
         return f"{stream}:{suffix}"
     return f"{{{stream}}}:{suffix}"

@@ -257,7 +257,18 @@ def cross_queue_problems(
                     f"{owner!r}; dead letters would run there: name another stream",
                 )
             )
-        if cluster and key_slot(q.dead_letter.stream.encode()) != key_slot(q.stream.encode()):
+        if cluster and not keys.can_derive(q.stream):
+            at = ("queues", q.name, "stream")
+            problems.append(
+                Problem(
+                    doc.value_pos(at),
+                    at,
+                    f"the stream {q.stream!r} has a '}}' but no {{hash tag}}, so its other keys "
+                    f"cannot share its Redis Cluster slot: give it a hash tag, e.g. "
+                    f"'{{{q.stream.replace('}', '')}}}'",
+                )
+            )
+        elif cluster and key_slot(q.dead_letter.stream.encode()) != key_slot(q.stream.encode()):
             dead = ("queues", q.name, "dead_letter", "stream")
             problems.append(
                 Problem(

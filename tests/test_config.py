@@ -421,12 +421,15 @@ def test_on_a_cluster_a_dead_letter_stream_must_share_its_queues_slot(tmp_path: 
         "  a: {command: [/bin/true], stream: 'media:a', dead_letter: {stream: 'media:a:dead'}}\n"
         "  b: {command: [/bin/true], stream: '{m}:b', dead_letter: {stream: '{m}:dead'}}\n"
         "  c: {command: [/bin/true], stream: 'media:c'}\n"
+        "  d: {command: [/bin/true], stream: 'odd}name'}\n"
     )
     path = write(tmp_path, "redis: {cluster: {nodes: ['h:7000']}}\n" + queues)
     assert problems(path) == [
         "f:3:70: error: queues.a.dead_letter.stream: the dead-letter stream 'media:a:dead' is in "
         "another Redis Cluster slot than the stream 'media:a'; one script writes both: name it "
-        "'{media:a}:dead' (the default) or give both one hash tag"
+        "'{media:a}:dead' (the default) or give both one hash tag",
+        "f:6:37: error: queues.d.stream: the stream 'odd}name' has a '}' but no {hash tag}, so "
+        "its other keys cannot share its Redis Cluster slot: give it a hash tag, e.g. '{oddname}'",
     ]
     # One server has no slots: the same queues are fine there.
     load(str(write(tmp_path, "redis: {url: 'redis://h'}\n" + queues)), {})

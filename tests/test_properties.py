@@ -8,9 +8,11 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from jobd.config import ConfigError, load
 from jobd.job import Job
+from jobd.keys import QueueKeys, can_derive
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root"}
 KEYS = ["queues", "defaults", "redis", "shutdown_grace", "command", "concurrency", "timeout",
@@ -83,3 +85,19 @@ def test_any_stream_entry_parses(fields: dict[bytes, bytes], ms: int, seq: int) 
     assert job.payload_size() == len(job.stdin_bytes())
     nxt = job.next_attempt_fields()
     assert nxt[b"jobd_attempt"] == str(job.attempt + 1).encode()
+
+
+@given(
+    st.one_of(
+        st.text(max_size=16),
+        st.builds(lambda a, b, c: a + "{" + b + "}" + c, *[st.text(max_size=6)] * 3),
+        st.builds(lambda a, b: a + "{" + b, st.text(max_size=6), st.text(max_size=6)),
+    ).filter(can_derive)
+)
+def test_every_key_of_a_queue_is_in_its_streams_cluster_slot(stream: str) -> None:
+    """Checked against redis-py's implementation of Redis Cluster's slot rule (CRC16 of the
+    first non-empty {...}, else of the whole key)."""
+    slot = key_slot(stream.encode())
+    keys = QueueKeys.of(stream)
+    for key in (keys.dead_letter, keys.delayed, keys.stats(0), keys.stats()):
+        assert key_slot(key.encode()) == slot, key
