@@ -64,6 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TIME",
         help="run it at TIME: ISO 8601 (e.g. 2026-12-01T09:00:00+00:00) or Unix seconds",
     )
+    enqueue.add_argument(
+        "--wait-replicas",
+        metavar="N",
+        type=int,
+        default=None,
+        help="wait until N replicas have the job (WAIT); exit 75 if fewer do in time",
+    )
+    enqueue.add_argument(
+        "--wait-aof",
+        action="store_true",
+        help="wait until the master's and N replicas' append-only files have the job on disk "
+        "(WAITAOF, Redis 7.2+)",
+    )
+    enqueue.add_argument(
+        "--wait-timeout",
+        metavar="DURATION",
+        default="1s",
+        help="how long --wait-replicas / --wait-aof may wait (default 1s)",
+    )
 
     status = commands.add_parser("status", help="backlog, leases, failures and consumers per queue")
     _config_arg(status, positional=False)
@@ -211,8 +230,24 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         at = when_to_run(args)
     except ValueError as exc:
         parser.error(str(exc))
+    durability = None
+    if args.wait_replicas is not None or args.wait_aof:
+        replicas = args.wait_replicas or 0
+        if replicas < 0:
+            parser.error("--wait-replicas: give 0 or more")
+        try:
+            timeout = durations.parse(args.wait_timeout)
+        except ValueError as exc:
+            parser.error(f"--wait-timeout: {exc}")
+        durability = producer.Durability(replicas, args.wait_aof, timeout)
     try:
-        job_id = producer.enqueue(config, args.queue, payload, job_id=args.job_id, at=at)
+        job_id = producer.enqueue(
+            config, args.queue, payload, job_id=args.job_id, at=at, durability=durability
+        )
+    except producer.NotDurable as exc:
+        print(exc.job_id)
+        print(f"jobd: {exc}", file=sys.stderr)
+        return exitcodes.TEMPFAIL
     except producer.ProducerError as exc:
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE

@@ -12,6 +12,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from redis.client import Pipeline
+
 from jobd.config import QueueConfig
 from jobd.scripts import Scripts
 
@@ -27,10 +29,18 @@ def flatten(fields: dict[bytes, bytes]) -> list[bytes]:
     return [x for item in fields.items() for x in item]
 
 
-def schedule(scripts: Scripts, queue: QueueConfig, fields: dict[bytes, bytes], due_ms: int) -> None:
-    """Add a new job that becomes due at ``due_ms`` (Unix milliseconds)."""
+def schedule(
+    scripts: Scripts,
+    queue: QueueConfig,
+    fields: dict[bytes, bytes],
+    due_ms: int,
+    client: Pipeline | None = None,
+) -> None:
+    """Add a new job that becomes due at ``due_ms`` (Unix milliseconds); into ``client`` when
+    it is a pipeline."""
     token = secrets.token_hex(8)
-    scripts.schedule(keys=[queue.keys.delayed], args=[due_ms, token, *flatten(fields)])
+    args = [due_ms, token, *flatten(fields)]
+    scripts.schedule(keys=[queue.keys.delayed], args=args, client=client)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,4 +5,5 @@ FAILURE = 1  # a command ran and failed (e.g. Redis answered with an error)
 USAGE = 2  # bad command line: argparse's own convention
 UNAVAILABLE = 69  # EX_UNAVAILABLE: Redis could not be reached by a one-shot command
 SOFTWARE = 70  # EX_SOFTWARE: a bug in jobd
+TEMPFAIL = 75  # EX_TEMPFAIL: `enqueue --wait-replicas`: enqueued, but not confirmed durable
 CONFIG = 78  # EX_CONFIG: the config file is invalid; systemd units refuse to restart on it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 
 import redis
 
@@ -17,6 +18,27 @@ class ProducerError(Exception):
     pass
 
 
+class NotDurable(ProducerError):
+    """The job is enqueued, but not confirmed as durable as asked (fewer replicas acknowledged
+    it in time, or the server cannot say): a failover now could lose it. Sending it again
+    with the same job id is safe for handlers that do their work once per ``JOBD_JOB_ID``."""
+
+    def __init__(self, job_id: str, message: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+@dataclass(frozen=True)
+class Durability:
+    """What to wait for after the write: ``replicas`` replicas that received it (WAIT) or,
+    with ``aof``, the master's and ``replicas`` replicas' append-only files fsynced (WAITAOF,
+    Redis 7.2+); at most ``timeout`` seconds."""
+
+    replicas: int = 0
+    aof: bool = False
+    timeout: float = 1.0
+
+
 def enqueue(
     config: Config,
     queue: str,
@@ -24,12 +46,15 @@ def enqueue(
     job_id: str | None = None,
     at: float | None = None,
     client: redis.Redis | None = None,
+    durability: Durability | None = None,
 ) -> str:
     """Add one job to ``queue``; returns its job id.
 
     Now: XADD to the stream, and the job id is the ``job_id`` given, else the stream id.
     With ``at`` (Unix seconds) in the future: into the queue's delayed set, moved to the stream
     when due; a job id is generated when none is given, since there is no stream id yet.
+    With ``durability``: the write and a WAIT (or WAITAOF) go in one pipeline on one
+    connection, so the wait covers this write; raises NotDurable when it falls short.
     """
     q = config.queues[queue]
     fields: dict[bytes, bytes] = {PAYLOAD: payload}
@@ -41,15 +66,51 @@ def enqueue(
     own = client is None
     client = client or redisconn.client(config.redis, "jobd-enqueue")
     try:
+        # On a cluster, straight to the node of the queue's slot: WAIT has no key to route by.
+        node = redisconn.node_for(client, q.stream)
+        pipe = node.pipeline(transaction=False)
         if later:
-            delayed.schedule(Scripts(client), q, fields, int(at * 1000))  # type: ignore[operator]
-            return job_id  # type: ignore[return-value]
-        message_id = client.xadd(q.stream, fields)  # type: ignore[arg-type]
+            delayed.schedule(Scripts(node), q, fields, int(at * 1000), client=pipe)  # type: ignore[operator]
+        else:
+            pipe.xadd(q.stream, fields)  # type: ignore[arg-type]
+        if durability is not None:
+            _wait(pipe, durability)
+        replies = pipe.execute(raise_on_error=False)
     except redisconn.UNAVAILABLE as exc:
         raise ProducerError(f"cannot reach Redis at {config.redis.describe()}: {exc}") from exc
-    except redis.ResponseError as exc:
-        raise ProducerError(f"Redis refused the job: {exc}") from exc
     finally:
         if own:
             client.close()
-    return job_id if job_id is not None else message_id.decode()
+    if isinstance(replies[0], Exception):
+        raise ProducerError(f"Redis refused the job: {replies[0]}")
+    if job_id is None:
+        job_id = replies[0].decode()
+    if durability is not None:
+        _check(job_id, durability, replies[-1])
+    return job_id  # type: ignore[return-value]
+
+
+def _wait(pipe: redis.client.Pipeline, want: Durability) -> None:
+    timeout_ms = max(1, int(want.timeout * 1000))
+    if want.aof:
+        pipe.execute_command("WAITAOF", 1, want.replicas, timeout_ms)
+    else:
+        pipe.execute_command("WAIT", want.replicas, timeout_ms)
+
+
+def _check(job_id: str, want: Durability, reply: object) -> None:
+    what = "fsynced it to their append-only files" if want.aof else "received it"
+    if isinstance(reply, Exception):
+        hint = ""
+        if want.aof and "unknown command" in str(reply).lower():
+            hint = " (WAITAOF needs Redis 7.2 or later)"
+        raise NotDurable(job_id, f"job {job_id} is enqueued, but its durability is unknown: "
+                                 f"{reply}{hint}")  # fmt: skip
+    local, replicas = reply if want.aof else (1, reply)  # type: ignore[misc]
+    if int(local) < 1 or int(replicas) < want.replicas:
+        where = "the master did not fsync it and " if int(local) < 1 else ""
+        raise NotDurable(
+            job_id,
+            f"job {job_id} is enqueued, but {where}only {replicas} of {want.replicas} "
+            f"replica(s) {what} within {want.timeout:g}s: a failover now could lose it",
+        )

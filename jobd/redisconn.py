@@ -108,6 +108,15 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def node_for(client: redis.Redis | RedisCluster, key: str) -> redis.Redis:
+    """The plain client of the server that holds ``key``: on a cluster, the node serving its
+    slot (for what the cluster client cannot route: EVALSHA in a pipeline, WAIT after a
+    write); otherwise ``client`` itself."""
+    if isinstance(client, RedisCluster):
+        return client.get_node_from_key(key).redis_connection
+    return client
+
+
 # The commands jobd sends, directly or from its scripts: what an ACL user for jobd needs.
 # (redis-py also sends CLIENT SETINFO on 7.2+ and ignores a refusal.)
 # `ACL SETUSER jobd on >PASSWORD ~<key patterns> resetchannels -@all +<each of these>`
@@ -116,4 +125,6 @@ ACL_COMMANDS = (
     "script|exists", "xreadgroup", "xadd", "xack", "xclaim", "xautoclaim", "xpending", "xrange",
     "xrevrange", "xlen", "xdel", "xtrim", "xinfo|groups", "xinfo|consumers", "xgroup|create",
     "xgroup|delconsumer", "zadd", "zrangebyscore", "zrange", "zrem", "zcard", "del",
+    "hincrby", "expire", "hgetall", "wait",
 )  # fmt: skip
+# ... and on Redis 7.2+, "waitaof" for `jobd enqueue --wait-aof` (7.0 refuses the name in ACLs).

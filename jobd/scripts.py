@@ -12,6 +12,8 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
+from jobd import redisconn
+
 # A cluster's answers that mean "not here, not now": the call did not run, so it is sent again
 # through the cluster client, which follows the redirection.
 _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
@@ -68,14 +70,14 @@ class Batch:
         if not isinstance(client, RedisCluster):
             return self._pipeline(client, range(len(self.calls)))
         replies: list[object] = [None] * len(self.calls)
-        by_node: dict[str, list[int]] = defaultdict(list)
+        by_node: dict[int, list[int]] = defaultdict(list)
+        nodes: dict[int, redis.Redis] = {}
         for i, (_, keys, _) in enumerate(self.calls):
-            by_node[client.get_node_from_key(keys[0]).name].append(i)
-        for name, indexes in by_node.items():
-            node = client.get_node(node_name=name)
-            for i, reply in zip(
-                indexes, self._pipeline(node.redis_connection, indexes), strict=True
-            ):
+            node = redisconn.node_for(client, keys[0])
+            nodes[id(node)] = node
+            by_node[id(node)].append(i)
+        for key, indexes in by_node.items():
+            for i, reply in zip(indexes, self._pipeline(nodes[key], indexes), strict=True):
                 if isinstance(reply, _ELSEWHERE):
                     script, keys, args = self.calls[i]
                     reply = script(keys=keys, args=args, client=client)

@@ -328,8 +328,8 @@ class SentinelGroup:
         new = self.replica if self.master_port() == self.replica.port else self.master
         with redis.Redis(port=new.port) as c:
             wait_until(
-                lambda: c.info("replication").get("connected_slaves") == 1,
-                what="the old master to follow",
+                lambda: c.info("replication").get("slave0", {}).get("state") == "online",
+                what="the old master to follow, in sync",
             )
 
     def stop(self) -> None:

@@ -141,6 +141,43 @@ def test_enqueue_from_argument_file_and_stdin(
     ]
 
 
+def test_enqueue_wait_replicas_says_when_fewer_replicas_have_the_job(
+    write_config: Callable[..., Path], r: redis.Redis
+) -> None:
+    path = str(write_config("redis: {url: '{redis}'}\nqueues:\n  a: {command: [/bin/true]}\n"))
+    none_asked = jobd_cli("enqueue", "-c", path, "a", "one", "--wait-replicas", "0")
+    assert none_asked.returncode == 0, none_asked.stderr
+    # The test server has no replica: the job is enqueued, but not confirmed durable.
+    short = jobd_cli("enqueue", "-c", path, "a", "two", "--wait-replicas", "1",
+                     "--wait-timeout", "100ms", "--job-id", "j-2")  # fmt: skip
+    assert short.returncode == 75 and short.stdout == b"j-2\n"
+    assert b"job j-2 is enqueued, but only 0 of 1 replica(s) received it within 0.1s" in (
+        short.stderr
+    )
+    later = jobd_cli("enqueue", "-c", path, "a", "three", "--wait-replicas", "1",
+                     "--wait-timeout", "100ms", "--delay", "1h")  # fmt: skip
+    assert later.returncode == 75 and b"only 0 of 1 replica(s)" in later.stderr
+    assert [e[1][b"payload"] for e in r.xrange("jobd:a")] == [b"one", b"two"]
+    assert r.zcard("{jobd:a}:delayed") == 1
+    bad = jobd_cli("enqueue", "-c", path, "a", "x", "--wait-replicas", "1", "--wait-timeout", "x")
+    assert bad.returncode == 2 and b"--wait-timeout" in bad.stderr
+
+
+def test_enqueue_wait_aof(write_config: Callable[..., Path], durable_redis) -> None:
+    path = write_config(
+        f"redis: {{url: '{durable_redis.url}'}}\nqueues:\n  a: {{command: [/bin/true]}}\n"
+    )
+    out = jobd_cli("enqueue", "-c", str(path), "a", "x", "--wait-aof", "--job-id", "j")
+    with redis.Redis(port=durable_redis.port) as client:
+        version = tuple(int(p) for p in client.info("server")["redis_version"].split(".")[:2])
+        assert client.xlen("jobd:a") == 1
+    if version >= (7, 2):  # WAITAOF: the master's append-only file has it on disk
+        assert out.returncode == 0 and out.stdout == b"j\n", out.stderr
+    else:
+        assert out.returncode == 75 and out.stdout == b"j\n"
+        assert b"durability is unknown" in out.stderr and b"WAITAOF needs Redis 7.2" in out.stderr
+
+
 def test_enqueue_unknown_queue_and_unreachable_redis(write_config: Callable[..., Path]) -> None:
     path = write_config(
         "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues:\n  a: {command: [/bin/true]}\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,8 +70,12 @@ def test_acl_user_with_the_documented_commands_runs_everything(
     r.xadd("jobd:q", {"payload": "ok"})
     r.xreadgroup("jobd", "dead-daemon", {"jobd:q": ">"})
     wait_until(lambda: pending_count(r, "jobd:q") == 0, what="the orphan reclaimed")
+    status = jobd_cli("status", "-c", c, "--json")
+    assert status.returncode == 0 and not status.stderr, status
+    assert json.loads(status.stdout)["queues"]["q"]["this_minute"]["done"] >= 2
     log = d.log()
     assert "NOPERM" not in log and "Traceback" not in log
+    assert " ERROR " not in log, "every command of every script is allowed"  # e.g. HINCRBY
     assert PASSWORD not in log
 
 

@@ -152,9 +152,13 @@ def test_three_daemons_on_a_three_master_cluster(
     out = jobd_cli("dlq", "-c", str(config), "q0", "requeue", "--all")
     assert out.returncode == 0 and b"requeued 2" in out.stdout, out
     wait_until(lambda: lines(tmp_path / "starts")["q0 bad0"] == 2, what="a requeued job run")
-    out = jobd_cli("enqueue", "-c", str(config), "q5", "ok-cli")
-    assert out.returncode == 0, out.stderr
-    wait_until(lambda: lines(done)["q5 ok-cli"] == 1, what="a job enqueued by `jobd enqueue`")
+    for name in ("q0", "q5"):  # a write and its WAIT go to the node of the queue's slot
+        out = jobd_cli("enqueue", "-c", str(config), name, "ok-cli", "--wait-replicas", "0")
+        assert out.returncode == 0, out.stderr
+        out = jobd_cli("enqueue", "-c", str(config), name, "ok-later", "--delay", "200ms")
+        assert out.returncode == 0, out.stderr
+    for key in ("q0 ok-cli", "q5 ok-cli", "q0 ok-later", "q5 ok-later"):
+        wait_until(lambda key=key: lines(done)[key] == 1, what=f"{key} from `jobd enqueue`")
     wait_until(lambda: rc.xlen(QueueKeys.of(queues["q0"]).dead_letter) == 2)
     out = jobd_cli("dlq", "-c", str(config), "q0", "purge")
     assert out.returncode == 0, out.stderr
@@ -241,7 +245,8 @@ def test_daemons_follow_a_sentinel_failover_under_load(daemon: Daemon, tmp_path:
         )
 
         # The commands follow the new master too.
-        out = jobd_cli("enqueue", "-c", str(config), "a", "ok-cli")
+        # The old master is now the replica: a producer can wait for it to have the job.
+        out = jobd_cli("enqueue", "-c", str(config), "a", "ok-cli", "--wait-replicas", "1")
         assert out.returncode == 0, out.stderr
         wait_until(lambda: "ok-cli" in ran(), what="a job enqueued by `jobd enqueue`")
         status = json.loads(jobd_cli("status", "-c", str(config), "--json").stdout)
