@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run it at TIME: ISO 8601 (e.g. 2026-12-01T09:00:00+00:00) or Unix seconds",
     )
     enqueue.add_argument(
+        "--unique",
+        action="store_true",
+        help="add it only if its --job-id is not already queued, running, or done within the "
+        "queue's dedupe window (exit 3 otherwise)",
+    )
+    enqueue.add_argument(
         "--wait-replicas",
         metavar="N",
         type=int,
@@ -230,6 +236,8 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         at = when_to_run(args)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.unique and args.job_id is None:
+        parser.error("--unique needs --job-id: uniqueness is per job id")
     durability = None
     if args.wait_replicas is not None or args.wait_aof:
         replicas = args.wait_replicas or 0
@@ -242,8 +250,17 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         durability = producer.Durability(replicas, args.wait_aof, timeout)
     try:
         job_id = producer.enqueue(
-            config, args.queue, payload, job_id=args.job_id, at=at, durability=durability
+            config,
+            args.queue,
+            payload,
+            job_id=args.job_id,
+            at=at,
+            durability=durability,
+            unique=args.unique,
         )
+    except producer.Duplicate as exc:
+        print(f"jobd: {exc}", file=sys.stderr)
+        return exitcodes.DUPLICATE
     except producer.NotDurable as exc:
         print(exc.job_id)
         print(f"jobd: {exc}", file=sys.stderr)

@@ -91,6 +91,7 @@ class QueueConfig:
         str | None
     )  # Unix group for handlers (run_as.group); `group` is the consumer group
     log_payload: int  # bytes of each payload logged at start; 0: none
+    dedupe_window: float | None  # seconds a completed job id is remembered; None: no dedupe
     keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
 
 
@@ -367,6 +368,7 @@ def build_queue(
     q, _ = merge_defaults(validation.QUEUE_DEFAULTS, q)
     stream = q.get("stream", f"jobd:{name}")
     lease, retry, dead, limits = q["lease"], q["retry"], q["dead_letter"], q.get("limits", {})
+    dedupe = q.get("dedupe") or {}
     queue_keys = keys.QueueKeys.of(stream, dead.get("stream"))
     command = list(q["command"])
     if "/" in command[0]:
@@ -424,6 +426,7 @@ def build_queue(
         run_as_user=q.get("run_as", {}).get("user"),
         run_as_group=q.get("run_as", {}).get("group"),
         log_payload=q["log_payload"],
+        dedupe_window=durations.parse(dedupe["window"]) if "window" in dedupe else None,
         keys=queue_keys,
     )
 

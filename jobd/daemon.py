@@ -414,7 +414,8 @@ class Daemon:
     ) -> None:
         """Carry out a decision and free the job's slot. ``error_text``: the stderr tail, or
         why the handler could not start."""
-        outcome = Outcome(ACK, queue, job.message_id, job.job_id)
+        mark = job.mark_key(queue.keys, queue.dedupe_window is not None)
+        outcome = Outcome(ACK, queue, job.message_id, job.job_id, mark=mark)
         action = decision.action
         if action is policy.Action.ACK:
             self.metrics.of(queue.name).succeeded.inc()

@@ -52,9 +52,15 @@ def record_fields(queue: QueueConfig, job_id: str, message_id: str, failure: Fai
 
 
 def script_call(
-    queue: QueueConfig, consumer: str, job_id: str, message_id: str, failure: Failure
+    queue: QueueConfig,
+    consumer: str,
+    job_id: str,
+    message_id: str,
+    failure: Failure,
+    mark: str | None = None,
 ) -> tuple[list[str], list]:
-    """KEYS and ARGV of ``lua/dead_letter.lua`` for this job."""
+    """KEYS and ARGV of ``lua/dead_letter.lua`` for this job (``mark``: its job id's mark, to
+    clear, see ``Job.mark_key``)."""
     dead = queue.dead_letter
     min_id = ""
     if dead.max_age is not None:
@@ -63,7 +69,8 @@ def script_call(
         queue.group, consumer, message_id, dead.maxlen, min_id, STATS_TTL,
         *record_fields(queue, job_id, message_id, failure),
     ]  # fmt: skip
-    return [queue.stream, dead.stream, queue.keys.stats()], args
+    keys = [queue.stream, dead.stream, queue.keys.stats()]
+    return (keys if mark is None else [*keys, mark]), args
 
 
 def write(
@@ -73,8 +80,9 @@ def write(
     job_id: str,
     message_id: str,
     failure: Failure,
+    mark: str | None = None,
 ) -> str | None:
     """Dead-letter the entry and ack it; None when this consumer no longer holds it."""
-    keys, args = script_call(queue, consumer, job_id, message_id, failure)
+    keys, args = script_call(queue, consumer, job_id, message_id, failure, mark)
     reply = scripts.dead_letter(keys=keys, args=args)
     return None if isinstance(reply, list) else reply.decode()

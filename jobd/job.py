@@ -8,12 +8,15 @@ from dataclasses import dataclass
 
 import orjson
 
+from jobd.keys import QueueKeys
+
 log = logging.getLogger("jobd.job")
 
 PAYLOAD = b"payload"
 JOB_ID = b"job_id"
 RESERVED_JOB_ID = b"jobd_job_id"  # set by jobd when it re-adds a job (retries)
 RESERVED_ATTEMPT = b"jobd_attempt"
+UNIQUE = b"jobd_unique"  # set by `jobd enqueue --unique`: the job holds its job id's mark
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,16 @@ class Job:
         fields = {k: v for k, v in self.fields.items() if not k.startswith(b"jobd_")}
         fields[RESERVED_JOB_ID] = os.fsencode(self.job_id)
         fields[RESERVED_ATTEMPT] = str(self.attempt + 1).encode()
+        if UNIQUE in self.fields:
+            fields[UNIQUE] = self.fields[UNIQUE]
         return fields
+
+    def mark_key(self, keys: QueueKeys, dedupe: bool) -> str | None:
+        """The key of this job's mark when it has one to keep: a producer's job id on a queue
+        with a dedupe window, or a job enqueued with --unique."""
+        if UNIQUE in self.fields or (dedupe and JOB_ID in self.fields):
+            return keys.job_mark(self.job_id)
+        return None
 
     def stdin_bytes(self) -> bytes:
         """The ``payload`` field byte for byte; else a JSON object of the entry's fields."""

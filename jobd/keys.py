@@ -13,7 +13,11 @@ Layout of a queue whose stream is S:
                        scored by due time in Unix ms; members are cmsgpack arrays
                        {unique id, field, value, …} (see lua/retry.lua)
   derive(S, "stats:M") counters of minute M (Unix time // 60), a hash: done, failed, retried,
-                       dead; kept STATS_TTL seconds, so any host can read recent throughput
+                       dead, deduped; kept STATS_TTL seconds, so any host can read recent
+                       throughput
+  derive(S, "job:J")   the mark of job id J (a string, with a TTL): "queued" from
+                       `jobd enqueue --unique` until the job is done or dead-lettered (at most
+                       UNIQUE_TTL), then "done" for the queue's dedupe window when it has one
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 STATS_TTL = 2 * 3600  # seconds a minute's counters are kept
+UNIQUE_TTL = 7 * 86400  # seconds a --unique job's "queued" mark lasts if its job is lost
 
 
 def hash_tag(key: str) -> str | None:
@@ -61,6 +66,10 @@ class QueueKeys:
             dead_letter=dead_letter or derive(stream, "dead"),
             delayed=derive(stream, "delayed"),
         )
+
+    def job_mark(self, job_id: str) -> str:
+        """The dedupe / uniqueness mark of a producer's job id."""
+        return derive(self.stream, f"job:{job_id}")
 
     def stats(self, minute: int | None = None) -> str:
         """The counters of ``minute`` (Unix time // 60; default: now)."""

@@ -10,7 +10,8 @@ import redis
 
 from jobd import delayed, redisconn
 from jobd.config import Config
-from jobd.job import JOB_ID, PAYLOAD
+from jobd.job import JOB_ID, PAYLOAD, UNIQUE
+from jobd.keys import UNIQUE_TTL
 from jobd.scripts import Scripts
 
 
@@ -26,6 +27,16 @@ class NotDurable(ProducerError):
     def __init__(self, job_id: str, message: str) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class Duplicate(ProducerError):
+    """``unique=True`` and the job id is already queued or running (``state`` 'queued') or
+    done within the queue's dedupe window ('done'): nothing was added."""
+
+    def __init__(self, job_id: str, queue: str, state: str) -> None:
+        what = "queued or running" if state == "queued" else "done within the dedupe window"
+        super().__init__(f"job id {job_id!r} is already {what} in queue {queue!r}: not added")
+        self.job_id, self.state = job_id, state
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,7 @@ def enqueue(
     at: float | None = None,
     client: redis.Redis | None = None,
     durability: Durability | None = None,
+    unique: bool = False,
 ) -> str:
     """Add one job to ``queue``; returns its job id.
 
@@ -55,7 +67,12 @@ def enqueue(
     when due; a job id is generated when none is given, since there is no stream id yet.
     With ``durability``: the write and a WAIT (or WAITAOF) go in one pipeline on one
     connection, so the wait covers this write; raises NotDurable when it falls short.
+    With ``unique`` (a ``job_id`` is required): added only if that job id is not queued,
+    running, or done within the dedupe window, checked and added in one script; else raises
+    Duplicate.
     """
+    if unique and job_id is None:
+        raise ValueError("a unique job needs a job_id")
     q = config.queues[queue]
     fields: dict[bytes, bytes] = {PAYLOAD: payload}
     later = at is not None and at > time.time()
@@ -69,7 +86,15 @@ def enqueue(
         # On a cluster, straight to the node of the queue's slot: WAIT has no key to route by.
         node = redisconn.node_for(client, q.stream)
         pipe = node.pipeline(transaction=False)
-        if later:
+        if unique:
+            fields[UNIQUE] = b"1"
+            due_ms = int(at * 1000) if later else 0  # type: ignore[operator]
+            Scripts(node).enqueue_unique(
+                keys=[q.stream, q.keys.delayed, q.keys.job_mark(job_id)],  # type: ignore[arg-type]
+                args=[UNIQUE_TTL * 1000, due_ms, uuid.uuid4().hex, *delayed.flatten(fields)],
+                client=pipe,
+            )
+        elif later:
             delayed.schedule(Scripts(node), q, fields, int(at * 1000), client=pipe)  # type: ignore[operator]
         else:
             pipe.xadd(q.stream, fields)  # type: ignore[arg-type]
@@ -83,7 +108,11 @@ def enqueue(
             client.close()
     if isinstance(replies[0], Exception):
         raise ProducerError(f"Redis refused the job: {replies[0]}")
-    if job_id is None:
+    if unique:
+        verdict, detail = replies[0]
+        if verdict == b"exists":
+            raise Duplicate(job_id, queue, detail.decode())  # type: ignore[arg-type]
+    elif job_id is None:
         job_id = replies[0].decode()
     if durability is not None:
         _check(job_id, durability, replies[-1])

@@ -19,6 +19,7 @@ import redis
 from jobd import dead_letter, lease, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.job import Job
+from jobd.keys import STATS_TTL
 from jobd.lease import Holdings
 from jobd.metrics import Metrics
 from jobd.scripts import Scripts
@@ -162,8 +163,9 @@ class Reader(threading.Thread):
             self.queue.group, self.consumer, {self.queue.stream: ">"}, count=count, block=block_ms
         )
         entries = reply[0][1] if reply else []
-        self.hand_over([Job.from_entry(self.queue.name, mid, fields) for mid, fields in entries])
-        return len(entries)
+        return self.hand_over(
+            [Job.from_entry(self.queue.name, mid, fields) for mid, fields in entries]
+        )
 
     def reclaim(self, count: int) -> int:
         """Take over up to ``count`` entries idle past ``reclaim_after``, following XAUTOCLAIM's
@@ -203,13 +205,15 @@ class Reader(threading.Thread):
                 )
             if cursor == b"0-0":
                 break
-        self.hand_over(jobs)
-        return len(jobs)
+        return self.hand_over(jobs)
 
     def dead_letter_poison(self, job: Job, deliveries: int) -> None:
         failure = dead_letter.Failure(dead_letter.POISON, attempts=deliveries)
         q = self.queue
-        if dead_letter.write(self.scripts, q, self.consumer, job.job_id, job.message_id, failure):
+        mark = job.mark_key(q.keys, q.dedupe_window is not None)
+        if dead_letter.write(
+            self.scripts, q, self.consumer, job.job_id, job.message_id, failure, mark
+        ):
             self.metrics.dead_lettered.labels(queue=q.name, error=dead_letter.POISON).inc()
             log.error(
                 "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
@@ -220,11 +224,35 @@ class Reader(threading.Thread):
                 q.max_deliveries,
             )
 
-    def hand_over(self, jobs: list[Job]) -> None:
-        """Hold the jobs' leases from now on, and pass them to the main loop."""
+    def hand_over(self, jobs: list[Job]) -> int:
+        """Hold the jobs' leases from now on, and pass them to the main loop; returns how
+        many (the slots they take)."""
+        if jobs and self.queue.dedupe_window is not None:
+            jobs = self.drop_done(jobs)
         if jobs:
             self.holdings.add(lease.key(self.queue), [job.message_id for job in jobs])
             self.deliver(self.queue, jobs)
+        return len(jobs)
+
+    def drop_done(self, jobs: list[Job]) -> list[Job]:
+        """Acknowledge, unrun, the jobs whose job id completed within the dedupe window (one
+        script call for the batch); returns the others."""
+        q = self.queue
+        marked = [(job, job.mark_key(q.keys, True)) for job in jobs]
+        marks = [(job, mark) for job, mark in marked if mark is not None]
+        if not marks:
+            return jobs
+        acked = self.scripts.dedupe(
+            keys=[q.stream, q.keys.stats(), *(mark for _, mark in marks)],
+            args=[q.group, STATS_TTL, *(job.message_id for job, _ in marks)],
+        )
+        done = {raw.decode() for raw in acked}
+        for job in jobs:
+            if job.message_id in done:
+                log.info(
+                    "%s already done within the dedupe window: acked, not run", job.tag(q.name)
+                )
+        return [job for job in jobs if job.message_id not in done]
 
 
 class UnsupportedServer(Exception):

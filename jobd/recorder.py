@@ -42,6 +42,7 @@ class Outcome:
     retry_fields: dict[bytes, bytes] | None = None  # RETRY: the next attempt's fields
     due_ms: int = 0  # RETRY: when the next attempt is due
     failure: dead_letter.Failure | None = None  # DEAD_LETTER: what goes in the record
+    mark: str | None = None  # the job id's mark, set or cleared with the ack (Job.mark_key)
 
 
 class Recorder(threading.Thread):
@@ -127,14 +128,20 @@ class Recorder(threading.Thread):
                     o.job_id,
                     o.message_id,
                     o.failure,  # type: ignore[arg-type]
+                    o.mark,
                 )
                 sent.add(self.scripts.dead_letter, keys, args)
                 calls.append([o])
         for outcomes in settles.values():
             q = outcomes[0].queue
-            ops = [x for o in outcomes for x in (o.kind, o.message_id)]
-            args = [q.group, self.consumer, STATS_TTL, *ops]
-            sent.add(self.scripts.settle, [q.stream, q.keys.stats()], args)
+            keys, ops = [q.stream, q.keys.stats()], []
+            for o in outcomes:
+                if o.mark is not None and o.kind == ACK:
+                    keys.append(o.mark)
+                ops += [o.kind, o.message_id, len(keys) if o.mark and o.kind == ACK else 0]
+            window_ms = int((q.dedupe_window or 0) * 1000)
+            args = [q.group, self.consumer, STATS_TTL, window_ms, *ops]
+            sent.add(self.scripts.settle, keys, args)
             calls.append(outcomes)
         replies = sent.run(self.client)
         for outcomes, reply in zip(calls, replies, strict=True):

@@ -20,7 +20,8 @@ _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
-    "retry", "schedule", "promote", "delayed_list", "requeue", "trim",
+    "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
+    "enqueue_unique",
 )  # fmt: skip
 
 
@@ -44,6 +45,8 @@ class Scripts:
     delayed_list: Script
     requeue: Script
     trim: Script
+    dedupe: Script
+    enqueue_unique: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

@@ -83,7 +83,7 @@ def count_after(client: redis.Redis, stream: str, last_delivered: bytes) -> int:
 
 
 def _counters(raw: object) -> dict[str, int]:
-    counts = {"done": 0, "failed": 0, "retried": 0, "dead": 0}
+    counts = {"done": 0, "failed": 0, "retried": 0, "dead": 0, "deduped": 0}
     if isinstance(raw, dict):
         for key, value in raw.items():
             counts[key.decode()] = int(value)

@@ -151,7 +151,10 @@ def queue_problems(q: QueueConfig, at: Located) -> list[Problem]:
         (("timeout",), q.timeout),
         (("lease", "renew_every"), q.lease.renew_every),
         (("lease", "reclaim_after"), q.lease.reclaim_after),
+        (("dedupe", "window"), q.dedupe_window),
     ):
+        if seconds is None:
+            continue
         if seconds <= 0:
             problems.append(at.problem(sub, "must be longer than zero"))
     if q.lease.renew_every * RENEWALS_PER_RECLAIM > q.lease.reclaim_after + 1e-9:

@@ -3,6 +3,7 @@
 -- KEYS[1]   the queue's stream
 -- KEYS[2]   the queue's dead-letter stream (same cluster slot: see jobd/keys.py)
 -- KEYS[3]   the queue's counters for this minute (a hash)
+-- KEYS[4]   optional: the job id's mark (a --unique job's), deleted with the ack
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the entry's id
@@ -37,6 +38,7 @@ if ARGV[5] ~= '' then
   redis.call('XTRIM', dead, 'MINID', ARGV[5])
 end
 redis.call('XACK', stream, group, id)
+if KEYS[4] then redis.call('DEL', KEYS[4]) end
 redis.call('HINCRBY', KEYS[3], 'dead', 1)
 redis.call('HINCRBY', KEYS[3], 'failed', 1)
 redis.call('EXPIRE', KEYS[3], ARGV[6])

@@ -1,0 +1,98 @@
+"""Scheduling controls across daemons: duplicate suppression and unique jobs (real daemons on
+one Redis)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from support import DaemonProcess, acked_all, jobd_cli, queue_config, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+# Each start is a line "<job id> <attempt>"; a payload "flaky" fails its first attempt.
+HANDLER = """
+    #!/bin/sh
+    p=$(cat)
+    echo "$JOBD_JOB_ID $JOBD_ATTEMPT" >> {dir}/starts
+    [ "$p" = flaky ] && [ "$JOBD_ATTEMPT" = 1 ] && exit 1
+    [ "$p" = bad ] && exit 65
+    exit 0
+"""
+
+
+def starts(tmp_path: Path) -> list[str]:
+    path = tmp_path / "starts"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_job_id_done_within_the_dedupe_window_is_not_run_again(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", HANDLER.format(dir=tmp_path))
+    config = write_config(queue_config("[./h.sh]", dedupe="{window: 1h}"))
+    daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "order-1"})
+    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first copy done")
+    assert r.get("{jobd:q}:job:order-1") == b"done"
+    assert 3590_000 < r.pttl("{jobd:q}:job:order-1") <= 3600_000
+    # The producer re-sends it twice (say after a timeout), then sends another job.
+    r.xadd("jobd:q", {"payload": "x", "job_id": "order-1"})
+    r.xadd("jobd:q", {"payload": "x", "job_id": "order-1"})
+    r.xadd("jobd:q", {"payload": "x", "job_id": "order-2"})
+    wait_until(lambda: acked_all(r, "jobd:q", 4), what="every copy acked")
+    assert starts(tmp_path) == ["order-1 1", "order-2 1"]
+    status = jobd_cli("status", "-c", str(config), "--json")
+    assert b'"deduped": 2' in status.stdout
+
+
+def test_dedupe_marks_only_success_and_survives_retries(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", HANDLER.format(dir=tmp_path))
+    config = write_config(queue_config("[./h.sh]", dedupe="{window: 1h}", retry="{backoff: 50ms}"))
+    daemon(config)
+    r.xadd("jobd:q", {"payload": "flaky", "job_id": "f"})
+    r.xadd("jobd:q", {"payload": "bad", "job_id": "b"})
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1 and r.get("{jobd:q}:job:f") == b"done")
+    assert r.exists("{jobd:q}:job:b") == 0, "a dead-lettered job is not done"
+    r.xadd("jobd:q", {"payload": "bad", "job_id": "b"})  # may run again: it never succeeded
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 2)
+    assert sorted(starts(tmp_path)) == ["b 1", "b 1", "f 1", "f 2"]
+
+
+def test_enqueue_unique_refuses_a_job_id_queued_running_or_done(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", HANDLER.format(dir=tmp_path))
+    plain = write_config(queue_config("[./h.sh]", retry="{backoff: 50ms}"), "plain.yaml")
+    c = str(plain)
+
+    def enqueue(*args: str) -> int:
+        return jobd_cli("enqueue", "-c", c, "q", *args).returncode
+
+    assert enqueue("flaky", "--job-id", "u-1", "--unique") == 0
+    refused = jobd_cli("enqueue", "-c", c, "q", "x", "--job-id", "u-1", "--unique")
+    assert refused.returncode == 3 and refused.stdout == b""
+    assert b"job id 'u-1' is already queued or running in queue 'q': not added" in refused.stderr
+    assert enqueue("x", "--job-id", "u-2", "--unique", "--delay", "1h") == 0
+    assert enqueue("x", "--job-id", "u-2", "--unique") == 3, "a delayed job is queued too"
+    assert enqueue("x", "--unique") == 2, "--unique needs --job-id"
+    assert r.xlen("jobd:q") == 1
+    # The job fails once (its retry keeps it unique), then succeeds: its mark is cleared.
+    first = daemon(plain)
+    wait_until(lambda: "u-1 2" in starts(tmp_path), what="the retry")
+    wait_until(lambda: r.exists("{jobd:q}:job:u-1") == 0, what="the mark cleared with the ack")
+    assert enqueue("bad", "--job-id", "u-1", "--unique") == 0
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1)
+    assert r.exists("{jobd:q}:job:u-1") == 0, "dead-lettering clears the mark too"
+    # With a dedupe window, a done job id stays refused for the window.
+    assert first.stop() == 0
+    dedupe = write_config(queue_config("[./h.sh]", dedupe="{window: 1h}"), "dedupe.yaml")
+    d = str(dedupe)
+    assert jobd_cli("enqueue", "-c", d, "q", "x", "--job-id", "u-3", "--unique").returncode == 0
+    daemon(dedupe)
+    wait_until(lambda: r.get("{jobd:q}:job:u-3") == b"done")
+    again = jobd_cli("enqueue", "-c", d, "q", "x", "--job-id", "u-3", "--unique")
+    assert again.returncode == 3 and b"done within the dedupe window" in again.stderr
