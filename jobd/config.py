@@ -9,6 +9,7 @@ problem found, each with its line and column.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pwd
 import shutil
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import orjson
 
 from jobd import durations, keys, sizes, validation, yamlsrc
 from jobd.embedded import EmbeddedConfig
@@ -92,7 +95,17 @@ class QueueConfig:
     )  # Unix group for handlers (run_as.group); `group` is the consumer group
     log_payload: int  # bytes of each payload logged at start; 0: none
     dedupe_window: float | None  # seconds a completed job id is remembered; None: no dedupe
+    schedule: tuple[ScheduleConfig, ...]  # periodic jobs (see periodic.py)
     keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    name: str
+    cron: str
+    timezone: str
+    payload: bytes
+    catch_up: float  # seconds
 
 
 @dataclass(frozen=True)
@@ -427,7 +440,25 @@ def build_queue(
         run_as_group=q.get("run_as", {}).get("group"),
         log_payload=q["log_payload"],
         dedupe_window=durations.parse(dedupe["window"]) if "window" in dedupe else None,
+        schedule=tuple(build_schedule(s) for s in q.get("schedule", [])),
         keys=queue_keys,
+    )
+
+
+def build_schedule(entry: dict[str, Any]) -> ScheduleConfig:
+    raw = entry.get("payload", "")
+    payload = raw.encode() if isinstance(raw, str) else orjson.dumps(raw)
+    timezone = entry.get("timezone", "UTC")
+    name = entry.get("name")
+    if name is None:  # stable while the entry is unchanged, wherever it sits in the list
+        digest = hashlib.sha1(f"{entry['cron']}|{timezone}|".encode() + payload).hexdigest()
+        name = f"cron-{digest[:8]}"
+    return ScheduleConfig(
+        name=name,
+        cron=entry["cron"],
+        timezone=timezone,
+        payload=payload,
+        catch_up=durations.parse(entry.get("catch_up", "1m")),
     )
 
 

@@ -51,6 +51,7 @@ from jobd.job import Job
 from jobd.lease import Holdings, Lost, Renewal
 from jobd.metrics import Metrics, serve
 from jobd.notify import Notifier
+from jobd.periodic import Periodic
 from jobd.reader import Reader, Slots
 from jobd.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
 from jobd.retention import Trimmer
@@ -143,6 +144,8 @@ class Daemon:
             duties.append(Janitor(self.ticker_client, self.scripts, q, self.consumer))
             if q.retention_maxlen is not None:
                 duties.append(Trimmer(self.scripts, q, q.retention_maxlen))
+            if q.schedule:
+                duties.append(Periodic(self.ticker_client, self.scripts, q))
         # Renewal goes on for queues a reload removed or moved, while their jobs finish.
         return [*self.renewals.values(), *duties]
 

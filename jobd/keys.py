@@ -18,6 +18,9 @@ Layout of a queue whose stream is S:
   derive(S, "job:J")   the mark of job id J (a string, with a TTL): "queued" from
                        `jobd enqueue --unique` until the job is done or dead-lettered (at most
                        UNIQUE_TTL), then "done" for the queue's dedupe window when it has one
+  derive(S, "tick:N:T") set once the tick at Unix second T of the queue's schedule N was
+                       enqueued (see periodic.py); kept past the catch-up window
+  derive(S, "schedule:N") the latest tick of schedule N enqueued (Unix second), kept as long
 """
 
 from __future__ import annotations
@@ -70,6 +73,14 @@ class QueueKeys:
     def job_mark(self, job_id: str) -> str:
         """The dedupe / uniqueness mark of a producer's job id."""
         return derive(self.stream, f"job:{job_id}")
+
+    def tick(self, schedule: str, at: int) -> str:
+        """The key of a periodic schedule's tick at Unix second ``at``."""
+        return derive(self.stream, f"tick:{schedule}:{at}")
+
+    def schedule_last(self, schedule: str) -> str:
+        """The key holding the latest tick a periodic schedule enqueued."""
+        return derive(self.stream, f"schedule:{schedule}")
 
     def stats(self, minute: int | None = None) -> str:
         """The counters of ``minute`` (Unix time // 60; default: now)."""

@@ -21,7 +21,7 @@ _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
 NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
-    "enqueue_unique",
+    "enqueue_unique", "tick",
 )  # fmt: skip
 
 
@@ -47,6 +47,7 @@ class Scripts:
     trim: Script
     dedupe: Script
     enqueue_unique: Script
+    tick: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

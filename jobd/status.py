@@ -6,11 +6,13 @@ without a daemon running there.
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any
 
 import redis
 
+from jobd import periodic
 from jobd.config import Config, QueueConfig
 
 LAG_COUNT_CAP = 100_000  # when Redis reports lag as null, count at most this many entries
@@ -52,7 +54,12 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         "last_minute": _counters(last),
         "this_minute": _counters(this),
         "consumers": [],
-    }
+        "schedule": [
+            {"name": s.name, "cron": s.cron, "timezone": s.timezone,
+             "next_tick": periodic.next_tick(s, now)}
+            for s in q.schedule
+        ],
+    }  # fmt: skip
     if group is None:
         return result
     result["lag"] = group.get("lag")
@@ -124,6 +131,14 @@ def render(report: dict[str, Any]) -> str:
             f"(retried {last['retried']}, dead {last['dead']});  "
             f"this minute: done {this['done']}, failed {this['failed']}",
         ]
+        if this["deduped"] or last["deduped"]:
+            lines.append(f"  deduped: last minute {last['deduped']}, this minute {this['deduped']}")
         for c in s["consumers"]:
             lines.append(f"  consumer {c['name']}  idle {_age(c['idle'])}  holding {c['holding']}")
+        for p in s["schedule"]:
+            at = datetime.datetime.fromtimestamp(p["next_tick"], datetime.UTC)
+            lines.append(
+                f"  schedule {p['name']}  {p['cron']!r} ({p['timezone']})  "
+                f"next tick {at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+            )
     return "\n".join(lines)

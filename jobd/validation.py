@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jsonschema
+from croniter import croniter
 from redis.crc import key_slot
 
 from jobd import durations, keys
@@ -181,6 +183,7 @@ def queue_problems(q: QueueConfig, at: Located) -> list[Problem]:
         )
     problems += _command_problems(q, at)
     problems += _privilege_problems(q, at)
+    problems += _schedule_problems(q, at)
     if not os.path.isdir(q.cwd):
         problems.append(at.problem(("cwd",), f"{q.cwd!r} is not an existing directory"))
     return problems
@@ -211,6 +214,41 @@ def _command_problems(q: QueueConfig, at: Located) -> list[Problem]:
             )
         ]
     return []
+
+
+def _schedule_problems(q: QueueConfig, at: Located) -> list[Problem]:
+    problems = []
+    names: set[str] = set()
+    for i, s in enumerate(q.schedule):
+        if not croniter.is_valid(s.cron):
+            problems.append(
+                at.problem(
+                    ("schedule", i, "cron"),
+                    f"{s.cron!r} is not a cron expression: write five fields (minute hour day "
+                    "month weekday), or six with seconds last, e.g. '*/5 * * * *'",
+                )
+            )
+        try:
+            ZoneInfo(s.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            problems.append(
+                at.problem(
+                    ("schedule", i, "timezone"),
+                    f"no time zone {s.timezone!r}; write an IANA name such as UTC or Europe/Berlin",
+                )
+            )
+        if s.name in names:
+            problems.append(
+                at.problem(
+                    ("schedule", i),
+                    f"a second schedule named {s.name!r} (same name, or the same cron, time zone "
+                    "and payload): each tick would be enqueued once for both; give it a name",
+                )
+            )
+        names.add(s.name)
+        if s.catch_up <= 0:
+            problems.append(at.problem(("schedule", i, "catch_up"), "must be longer than zero"))
+    return problems
 
 
 def _privilege_problems(q: QueueConfig, at: Located) -> list[Problem]:

@@ -3,11 +3,19 @@ one Redis)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, acked_all, jobd_cli, queue_config, wait_until
+from support import (
+    DaemonProcess,
+    acked_all,
+    jobd_cli,
+    kill_with_handlers,
+    queue_config,
+    wait_until,
+)
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -96,3 +104,62 @@ def test_enqueue_unique_refuses_a_job_id_queued_running_or_done(
     wait_until(lambda: r.get("{jobd:q}:job:u-3") == b"done")
     again = jobd_cli("enqueue", "-c", d, "q", "x", "--job-id", "u-3", "--unique")
     assert again.returncode == 3 and b"done within the dedupe window" in again.stderr
+
+
+# -- periodic jobs -----------------------------------------------------------------------------
+
+
+def tick_ids(r: redis.Redis, stream: str = "jobd:q") -> list[str]:
+    return [f[b"job_id"].decode() for _, f in r.xrange(stream) if b"job_id" in f]
+
+
+def seconds_of(ids: list[str]) -> list[int]:
+    """The tick times (Unix seconds) in job ids like every-second@2026-11-29T12:00:05Z."""
+    import datetime
+
+    return sorted(
+        int(datetime.datetime.strptime(i.split("@")[1], "%Y-%m-%dT%H:%M:%S%z").timestamp())
+        for i in ids
+    )
+
+
+def test_three_daemons_enqueue_each_tick_once_and_a_restart_skips_none(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+) -> None:
+    config = write_config(
+        queue_config(
+            "[/bin/true]",
+            schedule="[{cron: '* * * * * *', name: every-second, payload: tick}]",
+        )
+    )
+    daemons = [daemon(config) for _ in range(3)]
+    wait_until(lambda: len(tick_ids(r)) >= 3, what="three ticks")
+    # Every daemon down for about three ticks, then one back: it catches up what was missed.
+    for d in daemons:
+        kill_with_handlers(d)
+    down_at = time.time()
+    wait_until(lambda: time.time() > down_at + 3, what="three ticks with no daemon")
+    assert len(set(tick_ids(r))) == len(tick_ids(r))
+    daemons = [daemon(config), daemon(config)]
+    wait_until(lambda: seconds_of(tick_ids(r))[-1] >= down_at + 6, what="ticks after the restart")
+    ids = tick_ids(r)
+    assert len(ids) == len(set(ids)), f"a tick enqueued twice: {sorted(ids)}"
+    seconds = seconds_of(ids)
+    assert seconds == list(range(seconds[0], seconds[-1] + 1)), f"a tick skipped: {seconds}"
+    assert all(i.startswith("every-second@") for i in ids)
+    assert {f[b"payload"] for _, f in r.xrange("jobd:q")} == {b"tick"}
+    wait_until(lambda: acked_all(r, "jobd:q", r.xlen("jobd:q")), what="the ticks run")
+    status = jobd_cli("status", "-c", str(config))
+    assert b"schedule every-second  '* * * * * *' (UTC)  next tick" in status.stdout
+
+
+def test_a_schedule_never_run_before_starts_from_now(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    config = write_config(
+        queue_config("[/bin/true]", schedule="[{cron: '* * * * * *', catch_up: 1h}]")
+    )
+    started = time.time()
+    daemon(config)
+    wait_until(lambda: len(tick_ids(r)) >= 2, what="two ticks")
+    assert seconds_of(tick_ids(r))[0] >= int(started), "no backfill on a first start"
