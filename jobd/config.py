@@ -70,6 +70,15 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A cluster-wide start rate: ``count`` per ``per`` seconds, ``burst`` at once."""
+
+    count: int
+    per: float
+    burst: int
+
+
+@dataclass(frozen=True)
 class QueueConfig:
     name: str
     stream: str
@@ -96,6 +105,8 @@ class QueueConfig:
     log_payload: int  # bytes of each payload logged at start; 0: none
     dedupe_window: float | None  # seconds a completed job id is remembered; None: no dedupe
     schedule: tuple[ScheduleConfig, ...]  # periodic jobs (see periodic.py)
+    slots: int | None  # limits.concurrency: handlers across all daemons; None: no limit
+    rate: Rate | None  # limits.rate and limits.burst; None: no limit
     keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
 
 
@@ -441,8 +452,17 @@ def build_queue(
         log_payload=q["log_payload"],
         dedupe_window=durations.parse(dedupe["window"]) if "window" in dedupe else None,
         schedule=tuple(build_schedule(s) for s in q.get("schedule", [])),
+        slots=limits.get("concurrency"),
+        rate=build_rate(limits),
         keys=queue_keys,
     )
+
+
+def build_rate(limits: dict[str, Any]) -> Rate | None:
+    if "rate" not in limits:
+        return None
+    count, _, per = limits["rate"].partition("/")
+    return Rate(int(count), durations.parse(per), limits.get("burst", int(count)))
 
 
 def build_schedule(entry: dict[str, Any]) -> ScheduleConfig:

@@ -21,6 +21,12 @@ Layout of a queue whose stream is S:
   derive(S, "tick:N:T") set once the tick at Unix second T of the queue's schedule N was
                        enqueued (see periodic.py); kept past the catch-up window
   derive(S, "schedule:N") the latest tick of schedule N enqueued (Unix second), kept as long
+  derive(S, "running") limits.concurrency: sorted set of the slots held across all daemons,
+                       scored by their lease's expiry (Unix ms); members are "CONSUMER|ID"
+                       for running entries, "wait:CONSUMER:N" for slots taken before a read
+                       (see limits.py)
+  derive(S, "rate")    limits.rate: the token bucket, a hash: tokens, at (Unix ms)
+  derive(S, "waiting") consumers waiting for a slot or a token: a hash, consumer -> reason
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ class QueueKeys:
     stream: str
     dead_letter: str
     delayed: str
+    running: str
+    rate: str
+    waiting: str
 
     @classmethod
     def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
@@ -68,6 +77,9 @@ class QueueKeys:
             stream=stream,
             dead_letter=dead_letter or derive(stream, "dead"),
             delayed=derive(stream, "delayed"),
+            running=derive(stream, "running"),
+            rate=derive(stream, "rate"),
+            waiting=derive(stream, "waiting"),
         )
 
     def job_mark(self, job_id: str) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import redis
 
+from jobd import limits
 from jobd.config import QueueConfig
 from jobd.scripts import Scripts
 
@@ -66,9 +67,12 @@ class Holdings:
 
 
 def renew(scripts: Scripts, queue: QueueConfig, consumer: str, ids: list[str]) -> list[Lost]:
-    """Renew ``ids`` in one script call; returns the ones this consumer no longer holds."""
+    """Renew ``ids`` in one script call, with their cluster-wide slots when the queue has a
+    limit; returns the ones this consumer no longer holds."""
+    keys = [queue.stream, queue.keys.running] if queue.slots else [queue.stream]
+    expiry = limits.slot_expiry(queue)
     try:
-        reply = scripts.renew(keys=[queue.stream], args=[queue.group, consumer, *ids])
+        reply = scripts.renew(keys=keys, args=[queue.group, consumer, expiry, *ids])
     except redis.ResponseError as exc:
         if "NOGROUP" not in str(exc):
             raise

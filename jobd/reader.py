@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import redis
 
-from jobd import dead_letter, lease, redisconn
+from jobd import dead_letter, lease, limits, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.job import Job
 from jobd.keys import STATS_TTL
@@ -93,6 +93,10 @@ class Reader(threading.Thread):
         self.metrics = metrics
         self.client = redisconn.client(redis_config, f"jobd-reader-{queue.name}")
         self.scripts = Scripts(self.client)
+        self.limiter = (
+            limits.Limiter(self.scripts, queue, consumer) if limits.limited(queue) else None
+        )
+        self.taken: list[str] = []  # ids handed over in this read pass (their slots to bind)
         self.stopping = threading.Event()
         self.ready = threading.Event()  # set once Redis answered and the group exists
         self.reclaim_every = min(RECLAIM_EVERY, queue.lease.reclaim_after / 4)
@@ -143,29 +147,54 @@ class Reader(threading.Thread):
         if self.stopping.is_set():
             self.slots.give(free)
             return
+        granted = free
+        if self.limiter is not None:
+            granted, wait = self.limiter.acquire(free)
+            if granted == 0:
+                self.slots.give(free)
+                self.stopping.wait(wait)  # holding nothing meanwhile
+                return
         used = 0
+        self.taken = []
+        newest = None
         try:
             if self.until_reclaim() <= 0:
                 self.next_reclaim = time.monotonic() + self.reclaim_every
-                used += self.reclaim(free)
-            if used < free:
-                used += self.read_new(free - used)
+                used += self.reclaim(granted)
+            if used < granted:
+                used += self.read_new(granted - used, block=self.limiter is None)
         finally:
             self.slots.give(free - used)
+            if self.limiter is not None:
+                newest = self.limiter.bind(granted, self.taken)
+        if newest is not None and used == 0:
+            self.wait_for_entries(newest)
 
     def until_reclaim(self) -> float:
         return max(0.0, self.next_reclaim - time.monotonic())
 
-    def read_new(self, count: int) -> int:
-        """XREADGROUP at most ``count`` new entries; blocks until the next reclaim at most."""
-        block_ms = max(1, min(redisconn.BLOCK_MS, int(self.until_reclaim() * 1000)))
+    def block_ms(self) -> int:
+        return max(1, min(redisconn.BLOCK_MS, int(self.until_reclaim() * 1000)))
+
+    def read_new(self, count: int, block: bool = True) -> int:
+        """XREADGROUP at most ``count`` new entries; blocks (with ``block``) until the next
+        reclaim at most."""
         reply = self.client.xreadgroup(
-            self.queue.group, self.consumer, {self.queue.stream: ">"}, count=count, block=block_ms
+            self.queue.group,
+            self.consumer,
+            {self.queue.stream: ">"},
+            count=count,
+            block=self.block_ms() if block else None,
         )
         entries = reply[0][1] if reply else []
         return self.hand_over(
             [Job.from_entry(self.queue.name, mid, fields) for mid, fields in entries]
         )
+
+    def wait_for_entries(self, newest: bytes) -> None:
+        """Wait until the stream has an entry after ``newest`` (or the next reclaim is due),
+        holding no slot; XREAD reads without consuming anything."""
+        self.client.xread({self.queue.stream: newest}, count=1, block=self.block_ms())
 
     def reclaim(self, count: int) -> int:
         """Take over up to ``count`` entries idle past ``reclaim_after``, following XAUTOCLAIM's
@@ -230,7 +259,9 @@ class Reader(threading.Thread):
         if jobs and self.queue.dedupe_window is not None:
             jobs = self.drop_done(jobs)
         if jobs:
-            self.holdings.add(lease.key(self.queue), [job.message_id for job in jobs])
+            ids = [job.message_id for job in jobs]
+            self.holdings.add(lease.key(self.queue), ids)
+            self.taken += ids
             self.deliver(self.queue, jobs)
         return len(jobs)
 

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from jobd import dead_letter, delayed, lease, redisconn
+from jobd import dead_letter, delayed, lease, limits, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.keys import STATS_TTL
 from jobd.lease import Holdings
@@ -143,10 +143,22 @@ class Recorder(threading.Thread):
             args = [q.group, self.consumer, STATS_TTL, window_ms, *ops]
             sent.add(self.scripts.settle, keys, args)
             calls.append(outcomes)
+        self._release_slots(sent, batch)
         replies = sent.run(self.client)
-        for outcomes, reply in zip(calls, replies, strict=True):
+        for outcomes, reply in zip(calls, replies, strict=False):  # then the releases
             self._report(outcomes, reply)
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
+
+    def _release_slots(self, sent: Batch, batch: list[Outcome]) -> None:
+        """Free the cluster-wide slots of these outcomes' entries (queues with
+        limits.concurrency), in the same round trip; a lost release expires with its lease."""
+        by_queue: dict[str, list[Outcome]] = defaultdict(list)
+        for o in batch:
+            if o.queue.slots is not None:
+                by_queue[o.queue.keys.running].append(o)
+        for running, outcomes in by_queue.items():
+            members = [limits.slot_member(self.consumer, o.message_id) for o in outcomes]
+            sent.add(self.scripts.release, [running], members)
 
     def _report(self, outcomes: list[Outcome], reply: object) -> None:
         q = outcomes[0].queue

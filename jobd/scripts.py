@@ -21,7 +21,7 @@ _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
 NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
-    "enqueue_unique", "tick",
+    "enqueue_unique", "tick", "acquire", "bind", "release",
 )  # fmt: skip
 
 
@@ -48,6 +48,9 @@ class Scripts:
     dedupe: Script
     enqueue_unique: Script
     tick: Script
+    acquire: Script
+    bind: Script
+    release: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

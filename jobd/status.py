@@ -35,9 +35,12 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
     pipe.xlen(q.dead_letter.stream)
     pipe.hgetall(q.keys.stats(minute - 1))
     pipe.hgetall(q.keys.stats(minute))
-    length, groups, pending, consumers, delayed, dead, last, this = pipe.execute(
-        raise_on_error=False
-    )
+    pipe.zcount(q.keys.running, int(now * 1000), "+inf")
+    pipe.hgetall(q.keys.rate)
+    pipe.hgetall(q.keys.waiting)
+    replies = pipe.execute(raise_on_error=False)
+    length, groups, pending, consumers, delayed, dead, last, this = replies[:8]
+    slots_used, bucket, waiting = replies[8:]
     group = None
     if not isinstance(groups, Exception):
         group = next((g for g in groups if g["name"].decode() == q.group), None)
@@ -54,6 +57,7 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         "last_minute": _counters(last),
         "this_minute": _counters(this),
         "consumers": [],
+        "limits": _limits(q, slots_used, bucket, waiting, now),
         "schedule": [
             {"name": s.name, "cron": s.cron, "timezone": s.timezone,
              "next_tick": periodic.next_tick(s, now)}
@@ -73,6 +77,35 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
             {"name": c["name"].decode(), "idle": c["idle"] / 1000, "holding": c["pending"]}
             for c in consumers
         ]
+    return result
+
+
+def _limits(
+    q: QueueConfig, slots_used: object, bucket: object, waiting: object, now: float
+) -> dict[str, Any]:
+    """Usage of the queue's cluster-wide limits, and the consumers waiting for them."""
+    result: dict[str, Any] = {}
+    if q.slots is not None:
+        result["slots"] = {
+            "limit": q.slots,
+            "used": slots_used if isinstance(slots_used, int) else None,
+        }
+    if q.rate is not None:
+        tokens = None
+        if isinstance(bucket, dict) and b"tokens" in bucket:
+            elapsed_ms = max(0.0, now * 1000 - float(bucket[b"at"]))
+            per_ms = q.rate.count / (q.rate.per * 1000)
+            tokens = min(q.rate.burst, float(bucket[b"tokens"]) + elapsed_ms * per_ms)
+        result["rate"] = {
+            "count": q.rate.count, "per": q.rate.per, "burst": q.rate.burst,
+            "tokens": q.rate.burst if tokens is None else round(tokens, 2),
+        }  # fmt: skip
+    if isinstance(waiting, dict) and waiting:
+        result["waiting"] = {
+            k.decode(): {"for": v.decode().split()[0],
+                         "since": int(v.decode().split()[1]) / 1000}
+            for k, v in waiting.items()
+        }  # fmt: skip
     return result
 
 
@@ -135,6 +168,18 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  deduped: last minute {last['deduped']}, this minute {this['deduped']}")
         for c in s["consumers"]:
             lines.append(f"  consumer {c['name']}  idle {_age(c['idle'])}  holding {c['holding']}")
+        limits = s["limits"]
+        if "slots" in limits:
+            lines.append(f"  slots {limits['slots']['used']}/{limits['slots']['limit']} in use")
+        if "rate" in limits:
+            r = limits["rate"]
+            lines.append(
+                f"  rate {r['count']} per {r['per']:g}s (burst {r['burst']}): "
+                f"{r['tokens']:g} token(s) left"
+            )
+        for name, w in limits.get("waiting", {}).items():
+            what = "a slot" if w["for"] == "slot" else "a rate token"
+            lines.append(f"  consumer {name} waiting for {what}")
         for p in s["schedule"]:
             at = datetime.datetime.fromtimestamp(p["next_tick"], datetime.UTC)
             lines.append(

@@ -154,6 +154,7 @@ def queue_problems(q: QueueConfig, at: Located) -> list[Problem]:
         (("lease", "renew_every"), q.lease.renew_every),
         (("lease", "reclaim_after"), q.lease.reclaim_after),
         (("dedupe", "window"), q.dedupe_window),
+        (("limits", "rate"), q.rate.per if q.rate else None),
     ):
         if seconds is None:
             continue

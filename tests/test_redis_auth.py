@@ -53,6 +53,9 @@ def test_acl_user_with_the_documented_commands_runs_everything(
             lease: {{renew_every: 100ms, reclaim_after: 300ms}}
             retry: {{max_attempts: 2, backoff: 50ms}}
             retention: {{maxlen: 1}}
+            dedupe: {{window: 1h}}
+            limits: {{concurrency: 2, rate: 1000/1s}}
+            schedule: [{{cron: '* * * * * *', payload: ok}}]
         """
     )
     d = daemon(config)

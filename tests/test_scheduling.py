@@ -3,6 +3,7 @@ one Redis)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -163,3 +164,96 @@ def test_a_schedule_never_run_before_starts_from_now(
     daemon(config)
     wait_until(lambda: len(tick_ids(r)) >= 2, what="two ticks")
     assert seconds_of(tick_ids(r))[0] >= int(started), "no backfill on a first start"
+
+
+# -- cluster-wide limits -----------------------------------------------------------------------
+
+
+def test_three_daemons_never_run_more_than_the_cluster_wide_concurrency(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    # Each handler counts the handlers running at its start (a file per running handler).
+    running = tmp_path / "running"
+    running.mkdir()
+    script(
+        "h.sh",
+        f"""
+        #!/bin/sh
+        touch {running}/$JOBD_MESSAGE_ID
+        ls {running} | wc -l >> {tmp_path}/seen
+        sleep 0.3
+        rm {running}/$JOBD_MESSAGE_ID
+        """,
+    )
+    config = write_config(
+        queue_config(
+            "[./h.sh]", concurrency=4, limits="{concurrency: 4}",
+            lease="{renew_every: 100ms, reclaim_after: 1s}",
+        )
+    )  # fmt: skip
+    daemons = [daemon(config) for _ in range(3)]
+    for i in range(40):
+        r.xadd("jobd:q", {"payload": str(i)})
+    wait_until(lambda: acked_all(r, "jobd:q", 40), what="every job done")
+    seen = [int(x) for x in (tmp_path / "seen").read_text().split()]
+    assert len(seen) == 40
+    assert max(seen) <= 4, f"more than 4 handlers at once: {max(seen)}"
+    assert max(seen) >= 3, "the limit is the cluster's, not less"
+    assert sum(d.log().count("exit 0 after") > 0 for d in daemons) >= 2, "shared by the daemons"
+    wait_until(lambda: r.zcard("{jobd:q}:running") == 0, what="every slot freed")
+    status = json.loads(jobd_cli("status", "-c", str(config), "--json").stdout)
+    assert status["queues"]["q"]["limits"]["slots"] == {"limit": 4, "used": 0}
+
+
+def test_a_dead_daemons_slots_expire_with_its_leases(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\necho $(cat) >> {tmp_path}/ran\nsleep 30\n")
+    config = write_config(
+        queue_config(
+            "[./h.sh]", concurrency=2, limits="{concurrency: 2}",
+            lease="{renew_every: 200ms, reclaim_after: 1s}",
+        )
+    )  # fmt: skip
+    first = daemon(config)
+    r.xadd("jobd:q", {"payload": "a"})
+    r.xadd("jobd:q", {"payload": "b"})
+    wait_until(lambda: r.zcard("{jobd:q}:running") == 2, what="both slots held")
+    second = daemon(config)
+    r.xadd("jobd:q", {"payload": "c"})
+    # The second daemon waits for a slot, says so, and holds no entry meanwhile.
+    wait_until(lambda: r.hlen("{jobd:q}:waiting") == 1, what="the second daemon waiting")
+    assert r.xpending("jobd:q", "jobd")["pending"] == 2
+    status = jobd_cli("status", "-c", str(config))
+    assert b"waiting for a slot" in status.stdout and b"slots 2/2 in use" in status.stdout
+    kill_with_handlers(first)
+    # The dead daemon's slots expire with its leases: the second takes a and b over, and c
+    # still waits, since both slots are taken again.
+    wait_until(lambda: len((tmp_path / "ran").read_text().split()) == 4, what="the takeover")
+    assert sorted((tmp_path / "ran").read_text().split()) == ["a", "a", "b", "b"]
+    holder = second.log().split("jobd running as consumer ", 1)[1].split(":", 1)[0]
+    members = [m.decode() for m in r.zrange("{jobd:q}:running", 0, -1)]
+    assert len(members) == 2 and all(m.startswith(holder + "|") for m in members), members
+    assert r.xpending("jobd:q", "jobd")["pending"] == 2 and r.xlen("jobd:q") == 3
+    second.kill()
+
+
+def test_a_rate_limit_holds_across_daemons(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\ndate +%s.%N >> {tmp_path}/starts\n")
+    config = write_config(queue_config("[./h.sh]", concurrency=8, limits="{rate: 20/1s}"))
+    daemon(config)
+    daemon(config)
+    enqueued = time.time()
+    pipe = r.pipeline(transaction=False)
+    for i in range(200):
+        pipe.xadd("jobd:q", {"payload": str(i)})
+    pipe.execute()
+    wait_until(lambda: acked_all(r, "jobd:q", 200), timeout=20, what="every job done")
+    times = sorted(float(x) for x in (tmp_path / "starts").read_text().split())
+    took = times[-1] - enqueued
+    print(f"rate 20/1s, burst 20, 2 daemons: 200 jobs started over {took:.2f}s")
+    assert 9 <= took <= 12
+    # No window of one second holds more than the burst plus a second's worth.
+    assert max(sum(1 for t in times if s <= t < s + 1) for s in times) <= 20 + 20

@@ -1,9 +1,12 @@
 -- renew.lua: renew this consumer's lease on every entry it holds; report the ones it lost.
 --
 -- KEYS[1]   the queue's stream
+-- KEYS[2]   optional: the queue's running set (limits.concurrency), whose slots of the entries
+--           still held are renewed with them
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
--- ARGV[3..] ids of the entries this consumer believes it holds
+-- ARGV[3]   the slots' new expiry, Unix ms (ignored without KEYS[2])
+-- ARGV[4..] ids of the entries this consumer believes it holds
 --
 -- Returns a flat list of pairs for the entries it no longer holds: id, owner now ('' when no
 -- one: acknowledged, or its data trimmed).
@@ -25,7 +28,7 @@ while true do
   start = '(' .. page[#page][1]
 end
 local lost, mine = {}, {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
   if held[id] then
     mine[#mine + 1] = id
@@ -47,6 +50,8 @@ for first = 1, #mine, CHUNK do
     if not kept[mine[i]] then
       lost[#lost + 1] = mine[i]
       lost[#lost + 1] = ''
+    elseif KEYS[2] then
+      redis.call('ZADD', KEYS[2], ARGV[3], me .. '|' .. mine[i])
     end
   end
 end
