@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run it at TIME: ISO 8601 (e.g. 2026-12-01T09:00:00+00:00) or Unix seconds",
     )
     enqueue.add_argument(
+        "--priority",
+        metavar="LEVEL",
+        help="one of the queue's priority levels (default: its default)",
+    )
+    enqueue.add_argument(
         "--unique",
         action="store_true",
         help="add it only if its --job-id is not already queued, running, or done within the "
@@ -236,6 +241,12 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         at = when_to_run(args)
     except ValueError as exc:
         parser.error(str(exc))
+    levels = [str(level.priority) for level in config.queues[args.queue].levels]
+    if args.priority is not None and args.priority not in levels:
+        parser.error(
+            f"--priority {args.priority}: queue {args.queue!r} has "
+            + (f"the levels {', '.join(levels)}" if levels else "no priority levels")
+        )
     if args.unique and args.job_id is None:
         parser.error("--unique needs --job-id: uniqueness is per job id")
     durability = None
@@ -257,6 +268,7 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
             at=at,
             durability=durability,
             unique=args.unique,
+            priority=args.priority,
         )
     except producer.Duplicate as exc:
         print(f"jobd: {exc}", file=sys.stderr)

@@ -14,7 +14,7 @@ import os
 import pwd
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -107,7 +107,20 @@ class QueueConfig:
     schedule: tuple[ScheduleConfig, ...]  # periodic jobs (see periodic.py)
     slots: int | None  # limits.concurrency: handlers across all daemons; None: no limit
     rate: Rate | None  # limits.rate and limits.burst; None: no limit
+
+    def all_levels(self) -> tuple[QueueConfig, ...]:
+        """Where jobs of this queue are read from, highest priority first."""
+        return self.levels or (self,)
+
+    def level(self, name: str) -> QueueConfig:
+        return next(q for q in self.levels if q.priority == name)
+
     keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
+    # Priority levels: this config's level (None without priorities), and on the queue's own
+    # config every level's, highest first, each with its stream and delayed set (the default
+    # level's stream is the queue's); the others share the queue's keys (keys.py).
+    priority: str | None = None
+    levels: tuple[QueueConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -416,7 +429,7 @@ def build_queue(
     if process_limits.prlimit_args():
         prlimit = shutil.which("prlimit") or "prlimit"
         argv = (prlimit, *process_limits.prlimit_args(), "--", *command)
-    return QueueConfig(
+    queue = QueueConfig(
         name=name,
         stream=stream,
         group=q["group"],
@@ -456,6 +469,27 @@ def build_queue(
         rate=build_rate(limits),
         keys=queue_keys,
     )
+    return with_levels(queue, q.get("priorities"), q.get("default_priority"))
+
+
+def with_levels(queue: QueueConfig, names: list[str] | None, default: str | None) -> QueueConfig:
+    """The queue with its priority levels; the default level (the last unless named) reads
+    the queue's own stream."""
+    if not names:
+        return queue
+    default = default or names[-1]
+    levels = tuple(
+        replace(queue, priority=name)
+        if name == default
+        else replace(
+            queue,
+            priority=name,
+            stream=queue.keys.level(name).stream,
+            keys=queue.keys.level(name),
+        )
+        for name in names
+    )
+    return replace(queue, priority=default, levels=levels)
 
 
 def build_rate(limits: dict[str, Any]) -> Rate | None:

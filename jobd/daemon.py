@@ -136,16 +136,17 @@ class Daemon:
 
     def periodic_duties(self) -> list[Duty]:
         duties: list[Duty] = [StatusReport(self)]
-        for q in self.config.queues.values():
-            self.renewals[lease.key(q)] = Renewal(
-                self.scripts, q, self.consumer, self.holdings, self.report_lost
-            )
-            duties.append(Forwarder(self.scripts, q))
-            duties.append(Janitor(self.ticker_client, self.scripts, q, self.consumer))
-            if q.retention_maxlen is not None:
-                duties.append(Trimmer(self.scripts, q, q.retention_maxlen))
-            if q.schedule:
-                duties.append(Periodic(self.ticker_client, self.scripts, q))
+        for queue in self.config.queues.values():
+            for q in queue.all_levels():
+                self.renewals[lease.key(q)] = Renewal(
+                    self.scripts, q, self.consumer, self.holdings, self.report_lost
+                )
+                duties.append(Forwarder(self.scripts, q))
+                duties.append(Janitor(self.ticker_client, self.scripts, q, self.consumer))
+                if q.retention_maxlen is not None:
+                    duties.append(Trimmer(self.scripts, q, q.retention_maxlen))
+            if queue.schedule:
+                duties.append(Periodic(self.ticker_client, self.scripts, queue))
         # Renewal goes on for queues a reload removed or moved, while their jobs finish.
         return [*self.renewals.values(), *duties]
 
@@ -323,11 +324,19 @@ class Daemon:
 
     # -- starting and ending handlers -----------------------------------------------------
 
+    def current_level(self, queue: QueueConfig) -> QueueConfig | None:
+        """The config now in force for jobs read from ``queue`` (the queue, or one of its
+        priority levels); None when a reload removed it or moved it to another stream."""
+        current = self.config.queues.get(queue.name)
+        if current is None:
+            return None
+        return next((q for q in current.all_levels() if lease.key(q) == lease.key(queue)), None)
+
     def start_delivered(self) -> None:
         while self.delivered:
             queue, job = self.delivered.popleft()
-            current = self.config.queues.get(queue.name)
-            if self.stopping or current is None or lease.key(current) != lease.key(queue):
+            current = self.current_level(queue)
+            if self.stopping or current is None:
                 why = "jobd stopped" if self.stopping else "its queue was removed or moved"
                 log.info("%s read as %s: handed back", job.tag(queue.name), why)
                 self.settle(queue, job, policy.Decision(policy.Action.HAND_BACK))

@@ -27,12 +27,15 @@ Layout of a queue whose stream is S:
                        (see limits.py)
   derive(S, "rate")    limits.rate: the token bucket, a hash: tokens, at (Unix ms)
   derive(S, "waiting") consumers waiting for a slot or a token: a hash, consumer -> reason
+  derive(S, "priority:L") the stream of priority level L (queues with `priorities`; the
+                       default level's stream is S), with its own delayed set
+                       derive(derive(S, "priority:L"), "delayed"); every other key is the queue's
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 STATS_TTL = 2 * 3600  # seconds a minute's counters are kept
 UNIQUE_TTL = 7 * 86400  # seconds a --unique job's "queued" mark lasts if its job is lost
@@ -64,7 +67,11 @@ def derive(stream: str, suffix: str) -> str:
 
 @dataclass(frozen=True)
 class QueueKeys:
+    """The keys of one queue, or of one priority level of it (``level``): a level has its own
+    stream and delayed set, and shares everything else with its queue."""
+
     stream: str
+    base: str  # the queue's stream, from which the shared keys are derived
     dead_letter: str
     delayed: str
     running: str
@@ -75,6 +82,7 @@ class QueueKeys:
     def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
         return cls(
             stream=stream,
+            base=stream,
             dead_letter=dead_letter or derive(stream, "dead"),
             delayed=derive(stream, "delayed"),
             running=derive(stream, "running"),
@@ -82,20 +90,25 @@ class QueueKeys:
             waiting=derive(stream, "waiting"),
         )
 
+    def level(self, name: str) -> QueueKeys:
+        """The keys of priority level ``name``: its stream is ``{S}:priority:NAME``."""
+        stream = derive(self.base, f"priority:{name}")
+        return replace(self, stream=stream, delayed=derive(stream, "delayed"))
+
     def job_mark(self, job_id: str) -> str:
         """The dedupe / uniqueness mark of a producer's job id."""
-        return derive(self.stream, f"job:{job_id}")
+        return derive(self.base, f"job:{job_id}")
 
     def tick(self, schedule: str, at: int) -> str:
         """The key of a periodic schedule's tick at Unix second ``at``."""
-        return derive(self.stream, f"tick:{schedule}:{at}")
+        return derive(self.base, f"tick:{schedule}:{at}")
 
     def schedule_last(self, schedule: str) -> str:
         """The key holding the latest tick a periodic schedule enqueued."""
-        return derive(self.stream, f"schedule:{schedule}")
+        return derive(self.base, f"schedule:{schedule}")
 
     def stats(self, minute: int | None = None) -> str:
         """The counters of ``minute`` (Unix time // 60; default: now)."""
         if minute is None:
             minute = int(time.time() // 60)
-        return derive(self.stream, f"stats:{minute}")
+        return derive(self.base, f"stats:{minute}")

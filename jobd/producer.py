@@ -59,6 +59,7 @@ def enqueue(
     client: redis.Redis | None = None,
     durability: Durability | None = None,
     unique: bool = False,
+    priority: str | None = None,
 ) -> str:
     """Add one job to ``queue``; returns its job id.
 
@@ -70,10 +71,16 @@ def enqueue(
     With ``unique`` (a ``job_id`` is required): added only if that job id is not queued,
     running, or done within the dedupe window, checked and added in one script; else raises
     Duplicate.
+    With ``priority``: into that level's stream (the queue's own stream is its default level).
     """
     if unique and job_id is None:
         raise ValueError("a unique job needs a job_id")
     q = config.queues[queue]
+    if priority is not None:
+        if priority not in [level.priority for level in q.levels]:
+            known = ", ".join(str(level.priority) for level in q.levels) or "none"
+            raise ProducerError(f"queue {queue!r} has no priority {priority!r} (levels: {known})")
+        q = q.level(priority)
     fields: dict[bytes, bytes] = {PAYLOAD: payload}
     later = at is not None and at > time.time()
     if later and job_id is None:

@@ -72,7 +72,8 @@ def ensure_group(client: redis.Redis, queue: QueueConfig) -> None:
 
 
 class Reader(threading.Thread):
-    """Feeds one queue's free slots: first with entries whose lease lapsed, then new ones."""
+    """Feeds one queue's free slots: first with entries whose lease lapsed, then new ones; on
+    a queue with priority levels, from the highest non-empty level first."""
 
     def __init__(
         self,
@@ -96,6 +97,7 @@ class Reader(threading.Thread):
         self.limiter = (
             limits.Limiter(self.scripts, queue, consumer) if limits.limited(queue) else None
         )
+        self.levels = queue.all_levels()
         self.taken: list[str] = []  # ids handed over in this read pass (their slots to bind)
         self.stopping = threading.Event()
         self.ready = threading.Event()  # set once Redis answered and the group exists
@@ -138,7 +140,8 @@ class Reader(threading.Thread):
     def read_once(self) -> None:
         if not self._group_ok:
             check_server(self.client)
-            ensure_group(self.client, self.queue)
+            for level in self.levels:
+                ensure_group(self.client, level)
             self._group_ok = True
             self.ready.set()
         free = self.slots.take_all(timeout=0.5)
@@ -156,18 +159,22 @@ class Reader(threading.Thread):
                 return
         used = 0
         self.taken = []
-        newest = None
+        newest: dict[str, bytes] = {}  # stream -> newest id, to wait after when nothing was read
         try:
             if self.until_reclaim() <= 0:
                 self.next_reclaim = time.monotonic() + self.reclaim_every
-                used += self.reclaim(granted)
-            if used < granted:
+                for level in self.levels:
+                    used += self.reclaim(level, granted - used)
+            if used < granted and len(self.levels) > 1:
+                read, newest = self.read_levels(granted - used)
+                used += read
+            elif used < granted:
                 used += self.read_new(granted - used, block=self.limiter is None)
         finally:
             self.slots.give(free - used)
             if self.limiter is not None:
-                newest = self.limiter.bind(granted, self.taken)
-        if newest is not None and used == 0:
+                newest = {self.queue.stream: self.limiter.bind(granted, self.taken)} | newest
+        if newest and used == 0:
             self.wait_for_entries(newest)
 
     def until_reclaim(self) -> float:
@@ -188,18 +195,37 @@ class Reader(threading.Thread):
         )
         entries = reply[0][1] if reply else []
         return self.hand_over(
-            [Job.from_entry(self.queue.name, mid, fields) for mid, fields in entries]
+            self.queue, [Job.from_entry(self.queue.name, mid, fields) for mid, fields in entries]
         )
 
-    def wait_for_entries(self, newest: bytes) -> None:
-        """Wait until the stream has an entry after ``newest`` (or the next reclaim is due),
-        holding no slot; XREAD reads without consuming anything."""
-        self.client.xread({self.queue.stream: newest}, count=1, block=self.block_ms())
+    def read_levels(self, count: int) -> tuple[int, dict[str, bytes]]:
+        """At most ``count`` new entries, highest level first, in one script call (it never
+        blocks); returns how many were handed over, and when none, each level's newest id."""
+        entries, newest = self.scripts.read_levels(
+            keys=[level.stream for level in self.levels],
+            args=[self.queue.group, self.consumer, count],
+        )
+        used = 0
+        for index, level in enumerate(self.levels, start=1):
+            jobs = [
+                Job.from_entry(level.name, mid, dict(zip(flat[::2], flat[1::2], strict=True)))
+                for i, mid, flat in entries
+                if i == index
+            ]
+            used += self.hand_over(level, jobs)
+        return used, {level.stream: mid for level, mid in zip(self.levels, newest, strict=False)}
 
-    def reclaim(self, count: int) -> int:
-        """Take over up to ``count`` entries idle past ``reclaim_after``, following XAUTOCLAIM's
-        cursor to its end; poison entries are dead-lettered, not run. Returns slots used."""
-        q = self.queue
+    def wait_for_entries(self, newest: dict[str, bytes]) -> None:
+        """Wait until a stream has an entry after its ``newest`` (or the next reclaim is due),
+        holding no slot; XREAD reads without consuming anything."""
+        self.client.xread(newest, count=1, block=self.block_ms())  # type: ignore[arg-type]
+
+    def reclaim(self, q: QueueConfig, count: int) -> int:
+        """Take over up to ``count`` entries of ``q`` (the queue, or one of its levels) idle past
+        ``reclaim_after``, following XAUTOCLAIM's cursor to its end; poison entries are
+        dead-lettered, not run. Returns slots used."""
+        if count <= 0:
+            return 0
         min_idle = int(q.lease.reclaim_after * 1000)
         cursor: bytes | str = "0-0"
         jobs: list[Job] = []
@@ -215,7 +241,7 @@ class Reader(threading.Thread):
                     # claim renewed it. It is not a new job, and not poison.
                     continue
                 if deliveries > q.max_deliveries:
-                    self.dead_letter_poison(job, deliveries)
+                    self.dead_letter_poison(q, job, deliveries)
                 else:
                     self.metrics.of(q.name).reclaimed.inc()
                     log.warning(
@@ -234,11 +260,10 @@ class Reader(threading.Thread):
                 )
             if cursor == b"0-0":
                 break
-        return self.hand_over(jobs)
+        return self.hand_over(q, jobs)
 
-    def dead_letter_poison(self, job: Job, deliveries: int) -> None:
+    def dead_letter_poison(self, q: QueueConfig, job: Job, deliveries: int) -> None:
         failure = dead_letter.Failure(dead_letter.POISON, attempts=deliveries)
-        q = self.queue
         mark = job.mark_key(q.keys, q.dedupe_window is not None)
         if dead_letter.write(
             self.scripts, q, self.consumer, job.job_id, job.message_id, failure, mark
@@ -253,22 +278,21 @@ class Reader(threading.Thread):
                 q.max_deliveries,
             )
 
-    def hand_over(self, jobs: list[Job]) -> int:
-        """Hold the jobs' leases from now on, and pass them to the main loop; returns how
-        many (the slots they take)."""
-        if jobs and self.queue.dedupe_window is not None:
-            jobs = self.drop_done(jobs)
+    def hand_over(self, q: QueueConfig, jobs: list[Job]) -> int:
+        """Hold the jobs' leases from now on, and pass them to the main loop with ``q``, the
+        queue or the level they were read from; returns how many (the slots they take)."""
+        if jobs and q.dedupe_window is not None:
+            jobs = self.drop_done(q, jobs)
         if jobs:
             ids = [job.message_id for job in jobs]
-            self.holdings.add(lease.key(self.queue), ids)
+            self.holdings.add(lease.key(q), ids)
             self.taken += ids
-            self.deliver(self.queue, jobs)
+            self.deliver(q, jobs)
         return len(jobs)
 
-    def drop_done(self, jobs: list[Job]) -> list[Job]:
+    def drop_done(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
         """Acknowledge, unrun, the jobs whose job id completed within the dedupe window (one
         script call for the batch); returns the others."""
-        q = self.queue
         marked = [(job, job.mark_key(q.keys, True)) for job in jobs]
         marks = [(job, mark) for job, mark in marked if mark is not None]
         if not marks:

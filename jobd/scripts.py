@@ -21,7 +21,7 @@ _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
 NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
-    "enqueue_unique", "tick", "acquire", "bind", "release",
+    "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels",
 )  # fmt: skip
 
 
@@ -51,6 +51,7 @@ class Scripts:
     acquire: Script
     bind: Script
     release: Script
+    read_levels: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

@@ -135,8 +135,21 @@ def gather(client: redis.Redis, config: Config) -> dict[str, Any]:
     return {
         "redis": config.redis.describe(),
         "time": now,
-        "queues": {name: queue_status(client, q, now) for name, q in config.queues.items()},
+        "queues": {name: with_levels(client, q, now) for name, q in config.queues.items()},
     }
+
+
+def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, Any]:
+    """A queue's status; with priority levels, each level's backlog too (its own stream)."""
+    result = queue_status(client, q, now)
+    if q.levels:
+        result["levels"] = {}
+        for level in q.levels:
+            s = result if level.stream == q.stream else queue_status(client, level, now)
+            result["levels"][level.priority] = {
+                k: s[k] for k in ("stream", "length", "lag", "pending", "delayed")
+            }
+    return result
 
 
 def _age(seconds: float | None) -> str:
@@ -168,6 +181,12 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  deduped: last minute {last['deduped']}, this minute {this['deduped']}")
         for c in s["consumers"]:
             lines.append(f"  consumer {c['name']}  idle {_age(c['idle'])}  holding {c['holding']}")
+        for level, b in s.get("levels", {}).items():
+            lag = b["lag"] if b["lag"] is not None else "-"
+            lines.append(
+                f"  level {level}: length {b['length']}  lag {lag}  pending {b['pending']}  "
+                f"delayed {b['delayed']}  (stream {b['stream']})"
+            )
         limits = s["limits"]
         if "slots" in limits:
             lines.append(f"  slots {limits['slots']['used']}/{limits['slots']['limit']} in use")

@@ -185,6 +185,14 @@ def queue_problems(q: QueueConfig, at: Located) -> list[Problem]:
     problems += _command_problems(q, at)
     problems += _privilege_problems(q, at)
     problems += _schedule_problems(q, at)
+    names = [str(level.priority) for level in q.levels]
+    if q.levels and q.priority not in names:
+        problems.append(
+            at.problem(
+                ("default_priority",),
+                f"{q.priority!r} is not one of the queue's priorities ({', '.join(names)})",
+            )
+        )
     if not os.path.isdir(q.cwd):
         problems.append(at.problem(("cwd",), f"{q.cwd!r} is not an existing directory"))
     return problems
