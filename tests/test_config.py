@@ -433,3 +433,69 @@ def test_on_a_cluster_a_dead_letter_stream_must_share_its_queues_slot(tmp_path: 
     ]
     # One server has no slots: the same queues are fine there.
     load(str(write(tmp_path, "redis: {url: 'redis://h'}\n" + queues)), {})
+
+
+# -- scheduling controls -----------------------------------------------------------------------
+
+
+def test_scheduling_controls_are_parsed(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n  a:\n    command: [/bin/true]\n"
+        "    limits: {concurrency: 4, rate: 100/1m}\n"
+        "    dedupe: {window: 1h}\n"
+        "    priorities: [high, low]\n"
+        "    schedule:\n"
+        "      - {cron: '*/5 * * * *', payload: {a: 1}, timezone: Europe/Berlin}\n"
+        "      - {cron: '* * * * * */10', payload: ping, name: heartbeat, catch_up: 5m}\n",
+    )
+    q = load(str(path), {}).queues["a"]
+    assert q.slots == 4 and (q.rate.count, q.rate.per, q.rate.burst) == (100, 60.0, 100)
+    assert q.dedupe_window == 3600
+    assert [(lv.priority, lv.stream) for lv in q.all_levels()] == [
+        ("high", "{jobd:a}:priority:high"),
+        ("low", "jobd:a"),
+    ]
+    first, heartbeat = q.schedule
+    assert first.payload == b'{"a":1}' and first.timezone == "Europe/Berlin"
+    assert first.name.startswith("cron-") and first.catch_up == 60
+    assert (heartbeat.name, heartbeat.payload, heartbeat.catch_up) == ("heartbeat", b"ping", 300)
+
+
+@pytest.mark.parametrize(
+    ("queue", "expected"),
+    [
+        (
+            "limits: {rate: 100 per minute}",
+            "f:4:20: error: queues.a.limits.rate: '100 per minute' is not valid here; write "
+            "COUNT/DURATION, e.g. 100/1m or 20/1s",
+        ),
+        (
+            "priorities: [high, low]\n    default_priority: medium",
+            "f:5:23: error: queues.a.default_priority: 'medium' is not one of the queue's "
+            "priorities (high, low)",
+        ),
+        ("priorities: [high]", "f:4:17: error: queues.a.priorities: ['high'] is too short"),
+        ("dedupe: {window: 0}", "f:4:22: error: queues.a.dedupe.window: must be longer than zero"),
+        (
+            "schedule: [{cron: 'every day'}]",
+            "f:4:23: error: queues.a.schedule.0.cron: 'every day' is not a cron expression: "
+            "write five fields (minute hour day month weekday), or six with seconds last, e.g. "
+            "'*/5 * * * *'",
+        ),
+        (
+            "schedule: [{cron: '* * * * *', timezone: Mars/Olympus}]",
+            "f:4:46: error: queues.a.schedule.0.timezone: no time zone 'Mars/Olympus'; write an "
+            "IANA name such as UTC or Europe/Berlin",
+        ),
+        (
+            "schedule: [{cron: '* * * * *', name: x}, {cron: '*/2 * * * *', name: x}]",
+            "f:4:46: error: queues.a.schedule.1: a second schedule named 'x' (same name, or the "
+            "same cron, time zone and payload): each tick would be enqueued once for both; give "
+            "it a name",
+        ),
+    ],
+)
+def test_bad_scheduling_controls(tmp_path: Path, queue: str, expected: str) -> None:
+    path = write(tmp_path, f"queues:\n  a:\n    command: [/bin/true]\n    {queue}\n")
+    assert problems(path) == [expected]
