@@ -22,7 +22,7 @@ Layout of a queue whose stream is S:
                        enqueued (see periodic.py); kept past the catch-up window
   derive(S, "schedule:N") the latest tick of schedule N enqueued (Unix second), kept as long
   derive(S, "running") limits.concurrency: sorted set of the slots held across all daemons,
-                       scored by their lease's expiry (Unix ms); members are "CONSUMER|ID"
+                       scored by their lease's expiry (Unix ms); members are "CONSUMER|STREAM|ID"
                        for running entries, "wait:CONSUMER:N" for slots taken before a read
                        (see limits.py)
   derive(S, "rate")    limits.rate: the token bucket, a hash: tokens, at (Unix ms)

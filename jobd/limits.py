@@ -35,10 +35,11 @@ def slot_expiry(queue: QueueConfig, now: float | None = None) -> int:
     return int(((time.time() if now is None else now) + queue.lease.reclaim_after) * 1000)
 
 
-def slot_member(consumer: str, message_id: str) -> str:
+def slot_member(consumer: str, stream: str, message_id: str) -> str:
     """A running entry's slot: its holder's, so a lost lease's release frees nothing of the
-    entry's new holder (who binds a slot of its own)."""
-    return f"{consumer}|{message_id}"
+    entry's new holder (who binds a slot of its own); with the stream, since two priority
+    levels' streams can hold the same id. renew.lua builds the same string."""
+    return f"{consumer}|{stream}|{message_id}"
 
 
 def limited(queue: QueueConfig) -> bool:
@@ -69,14 +70,14 @@ class Limiter:
         wait = min(max(int(wait_ms) / 1000, 0.005), 1.0) if int(wait_ms) else POLL
         return int(granted), wait
 
-    def bind(self, granted: int, ids: list[str]) -> bytes:
-        """The entries read hold slots from now on; the slots and tokens not used are freed.
-        Returns the id of the stream's newest entry."""
+    def bind(self, granted: int, members: list[str]) -> bytes:
+        """The entries read hold slots from now on (``members``: their ``slot_member``s); the
+        slots and tokens not used are freed. Returns the id of the stream's newest entry."""
         q = self.queue
         return self.scripts.bind(  # type: ignore[no-any-return]
             keys=[q.keys.running, q.keys.rate, q.stream],
             args=[
                 self.consumer, granted, slot_expiry(q), int(q.slots is not None),
-                int(q.rate is not None), self._burst, *ids,
+                int(q.rate is not None), self._burst, *members,
             ],
         )  # fmt: skip

@@ -98,7 +98,7 @@ class Reader(threading.Thread):
             limits.Limiter(self.scripts, queue, consumer) if limits.limited(queue) else None
         )
         self.levels = queue.all_levels()
-        self.taken: list[str] = []  # ids handed over in this read pass (their slots to bind)
+        self.taken: list[str] = []  # slots of the entries handed over in this read pass
         self.stopping = threading.Event()
         self.ready = threading.Event()  # set once Redis answered and the group exists
         self.reclaim_every = min(RECLAIM_EVERY, queue.lease.reclaim_after / 4)
@@ -286,7 +286,7 @@ class Reader(threading.Thread):
         if jobs:
             ids = [job.message_id for job in jobs]
             self.holdings.add(lease.key(q), ids)
-            self.taken += ids
+            self.taken += [limits.slot_member(self.consumer, q.stream, mid) for mid in ids]
             self.deliver(q, jobs)
         return len(jobs)
 

@@ -157,7 +157,9 @@ class Recorder(threading.Thread):
             if o.queue.slots is not None:
                 by_queue[o.queue.keys.running].append(o)
         for running, outcomes in by_queue.items():
-            members = [limits.slot_member(self.consumer, o.message_id) for o in outcomes]
+            members = [
+                limits.slot_member(self.consumer, o.queue.stream, o.message_id) for o in outcomes
+            ]
             sent.add(self.scripts.release, [running], members)
 
     def _report(self, outcomes: list[Outcome], reply: object) -> None:

@@ -238,7 +238,7 @@ def test_a_dead_daemons_slots_expire_with_its_leases(
     assert sorted((tmp_path / "ran").read_text().split()) == ["a", "a", "b", "b"]
     holder = second.log().split("jobd running as consumer ", 1)[1].split(":", 1)[0]
     members = [m.decode() for m in r.zrange("{jobd:q}:running", 0, -1)]
-    assert len(members) == 2 and all(m.startswith(holder + "|") for m in members), members
+    assert len(members) == 2 and all(m.startswith(holder + "|jobd:q|") for m in members), members
     assert r.xpending("jobd:q", "jobd")["pending"] == 2 and r.xlen("jobd:q") == 3
     second.kill()
 
@@ -280,8 +280,11 @@ def test_a_free_slot_takes_the_highest_non_empty_level_first(
         """,
     )
     config = write_config(
-        queue_config("[./h.sh]", priorities="[high, normal, low]", default_priority="normal")
-    )
+        queue_config(
+            "[./h.sh]", priorities="[high, normal, low]", default_priority="normal",
+            limits="{concurrency: 1}",  # levels share the queue's one slot
+        )
+    )  # fmt: skip
     c = str(config)
     low, high = "{jobd:q}:priority:low", "{jobd:q}:priority:high"
     # A backlog in low (the first by `jobd enqueue --priority`), then the daemon starts.
@@ -298,6 +301,11 @@ def test_a_free_slot_takes_the_highest_non_empty_level_first(
         "slow", "high0", "high1", "normal0", "low1", "low2", "low3",
     ]  # fmt: skip
     assert [line.split()[1] for line in starts(tmp_path)][1:4] == [high, high, "jobd:q"]
+
+    def held() -> list[bytes]:  # slots bound to entries (not an idle reader's brief ones)
+        return [m for m in r.zrange("{jobd:q}:running", 0, -1) if not m.startswith(b"wait:")]
+
+    wait_until(lambda: not held(), what="the last slot freed")
     status = json.loads(jobd_cli("status", "-c", c, "--json").stdout)["queues"]["q"]
     assert list(status["levels"]) == ["high", "normal", "low"]
     assert status["levels"]["low"]["stream"] == low

@@ -10,7 +10,7 @@
 -- ARGV[4]   whether the queue has a slot limit (1) or not (0)
 -- ARGV[5]   whether the queue has a rate limit (1) or not (0), and then
 -- ARGV[6]   the bucket's capacity
--- ARGV[7..] the ids of the entries read (each now holds a slot)
+-- ARGV[7..] the slots of the entries read: CONSUMER|STREAM|ID (jobd/limits.py slot_member)
 --
 -- Returns the id of the stream's newest entry ('0-0' when empty): a reader that read nothing
 -- waits for entries after it (XREAD BLOCK) holding no slot.
@@ -18,7 +18,7 @@ local running, bucket, me = KEYS[1], KEYS[2], ARGV[1]
 local granted, used = tonumber(ARGV[2]), #ARGV - 6
 if ARGV[4] == '1' then
   for i = 1, granted do redis.call('ZREM', running, 'wait:' .. me .. ':' .. i) end
-  for i = 7, #ARGV do redis.call('ZADD', running, ARGV[3], me .. '|' .. ARGV[i]) end
+  for i = 7, #ARGV do redis.call('ZADD', running, ARGV[3], ARGV[i]) end
 end
 if ARGV[5] == '1' and used < granted and redis.call('EXISTS', bucket) == 1 then
   local tokens = tonumber(redis.call('HGET', bucket, 'tokens') or '0')

@@ -51,7 +51,7 @@ for first = 1, #mine, CHUNK do
       lost[#lost + 1] = mine[i]
       lost[#lost + 1] = ''
     elseif KEYS[2] then
-      redis.call('ZADD', KEYS[2], ARGV[3], me .. '|' .. mine[i])
+      redis.call('ZADD', KEYS[2], ARGV[3], me .. '|' .. stream .. '|' .. mine[i])
     end
   end
 end
