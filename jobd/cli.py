@@ -95,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long --wait-replicas / --wait-aof may wait (default 1s)",
     )
 
+    dashboard = commands.add_parser(
+        "dashboard", help="serve the dashboard page without a daemon (see also metrics.listen)"
+    )
+    _config_arg(dashboard, positional=False)
+    dashboard.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:9188",
+        help="where to serve it (default 127.0.0.1:9188: this host only)",
+    )
+
     status = commands.add_parser("status", help="backlog, leases, failures and consumers per queue")
     _config_arg(status, positional=False)
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -163,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from jobd.dlq_cli import run_dlq
 
                 return run_dlq(config, args, parser)
+            if args.command == "dashboard":
+                return serve_dashboard(config, args.listen)
     except RuntimeError as exc:  # the embedded server could not be started
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
@@ -281,6 +294,32 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
     print(job_id)
+    return exitcodes.OK
+
+
+def serve_dashboard(config: Config, listen: str) -> int:
+    """`jobd dashboard`: the page on ``listen`` until SIGINT or SIGTERM."""
+    import signal
+    import threading
+
+    from jobd.dashboard import Dashboard
+    from jobd.metrics import serve_app
+
+    try:
+        server = serve_app(Dashboard(config), listen, "dashboard")
+    except OSError as exc:
+        print(f"jobd: cannot listen on {listen}: {exc.strerror}", file=sys.stderr)
+        return exitcodes.UNAVAILABLE
+    port = server.server_address[1]
+    print(
+        f"jobd dashboard on http://{listen.rpartition(':')[0]}:{port}/ ({config.redis.describe()})"
+    )
+    sys.stdout.flush()
+    done = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: done.set())
+    done.wait()
+    server.shutdown()
     return exitcodes.OK
 
 

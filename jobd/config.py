@@ -207,6 +207,16 @@ class Config:
     queues: Mapping[str, QueueConfig]
     shutdown_grace: float
     metrics_listen: str | None = None  # HOST:PORT for /metrics and /healthz
+    dashboard: DashboardConfig = field(default_factory=lambda: DashboardConfig())
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """The page next to the metrics (dashboard.py): read-only unless ``actions``."""
+
+    actions: bool = False  # requeue and purge dead letters from the page
+    token: str | None = field(default=None, repr=False)  # needed on every request when set
+    show_payloads: bool = False
 
 
 class ConfigError(Exception):
@@ -281,6 +291,20 @@ def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
     if isinstance(redis_config, tuple):
         where, message = redis_config
         raise ConfigError(path, [Problem(doc.value_pos(where), where, message)])
+    section = data.get("dashboard") or {}
+    token = _secret(section, ("dashboard",), str(Path(path).resolve().parent), environ, "token")
+    if isinstance(token, tuple):
+        where, message = token
+        raise ConfigError(path, [Problem(doc.value_pos(where), where, message)])
+    if section.get("actions") and not token:
+        where = ("dashboard", "actions")
+        message = "actions need a token: set dashboard.token_file or dashboard.token_credential"
+        raise ConfigError(path, [Problem(doc.value_pos(where), where, message)])
+    dashboard = DashboardConfig(
+        actions=bool(section.get("actions", False)),
+        token=token,
+        show_payloads=bool(section.get("show_payloads", False)),
+    )
     return Config(
         path=str(Path(path).resolve()),
         redis=redis_config,
@@ -289,6 +313,7 @@ def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
             data.get("shutdown_grace", validation.TOP_DEFAULTS["shutdown_grace"])
         ),
         metrics_listen=(data.get("metrics") or {}).get("listen"),
+        dashboard=dashboard,
     )
 
 
@@ -346,25 +371,29 @@ def build_redis(
 
 
 def _secret(
-    section: dict[str, Any], path: yamlsrc.Path, base_dir: str, environ: Mapping[str, str]
+    section: dict[str, Any],
+    path: yamlsrc.Path,
+    base_dir: str,
+    environ: Mapping[str, str],
+    name: str = "password",
 ) -> str | tuple[yamlsrc.Path, str] | None:
-    """A password given in ``section`` as password, password_file or password_credential;
-    or what is wrong."""
-    sources = [k for k in ("password", "password_file", "password_credential") if k in section]
+    """A secret given in ``section`` as NAME, NAME_file or NAME_credential (a systemd
+    credential); or what is wrong."""
+    sources = [k for k in (name, f"{name}_file", f"{name}_credential") if k in section]
     if len(sources) > 1:
         return (*path, sources[1]), f"give one of {', '.join(sources)}, not several"
-    if "password_file" in section:
-        secret_path = os.path.join(base_dir, section["password_file"])
-    elif "password_credential" in section:
+    if f"{name}_file" in section:
+        secret_path = os.path.join(base_dir, section[f"{name}_file"])
+    elif f"{name}_credential" in section:
         directory = environ.get("CREDENTIALS_DIRECTORY")
         if not directory:
-            return (*path, "password_credential"), (
+            return (*path, f"{name}_credential"), (
                 "CREDENTIALS_DIRECTORY is not set: run jobd under systemd with "
-                f"LoadCredential={section['password_credential']}:/path/to/secret"
+                f"LoadCredential={section[f'{name}_credential']}:/path/to/secret"
             )
-        secret_path = os.path.join(directory, section["password_credential"])
+        secret_path = os.path.join(directory, section[f"{name}_credential"])
     else:
-        return section.get("password")
+        return section.get(name)
     try:
         return Path(secret_path).read_text().rstrip("\r\n")
     except OSError as exc:

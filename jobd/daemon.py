@@ -42,6 +42,7 @@ from dataclasses import replace
 
 from jobd import dead_letter, exitcodes, lease, logs, policy, redisconn
 from jobd.config import Config, ConfigError, QueueConfig, load
+from jobd.dashboard import Dashboard
 from jobd.delayed import Forwarder
 from jobd.duties import Duty, Ticker
 from jobd.embedded import EmbeddedServer
@@ -167,7 +168,7 @@ class Daemon:
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         if self.config.metrics_listen:
-            serve(self.metrics, self.config.metrics_listen)
+            serve(self.metrics, self.config.metrics_listen, Dashboard(self.config))
         for name in self.config.queues:
             self.metrics.of(name)
         self.recorder.start()
@@ -380,7 +381,8 @@ class Daemon:
             self.next_due = min(self.next_due, handler.due)
             series = self.metrics.of(queue.name)
             series.started.inc()
-            series.latency.observe(max(0.0, time.time() - job.enqueued_at()))
+            handler.waited = max(0.0, time.time() - job.enqueued_at())
+            series.latency.observe(handler.waited)
             handler.log(logging.DEBUG, "started pid %d", handler.pid)
             if queue.log_payload:
                 preview = job.stdin_bytes()[: queue.log_payload]
@@ -414,7 +416,10 @@ class Daemon:
         self.metrics.of(handler.queue.name).duration.observe(took)
         level = logging.INFO if decision.action is policy.Action.ACK else logging.WARNING
         handler.log(level, "%s after %.3fs: %s", status.describe(), took, describe(decision))
-        self.settle(handler.queue, handler.job, decision, status, handler.stderr_tail())
+        self.settle(
+            handler.queue, handler.job, decision, status, handler.stderr_tail(),
+            timing=(handler.waited, took),
+        )  # fmt: skip
 
     def settle(
         self,
@@ -423,11 +428,12 @@ class Daemon:
         decision: policy.Decision,
         status: ExitStatus | None = None,
         error_text: bytes = b"",
+        timing: tuple[float, float] | None = None,
     ) -> None:
         """Carry out a decision and free the job's slot. ``error_text``: the stderr tail, or
-        why the handler could not start."""
+        why the handler could not start; ``timing``: enqueue-to-start and run time, seconds."""
         mark = job.mark_key(queue.keys, queue.dedupe_window is not None)
-        outcome = Outcome(ACK, queue, job.message_id, job.job_id, mark=mark)
+        outcome = Outcome(ACK, queue, job.message_id, job.job_id, mark=mark, timing=timing)
         action = decision.action
         if action is policy.Action.ACK:
             self.metrics.of(queue.name).succeeded.inc()

@@ -118,6 +118,7 @@ class Handler:
         self.pid = pid
         self.state = State.RUNNING
         self.started = time.monotonic()
+        self.waited = 0.0  # seconds from enqueue (its stream id) to start
         # When the loop must act on it next: at its timeout, then (once SIGTERMed) SIGKILL.
         self.due = self.started + queue.timeout
         self.timed_out = False

@@ -21,6 +21,9 @@ Layout of a queue whose stream is S:
   derive(S, "tick:N:T") set once the tick at Unix second T of the queue's schedule N was
                        enqueued (see periodic.py); kept past the catch-up window
   derive(S, "schedule:N") the latest tick of schedule N enqueued (Unix second), kept as long
+  derive(S, "timings:M") histograms of minute M, a hash: "wait:I" / "run:I" count the jobs
+                       whose enqueue-to-start / run time fell in bucket I of figures.BUCKETS;
+                       kept STATS_TTL seconds
   derive(S, "running") limits.concurrency: sorted set of the slots held across all daemons,
                        scored by their lease's expiry (Unix ms); members are "CONSUMER|STREAM|ID"
                        for running entries, "wait:CONSUMER:N" for slots taken before a read
@@ -106,6 +109,12 @@ class QueueKeys:
     def schedule_last(self, schedule: str) -> str:
         """The key holding the latest tick a periodic schedule enqueued."""
         return derive(self.base, f"schedule:{schedule}")
+
+    def timings(self, minute: int | None = None) -> str:
+        """The histograms of minute ``minute``: enqueue-to-start and run times (figures.py)."""
+        if minute is None:
+            minute = int(time.time() // 60)
+        return derive(self.base, f"timings:{minute}")
 
     def stats(self, minute: int | None = None) -> str:
         """The counters of ``minute`` (Unix time // 60; default: now)."""

@@ -13,10 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+WSGIApp = Callable[..., Any]
 
 STUCK_AFTER = 10.0
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -134,28 +137,41 @@ class _QuietHandler(WSGIRequestHandler):
         pass  # scrapes every few seconds would drown the log
 
 
-class _IPv6Server(WSGIServer):
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow page never holds up a scrape
+
+
+class _IPv6Server(_Server):
     address_family = socket.AF_INET6
 
 
-def serve(metrics: Metrics, listen: str) -> WSGIServer:
-    """Serve on ``listen`` (HOST:PORT) from a daemon thread; returns the server."""
-    host, _, port = listen.rpartition(":")
+def serve(metrics: Metrics, listen: str, page: WSGIApp | None = None) -> WSGIServer:
+    """Serve on ``listen`` (HOST:PORT) from a daemon thread; returns the server. ``page``
+    (the dashboard) answers every path but /metrics and /healthz."""
     prometheus = make_wsgi_app(metrics.registry)
 
     def app(environ, start_response):  # type: ignore[no-untyped-def]
-        if environ.get("PATH_INFO") == "/healthz":
+        path = environ.get("PATH_INFO")
+        if path == "/healthz":
             ok = metrics.healthy()
             start_response(
                 "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
             )
             return [b"ok\n" if ok else b"main loop stuck\n"]
+        if page is not None and path != "/metrics":
+            return page(environ, start_response)
         return prometheus(environ, start_response)
 
+    return serve_app(app, listen, "metrics")
+
+
+def serve_app(app: WSGIApp, listen: str, name: str) -> WSGIServer:
+    """Serve ``app`` on ``listen`` (HOST:PORT) from a daemon thread."""
+    host, _, port = listen.rpartition(":")
     host = host.strip("[]")
-    server_class = _IPv6Server if ":" in host else WSGIServer
+    server_class = _IPv6Server if ":" in host else _Server
     server = make_server(
         host, int(port), app, server_class=server_class, handler_class=_QuietHandler
     )
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
     return server

@@ -14,10 +14,11 @@ import logging
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from itertools import chain
 
-from jobd import dead_letter, delayed, lease, limits, redisconn
+from jobd import dead_letter, delayed, figures, lease, limits, redisconn
 from jobd.config import QueueConfig, RedisConfig
 from jobd.keys import STATS_TTL
 from jobd.lease import Holdings
@@ -43,6 +44,7 @@ class Outcome:
     due_ms: int = 0  # RETRY: when the next attempt is due
     failure: dead_letter.Failure | None = None  # DEAD_LETTER: what goes in the record
     mark: str | None = None  # the job id's mark, set or cleared with the ack (Job.mark_key)
+    timing: tuple[float, float] | None = None  # enqueue-to-start and run time, for figures
 
 
 class Recorder(threading.Thread):
@@ -144,10 +146,21 @@ class Recorder(threading.Thread):
             sent.add(self.scripts.settle, keys, args)
             calls.append(outcomes)
         self._release_slots(sent, batch)
+        self._timings(sent, batch)
         replies = sent.run(self.client)
         for outcomes, reply in zip(calls, replies, strict=False):  # then the releases
             self._report(outcomes, reply)
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
+
+    def _timings(self, sent: Batch, batch: list[Outcome]) -> None:
+        """This minute's histograms of enqueue-to-start and run times, per queue, in the same
+        round trip (see figures.py)."""
+        by_key: dict[str, Counter[str]] = defaultdict(Counter)
+        for o in batch:
+            if o.timing is not None:
+                by_key[o.queue.keys.timings()].update(figures.fields(*o.timing))
+        for key, counts in by_key.items():
+            sent.add(self.scripts.observe, [key], [STATS_TTL, *chain(*counts.items())])
 
     def _release_slots(self, sent: Batch, batch: list[Outcome]) -> None:
         """Free the cluster-wide slots of these outcomes' entries (queues with

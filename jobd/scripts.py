@@ -21,7 +21,7 @@ _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
 NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
-    "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels",
+    "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe",
 )  # fmt: skip
 
 
@@ -52,6 +52,7 @@ class Scripts:
     bind: Script
     release: Script
     read_levels: Script
+    observe: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

@@ -1,0 +1,144 @@
+// jobd dashboard: fetches /api/overview every few seconds and draws it. No dependencies.
+"use strict";
+
+const REFRESH_MS = 5000;
+let csrf = "";
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "onclick") node.addEventListener("click", value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  if (seconds < 120) return seconds.toFixed(1) + "s";
+  if (seconds < 7200) return (seconds / 60).toFixed(1) + "m";
+  return (seconds / 3600).toFixed(1) + "h";
+}
+
+function bound(value) {
+  if (value === null || value === undefined) return "–";
+  if (value === "+Inf") return "> 30m";
+  return "≤ " + (value < 1 ? (value * 1000) + "ms" : value + "s");
+}
+
+function sparkline(series) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", "0 0 240 48");
+  const max = Math.max(1, ...series.done, ...series.failed);
+  for (const name of ["done", "failed"]) {
+    const points = series[name].map((v, i) =>
+      `${(i * 240 / Math.max(1, series[name].length - 1)).toFixed(1)},${(46 - v * 44 / max).toFixed(1)}`);
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("class", name);
+    line.setAttribute("points", points.join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
+function figure(value, label) {
+  return el("div", {class: "figure"}, el("b", {}, value), el("span", {}, label));
+}
+
+async function act(action, body) {
+  const reply = await fetch("/api/dead-letters/" + action, {
+    method: "POST",
+    headers: {"Content-Type": "application/json", "X-Jobd-CSRF": csrf},
+    body: JSON.stringify(body),
+  });
+  if (!reply.ok) alert("jobd: " + (await reply.json()).error);
+  refresh();
+}
+
+function deadLetters(name, records, actions) {
+  if (!records.length) return el("p", {class: "muted"}, "No dead letters.");
+  const head = el("tr", {}, ...["job", "error", "exit", "attempts", "failed", "stderr (tail)"]
+    .map((h) => el("th", {}, h)), actions ? el("th", {}, "") : null);
+  const rows = records.map((r) => el("tr", {},
+    el("td", {}, r.job_id, r.payload !== undefined ? el("pre", {}, r.payload) : null),
+    el("td", {class: "error"}, r.error),
+    el("td", {class: "num"}, r.exit_code ?? (r.signal ? "signal " + r.signal : "–")),
+    el("td", {class: "num"}, r.attempts),
+    el("td", {}, new Date(r.failed_at * 1000).toLocaleString()),
+    el("td", {}, el("pre", {}, r.stderr || "")),
+    actions ? el("td", {}, el("button", {onclick: () => act("requeue", {queue: name, ids: [r.id]})},
+                              "requeue")) : null));
+  const table = el("table", {}, head, ...rows);
+  if (!actions) return table;
+  return el("div", {}, table,
+    el("button", {onclick: () => act("requeue", {queue: name, all: true})}, "requeue all"), " ",
+    el("button", {onclick: () => confirm(`Purge every dead letter of ${name}?`) &&
+                                act("purge", {queue: name})}, "purge"));
+}
+
+function queueSection(name, q, actions) {
+  const hour = q.hour;
+  const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+  const done = sum(hour.series.done), failed = sum(hour.series.failed);
+  const running = q.consumers.reduce((a, c) => a + c.holding, 0);
+  const section = el("section", {class: "queue", id: "queue-" + name},
+    el("h2", {}, name, el("small", {}, `stream ${q.stream} · group ${q.group}`)));
+  section.append(el("div", {class: "figures"},
+    figure(q.length, "in stream"), figure(q.lag ?? "–", "backlog (lag)"),
+    figure(q.pending, "pending"), figure(age(q.oldest_pending_age), "oldest pending"),
+    figure(running, "running"), figure(q.delayed, "delayed"),
+    figure(q.dead_lettered, "dead-lettered"),
+    figure(done, "done, last hour"),
+    figure(done + failed ? (100 * failed / (done + failed)).toFixed(1) + "%" : "–",
+           "failure rate, last hour")));
+  const p = hour.percentiles;
+  section.append(el("div", {class: "charts"},
+    el("div", {class: "chart"}, el("span", {}, "done (green) and failed (red) per minute, last hour"),
+       sparkline(hour.series)),
+    el("div", {class: "chart"}, el("span", {}, "enqueue → start"),
+       `p50 ${bound(p.wait.p50)} · p90 ${bound(p.wait.p90)} · p99 ${bound(p.wait.p99)}`),
+    el("div", {class: "chart"}, el("span", {}, "handler duration"),
+       `p50 ${bound(p.run.p50)} · p90 ${bound(p.run.p90)} · p99 ${bound(p.run.p99)}`)));
+  if (q.levels) {
+    section.append(el("h3", {}, "Priority levels"), el("table", {},
+      el("tr", {}, ...["level", "backlog", "pending", "delayed"].map((h) => el("th", {}, h))),
+      ...Object.entries(q.levels).map(([level, b]) => el("tr", {}, el("td", {}, level),
+        el("td", {class: "num"}, b.lag ?? "–"), el("td", {class: "num"}, b.pending),
+        el("td", {class: "num"}, b.delayed)))));
+  }
+  const waiting = (q.limits && q.limits.waiting) || {};
+  section.append(el("h3", {}, "Consumers"), q.consumers.length ? el("table", {},
+    el("tr", {}, ...["consumer", "idle", "jobs held", ""].map((h) => el("th", {}, h))),
+    ...q.consumers.map((c) => el("tr", {}, el("td", {}, c.name),
+      el("td", {class: "num"}, age(c.idle)), el("td", {class: "num"}, c.holding),
+      el("td", {class: "waiting"}, waiting[c.name] ? "waiting for a " + waiting[c.name].for : ""))))
+    : el("p", {class: "muted"}, "No consumers yet."));
+  section.append(el("h3", {}, "Dead letters"), deadLetters(name, q.dead_letters, actions));
+  return section;
+}
+
+async function refresh() {
+  try {
+    const reply = await fetch("/api/overview", {cache: "no-store"});
+    const data = await reply.json();
+    if (!reply.ok) throw new Error(data.error);
+    csrf = data.csrf;
+    document.getElementById("where").textContent = data.redis;
+    document.getElementById("updated").textContent =
+      "updated " + new Date(data.time * 1000).toLocaleTimeString();
+    const main = document.getElementById("queues");
+    main.replaceChildren(...Object.entries(data.queues)
+      .map(([name, q]) => queueSection(name, q, data.actions)));
+  } catch (error) {
+    document.getElementById("updated").textContent = "not updated: " + error.message;
+  }
+}
+
+refresh();
+setInterval(refresh, REFRESH_MS);
