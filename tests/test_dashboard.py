@@ -109,6 +109,9 @@ def test_the_api_against_a_running_daemon(
     assert len(q["hour"]["series"]["done"]) == 60
     assert q["hour"]["jobs_timed"] == 6 and q["hour"]["percentiles"]["run"]["p50"] is not None
     assert q["hour"]["percentiles"]["wait"]["p99"] is not None
+    # Figures are small and bounded: per-minute hashes that expire.
+    [timings] = r.keys("{jobd:q}:timings:*")
+    assert 0 < r.ttl(timings) <= 7200 and r.hlen(timings) <= 2 * 16
     [record] = q["dead_letters"]
     assert (record["error"], record["exit_code"], record["attempts"]) == ("exit", "65", "1")
     assert "boom" in record["stderr"] and "payload" not in record, "payloads hidden by default"
