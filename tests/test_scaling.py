@@ -302,3 +302,38 @@ def test_four_daemons_two_killed_mid_way_lose_nothing(
     )
     assert not lost
     assert set(twice) <= held, f"run twice but not held by a killed daemon: {set(twice) - held}"
+
+
+def test_every_control_and_the_dashboard_work_on_a_cluster(
+    cluster: LocalCluster, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Each script names all its keys, in one slot: Redis Cluster refuses anything else."""
+    handler(tmp_path)
+    config = tmp_path / "controls.yaml"
+    config.write_text(
+        "redis:\n  cluster:\n    nodes: [" + ", ".join(cluster.nodes) + "]\n" + QUEUE_SETTINGS
+        + "queues:\n  c:\n    stream: 'media:controls'\n    priorities: [high, low]\n"
+        "    limits: {concurrency: 2, rate: 100/1s}\n    dedupe: {window: 1h}\n"
+        "    schedule: [{cron: '* * * * * *', payload: ok-tick, name: tick}]\n"
+    )  # fmt: skip
+    d = daemon(config)
+    c = str(config)
+    for args in (["ok-high", "--priority", "high"], ["ok-u", "--job-id", "u", "--unique"],
+                 ["ok-d", "--job-id", "u"], ["flaky", "--priority", "high"]):  # fmt: skip
+        out = jobd_cli("enqueue", "-c", c, "c", *args)
+        assert out.returncode == 0, out.stderr
+    done = tmp_path / "done"
+    wait_until(
+        lambda: {"c ok-high", "c ok-u", "c flaky", "c ok-tick"} <= set(lines(done)),
+        what="jobs of every kind done",
+    )
+    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.servers[0].port)])
+    from jobd.config import load
+    from jobd.dashboard import overview
+
+    q = overview(rc, load(c))["queues"]["c"]
+    assert q["hour"]["series"]["done"][-1] + q["hour"]["series"]["done"][-2] >= 4
+    assert list(q["levels"]) == ["high", "low"] and q["limits"]["slots"]["limit"] == 2
+    rc.close()
+    errors = [line for line in d.log().splitlines() if " ERROR " in line]
+    assert not errors, errors
