@@ -108,8 +108,10 @@ class Recorder(threading.Thread):
             return _EMPTY
 
     def write(self, batch: list[Outcome]) -> None:
-        """Everything in one pipeline: per queue one settle call for its acks and hand-backs,
-        and one call per retry and per dead letter. Each call checks ownership itself."""
+        """Everything in one round trip (one pipeline; on a cluster, one per node): per queue
+        one settle call for its acks and hand-backs, one call per retry and per dead letter,
+        then per queue the slots to free (limits) and the timings to count (figures). Each
+        outcome call checks ownership itself."""
         sent = Batch()
         calls: list[list[Outcome]] = []
         settles: dict[lease.LeaseKey, list[Outcome]] = defaultdict(list)
