@@ -125,12 +125,15 @@ def seconds_of(ids: list[str]) -> list[int]:
 
 
 def test_three_daemons_enqueue_each_tick_once_and_a_restart_skips_none(
-    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
+    script("h.sh", "#!/bin/sh\nsleep 0.3\n")  # so that a kill likely finds a tick running
     config = write_config(
         queue_config(
-            "[/bin/true]",
+            "[./h.sh]",
             schedule="[{cron: '* * * * * *', name: every-second, payload: tick}]",
+            # A tick running when its daemon is killed is taken over a second later.
+            lease="{renew_every: 200ms, reclaim_after: 1s}",
         )
     )
     daemons = [daemon(config) for _ in range(3)]
