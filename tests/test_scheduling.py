@@ -235,14 +235,15 @@ def test_a_dead_daemons_slots_expire_with_its_leases(
     status = jobd_cli("status", "-c", str(config))
     assert b"waiting for a slot" in status.stdout and b"slots 2/2 in use" in status.stdout
     kill_with_handlers(first)
-    # The dead daemon's slots expire with its leases: the second takes a and b over, and c
-    # still waits, since both slots are taken again.
-    wait_until(lambda: len((tmp_path / "ran").read_text().split()) == 4, what="the takeover")
-    assert sorted((tmp_path / "ran").read_text().split()) == ["a", "a", "b", "b"]
+    # The dead daemon's slots expire with its leases: the second starts two jobs (a and b taken
+    # over, or c, whichever it reaches first once a slot is free), and the third waits, since
+    # both slots are taken again.
+    ran = lambda: (tmp_path / "ran").read_text().split()  # noqa: E731
+    wait_until(lambda: len(ran()) == 4, what="the takeover")
+    assert sorted(ran()[:2]) == ["a", "b"] and len(set(ran()[2:]) & {"a", "b", "c"}) == 2
     holder = second.log().split("jobd running as consumer ", 1)[1].split(":", 1)[0]
     members = [m.decode() for m in r.zrange("{jobd:q}:running", 0, -1)]
     assert len(members) == 2 and all(m.startswith(holder + "|jobd:q|") for m in members), members
-    assert r.xpending("jobd:q", "jobd")["pending"] == 2 and r.xlen("jobd:q") == 3
     second.kill()
 
 
