@@ -286,7 +286,8 @@ class Reader(threading.Thread):
         if jobs:
             ids = [job.message_id for job in jobs]
             self.holdings.add(lease.key(q), ids)
-            self.taken += [limits.slot_member(self.consumer, q.stream, mid) for mid in ids]
+            if self.limiter is not None:
+                self.taken += [limits.slot_member(self.consumer, q.stream, mid) for mid in ids]
             self.deliver(q, jobs)
         return len(jobs)
 
