@@ -107,6 +107,7 @@ class QueueConfig:
     schedule: tuple[ScheduleConfig, ...]  # periodic jobs (see periodic.py)
     slots: int | None  # limits.concurrency: handlers across all daemons; None: no limit
     rate: Rate | None  # limits.rate and limits.burst; None: no limit
+    starvation_after: float | None  # priorities: a lower level's job waiting this long goes first
 
     def all_levels(self) -> tuple[QueueConfig, ...]:
         """Where jobs of this queue are read from, highest priority first."""
@@ -496,6 +497,9 @@ def build_queue(
         schedule=tuple(build_schedule(s) for s in q.get("schedule", [])),
         slots=limits.get("concurrency"),
         rate=build_rate(limits),
+        starvation_after=(
+            durations.parse(q["starvation_after"]) if "starvation_after" in q else None
+        ),
         keys=queue_keys,
     )
     return with_levels(queue, q.get("priorities"), q.get("default_priority"))

@@ -201,9 +201,10 @@ class Reader(threading.Thread):
     def read_levels(self, count: int) -> tuple[int, dict[str, bytes]]:
         """At most ``count`` new entries, highest level first, in one script call (it never
         blocks); returns how many were handed over, and when none, each level's newest id."""
+        after_ms = int((self.queue.starvation_after or 0) * 1000)
         entries, newest = self.scripts.read_levels(
             keys=[level.stream for level in self.levels],
-            args=[self.queue.group, self.consumer, count],
+            args=[self.queue.group, self.consumer, count, int(time.time() * 1000), after_ms],
         )
         used = 0
         for index, level in enumerate(self.levels, start=1):

@@ -155,6 +155,7 @@ def queue_problems(q: QueueConfig, at: Located) -> list[Problem]:
         (("lease", "reclaim_after"), q.lease.reclaim_after),
         (("dedupe", "window"), q.dedupe_window),
         (("limits", "rate"), q.rate.per if q.rate else None),
+        (("starvation_after",), q.starvation_after),
     ):
         if seconds is None:
             continue

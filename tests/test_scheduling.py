@@ -315,3 +315,22 @@ def test_a_free_slot_takes_the_highest_non_empty_level_first(
     assert status["levels"]["low"]["stream"] == low
     bad = jobd_cli("enqueue", "-c", c, "q", "x", "--priority", "urgent")
     assert bad.returncode == 2 and b"the levels high, normal, low" in bad.stderr
+
+
+def test_starvation_after_lets_a_long_waiting_lower_job_go_first(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    script("h.sh", f"#!/bin/sh\necho $(cat) >> {tmp_path}/starts\nsleep 0.1\n")
+    config = write_config(queue_config("[./h.sh]", priorities="[high, low]", starvation_after="1s"))
+    high = "{jobd:q}:priority:high"
+    old = int(time.time() * 1000) - 5000
+    r.xadd("jobd:q", {"payload": "low-old"}, id=f"{old}-0")  # waiting 5 s already
+    r.xadd("jobd:q", {"payload": "low-new"})
+    for i in range(5):
+        r.xadd(high, {"payload": f"high{i}"})
+    daemon(config)
+    wait_until(lambda: len(starts(tmp_path)) == 7, what="every job")
+    order = starts(tmp_path)
+    # The old low job goes first (aging); the new one waits for the high ones like before,
+    # until it too has waited a second.
+    assert order[:2] == ["low-old", "high0"], order

@@ -4,6 +4,9 @@
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   how many entries at most (the free slots)
+-- ARGV[4]   now, Unix ms
+-- ARGV[5]   starvation_after in ms, or 0: a lower level whose next new entry has waited that
+--           long gives one entry first (aging), before the strict order
 --
 -- Returns {entries, newest}: entries is a list of {level index, id, fields}, taken from the
 -- highest non-empty level first and then the next; when none was read, newest lists each
@@ -11,16 +14,40 @@
 -- (XREAD BLOCK) without holding any. Strict priority: a level is read only when every higher
 -- level had no new entry left.
 local out, left = {}, tonumber(ARGV[3])
-for i, key in ipairs(KEYS) do
-  if left <= 0 then break end
-  local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', left,
-                           'STREAMS', key, '>')
+local now, after = tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local function read(i, count)
+  local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count,
+                           'STREAMS', KEYS[i], '>')
   if reply then
     for _, e in ipairs(reply[1][2]) do
       out[#out + 1] = {i, e[1], e[2]}
       left = left - 1
     end
   end
+end
+
+-- Whether the next entry the group has not read yet from level i waited past `after`.
+local function starving(i)
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[i])) do
+    local fields = {}
+    for j = 1, #g, 2 do fields[g[j]] = g[j + 1] end
+    if fields['name'] == ARGV[1] then
+      local nxt = redis.call('XRANGE', KEYS[i], '(' .. fields['last-delivered-id'], '+', 'COUNT', 1)
+      return #nxt == 1 and now - tonumber(string.match(nxt[1][1], '^(%d+)')) >= after
+    end
+  end
+  return false
+end
+
+if after > 0 then
+  for i = 2, #KEYS do
+    if left > 0 and starving(i) then read(i, 1) end
+  end
+end
+for i = 1, #KEYS do
+  if left <= 0 then break end
+  read(i, left)
 end
 local newest = {}
 if #out == 0 then
