@@ -254,12 +254,11 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         at = when_to_run(args)
     except ValueError as exc:
         parser.error(str(exc))
-    levels = [str(level.priority) for level in config.queues[args.queue].levels]
-    if args.priority is not None and args.priority not in levels:
-        parser.error(
-            f"--priority {args.priority}: queue {args.queue!r} has "
-            + (f"the levels {', '.join(levels)}" if levels else "no priority levels")
-        )
+    if args.priority is not None:
+        try:
+            config.queues[args.queue].level(args.priority)
+        except ValueError as exc:
+            parser.error(f"--priority {args.priority}: {exc}")
     if args.unique and args.job_id is None:
         parser.error("--unique needs --job-id: uniqueness is per job id")
     durability = None

@@ -77,6 +77,11 @@ class Rate:
     per: float
     burst: int
 
+    @property
+    def per_ms(self) -> float:
+        """Tokens added per millisecond."""
+        return self.count / (self.per * 1000)
+
 
 @dataclass(frozen=True)
 class QueueConfig:
@@ -108,20 +113,25 @@ class QueueConfig:
     slots: int | None  # limits.concurrency: handlers across all daemons; None: no limit
     rate: Rate | None  # limits.rate and limits.burst; None: no limit
     starvation_after: float | None  # priorities: a lower level's job waiting this long goes first
-
-    def all_levels(self) -> tuple[QueueConfig, ...]:
-        """Where jobs of this queue are read from, highest priority first."""
-        return self.levels or (self,)
-
-    def level(self, name: str) -> QueueConfig:
-        return next(q for q in self.levels if q.priority == name)
-
     keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
     # Priority levels: this config's level (None without priorities), and on the queue's own
     # config every level's, highest first, each with its stream and delayed set (the default
     # level's stream is the queue's); the others share the queue's keys (keys.py).
     priority: str | None = None
     levels: tuple[QueueConfig, ...] = ()
+
+    def all_levels(self) -> tuple[QueueConfig, ...]:
+        """Where jobs of this queue are read from, highest priority first."""
+        return self.levels or (self,)
+
+    def level(self, name: str) -> QueueConfig:
+        """Priority level ``name``; ValueError, saying which there are, when there is none."""
+        for q in self.levels:
+            if q.priority == name:
+                return q
+        names = ", ".join(str(q.priority) for q in self.levels)
+        has = f"the levels {names}" if names else "no priority levels"
+        raise ValueError(f"queue {self.name!r} has {has}, not {name!r}")
 
 
 @dataclass(frozen=True)
@@ -288,24 +298,14 @@ def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
     if problems:
         raise ConfigError(path, problems)
 
-    redis_config = build_redis(data.get("redis") or {}, str(Path(path).resolve().parent), environ)
-    if isinstance(redis_config, tuple):
-        where, message = redis_config
-        raise ConfigError(path, [Problem(doc.value_pos(where), where, message)])
-    section = data.get("dashboard") or {}
-    token = _secret(section, ("dashboard",), str(Path(path).resolve().parent), environ, "token")
-    if isinstance(token, tuple):
-        where, message = token
-        raise ConfigError(path, [Problem(doc.value_pos(where), where, message)])
-    if section.get("actions") and not token:
-        where = ("dashboard", "actions")
-        message = "actions need a token: set dashboard.token_file or dashboard.token_credential"
-        raise ConfigError(path, [Problem(doc.value_pos(where), where, message)])
-    dashboard = DashboardConfig(
-        actions=bool(section.get("actions", False)),
-        token=token,
-        show_payloads=bool(section.get("show_payloads", False)),
-    )
+    config_dir = str(Path(path).resolve().parent)
+    redis_config = build_redis(data.get("redis") or {}, config_dir, environ)
+    dashboard = build_dashboard(data.get("dashboard") or {}, config_dir, environ)
+    for built in (redis_config, dashboard):
+        if isinstance(built, tuple):
+            where, message = built
+            raise ConfigError(path, [Problem(doc.value_pos(where), where, message)])
+    assert isinstance(redis_config, RedisConfig) and isinstance(dashboard, DashboardConfig)
     return Config(
         path=str(Path(path).resolve()),
         redis=redis_config,
@@ -368,6 +368,24 @@ def build_redis(
             **{k: os.path.join(base_dir, v) for k, v in tls.items() if k.endswith("_file")},
             verify_hostname=tls.get("verify_hostname", True),
         ),
+    )
+
+
+def build_dashboard(
+    section: dict[str, Any], base_dir: str, environ: Mapping[str, str]
+) -> DashboardConfig | tuple[yamlsrc.Path, str]:
+    """The dashboard's settings, with its token read; or what is wrong."""
+    token = _secret(section, ("dashboard",), base_dir, environ, "token")
+    if isinstance(token, tuple):
+        return token
+    if section.get("actions") and not token:
+        return ("dashboard", "actions"), (
+            "actions need a token: set dashboard.token_file or dashboard.token_credential"
+        )
+    return DashboardConfig(
+        actions=bool(section.get("actions", False)),
+        token=token,
+        show_payloads=bool(section.get("show_payloads", False)),
     )
 
 
@@ -511,18 +529,14 @@ def with_levels(queue: QueueConfig, names: list[str] | None, default: str | None
     if not names:
         return queue
     default = default or names[-1]
-    levels = tuple(
-        replace(queue, priority=name)
-        if name == default
-        else replace(
-            queue,
-            priority=name,
-            stream=queue.keys.level(name).stream,
-            keys=queue.keys.level(name),
-        )
-        for name in names
-    )
-    return replace(queue, priority=default, levels=levels)
+
+    def level(name: str) -> QueueConfig:
+        if name == default:
+            return replace(queue, priority=name)
+        level_keys = queue.keys.level(name)
+        return replace(queue, priority=name, stream=level_keys.stream, keys=level_keys)
+
+    return replace(queue, priority=default, levels=tuple(level(name) for name in names))
 
 
 def build_rate(limits: dict[str, Any]) -> Rate | None:

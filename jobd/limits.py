@@ -52,7 +52,7 @@ class Limiter:
     def __init__(self, scripts: Scripts, queue: QueueConfig, consumer: str) -> None:
         self.scripts, self.queue, self.consumer = scripts, queue, consumer
         rate = queue.rate
-        self._rate_per_ms = rate.count / (rate.per * 1000) if rate else 0
+        self._rate_per_ms = rate.per_ms if rate else 0
         self._burst = rate.burst if rate else 0
 
     def acquire(self, want: int) -> tuple[int, float]:

@@ -77,10 +77,10 @@ def enqueue(
         raise ValueError("a unique job needs a job_id")
     q = config.queues[queue]
     if priority is not None:
-        if priority not in [level.priority for level in q.levels]:
-            known = ", ".join(str(level.priority) for level in q.levels) or "none"
-            raise ProducerError(f"queue {queue!r} has no priority {priority!r} (levels: {known})")
-        q = q.level(priority)
+        try:
+            q = q.level(priority)
+        except ValueError as exc:
+            raise ProducerError(str(exc)) from None
     fields: dict[bytes, bytes] = {PAYLOAD: payload}
     later = at is not None and at > time.time()
     if later and job_id is None:

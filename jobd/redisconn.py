@@ -104,10 +104,6 @@ def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
     return redis.Redis.from_url(config.url, **options)
 
 
-def is_cluster(client: object) -> bool:
-    return isinstance(client, RedisCluster)
-
-
 def node_for(client: redis.Redis | RedisCluster, key: str) -> redis.Redis:
     """The plain client of the server that holds ``key``: on a cluster, the node serving its
     slot (for what the cluster client cannot route: EVALSHA in a pipeline, WAIT after a

@@ -94,8 +94,7 @@ def _limits(
         tokens = None
         if isinstance(bucket, dict) and b"tokens" in bucket:
             elapsed_ms = max(0.0, now * 1000 - float(bucket[b"at"]))
-            per_ms = q.rate.count / (q.rate.per * 1000)
-            tokens = min(q.rate.burst, float(bucket[b"tokens"]) + elapsed_ms * per_ms)
+            tokens = min(q.rate.burst, float(bucket[b"tokens"]) + elapsed_ms * q.rate.per_ms)
         result["rate"] = {
             "count": q.rate.count, "per": q.rate.per, "burst": q.rate.burst,
             "tokens": q.rate.burst if tokens is None else round(tokens, 2),
