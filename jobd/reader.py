@@ -295,8 +295,7 @@ class Reader(threading.Thread):
     def drop_done(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
         """Acknowledge, unrun, the jobs whose job id completed within the dedupe window (one
         script call for the batch); returns the others."""
-        marked = [(job, job.mark_key(q.keys, True)) for job in jobs]
-        marks = [(job, mark) for job, mark in marked if mark is not None]
+        marks = [(job, mark) for job in jobs if (mark := job.mark_key(q.keys, True))]
         if not marks:
             return jobs
         acked = self.scripts.dedupe(

@@ -140,9 +140,11 @@ class Recorder(threading.Thread):
             q = outcomes[0].queue
             keys, ops = [q.stream, q.keys.stats()], []
             for o in outcomes:
+                mark_index = 0  # where settle.lua finds the job's mark in KEYS; 0: none
                 if o.mark is not None and o.kind == ACK:
                     keys.append(o.mark)
-                ops += [o.kind, o.message_id, len(keys) if o.mark and o.kind == ACK else 0]
+                    mark_index = len(keys)
+                ops += [o.kind, o.message_id, mark_index]
             window_ms = int((q.dedupe_window or 0) * 1000)
             args = [q.group, self.consumer, STATS_TTL, window_ms, *ops]
             sent.add(self.scripts.settle, keys, args)
@@ -150,19 +152,20 @@ class Recorder(threading.Thread):
         self._release_slots(sent, batch)
         self._timings(sent, batch)
         replies = sent.run(self.client)
-        for outcomes, reply in zip(calls, replies, strict=False):  # then the releases
+        for outcomes, reply in zip(calls, replies, strict=False):  # the rest: slots, timings
             self._report(outcomes, reply)
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
 
     def _timings(self, sent: Batch, batch: list[Outcome]) -> None:
         """This minute's histograms of enqueue-to-start and run times, per queue, in the same
         round trip (see figures.py)."""
-        by_key: dict[str, Counter[str]] = defaultdict(Counter)
+        by_queue: dict[str, tuple[QueueConfig, Counter[str]]] = {}
         for o in batch:
             if o.timing is not None:
-                by_key[o.queue.keys.timings()].update(figures.fields(*o.timing))
-        for key, counts in by_key.items():
-            sent.add(self.scripts.observe, [key], [STATS_TTL, *chain(*counts.items())])
+                _, counts = by_queue.setdefault(o.queue.name, (o.queue, Counter()))
+                counts.update(figures.fields(*o.timing))
+        for q, counts in by_queue.values():  # this minute's key: once per queue, not per job
+            sent.add(self.scripts.observe, [q.keys.timings()], [STATS_TTL, *chain(*counts.items())])
 
     def _release_slots(self, sent: Batch, batch: list[Outcome]) -> None:
         """Free the cluster-wide slots of these outcomes' entries (queues with
