@@ -16,9 +16,11 @@ from typing import Any
 import redis
 
 from jobd.config import QueueConfig
+from jobd.metrics import DURATION_BUCKETS
 
-# Upper bounds of the histogram buckets, seconds; the last bucket is everything above.
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+# Upper bounds of the histogram buckets, seconds (the metrics' own); one more bucket holds
+# everything above the last.
+BUCKETS = DURATION_BUCKETS
 PERCENTILES = (50, 90, 99)
 HOUR = 60  # minutes shown
 
@@ -77,4 +79,5 @@ def last_hour(client: redis.Redis, q: QueueConfig, now: float | None = None) -> 
             for kind, counts in hist.items()
         },
         "jobs_timed": sum(hist["run"]),
+        "top_bucket": BUCKETS[-1],  # a percentile of "+Inf" is above this
     }

@@ -24,10 +24,18 @@ function age(seconds) {
   return (seconds / 3600).toFixed(1) + "h";
 }
 
-function bound(value) {
+function seconds(value) {
+  return value < 1 ? (value * 1000) + "ms" : value + "s";
+}
+
+function bound(value, top) {
   if (value === null || value === undefined) return "–";
-  if (value === "+Inf") return "> 30m";
-  return "≤ " + (value < 1 ? (value * 1000) + "ms" : value + "s");
+  if (value === "+Inf") return "> " + seconds(top);
+  return "≤ " + seconds(value);
+}
+
+function percentiles(p, top) {
+  return ["p50", "p90", "p99"].map((k) => `${k} ${bound(p[k], top)}`).join(" · ");
 }
 
 function sparkline(series) {
@@ -102,9 +110,9 @@ function queueSection(name, q, actions) {
     el("div", {class: "chart"}, el("span", {}, "done (green) and failed (red) per minute, last hour"),
        sparkline(hour.series)),
     el("div", {class: "chart"}, el("span", {}, "enqueue → start"),
-       `p50 ${bound(p.wait.p50)} · p90 ${bound(p.wait.p90)} · p99 ${bound(p.wait.p99)}`),
+       percentiles(p.wait, hour.top_bucket)),
     el("div", {class: "chart"}, el("span", {}, "handler duration"),
-       `p50 ${bound(p.run.p50)} · p90 ${bound(p.run.p90)} · p99 ${bound(p.run.p99)}`)));
+       percentiles(p.run, hour.top_bucket))));
   if (q.levels) {
     section.append(el("h3", {}, "Priority levels"), el("table", {},
       el("tr", {}, ...["level", "backlog", "pending", "delayed"].map((h) => el("th", {}, h))),
