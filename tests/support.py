@@ -106,6 +106,10 @@ class DaemonProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def consumer(self) -> str:
+        """Its consumer name, as its start line says (after wait_ready)."""
+        return self.log().split("jobd running as consumer ", 1)[1].split(":", 1)[0]
+
     def wait_log(self, text: str, timeout: float = DEADLINE) -> None:
         wait_until(lambda: text in self.log(), timeout, f"{text!r} in the daemon's log")
 

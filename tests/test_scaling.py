@@ -275,9 +275,7 @@ def test_four_daemons_two_killed_mid_way_lose_nothing(
     pipe.execute()
     done = tmp_path / "done"
     wait_until(lambda: sum(lines(done).values()) >= 1500, what="a third of the jobs done")
-    killed = [
-        d.log().split("jobd running as consumer ", 1)[1].split(":", 1)[0] for d in daemons[:2]
-    ]
+    killed = [d.consumer() for d in daemons[:2]]
     for d in daemons[:2]:
         kill_with_handlers(d)
     # What the killed daemons held (running, or finished but not yet acked): frozen now, until

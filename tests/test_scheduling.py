@@ -241,7 +241,7 @@ def test_a_dead_daemons_slots_expire_with_its_leases(
     ran = lambda: (tmp_path / "ran").read_text().split()  # noqa: E731
     wait_until(lambda: len(ran()) == 4, what="the takeover")
     assert sorted(ran()[:2]) == ["a", "b"] and len(set(ran()[2:]) & {"a", "b", "c"}) == 2
-    holder = second.log().split("jobd running as consumer ", 1)[1].split(":", 1)[0]
+    holder = second.consumer()
     members = [m.decode() for m in r.zrange("{jobd:q}:running", 0, -1)]
     assert len(members) == 2 and all(m.startswith(holder + "|jobd:q|") for m in members), members
     second.kill()
