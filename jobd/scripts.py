@@ -3,7 +3,6 @@ keys it touches and its reply."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from functools import cache
 from importlib import resources
 
@@ -79,14 +78,12 @@ class Batch:
         if not isinstance(client, RedisCluster):
             return self._pipeline(client, range(len(self.calls)))
         replies: list[object] = [None] * len(self.calls)
-        by_node: dict[int, list[int]] = defaultdict(list)
-        nodes: dict[int, redis.Redis] = {}
+        by_node: dict[int, tuple[redis.Redis, list[int]]] = {}
         for i, (_, keys, _) in enumerate(self.calls):
             node = redisconn.node_for(client, keys[0])
-            nodes[id(node)] = node
-            by_node[id(node)].append(i)
-        for key, indexes in by_node.items():
-            for i, reply in zip(indexes, self._pipeline(nodes[key], indexes), strict=True):
+            by_node.setdefault(id(node), (node, []))[1].append(i)
+        for node, indexes in by_node.values():
+            for i, reply in zip(indexes, self._pipeline(node, indexes), strict=True):
                 if isinstance(reply, _ELSEWHERE):
                     script, keys, args = self.calls[i]
                     reply = script(keys=keys, args=args, client=client)

@@ -24,10 +24,9 @@ if limit > 0 then
   local free = limit - redis.call('ZCARD', running)
   if free < grant then grant = math.max(free, 0); reason = 'slot' end
 end
-local tokens = 0
 if rate > 0 then
   local state = redis.call('HMGET', bucket, 'tokens', 'at')
-  tokens = tonumber(state[1] or burst)
+  local tokens = tonumber(state[1] or burst)
   local at = tonumber(state[2] or now)
   tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
   if math.floor(tokens) < grant then
