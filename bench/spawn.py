@@ -81,7 +81,7 @@ def jobd_rate(client: redis.Redis, stream: str, jobs: int, done_before: int) -> 
         group = client.xinfo_groups(stream)[0]
         if group["entries-read"] == target and group["pending"] == 0:
             return jobs / (time.perf_counter() - start)
-        time.sleep(0.002)
+        time.sleep(0.01)
 
 
 def main() -> None:

@@ -3,17 +3,23 @@
 The loop, as an algorithm:
 
     until stopped and every handler has ended:
-        wait for an event: a signal, jobs delivered by a reader, handlers started by the
-            spawner, a handler's exit (its pidfd), its output, or room in its stdin pipe
-        reap the handlers that exited; decide each outcome and pass it to the recorder
+        wait for an event: a signal, jobs delivered by a reader, a handler's output, room in
+            its stdin pipe, or its exit (its pidfd)
+        reap the handlers that exited; decide each outcome
         stop the handlers past their timeout (SIGTERM, then SIGKILL after kill_grace)
-        hand each job delivered to the spawner
+        start a handler for each job delivered
+        pass this pass's outcomes to the recorder and its freed slots to the readers, at once
         tell systemd the loop is alive (watchdog)
 
-Redis stays off this loop: reader threads fetch jobs (``reader``), spawner threads start
-handlers (``spawner``: a vfork-based spawn waits for the child's exec), a recorder thread writes
+Redis stays off this loop: reader threads fetch jobs (``reader``), a recorder thread writes
 outcomes (``recorder``), a ticker thread renews leases and runs the other periodic duties
 (``duties``). Signals only leave a byte in a pipe; the loop acts on them.
+
+The loop starts handlers itself. A vfork-based spawn returns once the child has called exec
+(a few hundred microseconds for a small binary, the GIL released meanwhile); handing that to
+threads was measured slower (bench/spawn.py): every hand-over is a GIL round trip between
+threads, and those cost more than the wait they hide. For the same reason the loop hands work
+to the other threads once per pass, never once per job.
 
 Every job travels with the queue definition it was read under, and a handler keeps the one it
 started with: a reload (SIGHUP) never changes a running job.
@@ -57,7 +63,6 @@ from jobd.reader import Reader, Slots
 from jobd.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
 from jobd.retention import Trimmer
 from jobd.scripts import Scripts
-from jobd.spawner import Spawner, Started
 from jobd.status_duty import StatusReport
 
 log = logging.getLogger("jobd.daemon")
@@ -87,9 +92,6 @@ class Daemon:
         self.by_entry: dict[EntryKey, Handler] = {}
         self.delivered: collections.deque[tuple[QueueConfig, Job]] = collections.deque()
         self.lost: collections.deque[Lost] = collections.deque()
-        self.spawner = Spawner(self.on_started)
-        self.spawning: dict[EntryKey, bool] = {}  # handed to the spawner, not back yet
-        self.started: collections.deque[Started] = collections.deque()
         self.holdings = Holdings()
         self.slots: dict[str, Slots] = {}
         self.readers: dict[str, Reader] = {}
@@ -172,7 +174,6 @@ class Daemon:
         for name in self.config.queues:
             self.metrics.of(name)
         self.recorder.start()
-        self.spawner.start()
         for q in self.config.queues.values():
             self.add_queue(q)
         self.ticker.replace(self.periodic_duties())
@@ -193,7 +194,6 @@ class Daemon:
                 log.exception("internal error in the main loop; going on")
                 time.sleep(0.1)
         # Leases are renewed until every outcome is written: the ticker stops last.
-        self.spawner.stop()
         self.recorder.stop()
         self.recorder.join()
         self.ticker.stop()
@@ -211,7 +211,6 @@ class Daemon:
                 self.on_signals()
             elif key.data == "wake":
                 _drain(self._wake_r)
-                self.register_started()
                 self.on_lost()
             else:
                 self.on_handler_io(key)
@@ -241,8 +240,6 @@ class Daemon:
         return (
             self.stopping
             and not self.running
-            and not self.spawning
-            and not self.started
             and not self.delivered
             and not any(r.is_alive() for r in (*self.readers.values(), *self.retired_readers))
         )
@@ -301,9 +298,6 @@ class Daemon:
                 if handler.state is State.RUNNING:
                     self.stop_handler(handler, time.monotonic())
                 continue
-            if key in self.spawning:
-                self.spawning[key] = True  # stopped as soon as it is registered
-                continue
             for queue, job in [d for d in self.delivered if entry_key(*d) == key]:
                 log.warning("%s lease lost before it started; not starting it", job.tag(queue.name))
                 self.delivered.remove((queue, job))
@@ -349,50 +343,32 @@ class Daemon:
                 self.start(current, job)
 
     def start(self, queue: QueueConfig, job: Job) -> None:
-        """Hand the start to the spawner threads; ``on_started`` brings the handler back."""
-        self.spawning[entry_key(queue, job)] = False  # True once its lease is lost meanwhile
-        self.spawner.submit(queue, job)
-
-    def on_started(self, started: Started) -> None:
-        """Called by spawner threads."""
-        self.started.append(started)
-        self._wake()
-
-    def register_started(self) -> None:
-        while self.started:
-            s = self.started.popleft()
-            queue, job, handler = s.queue, s.job, s.handler
-            lost_meanwhile = self.spawning.pop(entry_key(queue, job))
-            if handler is None:
-                if not isinstance(s.error, SpawnError):
-                    log.error("%s cannot start the handler", job.tag(queue.name), exc_info=s.error)
-                decision = policy.decide(queue, job.attempt, None)
-                log.error("%s %s: %s", job.tag(queue.name), s.error, describe(decision))
-                self.settle(queue, job, decision, error_text=str(s.error).encode())
-                continue
-            self.running[handler.pid] = handler
-            self.by_entry[entry_key(queue, job)] = handler
-            self.selector.register(handler.pidfd, selectors.EVENT_READ, (handler, "exit"))
-            for fd in handler.output_fds():
-                self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
-            stdin = handler.input_fd()
-            if stdin is not None:
-                self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
-            self.next_due = min(self.next_due, handler.due)
-            series = self.metrics.of(queue.name)
-            series.started.inc()
-            handler.waited = max(0.0, time.time() - job.enqueued_at())
-            series.latency.observe(handler.waited)
-            handler.log(logging.DEBUG, "started pid %d", handler.pid)
-            if queue.log_payload:
-                preview = job.stdin_bytes()[: queue.log_payload]
-                handler.log(
-                    logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview
-                )
-            if lost_meanwhile or self.stop_at <= time.monotonic():
-                handler.lease_lost = lost_meanwhile
-                handler.stopped_for_shutdown = not lost_meanwhile
-                self.stop_handler(handler, time.monotonic())
+        try:
+            handler = Handler.spawn(job, queue)
+        except Exception as exc:  # the daemon never dies of a job
+            if not isinstance(exc, SpawnError):
+                log.error("%s cannot start the handler", job.tag(queue.name), exc_info=exc)
+            decision = policy.decide(queue, job.attempt, None)
+            log.error("%s %s: %s", job.tag(queue.name), exc, describe(decision))
+            self.settle(queue, job, decision, error_text=str(exc).encode())
+            return
+        self.running[handler.pid] = handler
+        self.by_entry[entry_key(queue, job)] = handler
+        self.selector.register(handler.pidfd, selectors.EVENT_READ, (handler, "exit"))
+        for fd in handler.output_fds():
+            self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
+        stdin = handler.input_fd()
+        if stdin is not None:
+            self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
+        self.next_due = min(self.next_due, handler.due)
+        series = self.metrics.of(queue.name)
+        series.started.inc()
+        handler.waited = max(0.0, time.time() - job.enqueued_at())
+        series.latency.observe(handler.waited)
+        handler.log(logging.DEBUG, "started pid %d", handler.pid)
+        if queue.log_payload:
+            preview = job.stdin_bytes()[: queue.log_payload]
+            handler.log(logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview)
 
     def finish(self, handler: Handler) -> None:
         """The handler's leader exited: reap it, decide, settle."""

@@ -9,7 +9,13 @@ from importlib import resources
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    TryAgainError,
+)
 
 from jobd import redisconn
 
@@ -91,8 +97,24 @@ class Batch:
         return replies
 
     def _pipeline(self, client: redis.Redis, indexes: range | list[int]) -> list[object]:
+        """The calls at ``indexes`` in one pipeline of EVALSHA. redis-py's own way (a Script
+        called on a pipeline) asks SCRIPT EXISTS first, one more round trip on every batch;
+        here a script the server lacks (after a restart or a failover) comes back as NOSCRIPT,
+        is loaded, and only those calls are sent again."""
+        indexes = list(indexes)
+        replies = self._send(client, indexes)
+        again = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if again:
+            for script in {self.calls[indexes[n]][0] for n in again}:
+                script.sha = client.script_load(script.script)
+            resent = self._send(client, [indexes[n] for n in again])
+            for n, reply in zip(again, resent, strict=True):
+                replies[n] = reply
+        return replies
+
+    def _send(self, client: redis.Redis, indexes: list[int]) -> list[object]:
         pipe = client.pipeline(transaction=False)
         for i in indexes:
             script, keys, args = self.calls[i]
-            script(keys=keys, args=args, client=pipe)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
         return pipe.execute(raise_on_error=False)

@@ -25,7 +25,7 @@ from jobd import lease, redisconn
 from jobd.config import load
 from jobd.duties import Ticker
 from jobd.lease import Holdings, Renewal
-from jobd.scripts import Scripts
+from jobd.scripts import Batch, Scripts
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -66,6 +66,41 @@ def test_renewal_is_one_round_trip_and_keeps_the_delivery_count(r: redis.Redis, 
     entries = r.xpending_range("jobd:q", "jobd", "-", "+", 1000)
     assert {e["times_delivered"] for e in entries} == {1}
     assert max(e["time_since_delivered"] for e in entries) < 50
+
+
+def command_calls(r: redis.Redis, command: str) -> int:
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_a_batch_asks_nothing_before_its_calls_and_reloads_flushed_scripts(
+    r: redis.Redis, queue
+) -> None:
+    """Outcomes are written in one pipeline of EVALSHA: no SCRIPT EXISTS round trip before it
+    (redis-py's pipelined Script asks one on every batch), and a server that lost its scripts
+    (restart, failover) gets them loaded and the refused calls sent again."""
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    for i in range(6):
+        r.xadd("jobd:q", {"payload": str(i)})
+    ids = [mid.decode() for mid, _ in r.xreadgroup("jobd", "me", {"jobd:q": ">"}, count=6)[0][1]]
+    scripts = Scripts(r)
+
+    def settle(some: list[str]) -> list[object]:
+        batch = Batch()
+        for mid in some:
+            batch.add(
+                scripts.settle, ["jobd:q", queue.keys.stats()], ["jobd", "me", 60, 0, "ack", mid, 0]
+            )
+        return batch.run(r)
+
+    r.script_flush()
+    exists, loads = command_calls(r, "script|exists"), command_calls(r, "script|load")
+    assert settle(ids[:3]) == [[], [], []]
+    assert command_calls(r, "script|load") == loads + 1, "loaded once for three calls"
+    before = command_calls(r, "evalsha")
+    assert settle(ids[3:]) == [[], [], []]
+    assert command_calls(r, "evalsha") == before + 3
+    assert command_calls(r, "script|exists") == exists, "no SCRIPT EXISTS before a batch"
+    assert pending_count(r, "jobd:q") == 0
 
 
 def test_renewal_reports_acked_stolen_and_trimmed_entries(r: redis.Redis, queue) -> None:
