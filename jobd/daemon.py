@@ -92,6 +92,8 @@ class Daemon:
         self.by_entry: dict[EntryKey, Handler] = {}
         self.delivered: collections.deque[tuple[QueueConfig, Job]] = collections.deque()
         self.lost: collections.deque[Lost] = collections.deque()
+        self.outcomes: list[Outcome] = []  # decided in this pass, for the recorder
+        self.freed: collections.Counter[str] = collections.Counter()  # slots freed, by queue
         self.holdings = Holdings()
         self.slots: dict[str, Slots] = {}
         self.readers: dict[str, Reader] = {}
@@ -216,7 +218,18 @@ class Daemon:
                 self.on_handler_io(key)
         self.enforce_deadlines()
         self.start_delivered()
+        self.hand_over()
         self.heartbeat()
+
+    def hand_over(self) -> None:
+        """This pass's outcomes to the recorder and its freed slots to the readers, in one go:
+        each wakes a thread, and the GIL round trip of a wake-up costs more than the job."""
+        if self.outcomes:
+            self.recorder.record(self.outcomes)
+            self.outcomes = []
+        for name, n in self.freed.items():
+            self.slots[name].give(n)
+        self.freed.clear()
 
     def heartbeat(self) -> None:
         now = time.monotonic()
@@ -241,6 +254,7 @@ class Daemon:
             self.stopping
             and not self.running
             and not self.delivered
+            and not self.outcomes
             and not any(r.is_alive() for r in (*self.readers.values(), *self.retired_readers))
         )
 
@@ -301,7 +315,7 @@ class Daemon:
             for queue, job in [d for d in self.delivered if entry_key(*d) == key]:
                 log.warning("%s lease lost before it started; not starting it", job.tag(queue.name))
                 self.delivered.remove((queue, job))
-                self.slots[queue.name].give()
+                self.freed[queue.name] += 1
 
     def on_handler_io(self, key: selectors.SelectorKey) -> None:
         handler, direction = key.data
@@ -435,8 +449,8 @@ class Daemon:
         if action is policy.Action.RELEASE:
             self.holdings.discard(lease.key(queue), [job.message_id])
         else:
-            self.recorder.record(outcome)
-        self.slots[queue.name].give()
+            self.outcomes.append(outcome)
+        self.freed[queue.name] += 1
 
     # -- the embedded Redis ----------------------------------------------------------------
 

@@ -54,12 +54,12 @@ class Recorder(threading.Thread):
         self.scripts = Scripts(self.client)
         self.consumer = consumer
         self.holdings = holdings
-        self.inbox: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[list[Outcome] | None] = queue.SimpleQueue()
         self.outage = redisconn.Outage(log)
         self._stop_deadline: float | None = None
 
-    def record(self, outcome: Outcome) -> None:
-        self.inbox.put(outcome)
+    def record(self, outcomes: list[Outcome]) -> None:
+        self.inbox.put(outcomes)
 
     def stop(self) -> None:
         """Write everything recorded so far, then end (the caller joins)."""
@@ -97,11 +97,11 @@ class Recorder(threading.Thread):
             if item is None:
                 stopping = True
             else:
-                backlog.append(item)  # type: ignore[arg-type]
+                backlog += item  # type: ignore[arg-type]
             item = self._next()
         return stopping
 
-    def _next(self) -> Outcome | object | None:
+    def _next(self) -> list[Outcome] | object | None:
         try:
             return self.inbox.get_nowait()
         except queue.Empty:
