@@ -30,6 +30,10 @@ log = logging.getLogger("jobd.handler")
 STDERR_TAIL = 4096  # bytes of stderr kept for the dead-letter record
 LOG_LIMIT = 64 * 1024  # bytes of each output stream logged per job; the rest is counted
 LINE_LIMIT = 4096  # a longer line is logged in pieces
+# Every signal a handler starts with at its default action, none blocked: Python ignores
+# SIGPIPE and SIGXFSZ, and an ignored signal would stay ignored across exec (subprocess's
+# restore_signals does the same for its path).
+DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 class State(enum.Enum):
@@ -299,8 +303,9 @@ def _start(
             (os.POSIX_SPAWN_DUP2, stderr, 2),
         ]  # fmt: skip
         return os.posix_spawn(
-            queue.argv[0], list(queue.argv), env, file_actions=actions, setpgroup=0
-        )
+            queue.argv[0], list(queue.argv), env, file_actions=actions, setpgroup=0,
+            setsigdef=DEFAULT_SIGNALS, setsigmask=(),
+        )  # fmt: skip
     popen = subprocess.Popen(
         queue.argv,
         stdin=stdin if stdin is not None else subprocess.DEVNULL,

@@ -148,6 +148,37 @@ def test_handler_environment_argv_cwd_and_process_group(
     assert "s3cret" not in d.log()
 
 
+def test_handlers_start_with_default_signal_dispositions(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: a
+    handler must not inherit that (`producer | head -1` would then end with write errors
+    instead of quietly). Both ways of starting a handler are checked: in the daemon's folder
+    (posix_spawn) and in another one (subprocess)."""
+    (tmp_path / "work").mkdir()
+    script(
+        "sigs.sh",
+        f"#!/bin/sh\ngrep -E '^Sig(Ign|Blk):' /proc/self/status > {tmp_path}/sigs.$JOBD_QUEUE\n",
+    )
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        "queues:\n"
+        f"  here: {{command: [{tmp_path}/sigs.sh]}}\n"
+        f"  elsewhere: {{command: [{tmp_path}/sigs.sh], cwd: work}}\n"
+    )
+    daemon(config)
+    for queue in ("here", "elsewhere"):
+        r.xadd(f"jobd:{queue}", {"payload": "x"})
+    for queue in ("here", "elsewhere"):
+        wait_until(lambda q=queue: acked_all(r, f"jobd:{q}", 1), what=f"{queue} acked")
+        masks = dict(
+            line.split(":") for line in (tmp_path / f"sigs.{queue}").read_text().split("\n") if line
+        )
+        standard = (1 << 31) - 1  # signals 1..31; above are glibc's and real-time ones
+        assert int(masks["SigIgn"], 16) & standard == 0, f"{queue}: {masks}"
+        assert int(masks["SigBlk"], 16) == 0, f"{queue}: {masks}"
+
+
 def test_job_id_defaults_to_stream_id_and_attempt_comes_from_the_entry(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
