@@ -217,7 +217,6 @@ class Daemon:
             else:
                 self.on_handler_io(key)
         self.enforce_deadlines()
-        self.hand_over()  # before starting: the readers refill while the loop spawns
         self.start_delivered()
         self.hand_over()
         self.heartbeat()
