@@ -104,6 +104,7 @@ class Daemon:
         self.scripts = Scripts(self.ticker_client)
         self.ticker = Ticker([])
         self.embedded = EmbeddedServer(config.redis.embedded) if config.redis.embedded else None
+        self.folder = os.getcwd()  # where handlers run unless their queue says otherwise
         self.stopping_server = False
         self.ready = False
         self.stopping = False
@@ -161,7 +162,8 @@ class Daemon:
         raise_open_files_limit()
         # Handlers run in the config's folder unless their queue says otherwise; working there
         # too lets the daemon start them with posix_spawn, its fastest path.
-        os.chdir(os.path.dirname(self.config.path))
+        self.folder = os.path.dirname(self.config.path)
+        os.chdir(self.folder)
         self.install_signal_handlers()
         if self.embedded is not None:
             try:
@@ -208,14 +210,21 @@ class Daemon:
         return exitcodes.OK
 
     def step(self) -> None:
+        exited = []
         for key, _ in self.selector.select(self.wait_time()):
             if key.data == "signal":
                 self.on_signals()
             elif key.data == "wake":
                 _drain(self._wake_r)
                 self.on_lost()
+            elif key.data[1] == "exit":
+                exited.append(key.data[0])
             else:
                 self.on_handler_io(key)
+        # Exits after output: a handler's last output and end of file come in the same wake-up
+        # as its exit, so there is seldom anything left to drain when it is reaped.
+        for handler in exited:
+            self.finish(handler)
         self.enforce_deadlines()
         self.start_delivered()
         self.hand_over()
@@ -319,11 +328,7 @@ class Daemon:
 
     def on_handler_io(self, key: selectors.SelectorKey) -> None:
         handler, direction = key.data
-        if handler.state is State.EXITED:
-            return  # reaped earlier in this pass: its fds are already closed
-        if direction == "exit":
-            self.finish(handler)
-        elif direction == "in":
+        if direction == "in":
             if handler.write_input():
                 self.selector.unregister(key.fd)  # before closing: see Handler.write_input
                 handler.close_input()
@@ -358,7 +363,7 @@ class Daemon:
 
     def start(self, queue: QueueConfig, job: Job) -> None:
         try:
-            handler = Handler.spawn(job, queue)
+            handler = Handler.spawn(job, queue, self.folder)
         except Exception as exc:  # the daemon never dies of a job
             if not isinstance(exc, SpawnError):
                 log.error("%s cannot start the handler", job.tag(queue.name), exc_info=exc)

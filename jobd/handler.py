@@ -11,11 +11,13 @@ reaped; nothing is read from the process after that but what is left in its pipe
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import grp
 import logging
 import os
 import pwd
+import select
 import signal
 import subprocess
 import time
@@ -142,11 +144,11 @@ class Handler:
     # -- starting -------------------------------------------------------------------------
 
     @classmethod
-    def spawn(cls, job: Job, queue: QueueConfig) -> Handler:
+    def spawn(cls, job: Job, queue: QueueConfig, here: str) -> Handler:
         """Start the handler with its payload pipe filled as far as it goes.
 
         The fast path is os.posix_spawn (vfork and exec, no Python in the child) when the
-        handler runs in the daemon's own folder as the daemon's user; otherwise
+        handler runs in the daemon's own folder ``here`` as the daemon's user; otherwise
         subprocess.Popen, which can change folder and identity.
         """
         payload = job.stdin_bytes()
@@ -162,16 +164,19 @@ class Handler:
             # short stdin then EOF; this tells it so (extension of the contract, see README).
             JOBD_PAYLOAD_BYTES=str(len(payload)),
         )
-        # Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Only ours
-        # are made non-blocking (each end is its own open file description).
+        # Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Ours stay
+        # blocking as well (one syscall less each): output is read once per readiness, which
+        # never blocks, and a payload is written ahead only when the empty pipe surely takes it.
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         in_r, in_w = os.pipe2(os.O_CLOEXEC) if payload else (None, None)
-        os.set_blocking(out_r, False)
-        os.set_blocking(err_r, False)
+        if in_w is not None and len(payload) <= select.PIPE_BUF:
+            os.write(in_w, payload)  # a pipe holds at least PIPE_BUF bytes
+            os.close(in_w)
+            in_w = None
         child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
         try:
-            pid = _start(queue, env, in_r, out_w, err_w)
+            pid = _start(queue, here, env, in_r, out_w, err_w)
         except OSError as exc:
             for fd in (out_r, err_r, in_w):
                 if fd is not None:
@@ -181,7 +186,7 @@ class Handler:
             for fd in child_ends:
                 os.close(fd)
         handler = cls(job, queue, pid, in_w, out_r, err_r)
-        if in_w is not None:
+        if in_w is not None:  # a larger payload: written as the handler reads it
             os.set_blocking(in_w, False)
             handler.pending_input = memoryview(payload)
             if handler.write_input():
@@ -223,16 +228,13 @@ class Handler:
             self.stdin_fd = None
 
     def read_output(self, fd: int) -> bool:
-        """Drain ``fd`` for now; True at end of file (then ``close_output``)."""
-        sink = self._outputs[fd]
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                return False
-            if not data:
-                return True
-            sink.feed(data)
+        """Read what ``fd`` has (it is readable: this does not block); True at end of file
+        (then ``close_output``)."""
+        data = os.read(fd, 65536)
+        if not data:
+            return True
+        self._outputs[fd].feed(data)
+        return False
 
     def close_output(self, fd: int) -> None:
         self._outputs.pop(fd).close()
@@ -274,8 +276,13 @@ class Handler:
         code = os.waitstatus_to_exitcode(wait_status)
         self.close_input()
         for fd in self.output_fds():
-            # What the group wrote before it ended; a setsid escapee cannot keep us waiting.
-            self.read_output(fd)
+            # What the group wrote before it ended; a setsid escapee that keeps the pipe open
+            # cannot keep us waiting. (Usually nothing is left: the loop reads output before
+            # exits, and a pipe's end of file comes with its writer's exit.)
+            os.set_blocking(fd, False)
+            with contextlib.suppress(BlockingIOError):
+                while not self.read_output(fd):
+                    pass
             self.close_output(fd)
         self.status = ExitStatus(
             code=code if code >= 0 else None,
@@ -292,10 +299,11 @@ class Handler:
 
 
 def _start(
-    queue: QueueConfig, env: dict[str, str], stdin: int | None, stdout: int, stderr: int
-) -> int:
+    queue: QueueConfig, here: str, env: dict[str, str], stdin: int | None, stdout: int,
+    stderr: int,
+) -> int:  # fmt: skip
     """Start the process in its own group with these descriptors as 0, 1, 2; its pid."""
-    if queue.cwd == os.getcwd() and not (queue.run_as_user or queue.run_as_group):
+    if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
         actions = [
             (os.POSIX_SPAWN_DUP2, stdin, 0) if stdin is not None
             else (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

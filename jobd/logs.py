@@ -39,6 +39,10 @@ class JSONFormatter(logging.Formatter):
 
 
 def setup(level: str = "INFO", fmt: str = "text") -> None:
+    # Fields no format here uses, not collected for every record (the logging HOWTO's
+    # "Optimization" section): the caller's file and line, thread, process.
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JSONFormatter())
