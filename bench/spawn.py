@@ -26,6 +26,8 @@ from pathlib import Path
 
 import redis
 
+WARM_UP = 500  # jobs run before the first measured round
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -109,8 +111,8 @@ def main() -> None:
         try:
             while not client.exists("jobd:noop"):
                 time.sleep(0.01)
-            jobd_rate(client, "jobd:noop", 50, 0)  # warm up
-            done = 50
+            jobd_rate(client, "jobd:noop", WARM_UP, 0)  # warm up
+            done = WARM_UP
             ratios = []
             print(f"{'round':>5} {'xargs jobs/s':>13} {'jobd jobs/s':>12} {'ratio':>6}")
             for n in range(1, args.rounds + 1):

@@ -39,7 +39,7 @@ import logging
 import os
 import resource
 import secrets
-import selectors
+import select
 import signal
 import socket
 import threading
@@ -70,6 +70,31 @@ log = logging.getLogger("jobd.daemon")
 IDLE_WAIT = 1.0  # longest select() when nothing is due
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 EntryKey = tuple[str, str, str]  # (stream, group, message id)
+Watched = str | tuple[Handler, str]
+
+
+class Poller:
+    """epoll, and what each watched descriptor stands for: a handler's (handler, "exit" | "out"
+    | "in"), or "signal" or "wake". What selectors.DefaultSelector does, with less work per call
+    (measured: a job costs six of them)."""
+
+    def __init__(self) -> None:
+        self.epoll = select.epoll()
+        self.watched: dict[int, Watched] = {}
+
+    def register(self, fd: int, events: int, what: Watched) -> None:
+        self.epoll.register(fd, events)
+        self.watched[fd] = what
+
+    def unregister(self, fd: int) -> None:
+        self.epoll.unregister(fd)
+        del self.watched[fd]
+
+    def __contains__(self, fd: int) -> bool:
+        return fd in self.watched
+
+    def poll(self, timeout: float) -> list[tuple[int, Watched]]:
+        return [(fd, self.watched[fd]) for fd, _ in self.epoll.poll(timeout)]
 
 
 def consumer_name() -> str:
@@ -87,7 +112,7 @@ class Daemon:
         self.consumer = consumer_name()
         self.notifier = notifier or Notifier.from_environ()
         self.metrics = Metrics()
-        self.selector = selectors.DefaultSelector()
+        self.poller = Poller()
         self.running: dict[int, Handler] = {}
         self.by_entry: dict[EntryKey, Handler] = {}
         self.delivered: collections.deque[tuple[QueueConfig, Job]] = collections.deque()
@@ -171,8 +196,8 @@ class Daemon:
             except RuntimeError as exc:  # no server binary, or it will not start: see its log
                 log.error("cannot start the embedded Redis: %s", exc)
                 return exitcodes.UNAVAILABLE
-        self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
-        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self.poller.register(self._signal_r, select.EPOLLIN, "signal")
+        self.poller.register(self._wake_r, select.EPOLLIN, "wake")
         if self.config.metrics_listen:
             serve(self.metrics, self.config.metrics_listen, Dashboard(self.config))
         for name in self.config.queues:
@@ -211,16 +236,16 @@ class Daemon:
 
     def step(self) -> None:
         exited = []
-        for key, _ in self.selector.select(self.wait_time()):
-            if key.data == "signal":
+        for fd, what in self.poller.poll(self.wait_time()):
+            if what == "signal":
                 self.on_signals()
-            elif key.data == "wake":
+            elif what == "wake":
                 _drain(self._wake_r)
                 self.on_lost()
-            elif key.data[1] == "exit":
-                exited.append(key.data[0])
+            elif what[1] == "exit":
+                exited.append(what[0])
             else:
-                self.on_handler_io(key)
+                self.on_handler_io(fd, *what)
         # Exits after output: a handler's last output and end of file come in the same wake-up
         # as its exit, so there is seldom anything left to drain when it is reaped.
         for handler in exited:
@@ -326,15 +351,14 @@ class Daemon:
                 self.delivered.remove((queue, job))
                 self.freed[queue.name] += 1
 
-    def on_handler_io(self, key: selectors.SelectorKey) -> None:
-        handler, direction = key.data
+    def on_handler_io(self, fd: int, handler: Handler, direction: str) -> None:
         if direction == "in":
             if handler.write_input():
-                self.selector.unregister(key.fd)  # before closing: see Handler.write_input
+                self.poller.unregister(fd)  # before closing: see Handler.write_input
                 handler.close_input()
-        elif handler.read_output(key.fd):
-            self.selector.unregister(key.fd)
-            handler.close_output(key.fd)
+        elif handler.read_output(fd):
+            self.poller.unregister(fd)
+            handler.close_output(fd)
 
     # -- starting and ending handlers -----------------------------------------------------
 
@@ -373,12 +397,12 @@ class Daemon:
             return
         self.running[handler.pid] = handler
         self.by_entry[entry_key(queue, job)] = handler
-        self.selector.register(handler.pidfd, selectors.EVENT_READ, (handler, "exit"))
+        self.poller.register(handler.pidfd, select.EPOLLIN, (handler, "exit"))
         for fd in handler.output_fds():
-            self.selector.register(fd, selectors.EVENT_READ, (handler, "out"))
+            self.poller.register(fd, select.EPOLLIN, (handler, "out"))
         stdin = handler.input_fd()
         if stdin is not None:
-            self.selector.register(stdin, selectors.EVENT_WRITE, (handler, "in"))
+            self.poller.register(stdin, select.EPOLLOUT, (handler, "in"))
         self.next_due = min(self.next_due, handler.due)
         series = self.metrics.of(queue.name)
         series.started.inc()
@@ -394,8 +418,8 @@ class Daemon:
         del self.running[handler.pid]
         del self.by_entry[entry_key(handler.queue, handler.job)]
         for fd in (handler.pidfd, *handler.output_fds(), handler.input_fd()):
-            if fd is not None and fd in self.selector.get_map():
-                self.selector.unregister(fd)
+            if fd is not None and fd in self.poller:
+                self.poller.unregister(fd)
         try:
             status = handler.exited(handler.reap())
         except Exception:
