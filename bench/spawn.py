@@ -2,17 +2,22 @@
 
     python bench/spawn.py [--jobs 2000] [--rounds 3] [--concurrency 8]
 
-Each round measures, alternately:
-  xargs  `seq N | xargs -P8 -n1 /bin/true`: what this machine can spawn, the baseline;
-  jobd   a running daemon with /bin/true handlers at concurrency 8, from the first XADD of N
-         jobs (pipelined) to the last of them acknowledged.
-It prints jobs/s for each and the ratio jobd/xargs per round, then the median ratio.
-Needs redis-server (or valkey-server) on PATH; it starts its own on a free loopback port.
+Each round measures, one after the other:
+  xargs   `seq N | xargs -P8 -n1 /bin/true`: what this machine can spawn, the baseline;
+  jobd    a running daemon with /bin/true handlers at concurrency 8, from the first XADD of N
+          jobs (pipelined) to the last of them acknowledged;
+  celery  (with the `bench` extra) a Celery prefork worker, -c 8, whose task runs /bin/true;
+  rq      (with the `bench` extra) eight RQ workers, the same task;
+each from enqueueing N jobs to all done. It prints jobs/s per round and each one's ratio to
+xargs of the same round, then the medians of those ratios.
+Needs redis-server (or valkey-server) on PATH; it starts its own on a free loopback port, and
+Celery and RQ use it as their broker.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import signal
@@ -22,11 +27,37 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import redis
 
-WARM_UP = 500  # jobs run before the first measured round
+WARM_UP = 500  # jobs run by each system before the first measured round
+POLL = 0.01  # how often completion is checked: seldom enough to take little of the CPU
+
+# The task Celery and RQ run: what a jobd handler of /bin/true does, and a count of it.
+TASKS = """
+import os
+import subprocess
+
+import redis
+
+done = redis.Redis(port=int(os.environ["BENCH_REDIS_PORT"]))
+
+
+def true() -> None:
+    subprocess.run(["/bin/true"], check=True)
+    done.incr("bench:done")
+
+
+if os.environ.get("BENCH_CELERY"):
+    from celery import Celery
+
+    app = Celery("benchtasks", broker=f"redis://127.0.0.1:{os.environ['BENCH_REDIS_PORT']}/1")
+    app.conf.update(task_ignore_result=True, worker_hijack_root_logger=False)
+    celery_true = app.task(name="true")(true)
+"""
 
 
 def free_port() -> int:
@@ -41,21 +72,10 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
         sys.exit("bench: needs redis-server or valkey-server on PATH")
     port = free_port()
     proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
         stdout=subprocess.DEVNULL,
-    )
+    )  # fmt: skip
     client = redis.Redis(port=port)
     for _ in range(500):
         try:
@@ -72,18 +92,173 @@ def xargs_rate(jobs: int, concurrency: int) -> float:
     return jobs / (time.perf_counter() - start)
 
 
-def jobd_rate(client: redis.Redis, stream: str, jobs: int, done_before: int) -> float:
-    start = time.perf_counter()
-    pipe = client.pipeline(transaction=False)
-    for i in range(jobs):
-        pipe.xadd(stream, {"payload": str(i)})
-    pipe.execute()
-    target = done_before + jobs
-    while True:
-        group = client.xinfo_groups(stream)[0]
-        if group["entries-read"] == target and group["pending"] == 0:
-            return jobs / (time.perf_counter() - start)
-        time.sleep(0.01)
+def wait_until(done: Callable[[], bool], what: str, timeout: float = 600) -> None:
+    end = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > end:
+            sys.exit(f"bench: timed out waiting for {what}")
+        time.sleep(POLL)
+
+
+class System(Protocol):
+    name: str
+
+    def rate(self, jobs: int) -> float: ...
+
+    def stop(self) -> None: ...
+
+
+class Jobd:
+    name = "jobd"
+
+    def __init__(self, workdir: Path, port: int, concurrency: int, log_level: str) -> None:
+        config = workdir / "bench.yaml"
+        config.write_text(
+            f"redis: {{url: 'redis://127.0.0.1:{port}/0'}}\n"
+            f"queues:\n  noop: {{command: [/bin/true], concurrency: {concurrency}}}\n"
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jobd", "run", str(config), "--log-level", log_level],
+            stderr=open(workdir / "jobd.log", "wb"),  # noqa: SIM115
+        )
+        self.client = redis.Redis(port=port)
+        self.done = 0
+        wait_until(lambda: self.client.exists("jobd:noop"), "jobd's consumer group")
+        self.rate(WARM_UP)
+
+    def rate(self, jobs: int) -> float:
+        start = time.perf_counter()
+        pipe = self.client.pipeline(transaction=False)
+        for i in range(jobs):
+            pipe.xadd("jobd:noop", {"payload": str(i)})
+        pipe.execute()
+        self.done += jobs
+
+        def all_acked() -> bool:
+            group = self.client.xinfo_groups("jobd:noop")[0]
+            return group["entries-read"] == self.done and group["pending"] == 0
+
+        wait_until(all_acked, "jobd's jobs")
+        return jobs / (time.perf_counter() - start)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(30)
+
+
+class Counted:
+    """Celery or RQ: workers whose task counts itself in `bench:done`."""
+
+    name = ""
+
+    def __init__(self, workdir: Path, port: int, workers: list[list[str]]) -> None:
+        (workdir / "benchtasks.py").write_text(TASKS)
+        env = dict(os.environ, BENCH_REDIS_PORT=str(port), PYTHONPATH=str(workdir))
+        env.update(BENCH_CELERY="1" if self.name == "celery" else "")
+        self.client = redis.Redis(port=port)
+        self.procs = [
+            subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.DEVNULL,
+                             stderr=open(workdir / f"{self.name}.log", "ab"))  # noqa: SIM115
+            for argv in workers
+        ]  # fmt: skip
+        self.rate(WARM_UP // 5)
+
+    def enqueue(self, jobs: int) -> None:
+        raise NotImplementedError
+
+    def rate(self, jobs: int) -> float:
+        self.client.set("bench:done", 0)
+        start = time.perf_counter()
+        self.enqueue(jobs)
+        wait_until(lambda: int(self.client.get("bench:done") or 0) >= jobs, f"{self.name} jobs")
+        return jobs / (time.perf_counter() - start)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+class Celery(Counted):
+    name = "celery"
+
+    def __init__(self, workdir: Path, port: int, concurrency: int) -> None:
+        os.environ.update(BENCH_REDIS_PORT=str(port), BENCH_CELERY="1")
+        sys.path.insert(0, str(workdir))
+        (workdir / "benchtasks.py").write_text(TASKS)
+        import benchtasks  # type: ignore[import-not-found]
+
+        self.task = benchtasks.celery_true
+        argv = [sys.executable, "-m", "celery", "-A", "benchtasks", "worker", "-P", "prefork",
+                "-c", str(concurrency), "-l", "WARNING", "--without-gossip", "--without-mingle",
+                "--without-heartbeat"]  # fmt: skip
+        super().__init__(workdir, port, [argv])
+
+    def enqueue(self, jobs: int) -> None:
+        with self.task.app.producer_or_acquire() as producer:
+            for _ in range(jobs):
+                self.task.apply_async(producer=producer)
+
+
+class Rq(Counted):
+    name = "rq"
+
+    def __init__(self, workdir: Path, port: int, concurrency: int) -> None:
+        from rq import Queue
+
+        url = f"redis://127.0.0.1:{port}/2"
+        self.queue = Queue("bench", connection=redis.Redis(port=port, db=2))
+        argv = [sys.executable, "-m", "rq.cli", "worker", "--url", url, "--quiet", "bench"]
+        super().__init__(workdir, port, [argv] * concurrency)
+
+    def enqueue(self, jobs: int) -> None:
+        from rq import Queue
+
+        data = [Queue.prepare_data("benchtasks.true", result_ttl=0) for _ in range(jobs)]
+        self.queue.enqueue_many(data)
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def throughput(
+    workdir: Path, port: int, jobs: int, rounds: int, concurrency: int, log_level: str = "INFO"
+) -> dict[str, float]:
+    """Print the rounds; return each system's median ratio to xargs."""
+    systems: list[System] = [Jobd(workdir, port, concurrency, log_level)]
+    missing = [name for name in ("celery", "rq") if not installed(name)]
+    try:
+        if "celery" not in missing:
+            systems.append(Celery(workdir, port, concurrency))
+        if "rq" not in missing:
+            systems.append(Rq(workdir, port, concurrency))
+        names = [s.name for s in systems]
+        print(f"{'round':>5} {'xargs':>7}" + "".join(f" {n:>7} {'ratio':>6}" for n in names))
+        ratios: dict[str, list[float]] = {n: [] for n in names}
+        for n in range(1, rounds + 1):
+            base = xargs_rate(jobs, concurrency)
+            row = f"{n:>5} {base:>7.0f}"
+            for system in systems:
+                rate = system.rate(jobs)
+                ratios[system.name].append(rate / base)
+                row += f" {rate:>7.0f} {rate / base:>6.2f}"
+            print(row, flush=True)
+    finally:
+        for system in systems:
+            system.stop()
+    medians = {name: statistics.median(r) for name, r in ratios.items()}
+    print(
+        "median ratio to xargs: "
+        + ", ".join(f"{name} {m:.2f}" for name, m in medians.items())
+        + f" ({jobs} jobs per round, concurrency {concurrency}, {os.cpu_count()} cores)"
+        + (f"; not installed: {', '.join(missing)} (pip install '.[bench]')" if missing else "")
+    )
+    return medians
 
 
 def main() -> None:
@@ -93,41 +268,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args()
-
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        server, port = start_redis(workdir)
-        config = workdir / "bench.yaml"
-        config.write_text(
-            f"redis: {{url: 'redis://127.0.0.1:{port}/0'}}\n"
-            f"queues:\n  noop: {{command: [/bin/true], concurrency: {args.concurrency}}}\n"
-        )
-        log = open(workdir / "jobd.log", "wb")  # noqa: SIM115
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "jobd", "run", str(config), "--log-level", args.log_level],
-            stderr=log,
-        )
-        client = redis.Redis(port=port)
+        server, port = start_redis(Path(tmp))
         try:
-            while not client.exists("jobd:noop"):
-                time.sleep(0.01)
-            jobd_rate(client, "jobd:noop", WARM_UP, 0)  # warm up
-            done = WARM_UP
-            ratios = []
-            print(f"{'round':>5} {'xargs jobs/s':>13} {'jobd jobs/s':>12} {'ratio':>6}")
-            for n in range(1, args.rounds + 1):
-                base = xargs_rate(args.jobs, args.concurrency)
-                ours = jobd_rate(client, "jobd:noop", args.jobs, done)
-                done += args.jobs
-                ratios.append(ours / base)
-                print(f"{n:>5} {base:>13.0f} {ours:>12.0f} {ours / base:>6.2f}")
-            print(
-                f"median ratio jobd/xargs: {statistics.median(ratios):.2f} "
-                f"({args.jobs} jobs, concurrency {args.concurrency}, {os.cpu_count()} cores)"
-            )
+            throughput(Path(tmp), port, args.jobs, args.rounds, args.concurrency, args.log_level)
         finally:
-            daemon.send_signal(signal.SIGTERM)
-            daemon.wait(30)
             server.terminate()
             server.wait(10)
 

@@ -18,7 +18,7 @@ def run(*args: str) -> str:
 
 def test_spawn_bench_runs() -> None:
     out = run(str(BENCH / "spawn.py"), "--jobs", "60", "--rounds", "1")
-    assert "median ratio jobd/xargs" in out
+    assert "median ratio to xargs: jobd " in out
 
 
 def test_renewal_bench_runs() -> None:
@@ -28,5 +28,5 @@ def test_renewal_bench_runs() -> None:
 
 def test_targets_bench_runs() -> None:
     out = run(str(BENCH / "targets.py"), "--quick")
-    for line in ("latency", "sleepers", "backlog"):
+    for line in ("throughput", "latency", "sleepers", "backlog"):
         assert out.count(f"{line} ") >= 1, out
