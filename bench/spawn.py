@@ -1,6 +1,6 @@
 """No-op jobs against the process-spawn limit, side by side in one run.
 
-    python bench/spawn.py [--jobs 2000] [--rounds 3] [--concurrency 8]
+    python bench/spawn.py [--jobs 2000] [--rounds 5] [--concurrency 8] [--skip celery|rq]
 
 Each round measures, one after the other:
   xargs   `seq N | xargs -P8 -n1 /bin/true`: what this machine can spawn, the baseline;
@@ -227,15 +227,22 @@ def installed(module: str) -> bool:
 
 
 def throughput(
-    workdir: Path, port: int, jobs: int, rounds: int, concurrency: int, log_level: str = "INFO"
+    workdir: Path,
+    port: int,
+    jobs: int,
+    rounds: int,
+    concurrency: int,
+    log_level: str = "INFO",
+    skip: tuple[str, ...] = (),
 ) -> dict[str, float]:
     """Print the rounds; return each system's median ratio to xargs."""
     systems: list[System] = [Jobd(workdir, port, concurrency, log_level)]
-    missing = [name for name in ("celery", "rq") if not installed(name)]
+    others = [name for name in ("celery", "rq") if name not in skip]
+    missing = [name for name in others if not installed(name)]
     try:
-        if "celery" not in missing:
+        if "celery" in others and "celery" not in missing:
             systems.append(Celery(workdir, port, concurrency))
-        if "rq" not in missing:
+        if "rq" in others and "rq" not in missing:
             systems.append(Rq(workdir, port, concurrency))
         names = [s.name for s in systems]
         print(f"{'round':>5} {'xargs':>7}" + "".join(f" {n:>7} {'ratio':>6}" for n in names))
@@ -264,14 +271,20 @@ def throughput(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["celery", "rq"], help="leave one out"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         server, port = start_redis(Path(tmp))
         try:
-            throughput(Path(tmp), port, args.jobs, args.rounds, args.concurrency, args.log_level)
+            throughput(
+                Path(tmp), port, args.jobs, args.rounds, args.concurrency, args.log_level,
+                tuple(args.skip),
+            )  # fmt: skip
         finally:
             server.terminate()
             server.wait(10)
