@@ -193,7 +193,7 @@ class Handler:
                 handler.close_input()  # not in any selector yet
         return handler
 
-    # -- I/O, driven by the daemon's selector ---------------------------------------------
+    # -- I/O, driven by the daemon's loop --------------------------------------------------
 
     def output_fds(self) -> list[int]:
         return list(self._outputs)
@@ -201,10 +201,11 @@ class Handler:
     def input_fd(self) -> int | None:
         return self.stdin_fd
 
-    # A descriptor is closed only after the caller has taken it out of its selector: closed
-    # first, its number could be reused (by another thread, for another handler) while the
-    # epoll entry of the old file lives on in a child that is just being spawned, and that
-    # entry's events would then be read as the new descriptor's.
+    # A descriptor is closed only after the caller has taken it out of its epoll: closed
+    # first, its number could be reused (for the next handler) while the epoll entry of the old
+    # file lives on in a child another thread is just starting (the embedded Redis's
+    # supervisor), and that entry's events would then be read as the new descriptor's; with
+    # output pipes read blocking, a false "readable" would stall the loop.
 
     def write_input(self) -> bool:
         """Write what the pipe takes; True once all is written or the reader is gone (then
