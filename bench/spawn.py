@@ -1,6 +1,6 @@
 """No-op jobs against the process-spawn limit, side by side in one run.
 
-    python bench/spawn.py [--jobs 2000] [--rounds 5] [--concurrency 8] [--skip celery|rq]
+    python bench/spawn.py [--jobs 2000] [--rounds 7] [--concurrency 8] [--skip celery|rq]
 
 Each round measures, one after the other:
   xargs   `seq N | xargs -P8 -n1 /bin/true`: what this machine can spawn, the baseline;
@@ -271,7 +271,7 @@ def throughput(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument(
