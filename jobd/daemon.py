@@ -235,7 +235,7 @@ class Daemon:
         return exitcodes.OK
 
     def step(self) -> None:
-        exited = []
+        exited: list[Handler] = []
         for fd, what in self.poller.poll(self.wait_time()):
             if what == "signal":
                 self.on_signals()

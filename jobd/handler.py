@@ -296,7 +296,8 @@ class Handler:
         return bytes(self.stderr.tail or b"")
 
     def log(self, level: int, message: str, *args: object) -> None:
-        log.log(level, "%s " + message, self.job.tag(self.queue.name), *args)
+        if log.isEnabledFor(level):  # the tag is built for every job: not for nothing
+            log.log(level, "%s " + message, self.job.tag(self.queue.name), *args)
 
 
 def _start(
