@@ -5,7 +5,7 @@
   throughput /bin/true jobs at concurrency 8 against `xargs -P8`, and Celery and RQ when the
              `bench` extra is installed (bench/spawn.py: 2000 jobs, 7 rounds, median ratio);
   latency    enqueue → handler start on an idle daemon (p50, p90 of 60 jobs), against a bare
-             `sh -c` started by Popen (the same handler, the same clock);
+             `sh -c` started by Popen (the same handler, environment and clock);
   sleepers   1000 `sleep` handlers over two queues: the daemon's RSS, its CPU while they sleep,
              and lease renewal's commands per queue per tick (XCLAIM calls, from the server);
   backlog    100 000 jobs waiting: the daemon's RSS before and after they were added.
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -27,6 +28,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from spawn import start_redis, throughput
+
+from jobd.handler_env import base_environment
 
 STAMP = 'echo "$JOBD_JOB_ID $(date +%s.%N)" >> {out}'
 
@@ -89,11 +92,12 @@ def latency(r: redis.Redis, workdir: Path, port: int, samples: int) -> None:
             jobd_ms.append((started - t0) * 1000)
             time.sleep(0.02)  # idle between jobs: the daemon is blocked in its read again
         bare_ms = []
+        # The environment a jobd handler gets here (its PATH decides how far sh looks for date).
+        handler_env = base_environment(os.environ)
         for i in range(samples):
             t0 = time.time()
             subprocess.Popen(
-                ["sh", "-c", STAMP.format(out=out)],
-                env={"JOBD_JOB_ID": f"b{i}", "PATH": "/usr/bin:/bin"},
+                ["sh", "-c", STAMP.format(out=out)], env={**handler_env, "JOBD_JOB_ID": f"b{i}"}
             ).wait()
             started = float(out.read_text().splitlines()[-1].split()[1])
             bare_ms.append((started - t0) * 1000)
