@@ -30,3 +30,9 @@ def test_targets_bench_runs() -> None:
     out = run(str(BENCH / "targets.py"), "--quick")
     for line in ("throughput", "latency", "sleepers", "backlog"):
         assert out.count(f"{line} ") >= 1, out
+
+
+def test_compare_bench_runs() -> None:
+    tree = str(BENCH.parent)
+    out = run(str(BENCH / "compare.py"), tree, tree, "--jobs", "60", "--rounds", "2")
+    assert "new/old, median of the rounds:" in out and "old: median" in out
