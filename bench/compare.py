@@ -13,61 +13,13 @@ round varies by ±10 % on the 2-core build machine). Make the old checkout with,
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import redis
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spawn import WARM_UP, start_redis, wait_until, xargs_rate
-
-
-class Checkout:
-    """A daemon run from a checkout's own `jobd` package (its folder is the working folder,
-    so `python -m jobd` imports that checkout's code, not the installed one)."""
-
-    def __init__(self, tree: Path, name: str, workdir: Path, port: int) -> None:
-        self.stream = f"jobd:{name}"
-        config = workdir / f"{name}.yaml"
-        config.write_text(
-            f"redis: {{url: 'redis://127.0.0.1:{port}/0'}}\n"
-            f"queues:\n  {name}: {{command: [/bin/true], concurrency: 8}}\n"
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jobd", "run", str(config)],
-            cwd=tree,
-            env=dict(os.environ, PYTHONPATH=str(tree)),
-            stderr=open(workdir / f"{name}.log", "wb"),  # noqa: SIM115
-        )
-        self.client = redis.Redis(port=port)
-        self.done = 0
-        wait_until(lambda: self.client.exists(self.stream), f"{tree}'s consumer group")
-        self.rate(WARM_UP)
-
-    def rate(self, jobs: int) -> float:
-        start = time.perf_counter()
-        pipe = self.client.pipeline(transaction=False)
-        for i in range(jobs):
-            pipe.xadd(self.stream, {"payload": str(i)})
-        pipe.execute()
-        self.done += jobs
-
-        def all_acked() -> bool:
-            group = self.client.xinfo_groups(self.stream)[0]
-            return group["entries-read"] == self.done and group["pending"] == 0
-
-        wait_until(all_acked, f"{self.stream}'s jobs")
-        return jobs / (time.perf_counter() - start)
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(30)
+from spawn import Jobd, start_redis, xargs_rate
 
 
 def main() -> None:
@@ -80,8 +32,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server, port = start_redis(Path(tmp))
         pair = [
-            Checkout(args.old.resolve(), "old", Path(tmp), port),
-            Checkout(args.new.resolve(), "new", Path(tmp), port),
+            Jobd(Path(tmp), port, 8, queue="old", tree=args.old.resolve()),
+            Jobd(Path(tmp), port, 8, queue="new", tree=args.new.resolve()),
         ]
         rates: list[list[float]] = [[], []]
         bases: list[float] = []

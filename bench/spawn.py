@@ -109,36 +109,45 @@ class System(Protocol):
 
 
 class Jobd:
+    """A daemon with /bin/true handlers on queue ``name``; ``tree``: run that checkout's code
+    (its folder is the working folder, so `python -m jobd` imports it) instead of this one."""
+
     name = "jobd"
 
-    def __init__(self, workdir: Path, port: int, concurrency: int, log_level: str) -> None:
-        config = workdir / "bench.yaml"
+    def __init__(
+        self, workdir: Path, port: int, concurrency: int, log_level: str = "INFO",
+        queue: str = "noop", tree: Path | None = None,
+    ) -> None:  # fmt: skip
+        self.stream = f"jobd:{queue}"
+        config = workdir / f"{queue}.yaml"
         config.write_text(
             f"redis: {{url: 'redis://127.0.0.1:{port}/0'}}\n"
-            f"queues:\n  noop: {{command: [/bin/true], concurrency: {concurrency}}}\n"
+            f"queues:\n  {queue}: {{command: [/bin/true], concurrency: {concurrency}}}\n"
         )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jobd", "run", str(config), "--log-level", log_level],
-            stderr=open(workdir / "jobd.log", "wb"),  # noqa: SIM115
+            cwd=tree,
+            env=dict(os.environ, PYTHONPATH=str(tree)) if tree else None,
+            stderr=open(workdir / f"{queue}.log", "wb"),  # noqa: SIM115
         )
         self.client = redis.Redis(port=port)
         self.done = 0
-        wait_until(lambda: self.client.exists("jobd:noop"), "jobd's consumer group")
+        wait_until(lambda: self.client.exists(self.stream), f"{queue}'s consumer group")
         self.rate(WARM_UP)
 
     def rate(self, jobs: int) -> float:
         start = time.perf_counter()
         pipe = self.client.pipeline(transaction=False)
         for i in range(jobs):
-            pipe.xadd("jobd:noop", {"payload": str(i)})
+            pipe.xadd(self.stream, {"payload": str(i)})
         pipe.execute()
         self.done += jobs
 
         def all_acked() -> bool:
-            group = self.client.xinfo_groups("jobd:noop")[0]
+            group = self.client.xinfo_groups(self.stream)[0]
             return group["entries-read"] == self.done and group["pending"] == 0
 
-        wait_until(all_acked, "jobd's jobs")
+        wait_until(all_acked, f"{self.stream}'s jobs")
         return jobs / (time.perf_counter() - start)
 
     def stop(self) -> None:
@@ -147,21 +156,31 @@ class Jobd:
 
 
 class Counted:
-    """Celery or RQ: workers whose task counts itself in `bench:done`."""
+    """Celery or RQ: workers whose task (benchtasks.py, written here) counts itself in
+    `bench:done`."""
 
     name = ""
 
-    def __init__(self, workdir: Path, port: int, workers: list[list[str]]) -> None:
+    def __init__(self, workdir: Path, port: int, concurrency: int) -> None:
         (workdir / "benchtasks.py").write_text(TASKS)
+        self.client = redis.Redis(port=port)
+        self.connect(workdir, port)
         env = dict(os.environ, BENCH_REDIS_PORT=str(port), PYTHONPATH=str(workdir))
         env.update(BENCH_CELERY="1" if self.name == "celery" else "")
-        self.client = redis.Redis(port=port)
         self.procs = [
             subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.DEVNULL,
                              stderr=open(workdir / f"{self.name}.log", "ab"))  # noqa: SIM115
-            for argv in workers
+            for argv in self.workers(port, concurrency)
         ]  # fmt: skip
         self.rate(WARM_UP // 5)
+
+    def connect(self, workdir: Path, port: int) -> None:
+        """Get ready to enqueue from this process."""
+        raise NotImplementedError
+
+    def workers(self, port: int, concurrency: int) -> list[list[str]]:
+        """The worker processes' command lines."""
+        raise NotImplementedError
 
     def enqueue(self, jobs: int) -> None:
         raise NotImplementedError
@@ -186,17 +205,19 @@ class Counted:
 class Celery(Counted):
     name = "celery"
 
-    def __init__(self, workdir: Path, port: int, concurrency: int) -> None:
+    def connect(self, workdir: Path, port: int) -> None:
         os.environ.update(BENCH_REDIS_PORT=str(port), BENCH_CELERY="1")
         sys.path.insert(0, str(workdir))
-        (workdir / "benchtasks.py").write_text(TASKS)
         import benchtasks  # type: ignore[import-not-found]
 
         self.task = benchtasks.celery_true
-        argv = [sys.executable, "-m", "celery", "-A", "benchtasks", "worker", "-P", "prefork",
-                "-c", str(concurrency), "-l", "WARNING", "--without-gossip", "--without-mingle",
-                "--without-heartbeat"]  # fmt: skip
-        super().__init__(workdir, port, [argv])
+
+    def workers(self, port: int, concurrency: int) -> list[list[str]]:
+        return [
+            [sys.executable, "-m", "celery", "-A", "benchtasks", "worker", "-P", "prefork",
+             "-c", str(concurrency), "-l", "WARNING", "--without-gossip", "--without-mingle",
+             "--without-heartbeat"]
+        ]  # fmt: skip
 
     def enqueue(self, jobs: int) -> None:
         with self.task.app.producer_or_acquire() as producer:
@@ -207,13 +228,15 @@ class Celery(Counted):
 class Rq(Counted):
     name = "rq"
 
-    def __init__(self, workdir: Path, port: int, concurrency: int) -> None:
+    def connect(self, workdir: Path, port: int) -> None:
         from rq import Queue
 
-        url = f"redis://127.0.0.1:{port}/2"
         self.queue = Queue("bench", connection=redis.Redis(port=port, db=2))
+
+    def workers(self, port: int, concurrency: int) -> list[list[str]]:
+        url = f"redis://127.0.0.1:{port}/2"
         argv = [sys.executable, "-m", "rq.cli", "worker", "--url", url, "--quiet", "bench"]
-        super().__init__(workdir, port, [argv] * concurrency)
+        return [argv] * concurrency
 
     def enqueue(self, jobs: int) -> None:
         from rq import Queue
