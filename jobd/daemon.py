@@ -129,7 +129,9 @@ class Daemon:
         self.scripts = Scripts(self.ticker_client)
         self.ticker = Ticker([])
         self.embedded = EmbeddedServer(config.redis.embedded) if config.redis.embedded else None
-        self.folder = os.getcwd()  # where handlers run unless their queue says otherwise
+        # Where handlers run unless their queue says otherwise; the daemon works there too,
+        # which lets it start them with posix_spawn, its fastest path.
+        self.folder = os.path.dirname(config.path)
         self.stopping_server = False
         self.ready = False
         self.stopping = False
@@ -185,9 +187,6 @@ class Daemon:
 
     def run(self) -> int:
         raise_open_files_limit()
-        # Handlers run in the config's folder unless their queue says otherwise; working there
-        # too lets the daemon start them with posix_spawn, its fastest path.
-        self.folder = os.path.dirname(self.config.path)
         os.chdir(self.folder)
         self.install_signal_handlers()
         if self.embedded is not None:

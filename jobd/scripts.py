@@ -82,7 +82,7 @@ class Batch:
 
     def run(self, client: redis.Redis | RedisCluster) -> list[object]:
         if not isinstance(client, RedisCluster):
-            return self._pipeline(client, range(len(self.calls)))
+            return self._pipeline(client, list(range(len(self.calls))))
         replies: list[object] = [None] * len(self.calls)
         by_node: dict[int, tuple[redis.Redis, list[int]]] = {}
         for i, (_, keys, _) in enumerate(self.calls):
@@ -96,12 +96,11 @@ class Batch:
                 replies[i] = reply
         return replies
 
-    def _pipeline(self, client: redis.Redis, indexes: range | list[int]) -> list[object]:
+    def _pipeline(self, client: redis.Redis, indexes: list[int]) -> list[object]:
         """The calls at ``indexes`` in one pipeline of EVALSHA. redis-py's own way (a Script
         called on a pipeline) asks SCRIPT EXISTS first, one more round trip on every batch;
         here a script the server lacks (after a restart or a failover) comes back as NOSCRIPT,
         is loaded, and only those calls are sent again."""
-        indexes = list(indexes)
         replies = self._send(client, indexes)
         again = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if again:
