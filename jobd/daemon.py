@@ -16,10 +16,11 @@ outcomes (``recorder``), a ticker thread renews leases and runs the other period
 (``duties``). Signals only leave a byte in a pipe; the loop acts on them.
 
 The loop starts handlers itself. A vfork-based spawn returns once the child has called exec
-(a few hundred microseconds for a small binary, the GIL released meanwhile); handing that to
-threads was measured slower (bench/spawn.py): every hand-over is a GIL round trip between
-threads, and those cost more than the wait they hide. For the same reason the loop hands work
-to the other threads once per pass, never once per job.
+(a few hundred microseconds for a small binary on a busy machine; the GIL is released
+meanwhile, so the reader and recorder run, see ``spawn``); handing the spawn to threads was
+measured slower (bench/spawn.py, bench/compare.py): every hand-over is a GIL round trip
+between threads, and those cost more than the wait they hide. For the same reason the loop
+hands work to the other threads once per pass, never once per job.
 
 Every job travels with the queue definition it was read under, and a handler keeps the one it
 started with: a reload (SIGHUP) never changes a running job.
@@ -46,7 +47,7 @@ import threading
 import time
 from dataclasses import replace
 
-from jobd import dead_letter, exitcodes, lease, logs, policy, redisconn
+from jobd import dead_letter, exitcodes, lease, logs, policy, redisconn, spawn
 from jobd.config import Config, ConfigError, QueueConfig, load
 from jobd.dashboard import Dashboard
 from jobd.delayed import Forwarder
@@ -130,7 +131,7 @@ class Daemon:
         self.ticker = Ticker([])
         self.embedded = EmbeddedServer(config.redis.embedded) if config.redis.embedded else None
         # Where handlers run unless their queue says otherwise; the daemon works there too,
-        # which lets it start them with posix_spawn, its fastest path.
+        # which lets it start them with vfork and exec (jobd/spawn.py), its fastest path.
         self.folder = os.path.dirname(config.path)
         self.stopping_server = False
         self.ready = False
@@ -302,6 +303,10 @@ class Daemon:
     # -- events ---------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
+        reset = spawn.reset_inherited_ignores()
+        if reset:
+            names = ", ".join(s.name for s in reset)
+            log.info("signals ignored when jobd started: %s; handlers get their default", names)
         for signum in (*STOP_SIGNALS, signal.SIGHUP):
             signal.signal(signum, _note_signal)
         signal.set_wakeup_fd(self._signal_w, warn_on_full_buffer=False)

@@ -1,6 +1,6 @@
 """The process seam: one running handler process and everything the OS does to it.
 
-A handler is started with vfork-based posix_spawn (or subprocess when it needs another folder
+A handler is started with vfork and exec (``spawn``; subprocess when it needs another folder
 or user; never preexec_fn, never a shell) in its own process group, gets its payload on a
 pipe, and has its stdout and stderr drained by the daemon's selector loop. Stopping it
 signals the whole group: SIGTERM, then SIGKILL.
@@ -23,7 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from jobd import logs
+from jobd import logs, spawn
 from jobd.config import QueueConfig
 from jobd.job import Job
 
@@ -32,10 +32,6 @@ log = logging.getLogger("jobd.handler")
 STDERR_TAIL = 4096  # bytes of stderr kept for the dead-letter record
 LOG_LIMIT = 64 * 1024  # bytes of each output stream logged per job; the rest is counted
 LINE_LIMIT = 4096  # a longer line is logged in pieces
-# Every signal a handler starts with at its default action, none blocked: Python ignores
-# SIGPIPE and SIGXFSZ, and an ignored signal would stay ignored across exec (subprocess's
-# restore_signals does the same for its path).
-DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 class State(enum.Enum):
@@ -147,7 +143,7 @@ class Handler:
     def spawn(cls, job: Job, queue: QueueConfig, here: str) -> Handler:
         """Start the handler with its payload pipe filled as far as it goes.
 
-        The fast path is os.posix_spawn (vfork and exec, no Python in the child) when the
+        The fast path is ``spawn`` (vfork and exec, no Python in the child) when the
         handler runs in the daemon's own folder ``here`` as the daemon's user; otherwise
         subprocess.Popen, which can change folder and identity.
         """
@@ -306,16 +302,7 @@ def _start(
 ) -> int:  # fmt: skip
     """Start the process in its own group with these descriptors as 0, 1, 2; its pid."""
     if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
-        actions = [
-            (os.POSIX_SPAWN_DUP2, stdin, 0) if stdin is not None
-            else (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, stdout, 1),
-            (os.POSIX_SPAWN_DUP2, stderr, 2),
-        ]  # fmt: skip
-        return os.posix_spawn(
-            queue.argv[0], list(queue.argv), env, file_actions=actions, setpgroup=0,
-            setsigdef=DEFAULT_SIGNALS, setsigmask=(),
-        )  # fmt: skip
+        return spawn.spawn(queue.argv, env, stdin, stdout, stderr)
     popen = subprocess.Popen(
         queue.argv,
         stdin=stdin if stdin is not None else subprocess.DEVNULL,

@@ -153,8 +153,10 @@ def test_handlers_start_with_default_signal_dispositions(
 ) -> None:
     """Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: a
     handler must not inherit that (`producer | head -1` would then end with write errors
-    instead of quietly). Both ways of starting a handler are checked: in the daemon's folder
-    (posix_spawn) and in another one (subprocess)."""
+    instead of quietly). Nor signals the daemon was started with ignored (nohup, a shell's
+    background job); SIGCHLD ignored would even reap handlers before the daemon could. Both
+    ways of starting a handler are checked: in the daemon's folder (jobd/spawn.py) and in
+    another one (subprocess)."""
     (tmp_path / "work").mkdir()
     script(
         "sigs.sh",
@@ -166,7 +168,15 @@ def test_handlers_start_with_default_signal_dispositions(
         f"  here: {{command: [{tmp_path}/sigs.sh]}}\n"
         f"  elsewhere: {{command: [{tmp_path}/sigs.sh], cwd: work}}\n"
     )
-    daemon(config)
+    inherited = (signal.SIGQUIT, signal.SIGUSR2, signal.SIGTSTP, signal.SIGCHLD)
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in inherited}
+    try:
+        d = daemon(config, ready=False)  # started with those ignored
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    d.wait_ready()
+    assert "signals ignored when jobd started: SIGQUIT, SIGUSR2, SIGCHLD, SIGTSTP;" in d.log()
     for queue in ("here", "elsewhere"):
         r.xadd(f"jobd:{queue}", {"payload": "x"})
     for queue in ("here", "elsewhere"):

@@ -1,0 +1,152 @@
+"""Starting a handler process: vfork and exec, with the GIL released while the child gets there.
+
+With vfork the parent waits until the child has called exec: about 0.1 ms on an idle
+machine, several hundred microseconds when eight handlers share two cores, and the daemon's
+loop spent two thirds of its time there under load. ``os.posix_spawn`` holds the GIL through
+that wait, so the reader could not take in the next jobs nor the recorder send the last
+outcomes meanwhile. The C helper behind ``subprocess``, ``_posixsubprocess.fork_exec``,
+releases the GIL around its vfork (CPython gh-104372) and converts its arguments in C:
+measured +4 to +9 % jobs/s against ``os.posix_spawn`` in bench/compare.py (see README
+"Performance"). It is private to CPython, with the same arguments from 3.11 to 3.13; where it
+is missing or refuses them, ``os.posix_spawn`` does the same work, holding the GIL.
+
+The child: a process group of its own; the given descriptors as 0, 1 and 2 (stdin /dev/null
+when None) and no other (every descriptor the daemon opens is close-on-exec); no signal
+blocked, and every signal at its default action: exec resets caught signals, ``fork_exec``
+resets SIGPIPE and SIGXFSZ (which Python ignores), and ``reset_inherited_ignores`` leaves no
+other signal ignored in the daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Mapping
+
+try:
+    from _posixsubprocess import fork_exec as _fork_exec
+except ImportError:  # not CPython on a POSIX system
+    _fork_exec = None
+
+log = logging.getLogger("jobd.spawn")
+
+_devnull: int | None = None  # /dev/null, opened once, close-on-exec: an empty payload's stdin
+
+
+def spawn(
+    argv: tuple[str, ...], env: Mapping[str, str], stdin: int | None, stdout: int, stderr: int
+) -> int:
+    """Start ``argv[0]`` (a path) with ``argv`` and exactly ``env``; its pid. OSError when it
+    cannot be started (not found, not executable, a bad interpreter line)."""
+    if _fork_exec is not None:
+        try:
+            return _vfork_exec(argv, env, stdin, stdout, stderr)
+        except _OtherPython:
+            _fall_back()
+    return _posix_spawn(argv, env, stdin, stdout, stderr)
+
+
+class _OtherPython(Exception):
+    """This Python's ``fork_exec`` takes other arguments (raised before any fork)."""
+
+
+def _vfork_exec(
+    argv: tuple[str, ...], env: Mapping[str, str], stdin: int | None, stdout: int, stderr: int
+) -> int:
+    """``fork_exec`` as ``subprocess`` calls it."""
+    args = [os.fsencode(a) for a in argv]
+    env_list = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
+    # The child reports a failure before or at exec on this pipe; exec closes it.
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = _fork_exec(  # type: ignore[misc]
+            args, [args[0]], False, (), None, env_list,
+            _null() if stdin is None else stdin, -1, -1, stdout, -1, stderr,
+            report_r, report_w,
+            True,  # restore_signals: SIGPIPE and SIGXFSZ to their default
+            False, 0,  # call_setsid: no; pgid_to_set: a group of its own
+            None, None, None, -1,  # gid, extra groups, uid, umask: the daemon's
+            None, True,  # preexec_fn: none; allow_vfork
+        )  # fmt: skip
+    except BaseException as exc:
+        os.close(report_r)
+        if isinstance(exc, TypeError):
+            raise _OtherPython from exc
+        raise
+    finally:
+        os.close(report_w)
+    try:
+        report = b""
+        while chunk := os.read(report_r, 4096):
+            report += chunk
+    finally:
+        os.close(report_r)
+    if report:
+        os.waitpid(pid, 0)  # it exited right after writing
+        raise _reported_error(report)
+    return pid
+
+
+def _reported_error(report: bytes) -> OSError:
+    """The child's report, ``OSError:<errno in hex>:…`` (or ``SubprocessError:0:<text>``)."""
+    _, _, rest = report.partition(b":")
+    code, _, text = rest.partition(b":")
+    with contextlib.suppress(ValueError):
+        errno = int(code, 16)
+        if errno:
+            return OSError(errno, os.strerror(errno))
+    return OSError(0, text.decode("utf-8", "replace") or "the child could not start")
+
+
+def _fall_back() -> None:
+    global _fork_exec
+    _fork_exec = None
+    log.warning("this Python's _posixsubprocess differs; starting handlers with os.posix_spawn")
+
+
+def _posix_spawn(
+    argv: tuple[str, ...], env: Mapping[str, str], stdin: int | None, stdout: int, stderr: int
+) -> int:
+    actions = [
+        (os.POSIX_SPAWN_DUP2, stdin, 0) if stdin is not None
+        else (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, stdout, 1),
+        (os.POSIX_SPAWN_DUP2, stderr, 2),
+    ]  # fmt: skip
+    return os.posix_spawn(
+        argv[0], list(argv), env, file_actions=actions, setpgroup=0,
+        setsigdef=DEFAULT_SIGNALS, setsigmask=(),
+    )  # fmt: skip
+
+
+def _null() -> int:
+    global _devnull
+    if _devnull is None:
+        _devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    return _devnull
+
+
+# Every signal but the two that cannot be caught: what os.posix_spawn resets in the child.
+DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+
+
+def reset_inherited_ignores() -> list[signal.Signals]:
+    """An ignored signal stays ignored across exec. For each one the daemon was started with
+    ignored (``nohup``, a shell's background job, a supervisor), install a handler that does
+    nothing: the daemon still ignores it, and its handlers start with the default action.
+    SIGCHLD goes back to its default instead (ignoring it would reap children before the
+    daemon could). Returns the signals changed."""
+    changed = []
+    for signum in sorted(DEFAULT_SIGNALS - {signal.SIGPIPE, signal.SIGXFSZ}):
+        with contextlib.suppress(OSError, ValueError):
+            if signal.getsignal(signum) is signal.SIG_IGN:
+                default = signum == signal.SIGCHLD
+                signal.signal(signum, signal.SIG_DFL if default else _ignore)
+                changed.append(signal.Signals(signum))
+    return changed
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """Stands for SIG_IGN in the daemon; exec resets it to the default in handlers."""
