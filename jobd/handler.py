@@ -148,8 +148,7 @@ class Handler:
         subprocess.Popen, which can change folder and identity.
         """
         payload = job.stdin_bytes()
-        env = dict(queue.env)
-        env.update(
+        env = dict(  # the job's own variables, on top of the queue's environment
             JOBD_QUEUE=queue.name,
             JOBD_STREAM=queue.stream,
             JOBD_JOB_ID=job.job_id,
@@ -300,16 +299,17 @@ def _start(
     queue: QueueConfig, here: str, env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int,
 ) -> int:  # fmt: skip
-    """Start the process in its own group with these descriptors as 0, 1, 2; its pid."""
+    """Start the process in its own group with these descriptors as 0, 1, 2, and the queue's
+    environment plus ``env``; its pid."""
     if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
-        return spawn.spawn(queue.argv, env, stdin, stdout, stderr)
+        return spawn.spawn(queue.argv, queue.env, env, stdin, stdout, stderr)
     popen = subprocess.Popen(
         queue.argv,
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
         cwd=queue.cwd,
-        env=env,
+        env={**queue.env, **env},
         process_group=0,
         **identity(queue),
     )

@@ -36,16 +36,35 @@ _devnull: int | None = None  # /dev/null, opened once, close-on-exec: an empty p
 
 
 def spawn(
-    argv: tuple[str, ...], env: Mapping[str, str], stdin: int | None, stdout: int, stderr: int
-) -> int:
-    """Start ``argv[0]`` (a path) with ``argv`` and exactly ``env``; its pid. OSError when it
-    cannot be started (not found, not executable, a bad interpreter line)."""
+    argv: tuple[str, ...], env: Mapping[str, str], extra: Mapping[str, str], stdin: int | None,
+    stdout: int, stderr: int,
+) -> int:  # fmt: skip
+    """Start ``argv[0]`` (a path) with ``argv`` and exactly ``env`` plus ``extra``; its pid.
+    ``env`` is a queue's environment, the same for each of its jobs, ``extra`` the job's own
+    variables. OSError when it cannot be started (not found, not executable, a bad interpreter
+    line)."""
     if _fork_exec is not None:
         try:
-            return _vfork_exec(argv, env, stdin, stdout, stderr)
+            return _vfork_exec(argv, [*_encoded(env), *_encode(extra)], stdin, stdout, stderr)
         except _OtherPython:
             _fall_back()
-    return _posix_spawn(argv, env, stdin, stdout, stderr)
+    return _posix_spawn(argv, {**env, **extra}, stdin, stdout, stderr)
+
+
+_encodings: dict[int, tuple[Mapping[str, str], list[bytes]]] = {}  # id(env) -> env, its entries
+
+
+def _encoded(env: Mapping[str, str]) -> list[bytes]:
+    """A queue's environment as ``NAME=value`` bytes, encoded once (the entry holds the
+    mapping, so its id cannot be reused by another one meanwhile)."""
+    held = _encodings.get(id(env))
+    if held is None or held[0] is not env:
+        held = _encodings[id(env)] = (env, _encode(env))
+    return held[1]
+
+
+def _encode(env: Mapping[str, str]) -> list[bytes]:
+    return [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
 
 
 class _OtherPython(Exception):
@@ -53,11 +72,10 @@ class _OtherPython(Exception):
 
 
 def _vfork_exec(
-    argv: tuple[str, ...], env: Mapping[str, str], stdin: int | None, stdout: int, stderr: int
+    argv: tuple[str, ...], env_list: list[bytes], stdin: int | None, stdout: int, stderr: int
 ) -> int:
-    """``fork_exec`` as ``subprocess`` calls it."""
+    """``fork_exec`` as ``subprocess`` calls it; ``env_list``: ``NAME=value`` entries."""
     args = [os.fsencode(a) for a in argv]
-    env_list = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
     # The child reports a failure before or at exec on this pipe; exec closes it.
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     try:

@@ -16,7 +16,10 @@ import pytest
 from jobd import spawn
 
 Starter = Callable[..., int]
-STARTERS = {"vfork_exec": spawn._vfork_exec, "posix_spawn": spawn._posix_spawn}
+STARTERS = {
+    "vfork_exec": lambda argv, env, *fds: spawn._vfork_exec(argv, spawn._encode(env), *fds),
+    "posix_spawn": spawn._posix_spawn,
+}
 
 
 def run(start: Starter, argv: tuple[str, ...], env: dict[str, str], stdin: int | None) -> str:
@@ -111,7 +114,7 @@ def test_other_threads_run_while_the_child_gets_to_exec() -> None:
     try:
         for _ in range(200):
             inside.set()
-            pid = spawn.spawn(("/bin/true",), {}, None, 1, 2)
+            pid = spawn.spawn(("/bin/true",), {}, {}, None, 1, 2)
             inside.clear()
             os.waitpid(pid, 0)
             if counted:
@@ -122,14 +125,22 @@ def test_other_threads_run_while_the_child_gets_to_exec() -> None:
     assert counted > 0
 
 
-def test_a_python_whose_fork_exec_differs_falls_back_to_posix_spawn(
+def test_the_jobs_own_variables_come_on_top_of_the_queues_either_way(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    queue_env = {"A": "queue", "B": "queue"}
+
+    def start(argv: tuple[str, ...], env: dict[str, str], *fds: int | None) -> int:
+        return spawn.spawn(argv, env, {"B": "job"}, *fds)  # type: ignore[arg-type]
+
+    probe = ("/bin/sh", "-c", 'echo "$A $B"')
+    assert run(start, probe, queue_env, None) == "queue job\n"
+
     def other_signature(*args: object) -> int:
         raise TypeError("fork_exec() takes exactly 24 arguments (23 given)")
 
     monkeypatch.setattr(spawn, "_fork_exec", other_signature)
-    assert run(spawn.spawn, ("/bin/sh", "-c", "echo started"), {}, None) == "started\n"
+    assert run(start, probe, queue_env, None) == "queue job\n", "os.posix_spawn instead"
     assert spawn._fork_exec is None
     assert "starting handlers with os.posix_spawn" in caplog.text
-    assert run(spawn.spawn, ("/bin/sh", "-c", "echo again"), {}, None) == "again\n"
+    assert run(start, probe, queue_env, None) == "queue job\n"
