@@ -52,6 +52,7 @@ def spawn(
 
 
 _encodings: dict[int, tuple[Mapping[str, str], list[bytes]]] = {}  # id(env) -> env, its entries
+ENCODINGS_KEPT = 256  # a reload brings new mappings: start afresh past this many
 
 
 def _encoded(env: Mapping[str, str]) -> list[bytes]:
@@ -59,6 +60,8 @@ def _encoded(env: Mapping[str, str]) -> list[bytes]:
     mapping, so its id cannot be reused by another one meanwhile)."""
     held = _encodings.get(id(env))
     if held is None or held[0] is not env:
+        if len(_encodings) >= ENCODINGS_KEPT:
+            _encodings.clear()
         held = _encodings[id(env)] = (env, _encode(env))
     return held[1]
 

@@ -144,3 +144,13 @@ def test_the_jobs_own_variables_come_on_top_of_the_queues_either_way(
     assert spawn._fork_exec is None
     assert "starting handlers with os.posix_spawn" in caplog.text
     assert run(start, probe, queue_env, None) == "queue job\n"
+
+
+def test_encoded_environments_are_kept_for_a_bounded_number_of_mappings() -> None:
+    """Each reload builds new queue environments; the encodings of old ones must not pile up."""
+    spawn._encodings.clear()
+    envs = [{"N": str(i)} for i in range(spawn.ENCODINGS_KEPT * 3)]
+    for env in envs:
+        assert spawn._encoded(env) == [f"N={env['N']}".encode()]
+        assert len(spawn._encodings) <= spawn.ENCODINGS_KEPT
+    assert spawn._encoded(envs[-1]) is spawn._encoded(envs[-1]), "encoded once while kept"
