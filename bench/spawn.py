@@ -6,10 +6,14 @@ Each round measures, one after the other:
   xargs   `seq N | xargs -P8 -n1 /bin/true`: what this machine can spawn, the baseline;
   jobd    a running daemon with /bin/true handlers at concurrency 8, from the first XADD of N
           jobs (pipelined) to the last of them acknowledged;
+  xargs   again: jobd's baseline is the mean of the two runs around it, so that the machine
+          getting faster or slower during a round (it does, by up to 20 % on a shared 2-core
+          VM) counts against neither;
   celery  (with the `bench` extra) a Celery prefork worker, -c 8, whose task runs /bin/true;
-  rq      (with the `bench` extra) eight RQ workers, the same task;
+  rq      (with the `bench` extra) eight RQ workers, the same task (both against the second
+          xargs run);
 each from enqueueing N jobs to all done. It prints jobs/s per round and each one's ratio to
-xargs of the same round, then the medians of those ratios.
+its xargs baseline, then the medians of those ratios and their spread.
 Needs redis-server (or valkey-server) on PATH; it starts its own on a free loopback port, and
 Celery and RQ use it as their broker.
 """
@@ -268,15 +272,22 @@ def throughput(
         if "rq" in others and "rq" not in missing:
             systems.append(Rq(workdir, port, concurrency))
         names = [s.name for s in systems]
-        print(f"{'round':>5} {'xargs':>7}" + "".join(f" {n:>7} {'ratio':>6}" for n in names))
+        print(
+            f"{'round':>5} {'xargs':>7} {'jobd':>7} {'xargs':>7} {'ratio':>6}"
+            + "".join(f" {n:>7} {'ratio':>6}" for n in names[1:])
+        )
         ratios: dict[str, list[float]] = {n: [] for n in names}
         for n in range(1, rounds + 1):
-            base = xargs_rate(jobs, concurrency)
-            row = f"{n:>5} {base:>7.0f}"
-            for system in systems:
-                rate = system.rate(jobs)
-                ratios[system.name].append(rate / base)
-                row += f" {rate:>7.0f} {rate / base:>6.2f}"
+            before = xargs_rate(jobs, concurrency)
+            rate = systems[0].rate(jobs)
+            after = xargs_rate(jobs, concurrency)
+            ratio = rate / ((before + after) / 2)
+            ratios["jobd"].append(ratio)
+            row = f"{n:>5} {before:>7.0f} {rate:>7.0f} {after:>7.0f} {ratio:>6.2f}"
+            for system in systems[1:]:
+                other = system.rate(jobs)
+                ratios[system.name].append(other / after)
+                row += f" {other:>7.0f} {other / after:>6.2f}"
             print(row, flush=True)
     finally:
         for system in systems:
@@ -284,7 +295,9 @@ def throughput(
     medians = {name: statistics.median(r) for name, r in ratios.items()}
     print(
         "median ratio to xargs: "
-        + ", ".join(f"{name} {m:.2f}" for name, m in medians.items())
+        + ", ".join(
+            f"{name} {medians[name]:.2f} ({min(r):.2f}–{max(r):.2f})" for name, r in ratios.items()
+        )
         + f" ({jobs} jobs per round, concurrency {concurrency}, {os.cpu_count()} cores)"
         + (f"; not installed: {', '.join(missing)} (pip install '.[bench]')" if missing else "")
     )
