@@ -44,8 +44,13 @@ def spawn(
     variables. OSError when it cannot be started (not found, not executable, a bad interpreter
     line)."""
     if _fork_exec is not None:
+        # A name in both: ``extra`` wins, and the child must see it once (getenv takes the
+        # first of two).
+        shared = extra.keys() & env.keys()
+        base = _encode({k: v for k, v in env.items() if k not in shared}) if shared else None
+        entries = [*(base if base is not None else _encoded(env)), *_encode(extra)]
         try:
-            return _vfork_exec(argv, [*_encoded(env), *_encode(extra)], stdin, stdout, stderr)
+            return _vfork_exec(argv, entries, stdin, stdout, stderr)
         except _OtherPython:
             _fall_back()
     return _posix_spawn(argv, {**env, **extra}, stdin, stdout, stderr)

@@ -133,17 +133,18 @@ def test_the_jobs_own_variables_come_on_top_of_the_queues_either_way(
     def start(argv: tuple[str, ...], env: dict[str, str], *fds: int | None) -> int:
         return spawn.spawn(argv, env, {"B": "job"}, *fds)  # type: ignore[arg-type]
 
-    probe = ("/bin/sh", "-c", 'echo "$A $B"')
-    assert run(start, probe, queue_env, None) == "queue job\n"
+    # What the child was given, as given: each name once.
+    probe = ("/bin/sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ | grep -E '^(A|B)=' | sort")
+    assert run(start, probe, queue_env, None) == "A=queue\nB=job\n"
 
     def other_signature(*args: object) -> int:
         raise TypeError("fork_exec() takes exactly 24 arguments (23 given)")
 
     monkeypatch.setattr(spawn, "_fork_exec", other_signature)
-    assert run(start, probe, queue_env, None) == "queue job\n", "os.posix_spawn instead"
+    assert run(start, probe, queue_env, None) == "A=queue\nB=job\n", "os.posix_spawn instead"
     assert spawn._fork_exec is None
     assert "starting handlers with os.posix_spawn" in caplog.text
-    assert run(start, probe, queue_env, None) == "queue job\n"
+    assert run(start, probe, queue_env, None) == "A=queue\nB=job\n"
 
 
 def test_encoded_environments_are_kept_for_a_bounded_number_of_mappings() -> None:
