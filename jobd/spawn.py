@@ -47,8 +47,10 @@ def spawn(
         # A name in both: ``extra`` wins, and the child must see it once (getenv takes the
         # first of two).
         shared = extra.keys() & env.keys()
-        base = _encode({k: v for k, v in env.items() if k not in shared}) if shared else None
-        entries = [*(base if base is not None else _encoded(env)), *_encode(extra)]
+        base = (
+            _encode({k: v for k, v in env.items() if k not in shared}) if shared else _encoded(env)
+        )
+        entries = [*base, *_encode(extra)]
         try:
             return _vfork_exec(argv, entries, stdin, stdout, stderr)
         except _OtherPython:
