@@ -271,20 +271,20 @@ def throughput(
             systems.append(Celery(workdir, port, concurrency))
         if "rq" in others and "rq" not in missing:
             systems.append(Rq(workdir, port, concurrency))
-        names = [s.name for s in systems]
+        jobd, rest = systems[0], systems[1:]
         print(
-            f"{'round':>5} {'xargs':>7} {'jobd':>7} {'xargs':>7} {'ratio':>6}"
-            + "".join(f" {n:>7} {'ratio':>6}" for n in names[1:])
+            f"{'round':>5} {'xargs':>7} {jobd.name:>7} {'xargs':>7} {'ratio':>6}"
+            + "".join(f" {s.name:>7} {'ratio':>6}" for s in rest)
         )
-        ratios: dict[str, list[float]] = {n: [] for n in names}
+        ratios: dict[str, list[float]] = {s.name: [] for s in systems}
         for n in range(1, rounds + 1):
             before = xargs_rate(jobs, concurrency)
-            rate = systems[0].rate(jobs)
+            rate = jobd.rate(jobs)
             after = xargs_rate(jobs, concurrency)
             ratio = rate / ((before + after) / 2)
-            ratios["jobd"].append(ratio)
+            ratios[jobd.name].append(ratio)
             row = f"{n:>5} {before:>7.0f} {rate:>7.0f} {after:>7.0f} {ratio:>6.2f}"
-            for system in systems[1:]:
+            for system in rest:
                 other = system.rate(jobs)
                 ratios[system.name].append(other / after)
                 row += f" {other:>7.0f} {other / after:>6.2f}"

@@ -148,7 +148,7 @@ class Handler:
         subprocess.Popen, which can change folder and identity.
         """
         payload = job.stdin_bytes()
-        env = dict(  # the job's own variables, on top of the queue's environment
+        job_env = dict(  # the job's own variables, on top of the queue's environment
             JOBD_QUEUE=queue.name,
             JOBD_STREAM=queue.stream,
             JOBD_JOB_ID=job.job_id,
@@ -171,7 +171,7 @@ class Handler:
             in_w = None
         child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
         try:
-            pid = _start(queue, here, env, in_r, out_w, err_w)
+            pid = _start(queue, here, job_env, in_r, out_w, err_w)
         except OSError as exc:
             for fd in (out_r, err_r, in_w):
                 if fd is not None:
@@ -296,20 +296,20 @@ class Handler:
 
 
 def _start(
-    queue: QueueConfig, here: str, env: dict[str, str], stdin: int | None, stdout: int,
+    queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int,
 ) -> int:  # fmt: skip
     """Start the process in its own group with these descriptors as 0, 1, 2, and the queue's
-    environment plus ``env``; its pid."""
+    environment plus ``job_env``; its pid."""
     if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
-        return spawn.spawn(queue.argv, queue.env, env, stdin, stdout, stderr)
+        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr)
     popen = subprocess.Popen(
         queue.argv,
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
         cwd=queue.cwd,
-        env={**queue.env, **env},
+        env={**queue.env, **job_env},
         process_group=0,
         **identity(queue),
     )
