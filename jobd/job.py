@@ -17,6 +17,11 @@ JOB_ID = b"job_id"
 RESERVED_JOB_ID = b"jobd_job_id"  # set by jobd when it re-adds a job (retries)
 RESERVED_ATTEMPT = b"jobd_attempt"
 UNIQUE = b"jobd_unique"  # set by `jobd enqueue --unique`: the job holds its job id's mark
+# The most fields (name, value pairs) an entry may have to be run. A Lua script can pass at most
+# ~8000 values to one command (Lua's unpack limit, see REDIS-NOTES), so the scripts that copy an
+# entry (retry, promote, dead letter, requeue) could not copy a wider one: such an entry is
+# dead-lettered unrun as `malformed`. The scripts that copy fields name the same number.
+MAX_FIELDS = 1000
 
 
 @dataclass(frozen=True, slots=True)
