@@ -99,6 +99,7 @@ class Reader(threading.Thread):
         )
         self.levels = queue.all_levels()
         self.taken: list[str] = []  # slots of the entries handed over in this read pass
+        self.filled = 0  # local slots filled in this read pass
         self.stopping = threading.Event()
         self.ready = threading.Event()  # set once Redis answered and the group exists
         self.reclaim_every = min(RECLAIM_EVERY, queue.lease.reclaim_after / 4)
@@ -150,13 +151,25 @@ class Reader(threading.Thread):
         if self.stopping.is_set():
             self.slots.give(free)
             return
+        self.filled = 0
+        try:
+            newest = self.fill(free)
+        finally:
+            # Whatever went wrong (Redis gone mid-acquire, mid-read, mid-bind), the local slots
+            # not filled are given back: a slot kept by a failed pass is never read for again.
+            self.slots.give(free - self.filled)
+        if newest and self.filled == 0:
+            self.wait_for_entries(newest)
+
+    def fill(self, free: int) -> dict[str, bytes]:
+        """Fill up to ``free`` local slots (``hand_over`` counts them in ``filled``); for a
+        limited queue, returns each stream's newest id, to wait after when nothing was read."""
         granted = free
         if self.limiter is not None:
             granted, wait = self.limiter.acquire(free)
             if granted == 0:
-                self.slots.give(free)
                 self.stopping.wait(wait)  # holding nothing meanwhile
-                return
+                return {}
         used = 0
         self.taken = []
         newest: dict[str, bytes] = {}  # stream -> newest id, to wait after when nothing was read
@@ -171,11 +184,9 @@ class Reader(threading.Thread):
             elif used < granted:
                 used += self.read_new(granted - used, block=self.limiter is None)
         finally:
-            self.slots.give(free - used)
             if self.limiter is not None:
                 newest = {self.queue.stream: self.limiter.bind(granted, self.taken)} | newest
-        if newest and used == 0:
-            self.wait_for_entries(newest)
+        return newest
 
     def until_reclaim(self) -> float:
         return max(0.0, self.next_reclaim - time.monotonic())
@@ -290,6 +301,7 @@ class Reader(threading.Thread):
             if self.limiter is not None:
                 self.taken += [limits.slot_member(self.consumer, q.stream, mid) for mid in ids]
             self.deliver(q, jobs)
+            self.filled += len(jobs)
         return len(jobs)
 
     def drop_done(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
