@@ -8,6 +8,7 @@ fields; nothing in it is unbounded (stderr is cut to its last 4 KiB).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ class Failure:
 
 def record_fields(queue: QueueConfig, job_id: str, message_id: str, failure: Failure) -> list:
     return [
-        "jobd_job_id", job_id,
+        "jobd_job_id", os.fsencode(job_id),  # any bytes: see Job.job_id
         "jobd_queue", queue.name,
         "jobd_original_id", message_id,
         "jobd_error", failure.error,
@@ -57,7 +58,7 @@ def script_call(
     job_id: str,
     message_id: str,
     failure: Failure,
-    mark: str | None = None,
+    mark: bytes | None = None,
 ) -> tuple[list[str], list]:
     """KEYS and ARGV of ``lua/dead_letter.lua`` for this job (``mark``: its job id's mark, to
     clear, see ``Job.mark_key``)."""
@@ -80,7 +81,7 @@ def write(
     job_id: str,
     message_id: str,
     failure: Failure,
-    mark: str | None = None,
+    mark: bytes | None = None,
 ) -> str | None:
     """Dead-letter the entry and ack it; None when this consumer no longer holds it."""
     keys, args = script_call(queue, consumer, job_id, message_id, failure, mark)

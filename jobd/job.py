@@ -29,7 +29,9 @@ class Job:
     queue: str
     message_id: str  # this delivery's stream id
     fields: dict[bytes, bytes]
-    job_id: str  # stable across retries and redeliveries
+    # Stable across retries and redeliveries. Any bytes a producer wrote, decoded with
+    # surrogateescape (os.fsdecode): os.fsencode gives the exact bytes back, for Redis and exec.
+    job_id: str
     attempt: int  # 1 for the first attempt
 
     @classmethod
@@ -58,7 +60,7 @@ class Job:
             fields[UNIQUE] = self.fields[UNIQUE]
         return fields
 
-    def mark_key(self, keys: QueueKeys, dedupe: bool) -> str | None:
+    def mark_key(self, keys: QueueKeys, dedupe: bool) -> bytes | None:
         """The key of this job's mark when it has one to keep: a producer's job id on a queue
         with a dedupe window, or a job enqueued with --unique."""
         if UNIQUE in self.fields or (dedupe and JOB_ID in self.fields):

@@ -37,6 +37,7 @@ Layout of a queue whose stream is S:
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 
@@ -98,9 +99,10 @@ class QueueKeys:
         stream = derive(self.base, f"priority:{name}")
         return replace(self, stream=stream, delayed=derive(stream, "delayed"))
 
-    def job_mark(self, job_id: str) -> str:
-        """The dedupe / uniqueness mark of a producer's job id."""
-        return derive(self.base, f"job:{job_id}")
+    def job_mark(self, job_id: str | bytes) -> bytes:
+        """The dedupe / uniqueness mark of a producer's job id. Bytes: a job id is any bytes
+        a producer wrote (a ``str`` here is ``os.fsdecode``'d and goes back exactly)."""
+        return derive(self.base, "job:").encode() + os.fsencode(job_id)
 
     def tick(self, schedule: str, at: int) -> str:
         """The key of a periodic schedule's tick at Unix second ``at``."""

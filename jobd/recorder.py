@@ -48,7 +48,7 @@ class Outcome:
     retry_fields: dict[bytes, bytes] | None = None  # RETRY: the next attempt's fields
     due_ms: int = 0  # RETRY: when the next attempt is due
     failure: dead_letter.Failure | None = None  # DEAD_LETTER: what goes in the record
-    mark: str | None = None  # the job id's mark, set or cleared with the ack (Job.mark_key)
+    mark: bytes | None = None  # the job id's mark, set or cleared with the ack (Job.mark_key)
     timing: tuple[float, float] | None = None  # enqueue-to-start and run time, for figures
 
 

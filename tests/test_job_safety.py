@@ -49,3 +49,56 @@ def test_a_limited_queue_reads_again_after_a_redis_blip(
     wait_until(lambda: len(lines(tmp_path / "done")) == 4, 30, "the three jobs after the blip")
     wait_until(lambda: pending_count(r, "jobd:q") == 0, what="every entry acked")
     assert d.proc.poll() is None
+
+
+def test_job_ids_that_are_not_utf8_run_and_dead_letter_and_wedge_nothing(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A producer's job id is any bytes. One that is not UTF-8 used to wedge a dedupe queue's
+    whole read batch, and on a plain queue its dead letter failed and took the batch's other
+    acks with it: good jobs ran again and again."""
+    script(
+        "job.sh",
+        f"#!/bin/sh\necho $JOBD_STREAM/$JOBD_MESSAGE_ID >> {tmp_path}/ran\n"
+        'payload=$(cat)\n[ "$payload" = fail ] && exit 64\nexit 0\n',
+    )
+    write_config(
+        "redis: {url: '{redis}'}\n"
+        "defaults: {exit_codes: {fail: [64]}, concurrency: 4}\n"
+        "queues:\n"
+        "  plain: {command: [./job.sh]}\n"
+        "  dedupe: {command: [./job.sh], dedupe: {window: 1h}}\n"
+    )
+    bad = b"\xff\xfe-\x80id"
+    ids = {}
+    for stream in ("jobd:plain", "jobd:dedupe"):
+        pipe = r.pipeline(transaction=False)
+        pipe.xadd(stream, {"payload": "fail", "job_id": bad})
+        pipe.xadd(stream, {"payload": "ok", "job_id": bad + b"-ok"})
+        for i in range(3):
+            pipe.xadd(stream, {"payload": "ok", "job_id": f"good-{i}"})
+        ids[stream] = [f"{stream}/{x.decode()}" for x in pipe.execute()]
+    d = daemon(tmp_path / "jobd.yaml")
+    for stream in ids:
+        wait_until(lambda s=stream: pending_count(r, s) == 0 and group_done(r, s), 20, stream)
+    ran = lines(tmp_path / "ran")
+    assert ran == Counter({mid: 1 for mids in ids.values() for mid in mids}), "each ran once"
+    for queue in ("plain", "dedupe"):
+        dead = r.xrange(f"{{jobd:{queue}}}:dead")
+        assert [rec[b"jobd_job_id"] for _, rec in dead] == [bad]
+        assert dead[0][1][b"job_id"] == bad
+    assert r.get(b"{jobd:dedupe}:job:" + bad + b"-ok") == b"done"
+    # The same job id again on the dedupe queue is acknowledged unrun.
+    again = (
+        "jobd:dedupe/" + r.xadd("jobd:dedupe", {"payload": "ok", "job_id": bad + b"-ok"}).decode()
+    )
+    wait_until(lambda: pending_count(r, "jobd:dedupe") == 0 and group_done(r, "jobd:dedupe"))
+    assert again not in lines(tmp_path / "ran")
+    assert d.proc.poll() is None
+
+
+def group_done(r: redis.Redis, stream: str) -> bool:
+    """Every entry of ``stream`` delivered to the group and none pending."""
+    group = r.xinfo_groups(stream)[0]
+    newest = r.xrevrange(stream, count=1)
+    return group["last-delivered-id"] == newest[0][0] and group["pending"] == 0
