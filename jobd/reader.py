@@ -277,9 +277,21 @@ class Reader(threading.Thread):
     def dead_letter_poison(self, q: QueueConfig, job: Job, deliveries: int) -> None:
         failure = dead_letter.Failure(dead_letter.POISON, attempts=deliveries)
         mark = job.mark_key(q.keys, q.dedupe_window is not None)
-        if dead_letter.write(
-            self.scripts, q, self.consumer, job.job_id, job.message_id, failure, mark
-        ):
+        try:
+            written = dead_letter.write(
+                self.scripts, q, self.consumer, job.job_id, job.message_id, failure, mark
+            )
+        except redisconn.UNAVAILABLE:
+            raise
+        except Exception as exc:  # one entry never stops the reading of its queue
+            log.error(
+                "queue=%s job=%s delivered %d times with no outcome, but its dead letter "
+                "cannot be written: %s; left pending, not run, tried again after "
+                "lease.reclaim_after",
+                q.name, job.job_id, deliveries, exc,
+            )  # fmt: skip
+            return
+        if written:
             self.metrics.dead_lettered.labels(queue=q.name, error=dead_letter.POISON).inc()
             log.error(
                 "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "

@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 
 from jobd import dead_letter, delayed, figures, lease, limits, redisconn
@@ -36,6 +36,8 @@ STOP_PATIENCE = 10.0  # at exit, how long to keep trying an unreachable Redis
 # larger batches mean fewer wake-ups of this thread, and each wake-up takes the GIL from the
 # loop: measured +6 to +8 % jobs/s on bench/spawn.py (2 ms: +6 %; 20 ms: no gain).
 LINGER = 0.005
+WRITE_TRIES = 5  # times one outcome's write may fail (Redis answering) before it is left pending
+RETRY_DELAY = 0.2  # seconds between those tries
 _EMPTY = object()
 
 
@@ -62,6 +64,8 @@ class Recorder(threading.Thread):
         self.inbox: queue.SimpleQueue[list[Outcome] | None] = queue.SimpleQueue()
         self.outage = redisconn.Outage(log)
         self._stop_deadline: float | None = None
+        # Outcomes whose write failed though Redis answered: how often, by entry (see _failed).
+        self.failures: dict[tuple[str, str, str], int] = {}
 
     def record(self, outcomes: list[Outcome]) -> None:
         self.inbox.put(outcomes)
@@ -77,22 +81,58 @@ class Recorder(threading.Thread):
             stopping |= self._collect(backlog, wait=not backlog)
             if backlog:
                 try:
-                    self.write(backlog)
+                    backlog[:] = self.write_isolated(backlog)
                 except redisconn.UNAVAILABLE as exc:
                     delay = self.outage.down(exc, f"{len(backlog)} outcome(s) kept to record later")
                     if stopping and self._give_up(backlog):
                         break
                     time.sleep(delay)
                     continue
-                except Exception:
-                    log.exception("cannot record %d outcome(s): left pending", len(backlog))
-                    for o in backlog:  # no longer renewed: another consumer will take them over
-                        self.holdings.discard(lease.key(o.queue), [o.message_id])
                 self.outage.up("; kept outcomes recorded")
-                backlog.clear()
-            if stopping:
+                if backlog:  # writes that failed for another reason than Redis being away
+                    time.sleep(RETRY_DELAY)
+            if stopping and not backlog:
                 break
         self.client.close()
+
+    def write_isolated(self, batch: list[Outcome]) -> list[Outcome]:
+        """Write ``batch``; returns the outcomes to try again. An error that is not Redis
+        being away (a bug, a value Redis refuses) fails one outcome, never its batch: the
+        batch is written again one outcome at a time."""
+        try:
+            return self.write(batch)
+        except redisconn.UNAVAILABLE:
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                return self._failed(batch, exc)
+            log.warning("cannot record %d outcomes at once (%r); one by one", len(batch), exc)
+            return [again for o in batch for again in self.write_isolated([o])]
+
+    def _failed(self, outcomes: list[Outcome], error: object) -> list[Outcome]:
+        """Outcomes whose write failed with ``error`` (not for want of Redis): each is tried
+        alone again, up to WRITE_TRIES times; then it is left pending, no longer renewed, so
+        it is delivered again after reclaim_after and that delivery counts toward
+        max_deliveries (poison): a job whose outcome cannot be written never runs forever."""
+        if len(outcomes) > 1:  # one call for several outcomes: find the one that fails
+            return [again for o in outcomes for again in self.write_isolated([o])]
+        o = outcomes[0]
+        key = (*lease.key(o.queue), o.message_id)
+        tries = self.failures[key] = self.failures.get(key, 0) + 1
+        if tries < WRITE_TRIES:
+            log.warning(
+                "queue=%s job=%s cannot record its outcome (%s): %s; trying again (%d of %d)",
+                o.queue.name, o.job_id, o.kind, error, tries, WRITE_TRIES,
+            )  # fmt: skip
+            return [replace(o, timing=None)]  # its timings were counted with the first try
+        del self.failures[key]
+        log.error(
+            "queue=%s job=%s cannot record its outcome (%s) after %d tries: %s; left pending: "
+            "it is delivered again after lease.reclaim_after, and counts toward max_deliveries",
+            o.queue.name, o.job_id, o.kind, WRITE_TRIES, error,
+        )  # fmt: skip
+        self.holdings.discard(lease.key(o.queue), [o.message_id])
+        return []
 
     def _collect(self, backlog: list[Outcome], wait: bool) -> bool:
         """Move what is in the inbox to ``backlog``; True when asked to stop. Waiting, it gives
@@ -115,11 +155,11 @@ class Recorder(threading.Thread):
         except queue.Empty:
             return _EMPTY
 
-    def write(self, batch: list[Outcome]) -> None:
+    def write(self, batch: list[Outcome]) -> list[Outcome]:
         """Everything in one round trip (one pipeline; on a cluster, one per node): per queue
         one settle call for its acks and hand-backs, one call per retry and per dead letter,
         then per queue the slots to free (limits) and the timings to count (figures). Each
-        outcome call checks ownership itself."""
+        outcome call checks ownership itself. Returns the outcomes to try again (_failed)."""
         sent = Batch()
         calls: list[list[Outcome]] = []
         settles: dict[lease.LeaseKey, list[Outcome]] = defaultdict(list)
@@ -159,10 +199,23 @@ class Recorder(threading.Thread):
             calls.append(outcomes)
         self._release_slots(sent, batch)
         self._timings(sent, batch)
+        # A hand-back is forgotten before it is sent: a renewal after it would make the entry
+        # look busy again, and it would wait a whole reclaim_after (renew.lua skips it, too).
+        for o in batch:
+            if o.kind == HAND_BACK:
+                self.holdings.discard(lease.key(o.queue), [o.message_id])
         replies = sent.run(self.client)
+        again: list[Outcome] = []
         for outcomes, reply in zip(calls, replies, strict=False):  # the rest: slots, timings
+            if isinstance(reply, Exception):
+                again += self._failed(outcomes, reply)
+                continue
             self._report(outcomes, reply)
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
+            if self.failures:
+                for o in outcomes:
+                    self.failures.pop((*lease.key(o.queue), o.message_id), None)
+        return again
 
     def _timings(self, sent: Batch, batch: list[Outcome]) -> None:
         """This minute's histograms of enqueue-to-start and run times, per queue, in the same
@@ -190,9 +243,6 @@ class Recorder(threading.Thread):
 
     def _report(self, outcomes: list[Outcome], reply: object) -> None:
         q = outcomes[0].queue
-        if isinstance(reply, Exception):
-            log.error("queue=%s cannot record %d outcome(s): %s", q.name, len(outcomes), reply)
-            return
         for mid, owner in _not_held(outcomes, reply):
             job_id = next((o.job_id for o in outcomes if o.message_id == mid), mid)
             log.warning(

@@ -102,3 +102,42 @@ def group_done(r: redis.Redis, stream: str) -> bool:
     group = r.xinfo_groups(stream)[0]
     newest = r.xrevrange(stream, count=1)
     return group["last-delivered-id"] == newest[0][0] and group["pending"] == 0
+
+
+def test_an_outcome_that_cannot_be_written_is_bounded_and_harms_no_other(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A write that fails though Redis answers (here the dead-letter key holds a string, so
+    every dead letter of the queue fails) must not discard the batch's other outcomes, must
+    not run its job forever, and must not stop the queue: the job runs at most max_deliveries
+    times, the poison path cannot write it either and leaves it pending, unrun, and new jobs
+    still run."""
+    script(
+        "job.sh",
+        f"#!/bin/sh\necho $JOBD_JOB_ID >> {tmp_path}/ran\n"
+        'payload=$(cat)\n[ "$payload" = fail ] && exit 64\nexit 0\n',
+    )
+    write_config(
+        "redis: {url: '{redis}'}\n"
+        "queues:\n  q:\n    command: [./job.sh]\n    concurrency: 8\n"
+        "    exit_codes: {fail: [64]}\n    max_deliveries: 2\n"
+        "    lease: {renew_every: 100ms, reclaim_after: 500ms}\n"
+    )
+    r.set("{jobd:q}:dead", "not a stream")
+    pipe = r.pipeline(transaction=False)
+    pipe.xadd("jobd:q", {"payload": "fail", "job_id": "bad"})
+    for i in range(6):
+        pipe.xadd("jobd:q", {"payload": "ok", "job_id": f"good-{i}"})
+    pipe.execute()
+    d = daemon(tmp_path / "jobd.yaml")
+    wait_until(lambda: "its dead letter cannot be written" in d.log(), 30, "the poison attempt")
+    for i in range(3):
+        r.xadd("jobd:q", {"payload": "ok", "job_id": f"later-{i}"})
+    wait_until(lambda: len(lines(tmp_path / "ran")) == 10, 20, "the jobs enqueued later")
+    wait_until(lambda: d.log().count("its dead letter cannot be written") >= 2, 20, "another pass")
+    ran = lines(tmp_path / "ran")
+    assert ran.pop("bad") <= 2, "runs at most max_deliveries times"
+    assert ran == Counter({f"{p}-{i}": 1 for p, n in (("good", 6), ("later", 3)) for i in range(n)})
+    assert pending_count(r, "jobd:q") == 1
+    assert "cannot record its outcome (dead) after 5 tries" in d.log()
+    assert d.proc.poll() is None
