@@ -241,6 +241,7 @@ class Reader(threading.Thread):
         min_idle = int(q.lease.reclaim_after * 1000)
         cursor: bytes | str = "0-0"
         jobs: list[Job] = []
+        own: list[str] = []
         while len(jobs) < count:
             cursor, claimed, deleted = self.scripts.reclaim(
                 keys=[q.stream], args=[q.group, self.consumer, min_idle, cursor, count - len(jobs)]
@@ -250,7 +251,8 @@ class Reader(threading.Thread):
                 job = Job.from_entry(q.name, raw_id, dict(zip(flat[::2], flat[1::2], strict=True)))
                 if job.message_id in held:
                     # Our own job, still running: its lease lapsed while Redis was away and this
-                    # claim renewed it. It is not a new job, and not poison.
+                    # claim renewed it. It is not a new job, and not a delivery (keep.lua).
+                    own.append(job.message_id)
                     continue
                 if deliveries > q.max_deliveries:
                     self.dead_letter_poison(q, job, deliveries)
@@ -272,6 +274,8 @@ class Reader(threading.Thread):
                 )
             if cursor == b"0-0":
                 break
+        if own:
+            self.scripts.keep(keys=[q.stream], args=[q.group, self.consumer, *own])
         return self.hand_over(q, jobs)
 
     def dead_letter_poison(self, q: QueueConfig, job: Job, deliveries: int) -> None:

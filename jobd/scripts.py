@@ -26,7 +26,7 @@ _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
 NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
-    "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe",
+    "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe", "keep",
 )  # fmt: skip
 
 
@@ -58,6 +58,7 @@ class Scripts:
     release: Script
     read_levels: Script
     observe: Script
+    keep: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

@@ -141,3 +141,70 @@ def test_an_outcome_that_cannot_be_written_is_bounded_and_harms_no_other(
     assert pending_count(r, "jobd:q") == 1
     assert "cannot record its outcome (dead) after 5 tries" in d.log()
     assert d.proc.poll() is None
+
+
+def deliveries(r: redis.Redis, stream: str) -> int:
+    """The delivery count of the one pending entry of ``stream``."""
+    (entry,) = r.xpending_range(stream, "jobd", "-", "+", 10)
+    return int(entry["times_delivered"])
+
+
+def test_rolling_restarts_never_make_a_running_job_poison(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A hand-back ends a delivery with an outcome: it must not count toward max_deliveries.
+    It used to: a long job handed back at each graceful restart was dead-lettered as poison,
+    unrun, after max_deliveries restarts."""
+    script(
+        "long.sh",
+        f"#!/bin/sh\necho $JOBD_JOB_ID >> {tmp_path}/started\n"
+        f"while [ ! -e {tmp_path}/finish ]; do sleep 0.05; done\n"
+        f"echo $JOBD_JOB_ID >> {tmp_path}/done\n",
+    )
+    config = write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 0s\n"
+        "queues:\n  q: {command: [./long.sh], max_deliveries: 2, kill_grace: 1s}\n"
+    )
+    r.xadd("jobd:q", {"payload": "x", "job_id": "long"})
+    d = daemon(config)
+    for n in range(1, 5):  # rolling restarts: each hands the job back to the next daemon
+        wait_until(lambda n=n: lines(tmp_path / "started")["long"] == n, 20, f"start {n}")
+        assert d.stop() == 0
+        assert deliveries(r, "jobd:q") == 0, "handed back: this delivery had an outcome"
+        d = daemon(config)
+    (tmp_path / "finish").touch()
+    wait_until(lambda: lines(tmp_path / "done") == Counter(["long"]), 20, "the job done")
+    wait_until(lambda: pending_count(r, "jobd:q") == 0)
+    assert r.xlen("{jobd:q}:dead") == 0
+
+
+def test_a_job_claimed_back_by_its_own_daemon_is_not_a_new_delivery(
+    r: redis.Redis, write_config
+) -> None:
+    """After an outage longer than reclaim_after, a daemon's reclaim can take back entries it
+    is still running: that claim renews them and must not count a delivery (it did, and such a
+    job came closer to poison with every outage)."""
+    from jobd.config import load
+    from jobd.lease import Holdings, key
+    from jobd.metrics import Metrics
+    from jobd.reader import Reader, Slots
+
+    config = load(
+        str(write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"))
+    )
+    q = config.queues["q"]
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    mid = r.xadd("jobd:q", {"payload": "x"})
+    holdings = Holdings()
+    handed: list = []
+    reader = Reader(q, config.redis, "me", Slots(1), holdings, lambda q, jobs: handed.extend(jobs),
+                    Metrics())  # fmt: skip
+    r.xreadgroup("jobd", "me", {"jobd:q": ">"})  # delivery 1: the daemon runs it
+    holdings.add(key(q), [mid.decode()])
+    # Its lease lapsed (no renewal reached Redis): idle for longer than reclaim_after.
+    r.xclaim("jobd:q", "jobd", "me", 0, [mid], idle=int(q.lease.reclaim_after * 1000) + 1000,
+             justid=True)  # fmt: skip
+    assert reader.reclaim(q, 1) == 0 and handed == [], "not handed over: it is running"
+    assert deliveries(r, "jobd:q") == 1, "not a new delivery"
+    assert r.xpending_range("jobd:q", "jobd", "-", "+", 1)[0]["time_since_delivered"] < 1000
+    reader.client.close()

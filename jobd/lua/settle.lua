@@ -12,7 +12,7 @@
 --           'ack': XACK, and the mark set to 'done' or deleted in the same step. Operation
 --           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
---           it now).
+--           it now), its delivery count one less: see below.
 --
 -- Returns a flat list of pairs for the entries left alone: id, owner now ('' when no one).
 -- An entry another consumer took over is being run there: acknowledging or handing it back
@@ -37,7 +37,10 @@ for i = 5, #ARGV, 3 do
       end
     end
   else
-    redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'JUSTID')
+    -- A hand-back ends this delivery with an outcome: it must not count toward poison
+    -- (max_deliveries), and the next consumer's XAUTOCLAIM counts one; so one less here.
+    local count = math.max(tonumber(p[1][4]) - 1, 0)
+    redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'RETRYCOUNT', count, 'JUSTID')
   end
 end
 if done > 0 then
