@@ -55,7 +55,7 @@ from jobd.duties import Duty, Ticker
 from jobd.embedded import EmbeddedServer
 from jobd.handler import ExitStatus, Handler, SpawnError, State
 from jobd.janitor import Janitor
-from jobd.job import Job
+from jobd.job import MAX_FIELDS, Job
 from jobd.lease import Holdings, Lost, Renewal
 from jobd.metrics import Metrics, serve
 from jobd.notify import Notifier
@@ -626,6 +626,8 @@ def raise_open_files_limit() -> None:
 
 def malformed(queue: QueueConfig, job: Job) -> str | None:
     """Why this job must not run at all, if it must not."""
+    if len(job.fields) > MAX_FIELDS:
+        return f"{len(job.fields)} fields: more than jobd can retry or dead-letter ({MAX_FIELDS})"
     if job.payload_size() > queue.max_payload:
         return f"payload of {job.payload_size()} bytes is above max_payload ({queue.max_payload})"
     return None

@@ -3,13 +3,14 @@
 Every path that dead-letters a job (poison on reclaim, and the failure policy) goes through
 ``write``, which runs ``lua/dead_letter.lua``: the record exists if and only if the original
 entry is acknowledged. The record holds the job's own fields plus the contract's ``jobd_*``
-fields; nothing in it is unbounded (stderr is cut to its last 4 KiB).
+fields (``jobd_failed_at`` is Redis's time, see the script); nothing in it is unbounded (stderr
+is cut to its last 4 KiB, and an entry wider than ``job.MAX_FIELDS`` keeps only its payload and
+job_id).
 """
 
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
 from jobd.config import QueueConfig
@@ -47,7 +48,6 @@ def record_fields(queue: QueueConfig, job_id: str, message_id: str, failure: Fai
         "jobd_exit_code", "" if failure.exit_code is None else str(failure.exit_code),
         "jobd_signal", "" if failure.signal is None else str(failure.signal),
         "jobd_attempts", str(failure.attempts),
-        "jobd_failed_at", str(int(time.time() * 1000)),
         "jobd_stderr", failure.stderr[-STDERR_LIMIT:],
     ]  # fmt: skip
 
@@ -63,11 +63,9 @@ def script_call(
     """KEYS and ARGV of ``lua/dead_letter.lua`` for this job (``mark``: its job id's mark, to
     clear, see ``Job.mark_key``)."""
     dead = queue.dead_letter
-    min_id = ""
-    if dead.max_age is not None:
-        min_id = f"{int((time.time() - dead.max_age) * 1000)}-0"
+    max_age = "" if dead.max_age is None else int(dead.max_age * 1000)
     args = [
-        queue.group, consumer, message_id, dead.maxlen, min_id, STATS_TTL,
+        queue.group, consumer, message_id, dead.maxlen, max_age, STATS_TTL,
         *record_fields(queue, job_id, message_id, failure),
     ]  # fmt: skip
     keys = [queue.stream, dead.stream, queue.keys.stats()]

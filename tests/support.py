@@ -352,3 +352,21 @@ def _failover_started(sentinel: redis.Redis, name: str) -> bool:
         if "NOGOODSLAVE" in str(exc) or "INPROG" in str(exc):
             return False
         raise
+
+
+def skewed(offset: str) -> dict[str, str]:
+    """The environment of a process whose wall clock is ``offset`` off ("+1h", "-30s"): the
+    libfaketime that python-libfaketime builds and ships (Debian's 0.9.10 fails Python 3.11's
+    time.sleep with EINVAL when the monotonic clock is left alone: libfaketime #426). Only
+    the wall clock moves; monotonic time, and so every timeout and sleep, stays true."""
+    import libfaketime
+
+    lib = Path(libfaketime.__file__).parent / "vendor/libfaketime/src/libfaketime.so.1"
+    if not lib.exists():
+        pytest.fail(f"{lib} is missing: the test extra installs python-libfaketime")
+    return {
+        "LD_PRELOAD": str(lib),
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_NO_CACHE": "1",
+    }

@@ -4,13 +4,16 @@ twice by accident."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, pending_count, wait_until
+from support import DaemonProcess, pending_count, skewed, wait_until
+
+from jobd.scripts import Scripts
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -97,11 +100,19 @@ def test_job_ids_that_are_not_utf8_run_and_dead_letter_and_wedge_nothing(
     assert d.proc.poll() is None
 
 
+def log_clock(d: DaemonProcess) -> float:
+    """The Unix time of the daemon's first log line, by its own clock."""
+    stamp = d.log().split(",", 1)[0]
+    return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
+
+
 def group_done(r: redis.Redis, stream: str) -> bool:
     """Every entry of ``stream`` delivered to the group and none pending."""
-    group = r.xinfo_groups(stream)[0]
+    groups = r.xinfo_groups(stream) if r.exists(stream) else []
     newest = r.xrevrange(stream, count=1)
-    return group["last-delivered-id"] == newest[0][0] and group["pending"] == 0
+    if not groups or not newest:
+        return False
+    return groups[0]["last-delivered-id"] == newest[0][0] and groups[0]["pending"] == 0
 
 
 def test_an_outcome_that_cannot_be_written_is_bounded_and_harms_no_other(
@@ -208,3 +219,90 @@ def test_a_job_claimed_back_by_its_own_daemon_is_not_a_new_delivery(
     assert deliveries(r, "jobd:q") == 1, "not a new delivery"
     assert r.xpending_range("jobd:q", "jobd", "-", "+", 1)[0]["time_since_delivered"] < 1000
     reader.client.close()
+
+
+def test_a_dead_letter_is_kept_whatever_the_daemons_clock(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """dead_letter.max_age is measured on Redis's clock. A daemon an hour ahead used to cut at
+    its own "now - max_age": it added the record, trimmed it at once, and acked the job."""
+    script("fail.sh", "#!/bin/sh\nexit 64\n")
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        "queues:\n  q:\n    command: [./fail.sh]\n    exit_codes: {fail: [64]}\n"
+        "    dead_letter: {max_age: 10m}\n"
+    )
+    d = daemon(config, env=skewed("+1h"))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "doomed"})
+    wait_until(lambda: pending_count(r, "jobd:q") == 0 and group_done(r, "jobd:q"))
+    assert log_clock(d) > time.time() + 3000, "the daemon's clock was an hour ahead"
+    (record,) = r.xrange("{jobd:q}:dead")
+    assert record[1][b"jobd_job_id"] == b"doomed"
+    redis_ms = int(r.time()[0]) * 1000
+    assert abs(int(record[1][b"jobd_failed_at"]) - redis_ms) < 60_000, "Redis's time"
+    assert d.proc.poll() is None
+
+
+def test_wide_entries_are_dead_lettered_unrun_and_the_queue_moves(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """An entry wider than a script can copy (Lua's unpack limit) used to break the dead
+    letter and the retry of its job. It is dead-lettered unrun as malformed, its payload and
+    job_id kept, and the jobs behind it run."""
+    script("job.sh", f"#!/bin/sh\necho $JOBD_JOB_ID >> {tmp_path}/ran\nexit 64\n")
+    config = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n  q: {command: [./job.sh], exit_codes: {fail: [64]}}\n"
+    )
+    wide = {"payload": "p", "job_id": "wide", **{f"f{i}": "v" for i in range(5000)}}
+    r.xadd("jobd:q", wide)
+    r.xadd("jobd:q", {"payload": "p", "job_id": "narrow"})
+    d = daemon(config)
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 2, 20, "both dead-lettered")
+    records = {rec[b"jobd_job_id"]: rec for _, rec in r.xrange("{jobd:q}:dead")}
+    assert records[b"wide"][b"jobd_error"] == b"malformed"
+    assert b"5002 fields" in records[b"wide"][b"jobd_stderr"]
+    assert records[b"wide"][b"payload"] == b"p" and b"f1" not in records[b"wide"]
+    assert records[b"narrow"][b"jobd_error"] == b"exit"
+    assert lines(tmp_path / "ran") == Counter(["narrow"]), "the wide one never ran"
+    assert pending_count(r, "jobd:q") == 0 and d.proc.poll() is None
+
+
+def test_dead_letter_script_copies_no_more_than_it_can(r: redis.Redis) -> None:
+    """The poison path dead-letters an entry it never read through the daemon: the script
+    itself must cope with any width."""
+    r.xgroup_create("s", "g", id="0", mkstream=True)
+    mid = r.xadd("s", {"payload": "p", **{f"f{i}": "v" for i in range(6000)}})
+    r.xreadgroup("g", "me", {"s": ">"})
+    scripts = Scripts(r)
+    args = ["g", "me", mid, 100, "", 60, "jobd_error", "poison"]
+    record_id = scripts.dead_letter(keys=["s", "{s}:dead", "{s}:stats:1"], args=args)
+    (record,) = r.xrange("{s}:dead")
+    assert record[0] == record_id and record[1][b"jobd_fields"] == b"6001"
+    assert set(record[1]) == {b"payload", b"jobd_fields", b"jobd_error", b"jobd_failed_at"}
+
+
+def test_a_failed_copy_keeps_the_done_mark_of_the_copy_that_succeeded(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Two copies of one job id run at once on a dedupe queue; one succeeds (mark 'done'),
+    the other fails for good afterwards. Its dead letter used to delete the 'done' mark: the
+    job id could then run a third time within the window."""
+    script(
+        "job.sh",
+        f"#!/bin/sh\npayload=$(cat)\necho $payload >> {tmp_path}/ran\n"
+        '[ "$payload" = fail ] && { sleep 0.5; exit 64; }\nexit 0\n',
+    )
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        "queues:\n  q: {command: [./job.sh], concurrency: 2, exit_codes: {fail: [64]}, "
+        "dedupe: {window: 1h}}\n"
+    )
+    r.xadd("jobd:q", {"payload": "fail", "job_id": "J"})
+    r.xadd("jobd:q", {"payload": "ok", "job_id": "J"})
+    d = daemon(config)
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1 and pending_count(r, "jobd:q") == 0)
+    assert r.get("{jobd:q}:job:J") == b"done"
+    r.xadd("jobd:q", {"payload": "third", "job_id": "J"})
+    wait_until(lambda: group_done(r, "jobd:q"))
+    assert lines(tmp_path / "ran") == Counter(["fail", "ok"]), "the third copy did not run"
+    assert d.proc.poll() is None
