@@ -69,6 +69,7 @@ from jobd.status_duty import StatusReport
 log = logging.getLogger("jobd.daemon")
 
 IDLE_WAIT = 1.0  # longest select() when nothing is due
+LOST_MEMORY = 60.0  # seconds a lost entry that no handler runs is remembered, not to start it
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 EntryKey = tuple[str, str, str]  # (stream, group, message id)
 Watched = str | tuple[Handler, str]
@@ -116,8 +117,11 @@ class Daemon:
         self.poller = Poller()
         self.running: dict[int, Handler] = {}
         self.by_entry: dict[EntryKey, Handler] = {}
-        self.delivered: collections.deque[tuple[QueueConfig, Job]] = collections.deque()
+        # Jobs read and not started yet, each with when it was delivered (monotonic).
+        self.delivered: collections.deque[tuple[QueueConfig, Job, float]] = collections.deque()
         self.lost: collections.deque[Lost] = collections.deque()
+        # Entries reported lost that no handler runs: if still to be started, they are not.
+        self.lost_unstarted: dict[EntryKey, float] = {}
         self.outcomes: list[Outcome] = []  # decided in this pass, for the recorder
         self.freed: collections.Counter[str] = collections.Counter()  # slots freed, by queue
         self.holdings = Holdings()
@@ -320,7 +324,8 @@ class Daemon:
 
     def deliver(self, queue: QueueConfig, jobs: list[Job]) -> None:
         """Called by reader threads: queue jobs for the loop and wake it."""
-        self.delivered.extend((queue, job) for job in jobs)
+        now = time.monotonic()
+        self.delivered.extend((queue, job, now) for job in jobs)
         self._wake()
 
     def report_lost(self, lost: list[Lost]) -> None:
@@ -350,10 +355,21 @@ class Daemon:
                 if handler.state is State.RUNNING:
                     self.stop_handler(handler, time.monotonic())
                 continue
-            for queue, job in [d for d in self.delivered if entry_key(*d) == key]:
-                log.warning("%s lease lost before it started; not starting it", job.tag(queue.name))
-                self.delivered.remove((queue, job))
-                self.freed[queue.name] += 1
+            # Maybe delivered and not started yet. Readers may be adding to `delivered` right
+            # now, so it is not searched here: start_delivered skips the entry's delivery.
+            self.lost_unstarted[key] = time.monotonic()
+        cutoff = time.monotonic() - LOST_MEMORY
+        for key in [k for k, at in self.lost_unstarted.items() if at < cutoff]:
+            del self.lost_unstarted[key]  # settled before the report came: nothing to skip
+
+    def lost_before(self, key: EntryKey, delivered_at: float) -> bool:
+        """Whether this delivery of the entry was reported lost (a later delivery of the same
+        entry, claimed back after its new owner died, is not)."""
+        lost_at = self.lost_unstarted.get(key)
+        if lost_at is None or delivered_at > lost_at:
+            return False
+        del self.lost_unstarted[key]
+        return True
 
     def on_handler_io(self, fd: int, handler: Handler, direction: str) -> None:
         if direction == "in":
@@ -376,9 +392,12 @@ class Daemon:
 
     def start_delivered(self) -> None:
         while self.delivered:
-            queue, job = self.delivered.popleft()
+            queue, job, at = self.delivered.popleft()
             current = self.current_level(queue)
-            if self.stopping or current is None:
+            if self.lost_unstarted and self.lost_before(entry_key(queue, job), at):
+                log.warning("%s lease lost before it started; not starting it", job.tag(queue.name))
+                self.freed[queue.name] += 1
+            elif self.stopping or current is None:
                 why = "jobd stopped" if self.stopping else "its queue was removed or moved"
                 log.info("%s read as %s: handed back", job.tag(queue.name), why)
                 self.settle(queue, job, policy.Decision(policy.Action.HAND_BACK))

@@ -306,3 +306,46 @@ def test_a_failed_copy_keeps_the_done_mark_of_the_copy_that_succeeded(
     wait_until(lambda: group_done(r, "jobd:q"))
     assert lines(tmp_path / "ran") == Counter(["fail", "ok"]), "the third copy did not run"
     assert d.proc.poll() is None
+
+
+def test_a_lost_lease_is_handled_while_readers_deliver(r: redis.Redis, write_config) -> None:
+    """Readers add to the loop's deliveries while it handles lost leases. It used to search
+    that deque while they did ("deque mutated during iteration"), and the loop's catch-all
+    swallowed the error after the lost report was popped: the job could still be started."""
+    import threading
+
+    from jobd.config import load
+    from jobd.daemon import Daemon
+    from jobd.job import Job
+    from jobd.lease import Lost, key
+
+    config = load(
+        str(write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"))
+    )
+    q = config.queues["q"]
+    d = Daemon(config)
+    doomed = Job.from_entry("q", b"1-1", {b"payload": b"x"})
+    d.deliver(q, [doomed])
+    others = [Job.from_entry("q", f"2-{i}".encode(), {b"payload": b"x"}) for i in range(20000)]
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            d.deliver(q, others[:200])
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for _ in range(200):
+            d.report_lost([Lost(key(q), "1-1", "someone")])
+            d.on_lost()
+    finally:
+        done.set()
+        thread.join()
+    d.delivered = type(d.delivered)(x for x in d.delivered if x[1] is doomed)
+    d.start_delivered()
+    assert not d.running and d.freed["q"] == 1, "the job whose lease was lost is not started"
+    # A later delivery of the same entry (claimed back after its new owner died) runs.
+    d.report_lost([Lost(key(q), "1-1", "someone")])
+    d.on_lost()
+    assert not d.lost_before(("jobd:q", "jobd", "1-1"), time.monotonic())
