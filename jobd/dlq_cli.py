@@ -6,8 +6,10 @@ import argparse
 import datetime
 import sys
 
+import redis
+
 from jobd import dlq, exitcodes, redisconn
-from jobd.config import Config
+from jobd.config import Config, QueueConfig
 from jobd.scripts import Scripts
 
 
@@ -34,19 +36,7 @@ def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         elif args.action == "requeue":
             if args.all == bool(args.refs):
                 parser.error("requeue: give record or job ids, or --all")
-            scripts = Scripts(client)
-            if args.all:
-                moved = dlq.requeue_all(client, scripts, queue)
-            else:
-                ids = []
-                for ref in args.refs:
-                    record = dlq.find(client, queue, ref)
-                    if record is None:
-                        print(f"jobd: no dead letter {ref!r}", file=sys.stderr)
-                        return exitcodes.FAILURE
-                    ids.append(record.id)
-                moved = dlq.requeue(scripts, queue, ids)
-            print(f"requeued {len(moved)} job(s) to {queue.stream}")
+            return requeue(client, queue, args)
         elif args.action == "purge":
             print(
                 f"purged {dlq.purge(client, queue)} dead letter(s) from {queue.dead_letter.stream}"
@@ -57,6 +47,26 @@ def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
     finally:
         client.close()
     return exitcodes.OK
+
+
+def requeue(client: redis.Redis, queue: QueueConfig, args: argparse.Namespace) -> int:
+    """`jobd dlq requeue`: 1 when a record is not found, or is left in place (not a job)."""
+    scripts = Scripts(client)
+    if args.all:
+        done = dlq.requeue_existing(client, scripts, queue)
+    else:
+        found = []
+        for ref in args.refs:
+            record = dlq.find(client, queue, ref)
+            if record is None:
+                print(f"jobd: no dead letter {ref!r}", file=sys.stderr)
+                return exitcodes.FAILURE
+            found.append(record)
+        done = dlq.requeue_records(scripts, queue, found)
+    print(f"requeued {len(done.moved)} job(s) to {queue.stream}")
+    for record_id, why in done.left:
+        print(f"jobd: left dead letter {record_id} in place: {why}", file=sys.stderr)
+    return exitcodes.FAILURE if done.left else exitcodes.OK
 
 
 def when(record: dlq.Record) -> str:

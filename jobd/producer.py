@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ import redis
 
 from jobd import delayed, redisconn
 from jobd.config import Config
-from jobd.job import JOB_ID, PAYLOAD, UNIQUE
+from jobd.job import JOB_ID, MAX_FIELDS, PAYLOAD, UNIQUE
 from jobd.keys import UNIQUE_TTL
 from jobd.scripts import Scripts
 
@@ -70,7 +71,9 @@ def enqueue(
     connection, so the wait covers this write; raises NotDurable when it falls short.
     With ``unique`` (a ``job_id`` is required): added only if that job id is not queued,
     running, or done within the dedupe window, checked and added in one script; else raises
-    Duplicate.
+    Duplicate. Its mark lasts until ``UNIQUE_TTL`` after the job is due (by Redis's clock), in
+    case the job is lost.
+    A job has at most ``job.MAX_FIELDS`` fields (ProducerError otherwise).
     With ``priority``: into that level's stream (the queue's own stream is its default level).
     """
     if unique and job_id is None:
@@ -86,7 +89,10 @@ def enqueue(
     if later and job_id is None:
         job_id = uuid.uuid4().hex
     if job_id is not None:
-        fields[JOB_ID] = job_id.encode()
+        fields[JOB_ID] = os.fsencode(job_id)  # any bytes: see Job.job_id
+    if unique:
+        fields[UNIQUE] = b"1"
+    check_width(fields)
     own = client is None
     client = client or redisconn.client(config.redis, "jobd-enqueue")
     try:
@@ -94,7 +100,6 @@ def enqueue(
         node = redisconn.node_for(client, q.stream)
         pipe = node.pipeline(transaction=False)
         if unique:
-            fields[UNIQUE] = b"1"
             due_ms = int(at * 1000) if later else 0  # type: ignore[operator]
             Scripts(node).enqueue_unique(
                 keys=[q.stream, q.keys.delayed, q.keys.job_mark(job_id)],  # type: ignore[arg-type]
@@ -124,6 +129,15 @@ def enqueue(
     if durability is not None:
         _check(job_id, durability, replies[-1])
     return job_id  # type: ignore[return-value]
+
+
+def check_width(fields: dict[bytes, bytes]) -> None:
+    """Refuse a job wider than jobd runs (``job.MAX_FIELDS``): its scripts could not copy it."""
+    if len(fields) > MAX_FIELDS:
+        raise ProducerError(
+            f"a job has at most {MAX_FIELDS} fields (jobd.job.MAX_FIELDS); this one has "
+            f"{len(fields)}: not added"
+        )
 
 
 def _wait(pipe: redis.client.Pipeline, want: Durability) -> None:

@@ -27,6 +27,7 @@ NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
     "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe", "keep",
+    "purge",
 )  # fmt: skip
 
 
@@ -59,6 +60,7 @@ class Scripts:
     read_levels: Script
     observe: Script
     keep: Script
+    purge: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

@@ -12,7 +12,8 @@
 -- ARGV[6]   seconds the counters are kept
 -- ARGV[7..] the record's jobd_* fields, as name, value pairs
 --
--- The record is the job's own fields (those not starting with jobd_) followed by the jobd_*
+-- The record is the job's own fields (those not starting with jobd_, and jobd_unique, so that a
+-- requeue keeps the job unique) followed by the jobd_*
 -- fields given and jobd_failed_at. An entry wider than MAX_FIELDS fields cannot be copied (a
 -- script passes at most ~8000 values to a command): its record keeps only its payload and
 -- job_id, and jobd_fields says how many it had. Returns the record's id, or {'not held',
@@ -35,7 +36,8 @@ if #entry == 1 then
   local wide = #fields > 2 * MAX_FIELDS
   for i = 1, #fields, 2 do
     local name = fields[i]
-    if string.sub(name, 1, 5) ~= 'jobd_' and (not wide or name == 'payload' or name == 'job_id') then
+    local own = string.sub(name, 1, 5) ~= 'jobd_' or name == 'jobd_unique'
+    if own and (not wide or name == 'payload' or name == 'job_id') then
       record[#record + 1] = name
       record[#record + 1] = fields[i + 1]
     end

@@ -2,20 +2,58 @@
 --
 -- KEYS[1]  the queue's delayed set
 -- KEYS[2]  the queue's stream
--- ARGV[1]  now, Unix time in milliseconds
--- ARGV[2]  move at most this many
+-- KEYS[3]  the queue's dead-letter stream (same cluster slot: see jobd/keys.py)
+-- ARGV[1]  move at most this many
+-- ARGV[2]  the queue's name (jobd_queue of a malformed member's record)
+-- ARGV[3]  MAXLEN of the dead-letter stream (exact, as dead_letter.lua)
 --
--- Returns {moved, score of the next job still waiting or false}. Each job is added to the
--- stream and removed from the set in this one script, so any number of daemons may run it at
--- once: a job is moved exactly once, and a crash between the two halves cannot happen.
-local delayed, stream = KEYS[1], KEYS[2]
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+-- Due means a score at or below Redis's own clock (TIME): the callers' clocks only pick when
+-- to call. Returns {moved, score of the next job still waiting or false, malformed}. Each job
+-- is added to the stream and removed from the set in this one script, so any number of
+-- daemons may run it at once: a job is moved exactly once, and a crash between the two halves
+-- cannot happen. A member that is not a job (see decode: others write members too) is moved
+-- aside, never run: a record on the dead-letter stream (jobd_error 'malformed', jobd_queue,
+-- jobd_reason, jobd_member: its bytes, jobd_failed_at: Unix ms) replaces it in the same script,
+-- and the jobs behind it are moved as usual.
+local MAX_FIELDS = 1000 -- jobd.job.MAX_FIELDS
+local delayed, stream, dead = KEYS[1], KEYS[2], KEYS[3]
+local limit, queue, maxlen = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+
+-- The job in a member, else nil and why it is none: one cmsgpack array {unique id, name,
+-- value, …} of 1 to MAX_FIELDS fields, each name and value a string (delayed_list.lua agrees).
+local function decode(member)
+  local ok, rest, job = pcall(cmsgpack.unpack_one, member)
+  if not ok or rest ~= -1 then return nil, 'not one msgpack value' end
+  if type(job) ~= 'table' then return nil, 'not an array' end
+  local n = #job
+  if n < 3 then return nil, 'no fields' end
+  if n % 2 == 0 then return nil, 'a field name without a value' end
+  if (n - 1) / 2 > MAX_FIELDS then
+    return nil, string.format('more than %d fields (jobd.job.MAX_FIELDS)', MAX_FIELDS)
+  end
+  for i = 2, n do
+    if type(job[i]) ~= 'string' then return nil, 'a field name or value is not a string' end
+  end
+  return job
+end
+
+local time = redis.call('TIME')
+local now = time[1] .. string.format('%03d', math.floor(tonumber(time[2]) / 1000))
+local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+local moved, malformed = 0, 0
 for _, member in ipairs(due) do
-  local job = cmsgpack.unpack(member)
-  local fields = {stream, '*'}
-  for i = 2, #job do fields[#fields + 1] = job[i] end
-  redis.call('XADD', unpack(fields))
+  local job, why = decode(member)
+  if job then
+    local fields = {stream, '*'}
+    for i = 2, #job do fields[#fields + 1] = job[i] end
+    redis.call('XADD', unpack(fields))
+    moved = moved + 1
+  else
+    redis.call('XADD', dead, 'MAXLEN', maxlen, '*', 'jobd_error', 'malformed',
+      'jobd_queue', queue, 'jobd_reason', why, 'jobd_member', member, 'jobd_failed_at', now)
+    malformed = malformed + 1
+  end
   redis.call('ZREM', delayed, member)
 end
 local next = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-return {#due, next[2] or false}
+return {moved, next[2] or false, malformed}
