@@ -69,6 +69,13 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        self.groups_recreated = Counter(
+            "jobd_groups_recreated",
+            "Consumer groups that vanished under a running daemon and were created again at the "
+            "stream's start: every entry still in the stream is delivered again.",
+            ["queue"],
+            registry=r,
+        )
         self.duration = Histogram(
             "jobd_handler_duration_seconds", "Handler run time.", ["queue"],
             buckets=DURATION_BUCKETS, registry=r,

@@ -60,15 +60,17 @@ class Slots:
                 self._cond.notify()
 
 
-def ensure_group(client: redis.Redis, queue: QueueConfig) -> None:
+def ensure_group(client: redis.Redis, queue: QueueConfig) -> bool:
     """Create the queue's consumer group (and stream) when missing; from the stream's start,
-    so jobs added before the first daemon ran are not skipped."""
+    so jobs added before the first daemon ran are not skipped. True when it was created."""
     try:
         client.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
         log.info("queue=%s created group %r on stream %r", queue.name, queue.group, queue.stream)
+        return True
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
+        return False
 
 
 class Reader(threading.Thread):
@@ -142,7 +144,8 @@ class Reader(threading.Thread):
         if not self._group_ok:
             check_server(self.client)
             for level in self.levels:
-                ensure_group(self.client, level)
+                if ensure_group(self.client, level) and self.ready.is_set():
+                    self.group_recreated(level)
             self._group_ok = True
             self.ready.set()
         free = self.slots.take_all(timeout=0.5)
@@ -187,6 +190,19 @@ class Reader(threading.Thread):
             if self.limiter is not None:
                 newest = {self.queue.stream: self.limiter.bind(granted, self.taken)} | newest
         return newest
+
+    def group_recreated(self, q: QueueConfig) -> None:
+        """The group vanished while this daemon read from it (XGROUP DESTROY, or the stream
+        deleted and added again) and was created again at the stream's start: every entry
+        still in the stream, done or not, is delivered again. jobd cannot tell which ran (the
+        group held that); at-least-once means running them again, so it says so loudly."""
+        self.metrics.groups_recreated.labels(queue=q.name).inc()
+        log.error(
+            "queue=%s consumer group %r on stream %r vanished and was created again from the "
+            "stream's start: its %d retained entries are delivered again, those already done "
+            "included (deleting a group or its stream under a running daemon re-runs jobs)",
+            q.name, q.group, q.stream, self.client.xlen(q.stream),
+        )  # fmt: skip
 
     def until_reclaim(self) -> float:
         return max(0.0, self.next_reclaim - time.monotonic())

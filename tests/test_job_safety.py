@@ -349,3 +349,32 @@ def test_a_lost_lease_is_handled_while_readers_deliver(r: redis.Redis, write_con
     d.report_lost([Lost(key(q), "1-1", "someone")])
     d.on_lost()
     assert not d.lost_before(("jobd:q", "jobd", "1-1"), time.monotonic())
+
+
+def test_a_group_recreated_under_a_running_daemon_is_said_loudly_and_counted(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A consumer group deleted under a running daemon comes back at the stream's start, and
+    every retained entry runs again (jobd cannot tell which ran: the group held that). That
+    used to happen with one warning; it is an error in the log and a metric."""
+    import urllib.request
+
+    from support import free_port
+
+    port = free_port()
+    script("job.sh", f"#!/bin/sh\necho $JOBD_JOB_ID >> {tmp_path}/ran\n")
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        f"metrics: {{listen: '127.0.0.1:{port}'}}\n"
+        "queues:\n  q: {command: [./job.sh]}\n"
+    )
+    d = daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "once"})
+    wait_until(lambda: lines(tmp_path / "ran") == Counter(["once"]))
+    wait_until(lambda: group_done(r, "jobd:q"))
+    r.xgroup_destroy("jobd:q", "jobd")
+    wait_until(lambda: lines(tmp_path / "ran") == Counter({"once": 2}), 20, "the job again")
+    assert "vanished and was created again from the stream's start: its 1 retained" in d.log()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    assert 'jobd_groups_recreated_total{queue="q"} 1.0' in text
