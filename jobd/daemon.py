@@ -620,6 +620,7 @@ class Daemon:
                 self.add_queue(q)
             elif old.queues[name] != q:
                 log.info("reload: queue %s changed; running handlers finish as they started", name)
+                self.warn_if_moved(old.queues[name], q)
                 self.retire_reader(name)
                 self.add_queue(q)
         self.ticker.replace(self.periodic_duties())
@@ -627,6 +628,31 @@ class Daemon:
             self.metrics.of(name)
         self.notifier.ready(self.status_line())
         log.info("reload done: %s", ", ".join(new.queues))
+
+    def warn_if_moved(self, old: QueueConfig, new: QueueConfig) -> None:
+        """A queue moved to other streams leaves behind what its old ones still hold: entries
+        not delivered yet and its delayed set (retries, delayed jobs). jobd does not move them
+        (on a cluster the two may be in different slots, out of one script's reach); it says
+        what is left, so an operator can keep a queue on the old stream until it drains."""
+        for before, after in zip(old.all_levels(), new.all_levels(), strict=False):
+            if before.stream == after.stream:
+                continue
+            try:
+                delayed = self.ticker_client.zcard(before.keys.delayed)
+                length = self.ticker_client.xlen(before.stream)
+            except redisconn.UNAVAILABLE:
+                delayed = length = -1
+            log.warning(
+                "reload: queue %s moved from stream %r to %r; %s entries on the old stream and "
+                "%s jobs in its delayed set %r are no longer served by this daemon: keep a "
+                "queue on %r until they drain",
+                old.name, before.stream, after.stream, _known(length), _known(delayed),
+                before.keys.delayed, before.stream,
+            )  # fmt: skip
+
+
+def _known(count: int) -> str:
+    return "an unknown number of" if count < 0 else str(count)
 
 
 OPEN_FILES = 65536

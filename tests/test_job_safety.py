@@ -378,3 +378,24 @@ def test_a_group_recreated_under_a_running_daemon_is_said_loudly_and_counted(
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     assert 'jobd_groups_recreated_total{queue="q"} 1.0' in text
+
+
+def test_a_reload_that_moves_a_queue_says_what_its_old_stream_still_holds(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Moving a queue to another stream leaves the old stream's undelivered entries and its
+    delayed set behind (jobd does not move them: on a cluster they may sit in another slot).
+    That used to happen silently; the reload says what is left and where."""
+    import signal
+
+    script("job.sh", "#!/bin/sh\nexit 0\n")
+    config = write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [./job.sh]}\n")
+    d = daemon(config)
+    r.zadd("{jobd:q}:delayed", {b"member-1": 4102444800000, b"member-2": 4102444800000})
+    config.write_text(config.read_text().replace("[./job.sh]}", "[./job.sh], stream: moved}"))
+    d.signal(signal.SIGHUP)
+    d.wait_log("reload done")
+    assert (
+        "queue q moved from stream 'jobd:q' to 'moved'; 0 entries on the old stream and 2 jobs "
+        "in its delayed set '{jobd:q}:delayed' are no longer served"
+    ) in d.log()
