@@ -192,6 +192,9 @@ class Daemon:
 
     def run(self) -> int:
         raise_open_files_limit()
+        inherited = spawn.close_inherited_on_exec()
+        if inherited:
+            log.info("descriptors inherited at start, kept from handlers: %s", inherited)
         os.chdir(self.folder)
         self.install_signal_handlers()
         if self.embedded is not None:

@@ -178,3 +178,20 @@ def reset_inherited_ignores() -> list[signal.Signals]:
 
 def _ignore(signum: int, frame: object) -> None:
     """Stands for SIG_IGN in the daemon; exec resets it to the default in handlers."""
+
+
+def close_inherited_on_exec() -> list[int]:
+    """Descriptors the daemon was started with beyond 0-2 (a shell's ``7<secret``, a
+    supervisor's sockets) are marked close-on-exec, so that no handler receives them on any
+    spawn path: handlers get 0, 1 and 2 and nothing else. Everything Python opens afterwards is
+    close-on-exec already (PEP 446). Returns the descriptors changed."""
+    changed = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2:
+            continue
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            if os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+                changed.append(fd)
+    return changed

@@ -1,0 +1,48 @@
+"""Least privilege (issue 17): what a handler, another local user or a browser page can reach.
+Each test rebuilds a hole a security review confirmed, on real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import redis
+from support import wait_until
+
+
+def test_descriptors_the_daemon_inherited_never_reach_a_handler(
+    r: redis.Redis, write_config, script, tmp_path: Path
+) -> None:
+    """A daemon started with `7<secretfile` used to give every handler fd 7."""
+    secret = tmp_path / "secret"
+    secret.write_text("hunter2")
+    fd = os.open(secret, os.O_RDONLY)
+    script(
+        "fds.sh",
+        f"#!/bin/sh\nls /proc/self/fd > {tmp_path}/fds\ncat /proc/self/fd/{fd} > {tmp_path}/read || true\n",
+    )
+    config = write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [./fds.sh]}\n")
+    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115 - closed below
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobd", "run", str(config)],
+            stdout=log, stderr=subprocess.STDOUT, pass_fds=(fd,),
+        )  # fmt: skip
+    finally:
+        os.close(fd)
+    try:
+        r.xadd("jobd:q", {"payload": "x"})
+        wait_until(lambda: (tmp_path / "read").exists(), what="the handler to run")
+        fds = (tmp_path / "fds").read_text().split()
+        assert sorted(fds, key=int)[:3] == ["0", "1", "2"] and str(fd) not in fds, fds
+        assert (tmp_path / "read").read_text() == ""
+        assert (
+            f"descriptors inherited at start, kept from handlers: [{fd}]"
+            in (tmp_path / "daemon.log").read_text()
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
