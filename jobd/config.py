@@ -94,7 +94,8 @@ class QueueConfig:
     timeout: float
     kill_grace: float
     cwd: str
-    env: Mapping[str, str]  # the handler's whole environment, less the JOBD_* variables
+    # The handler's whole environment, less the JOBD_* variables; not in the repr (secrets).
+    env: Mapping[str, str] = field(repr=False)
     lease: Lease
     retry: Retry
     fail_exit_codes: frozenset[int]
@@ -192,12 +193,8 @@ class RedisConfig:
         return self.redacted_url()
 
     def redacted_url(self) -> str:
-        """The URL with any password replaced, for logs and summaries."""
-        scheme, sep, rest = self.url.partition("://")
-        userinfo, at, host = rest.rpartition("@")
-        if not at or ":" not in userinfo:
-            return self.url
-        return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+        """The URL with any password (userinfo, ``?password=``) replaced, for logs and summaries."""
+        return validation.redact_url(self.url)
 
 
 def parse_node(text: str) -> Node:
@@ -262,11 +259,11 @@ def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
     environ = dict(os.environ if environ is None else environ)
     text = read_text(path)
     try:
-        doc, expand_errors = yamlsrc.load(text, environ)
+        doc, expand_errors = yamlsrc.load(text, environ, validation.is_text)
     except yamlsrc.SourceError as exc:
         raise ConfigError(path, [Problem(exc.pos or yamlsrc.Pos(1, 1), (), exc.message)]) from None
     if not isinstance(doc.data, dict):
-        kind = "a list" if isinstance(doc.data, list) else f"the value {doc.data!r}"
+        kind = validation.kind_of(doc.data)  # not the value: it may be a secret
         message = f"the top level must be a mapping with a 'queues:' key, not {kind}"
         raise ConfigError(path, [Problem(yamlsrc.Pos(1, 1), (), message)])
 
@@ -326,6 +323,9 @@ def build_redis(
     where = [k for k in ("url", "embedded", "cluster", "sentinel") if k in redis]
     if len(where) > 1:
         return ("redis", where[1]), f"give one of redis.{', redis.'.join(where)}, not several"
+    url_problem = validation.url_problem(redis["url"]) if "url" in redis else None
+    if url_problem:
+        return ("redis", "url"), url_problem
     password = _secret(redis, ("redis",), base_dir, environ)
     if isinstance(password, tuple):
         return password
@@ -464,7 +464,7 @@ def build_queue(
         with contextlib.suppress(KeyError):  # an unknown user is reported by validation
             account = pwd.getpwnam(run_as_user)
             env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
-    env.update({k: _env_str(v) for k, v in q.get("env", {}).items()})
+    env.update(q.get("env", {}))  # text, exactly as written (validation.is_text)
     process_limits = Limits(
         address_space=sizes.parse(limits["address_space"]) if "address_space" in limits else None,
         open_files=limits.get("open_files"),
@@ -561,9 +561,3 @@ def build_schedule(entry: dict[str, Any]) -> ScheduleConfig:
         payload=payload,
         catch_up=durations.parse(entry.get("catch_up", "1m")),
     )
-
-
-def _env_str(value: str | int | float | bool) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

@@ -11,11 +11,13 @@ import grp
 import json
 import os
 import pwd
+import re
 import shutil
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jsonschema
@@ -31,12 +33,21 @@ if TYPE_CHECKING:
 # A lease must survive this many missed renewals before another consumer may take the job.
 RENEWALS_PER_RECLAIM = 3
 
+# Keys whose values may be secrets: no message echoes them, nor a mapping or list holding one.
+SECRET_KEYS = frozenset({"password", "token", "url"})
+# A scalar written where one of these sections belongs may well be a URL or a token.
+SECRET_SECTIONS = frozenset({("redis",), ("dashboard",)})
+NOT_SHOWN = "(the value is not shown: it may be a secret)"
+
 
 @dataclass(frozen=True, order=True)
 class Problem:
     pos: Pos
     path: Path = field(compare=False)
     message: str = field(compare=False)
+
+    def __post_init__(self) -> None:  # defence in depth: no URL's credentials, wherever quoted
+        object.__setattr__(self, "message", redact_urls(self.message))
 
     @classmethod
     def whole_file(cls, message: str) -> Problem:
@@ -57,6 +68,66 @@ class Problem:
             "path": self.dotted(),
             "message": self.message,
         }
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]*")
+_PARAM = re.compile(r"([?&;])([^=&;#?]*)=([^&;]*)")
+_SECRET_PARAM = re.compile(r"pass|token|secret|cred|auth", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its credentials as ``***``: the password of its userinfo (all of a userinfo
+    without one: it may be a token), and query parameters such as ``?password=``."""
+    url = _PARAM.sub(_mask_param, url)
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    shown = f"{user}:" if colon and not set("/?#") & set(user) else ""
+    return f"{scheme}{sep}{shown}***@{host}"
+
+
+def _mask_param(match: re.Match[str]) -> str:
+    sep, name, _ = match.groups()
+    return f"{sep}{name}=***" if _SECRET_PARAM.search(unquote(name)) else match.group(0)
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with every URL in it redacted (``redact_url``)."""
+    return _URL.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def url_problem(url: str) -> str | None:
+    """What keeps ``url`` from being read as written (a password's '/' would make the rest of
+    it a port, shown in redis-py's errors); None when it reads."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError when it is not a number)
+    except ValueError:
+        pass
+    else:
+        if "@" not in parts.path + parts.query + parts.fragment:
+            return None
+    return (
+        "cannot be read as written: its port is not a number, or its user name or password "
+        "holds '/', '?', '#' or '@', which must be percent-encoded there (%2F, %3F, %23, %40) "
+        + NOT_SHOWN
+    )
+
+
+def is_secret(path: Path) -> bool:
+    """Whether the value at ``path`` may be a secret, never to be echoed: a password, token or
+    URL, a handler's environment, or a scalar standing where ``redis`` or ``dashboard`` belongs."""
+    if path in SECRET_SECTIONS or (path and path[-1] in SECRET_KEYS):
+        return True
+    return path[:2] == ("defaults", "env") or (path[:1] == ("queues",) and path[2:3] == ("env",))
+
+
+def _holds_secret(doc: Document, path: Path) -> bool:
+    """Whether the value at ``path`` is a secret or holds one."""
+    n = len(path)
+    return is_secret(path) or any(p[:n] == path and is_secret(p) for p in doc.values)
 
 
 def _component(part: str | int) -> str:
@@ -88,6 +159,31 @@ QUEUE_DEFAULTS = _defaults_of(schema()["$defs"]["queue"])
 TOP_DEFAULTS = _defaults_of(schema())
 
 
+def is_text(path: Path) -> bool:
+    """Whether the value at ``path`` is text (schema type ``string``, or ``x-text``): taken
+    exactly as written or as ``${VAR}`` expands, never read as a YAML number, boolean or null."""
+    node = _schema_at(path)
+    return node is not None and (node.get("type") == "string" or bool(node.get("x-text")))
+
+
+def _schema_at(path: Path) -> dict[str, Any] | None:
+    node: Any = schema()
+    for part in path:
+        node = _deref(node)
+        if isinstance(part, int):
+            node = node.get("items")
+        else:
+            node = node.get("properties", {}).get(part, node.get("additionalProperties"))
+        if not isinstance(node, dict):
+            return None
+    return _deref(node)
+
+
+def _deref(node: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    return schema()["$defs"][ref.rsplit("/", 1)[1]] if ref else node
+
+
 def schema_problems(doc: Document) -> list[Problem]:
     validator = jsonschema.Draft202012Validator(schema())
     problems: list[Problem] = []
@@ -109,11 +205,44 @@ def _translate(error: jsonschema.ValidationError, doc: Document) -> list[Problem
     if error.validator == "required":
         return [Problem(doc.key_pos(path), path, error.message)]
     message = error.message
-    if error.validator in ("type", "pattern") and "x-hint" in error.schema:
+    if _holds_secret(doc, path):
+        message = _without_value(error)
+    elif error.validator in ("type", "pattern") and "x-hint" in error.schema:
         message = f"{error.instance!r} is not valid here; {error.schema['x-hint']}"
     elif "x-hint" in error.schema:
         message = f"{message}; {error.schema['x-hint']}"
     return [Problem(doc.value_pos(path), path, message)]
+
+
+def _without_value(error: jsonschema.ValidationError) -> str:
+    """The schema's complaint in words that do not quote the value."""
+    if error.validator == "type":
+        expected = "string" if error.schema.get("x-text") else error.validator_value
+        names = expected if isinstance(expected, list) else [expected]
+        what = f"must be {' or '.join(map(_a_kind, names))}, not {kind_of(error.instance)}"
+    elif error.validator == "minLength":
+        what = f"must be at least {error.validator_value} characters long"
+    else:
+        what = "is not valid here"
+    hint = error.schema.get("x-hint")
+    return f"{what}; {hint} {NOT_SHOWN}" if hint else f"{what} {NOT_SHOWN}"
+
+
+def _a_kind(json_type: str) -> str:
+    return {"object": "a mapping", "array": "a list", "integer": "an integer"}.get(
+        json_type, f"a {json_type}"
+    )
+
+
+def kind_of(value: Any) -> str:
+    """What ``value`` is, in words that do not quote it."""
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {dict: "a mapping", list: "a list"}.get(type(value), "a string")
 
 
 def _unknown_key(doc: Document, path: Path, key: str, allowed: list[str]) -> Problem:
@@ -263,6 +392,14 @@ def _schedule_problems(q: QueueConfig, at: Located) -> list[Problem]:
 
 def _privilege_problems(q: QueueConfig, at: Located) -> list[Problem]:
     problems = []
+    if q.run_as_group and not q.run_as_user:
+        problems.append(
+            at.problem(
+                ("run_as",),
+                "a group alone would leave handlers running as root, with every capability; "
+                "name the user they run as too, e.g. run_as: {user: jobs, group: media}",
+            )
+        )
     if (q.run_as_user or q.run_as_group) and os.geteuid() != 0:
         problems.append(
             at.problem(("run_as",), "switching user or group needs jobd to run as root")

@@ -7,12 +7,14 @@ carry marks) and built into plain Python values here, recording where each path 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 Path = tuple[str | int, ...]
+IsText = Callable[[Path], bool]  # whether a path's value is text, never a YAML number or boolean
 
 
 @dataclass(frozen=True, order=True)
@@ -81,10 +83,15 @@ def _pos(mark: yaml.Mark) -> Pos:
     return Pos(mark.line + 1, mark.column + 1)
 
 
+def _never(path: Path) -> bool:
+    return False
+
+
 class _Builder:
-    def __init__(self, loader: yaml.SafeLoader, environ: dict[str, str]) -> None:
+    def __init__(self, loader: yaml.SafeLoader, environ: dict[str, str], is_text: IsText) -> None:
         self.loader = loader
         self.environ = environ
+        self.is_text = is_text
         self.doc = Document(data=None)
         self.expand_errors: list[tuple[Path, str]] = []
 
@@ -100,7 +107,7 @@ class _Builder:
         self.loader.flatten_mapping(node)  # YAML merge keys (<<: *anchor)
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self._construct(key_node)
             if not isinstance(key, str):
                 raise SourceError(
                     f"keys must be strings, not {type(key).__name__} {key!r}; quote the key",
@@ -116,27 +123,56 @@ class _Builder:
         return result
 
     def _scalar(self, node: yaml.ScalarNode, path: Path) -> Any:
-        value = self.loader.construct_object(node, deep=True)
+        if self.is_text(path):  # exactly the text written: 0755, off and ~ stay as they are
+            return self._expand(node.value, path)
+        value = self._construct(node)
         if not isinstance(value, str) or "$" not in value:
             return value
-        try:
-            expanded = expand(value, self.environ)
-        except ExpandError as exc:
-            self.expand_errors.append((path, str(exc)))
-            return value
+        expanded = self._expand(value, path)
         if node.style is None and expanded != value:
-            # An unquoted ${PORT:-6379} should become the number it spells, as if written so.
-            try:
-                retyped = yaml.safe_load(expanded)
-            except yaml.YAMLError:
-                return expanded
-            if isinstance(retyped, int | float | bool) or retyped is None:
-                return retyped
+            return self._retype(expanded, node)
         return expanded
 
+    def _construct(self, node: yaml.Node, text: str | None = None) -> Any:
+        """The node's value as YAML types it (or ``text``'s, read as a plain scalar there)."""
+        if text is not None:
+            tag = self.loader.resolve(yaml.ScalarNode, text, (True, False))
+            node = yaml.ScalarNode(tag, text, node.start_mark, node.end_mark)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError:
+            raise
+        except Exception:  # !!int abc, !!int with no value, 0x_, !!bool x: never the value
+            raise SourceError(
+                f"the value is not a valid {node.tag.rpartition(':')[2]} (as its tag or its form "
+                "says it is); fix it, or quote it to make it a string",
+                _pos(node.start_mark),
+            ) from None
 
-def load(text: str, environ: dict[str, str]) -> tuple[Document, list[tuple[Path, str]]]:
+    def _expand(self, text: str, path: Path) -> str:
+        if "$" not in text:
+            return text
+        try:
+            return expand(text, self.environ)
+        except ExpandError as exc:
+            self.expand_errors.append((path, str(exc)))
+            return text
+
+    def _retype(self, text: str, node: yaml.ScalarNode) -> Any:
+        """An unquoted ${PORT:-6379} becomes the number it spells, as if written so. Only the
+        plain scalar types are read (numbers, booleans, null), never YAML structure: the text
+        of a variable holding '3 # x', 'a: b' or '{x}' stays that text."""
+        value = self._construct(node, text)
+        return value if isinstance(value, int | float | bool) or value is None else text
+
+
+def load(
+    text: str, environ: dict[str, str], is_text: IsText = _never
+) -> tuple[Document, list[tuple[Path, str]]]:
     """Parse ``text``; returns the document and the ``${VAR}`` expansion errors found in it.
+
+    Scalars at paths where ``is_text`` holds are their text as written (then expanded); the
+    others are typed as YAML types them, an unquoted one again after ``${VAR}`` expansion.
 
     Raises SourceError for anything that stops the file from being read as YAML.
     """
@@ -161,7 +197,7 @@ def load(text: str, environ: dict[str, str]) -> tuple[Document, list[tuple[Path,
             raise SourceError(
                 "the file is empty; a config needs at least a 'queues:' mapping", Pos(1, 1)
             )
-        builder = _Builder(loader, environ)
+        builder = _Builder(loader, environ, is_text)
         try:
             data = builder.build(node, ())
         except yaml.constructor.ConstructorError as exc:
