@@ -8,9 +8,12 @@ the number in flight, and no change to the delivery count.
 
 An entry is *held* from the moment a reader receives it until its outcome is written (or until
 the daemon gives it up). An entry the renewal reports lost — acknowledged elsewhere, owned by
-another consumer, its data trimmed — is reported to the main loop, which stops its handler and
-records nothing for it. A renewal that fails because Redis is away is not a loss: the next tick
-tries again, and the margin between ``renew_every`` and ``reclaim_after`` is what it may use.
+another consumer, its data trimmed, or handed back by this daemon's recorder while the tick
+was under way (a renewal never takes a hand-back back) — is reported to the main loop, which
+stops its handler and records nothing for it. A renewal that fails because Redis is away is
+not a loss: the next tick tries again, and the margin between ``renew_every`` and
+``reclaim_after`` is what it may use. Slots' expiries are counted on Redis's clock (see
+``limits``): the renewal passes the lease's length, not a time.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def key(queue: QueueConfig) -> LeaseKey:
 class Lost:
     key: LeaseKey
     message_id: str
-    owner: str  # the consumer holding it now; '' when none (acknowledged, or data trimmed)
+    owner: str  # the consumer holding it now; '' when none (acknowledged, trimmed, handed back)
 
 
 class Holdings:
@@ -70,9 +73,9 @@ def renew(scripts: Scripts, queue: QueueConfig, consumer: str, ids: list[str]) -
     """Renew ``ids`` in one script call, with their cluster-wide slots when the queue has a
     limit; returns the ones this consumer no longer holds."""
     keys = [queue.stream, queue.keys.running] if queue.slots else [queue.stream]
-    expiry = limits.slot_expiry(queue)
+    lease_ms = limits.slot_lease_ms(queue)
     try:
-        reply = scripts.renew(keys=keys, args=[queue.group, consumer, expiry, *ids])
+        reply = scripts.renew(keys=keys, args=[queue.group, consumer, lease_ms, *ids])
     except redis.ResponseError as exc:
         if "NOGROUP" not in str(exc):
             raise

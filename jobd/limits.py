@@ -9,6 +9,11 @@ for a slot or a token has read nothing it cannot start. A slot is renewed with i
 lease (``lua/renew.lua``) and freed with its outcome (``lua/release.lua``, in the recorder's
 round trip); the slot of a daemon that died expires with its lease, ``reclaim_after`` later.
 
+Every time these scripts decide (a slot's expiry, the bucket's refill, a stale waiting field)
+is Redis's clock (``TIME`` inside the script): one clock for every host, so a daemon whose
+clock is off can neither take more than the limit nor make others' live slots look expired.
+Callers pass durations only; their own clock picks nothing but when to ask again.
+
 A limited reader never blocks while it holds slots: it reads without BLOCK, and when it found
 nothing it waits for new entries with ``XREAD BLOCK`` after the newest entry, holding nothing.
 
@@ -20,7 +25,9 @@ second per idle daemon (the XREAD wait), and one every ``POLL`` per daemon waiti
 
 from __future__ import annotations
 
-import time
+import contextlib
+
+import redis
 
 from jobd.config import QueueConfig
 from jobd.redisconn import BLOCK_MS
@@ -28,11 +35,22 @@ from jobd.scripts import Scripts
 
 POLL = 0.1  # seconds a reader waits before asking again for a slot
 PENDING_SLACK = BLOCK_MS / 1000 + 5  # seconds a slot taken before a read may wait to be bound
+# A waiting reader asks again at least every second (POLL, or a rate wait capped at 1 s), each
+# time refreshing its field in the waiting hash; a field not refreshed for WAITING_STALE is a
+# stopped or dead reader's (or one whose queue lost its limits), and acquire.lua removes it.
+# Removing a live one by mistake (a stalled host) only hides it until its next ask.
+WAITING_STALE = 10.0  # seconds
 
 
-def slot_expiry(queue: QueueConfig, now: float | None = None) -> int:
-    """Unix ms at which a slot renewed now expires: with its entry's lease."""
-    return int(((time.time() if now is None else now) + queue.lease.reclaim_after) * 1000)
+def slot_lease_ms(queue: QueueConfig) -> int:
+    """How long a slot renewed now lives, in ms: as long as its entry's lease. The scripts
+    add it to Redis's clock."""
+    return int(queue.lease.reclaim_after * 1000)
+
+
+def pending_lease_ms(queue: QueueConfig) -> int:
+    """How long a slot taken before a read lives if it is never bound, in ms."""
+    return int(max(queue.lease.reclaim_after, PENDING_SLACK) * 1000)
 
 
 def slot_member(consumer: str, stream: str, message_id: str) -> str:
@@ -44,6 +62,14 @@ def slot_member(consumer: str, stream: str, message_id: str) -> str:
 
 def limited(queue: QueueConfig) -> bool:
     return queue.slots is not None or queue.rate is not None
+
+
+def leave(client: redis.Redis, queue: QueueConfig, consumer: str) -> None:
+    """A reader that stops is no longer waiting: remove its field from the waiting hash, so
+    ``jobd status`` does not list it. Best effort: a field left (Redis away) goes stale and
+    acquire.lua removes it, ``WAITING_STALE`` later."""
+    with contextlib.suppress(redis.RedisError, OSError):
+        client.hdel(queue.keys.waiting, consumer)
 
 
 class Limiter:
@@ -58,13 +84,11 @@ class Limiter:
     def acquire(self, want: int) -> tuple[int, float]:
         """Take up to ``want`` slots and tokens; returns (granted, seconds to wait if none)."""
         q = self.queue
-        now = time.time()
         granted, wait_ms = self.scripts.acquire(
             keys=[q.keys.running, q.keys.rate, q.keys.waiting],
             args=[
-                int(now * 1000), want, self.consumer, q.slots or 0,
-                int((now + max(q.lease.reclaim_after, PENDING_SLACK)) * 1000),
-                self._rate_per_ms, self._burst,
+                want, self.consumer, q.slots or 0, pending_lease_ms(q),
+                self._rate_per_ms, self._burst, int(WAITING_STALE * 1000),
             ],
         )  # fmt: skip
         wait = min(max(int(wait_ms) / 1000, 0.005), 1.0) if int(wait_ms) else POLL
@@ -77,7 +101,7 @@ class Limiter:
         return self.scripts.bind(  # type: ignore[no-any-return]
             keys=[q.keys.running, q.keys.rate, q.stream],
             args=[
-                self.consumer, granted, slot_expiry(q), int(q.slots is not None),
+                self.consumer, granted, slot_lease_ms(q), int(q.slots is not None),
                 int(q.rate is not None), self._burst, *members,
             ],
         )  # fmt: skip

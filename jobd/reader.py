@@ -116,6 +116,8 @@ class Reader(threading.Thread):
         try:
             self._loop()
         finally:
+            if self.limiter is not None and not self.outage.active:
+                limits.leave(self.client, self.queue, self.consumer)  # no longer waiting
             self.client.close()
             self.deliver(self.queue, [])  # wakes the main loop, which waits for readers to end
 
@@ -231,7 +233,7 @@ class Reader(threading.Thread):
         after_ms = int((self.queue.starvation_after or 0) * 1000)
         entries, newest = self.scripts.read_levels(
             keys=[level.stream for level in self.levels],
-            args=[self.queue.group, self.consumer, count, int(time.time() * 1000), after_ms],
+            args=[self.queue.group, self.consumer, count, 0, after_ms],  # 0: aging on Redis's clock
         )
         used = 0
         for index, level in enumerate(self.levels, start=1):

@@ -26,6 +26,8 @@ def _ms_of(stream_id: bytes | str) -> int:
 def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     minute = int(now // 60)
+    seconds, micros = client.time()  # slots and tokens live on Redis's clock (acquire.lua)
+    redis_ms = seconds * 1000 + micros // 1000
     pipe = client.pipeline(transaction=False)
     pipe.xlen(q.stream)
     pipe.xinfo_groups(q.stream)
@@ -35,7 +37,7 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
     pipe.xlen(q.dead_letter.stream)
     pipe.hgetall(q.keys.stats(minute - 1))
     pipe.hgetall(q.keys.stats(minute))
-    pipe.zcount(q.keys.running, int(now * 1000), "+inf")
+    pipe.zcount(q.keys.running, redis_ms, "+inf")
     pipe.hgetall(q.keys.rate)
     pipe.hgetall(q.keys.waiting)
     replies = pipe.execute(raise_on_error=False)
@@ -57,7 +59,7 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         "last_minute": _counters(last),
         "this_minute": _counters(this),
         "consumers": [],
-        "limits": _limits(q, slots_used, bucket, waiting, now),
+        "limits": _limits(q, slots_used, bucket, waiting, redis_ms),
         "schedule": [
             {"name": s.name, "cron": s.cron, "timezone": s.timezone,
              "next_tick": periodic.next_tick(s, now)}
@@ -81,7 +83,7 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
 
 
 def _limits(
-    q: QueueConfig, slots_used: object, bucket: object, waiting: object, now: float
+    q: QueueConfig, slots_used: object, bucket: object, waiting: object, redis_ms: int
 ) -> dict[str, Any]:
     """Usage of the queue's cluster-wide limits, and the consumers waiting for them."""
     result: dict[str, Any] = {}
@@ -93,19 +95,22 @@ def _limits(
     if q.rate is not None:
         tokens = None
         if isinstance(bucket, dict) and b"tokens" in bucket:
-            elapsed_ms = max(0.0, now * 1000 - float(bucket[b"at"]))
+            elapsed_ms = max(0.0, redis_ms - float(bucket[b"at"]))
             tokens = min(q.rate.burst, float(bucket[b"tokens"]) + elapsed_ms * q.rate.per_ms)
         result["rate"] = {
             "count": q.rate.count, "per": q.rate.per, "burst": q.rate.burst,
             "tokens": q.rate.burst if tokens is None else round(tokens, 2),
         }  # fmt: skip
     if isinstance(waiting, dict) and waiting:
-        result["waiting"] = {
-            k.decode(): {"for": v.decode().split()[0],
-                         "since": int(v.decode().split()[1]) / 1000}
-            for k, v in waiting.items()
-        }  # fmt: skip
+        parsed = {k.decode("utf-8", "replace"): _waiting(v) for k, v in waiting.items()}
+        result["waiting"] = {k: v for k, v in parsed.items() if v is not None}
     return result
+
+
+def _waiting(value: bytes) -> dict[str, Any] | None:
+    """A waiting consumer's "REASON SINCE_MS" (acquire.lua); None for anything else."""
+    reason, _, since = value.decode("utf-8", "replace").partition(" ")
+    return {"for": reason, "since": int(since) / 1000} if since.isdigit() else None
 
 
 def count_after(client: redis.Redis, stream: str, last_delivered: bytes) -> int:

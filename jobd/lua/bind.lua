@@ -6,7 +6,8 @@
 -- KEYS[3]   the queue's stream
 -- ARGV[1]   this consumer's name
 -- ARGV[2]   how many slots and tokens acquire.lua granted
--- ARGV[3]   the slots' lease expiry, Unix ms
+-- ARGV[3]   the slots' lease, ms: they expire that long after now by Redis's clock (TIME), one
+--           clock for every host
 -- ARGV[4]   whether the queue has a slot limit (1) or not (0)
 -- ARGV[5]   whether the queue has a rate limit (1) or not (0), and then
 -- ARGV[6]   the bucket's capacity
@@ -17,8 +18,10 @@
 local running, bucket, me = KEYS[1], KEYS[2], ARGV[1]
 local granted, used = tonumber(ARGV[2]), #ARGV - 6
 if ARGV[4] == '1' then
+  local t = redis.call('TIME')
+  local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
   for i = 1, granted do redis.call('ZREM', running, 'wait:' .. me .. ':' .. i) end
-  for i = 7, #ARGV do redis.call('ZADD', running, ARGV[3], ARGV[i]) end
+  for i = 7, #ARGV do redis.call('ZADD', running, expiry, ARGV[i]) end
 end
 if ARGV[5] == '1' and used < granted and redis.call('EXISTS', bucket) == 1 then
   local tokens = tonumber(redis.call('HGET', bucket, 'tokens') or '0')

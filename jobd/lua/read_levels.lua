@@ -4,9 +4,11 @@
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   how many entries at most (the free slots)
--- ARGV[4]   now, Unix ms
+-- ARGV[4]   ignored (it was the caller's clock; kept in place so callers need not change)
 -- ARGV[5]   starvation_after in ms, or 0: a lower level whose next new entry has waited that
---           long gives one entry first (aging), before the strict order
+--           long gives one entry first (aging), before the strict order. How long it waited is
+--           Redis's clock (TIME) minus its id's time (set by Redis's clock too, at XADD *): the
+--           same answer from every host, however far its own clock is off
 --
 -- Returns {entries, newest}: entries is a list of {level index, id, fields}, taken from the
 -- highest non-empty level first and then the next; when none was read, newest lists each
@@ -14,7 +16,9 @@
 -- (XREAD BLOCK) without holding any. Strict priority: a level is read only when every higher
 -- level had no new entry left.
 local out, left = {}, tonumber(ARGV[3])
-local now, after = tonumber(ARGV[4]), tonumber(ARGV[5])
+local after = tonumber(ARGV[5])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local function read(i, count)
   local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count,

@@ -5,11 +5,12 @@
 --           still held are renewed with them
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
--- ARGV[3]   the slots' new expiry, Unix ms (ignored without KEYS[2])
+-- ARGV[3]   the slots' lease, ms: they expire that long after now by Redis's clock (TIME),
+--           one clock for every host (ignored without KEYS[2])
 -- ARGV[4..] ids of the entries this consumer believes it holds
 --
 -- Returns a flat list of pairs for the entries it no longer holds: id, owner now ('' when no
--- one: acknowledged, or its data trimmed).
+-- one: acknowledged, its data trimmed, or handed back).
 --
 -- Redis counts an entry's idle time from its last delivery or claim. XCLAIM with min-idle 0 and
 -- JUSTID resets that time without counting a delivery; but min-idle 0 also takes an entry from
@@ -18,12 +19,18 @@
 -- costs a few commands however many entries are in flight; only lost entries are looked up one
 -- by one, for their new owner. On Redis 7.0+ XCLAIM drops (and does not return) entries whose
 -- data was deleted: those are lost too.
+--
+-- An entry handed back (settle.lua 'back': its last delivery set to 1970) is no longer held
+-- although it is still in this consumer's pending list: renewing it would reset its idle time
+-- and re-add its slot, and the job would wait a whole reclaim_after instead of being taken at
+-- once. It is recognised by an idle time no lease reaches (HANDED_BACK) and reported lost.
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
+local HANDED_BACK = 10 * 365 * 24 * 3600 * 1000 -- ms idle: a hand-back shows about 56 years
 -- This consumer's own pending list, page by page: a few commands however many entries it holds.
 local held, start = {}, '-'
 while true do
   local page = redis.call('XPENDING', stream, group, start, '+', 1000, me)
-  for _, p in ipairs(page) do held[p[1]] = true end
+  for _, p in ipairs(page) do held[p[1]] = p[3] < HANDED_BACK end
   if #page < 1000 then break end
   start = '(' .. page[#page][1]
 end
@@ -32,11 +39,19 @@ for i = 4, #ARGV do
   local id = ARGV[i]
   if held[id] then
     mine[#mine + 1] = id
+  elseif held[id] == false then -- handed back: still listed as this consumer's, held by no one
+    lost[#lost + 1] = id
+    lost[#lost + 1] = ''
   else
     local p = redis.call('XPENDING', stream, group, id, id, 1)
     lost[#lost + 1] = id
     lost[#lost + 1] = (#p == 0) and '' or p[1][2]
   end
+end
+local expiry = 0
+if KEYS[2] then
+  local t = redis.call('TIME')
+  expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 end
 local CHUNK = 1000
 for first = 1, #mine, CHUNK do
@@ -51,7 +66,7 @@ for first = 1, #mine, CHUNK do
       lost[#lost + 1] = mine[i]
       lost[#lost + 1] = ''
     elseif KEYS[2] then
-      redis.call('ZADD', KEYS[2], ARGV[3], me .. '|' .. stream .. '|' .. mine[i])
+      redis.call('ZADD', KEYS[2], expiry, me .. '|' .. stream .. '|' .. mine[i])
     end
   end
 end
