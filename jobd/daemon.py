@@ -486,9 +486,9 @@ class Daemon:
             outcome = replace(outcome, kind=HAND_BACK)
         elif action is policy.Action.RETRY:
             self.metrics.of(queue.name).retried.inc()
-            due_ms = int((time.time() + decision.delay) * 1000)
+            delay_ms = int(decision.delay * 1000)  # from now on Redis's clock: retry.lua
             outcome = replace(
-                outcome, kind=RETRY, retry_fields=job.next_attempt_fields(), due_ms=due_ms
+                outcome, kind=RETRY, retry_fields=job.next_attempt_fields(), delay_ms=delay_ms
             )
         elif action is policy.Action.DEAD_LETTER:
             error = decision.error or dead_letter.EXIT

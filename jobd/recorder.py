@@ -48,7 +48,7 @@ class Outcome:
     message_id: str
     job_id: str
     retry_fields: dict[bytes, bytes] | None = None  # RETRY: the next attempt's fields
-    due_ms: int = 0  # RETRY: when the next attempt is due
+    delay_ms: int = 0  # RETRY: how long until the next attempt, from when it is written
     failure: dead_letter.Failure | None = None  # DEAD_LETTER: what goes in the record
     mark: bytes | None = None  # the job id's mark, set or cleared with the ack (Job.mark_key)
     timing: tuple[float, float] | None = None  # enqueue-to-start and run time, for figures
@@ -168,7 +168,7 @@ class Recorder(threading.Thread):
                 settles[lease.key(o.queue)].append(o)
             elif o.kind == RETRY:
                 q = o.queue
-                args = [q.group, self.consumer, o.message_id, o.due_ms, STATS_TTL]
+                args = [q.group, self.consumer, o.message_id, o.delay_ms, STATS_TTL]
                 fields = delayed.flatten(o.retry_fields or {})
                 keys = [q.stream, q.keys.delayed, q.keys.stats()]
                 sent.add(self.scripts.retry, keys, [*args, *fields])

@@ -399,3 +399,22 @@ def test_a_reload_that_moves_a_queue_says_what_its_old_stream_still_holds(
         "queue q moved from stream 'jobd:q' to 'moved'; 0 entries on the old stream and 2 jobs "
         "in its delayed set '{jobd:q}:delayed' are no longer served"
     ) in d.log()
+
+
+def test_a_retry_is_due_on_redis_clock_whatever_the_daemons(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A retry's due time is Redis's time plus the backoff. It used to be the daemon's: a host
+    an hour ahead put every retry an hour late."""
+    script(
+        "once.sh",
+        f"#!/bin/sh\necho $JOBD_ATTEMPT >> {tmp_path}/attempts\n[ $JOBD_ATTEMPT -ge 2 ]\n",
+    )
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        "queues:\n  q: {command: [./once.sh], retry: {backoff: 500ms, jitter: 0}}\n"
+    )
+    d = daemon(config, env=skewed("+1h"))
+    r.xadd("jobd:q", {"payload": "x"})
+    wait_until(lambda: lines(tmp_path / "attempts") == Counter(["1", "2"]), 15, "the retry")
+    assert log_clock(d) > time.time() + 3000, "the daemon's clock was an hour ahead"

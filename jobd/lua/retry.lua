@@ -6,7 +6,8 @@
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the entry's id
--- ARGV[4]   when the next attempt is due, Unix time in milliseconds (the member's score)
+-- ARGV[4]   milliseconds until the next attempt is due; the member's score is Redis's time
+--           (TIME) plus this, so every daemon's retries are due on one clock
 -- ARGV[5]   seconds the counters are kept
 -- ARGV[6..] the job's fields for the next attempt, as name, value pairs (jobd_job_id and
 --           jobd_attempt included)
@@ -23,7 +24,9 @@ if #p == 0 or p[1][2] ~= me then
 end
 local member = {id}
 for i = 6, #ARGV do member[#member + 1] = ARGV[i] end
-redis.call('ZADD', delayed, ARGV[4], cmsgpack.pack(member))
+local now = redis.call('TIME')
+local due = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[4])
+redis.call('ZADD', delayed, due, cmsgpack.pack(member))
 redis.call('XACK', stream, group, id)
 redis.call('HINCRBY', KEYS[3], 'retried', 1)
 redis.call('HINCRBY', KEYS[3], 'failed', 1)
