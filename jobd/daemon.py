@@ -674,8 +674,8 @@ def raise_open_files_limit() -> None:
 
 def malformed(queue: QueueConfig, job: Job) -> str | None:
     """Why this job must not run at all, if it must not."""
-    if len(job.fields) > MAX_FIELDS:
-        return f"{len(job.fields)} fields: more than jobd can retry or dead-letter ({MAX_FIELDS})"
+    if (width := job.too_wide()) is not None:
+        return f"{width} fields with jobd's: more than jobd can retry or dead-letter ({MAX_FIELDS})"
     if job.payload_size() > queue.max_payload:
         return f"payload of {job.payload_size()} bytes is above max_payload ({queue.max_payload})"
     return None

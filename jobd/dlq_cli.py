@@ -10,6 +10,7 @@ import redis
 
 from jobd import dlq, exitcodes, redisconn
 from jobd.config import Config, QueueConfig
+from jobd.logs import printable
 from jobd.scripts import Scripts
 
 
@@ -82,7 +83,7 @@ def summary_line(record: dlq.Record) -> str:
     code = record.get("jobd_exit_code") or "-"
     if record.get("jobd_signal"):
         code = f"signal {record.get('jobd_signal')}"
-    return (
+    return printable(
         f"{record.id}  job={record.get('jobd_job_id')}  error={record.get('jobd_error')}  "
         f"exit={code}  attempts={record.get('jobd_attempts')}  failed={when(record)}"
     )
@@ -92,10 +93,10 @@ def show(record: dlq.Record) -> None:
     print(f"record: {record.id}")
     for name, value in record.fields.items():
         text = value.decode("utf-8", "backslashreplace")
-        label = name.decode("utf-8", "backslashreplace")
-        if "\n" in text.rstrip("\n"):
+        label = printable(name.decode("utf-8", "backslashreplace"))
+        if "\n" in text.rstrip("\n"):  # stderr tails: line by line, each escaped
             print(f"{label}:")
             for line in text.rstrip("\n").split("\n"):
-                print(f"  {line}")
+                print(f"  {printable(line)}")
         else:
-            print(f"{label}: {text}")
+            print(f"{label}: {printable(text)}")

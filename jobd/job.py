@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import orjson
 
 from jobd.keys import QueueKeys
+from jobd.logs import printable
 
 log = logging.getLogger("jobd.job")
 
@@ -22,6 +23,7 @@ UNIQUE = b"jobd_unique"  # set by `jobd enqueue --unique`: the job holds its job
 # entry (retry, promote, dead letter, requeue) could not copy a wider one: such an entry is
 # dead-lettered unrun as `malformed`. The scripts that copy fields name the same number.
 MAX_FIELDS = 1000
+KEPT = (RESERVED_JOB_ID, RESERVED_ATTEMPT, UNIQUE)  # jobd's fields that a retry carries
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,8 @@ class Job:
 
     def tag(self, queue: str) -> str:
         """How log lines name this job."""
-        return f"queue={queue} job={self.job_id} attempt={self.attempt}"
+        job = printable(self.job_id).replace(" ", "\\x20")  # one word: JSON logs parse it
+        return f"queue={queue} job={job} attempt={self.attempt}"
 
     def enqueued_at(self) -> float:
         """Unix time of this entry's stream id: when it was added (or re-added for a retry)."""
@@ -59,6 +62,14 @@ class Job:
         if UNIQUE in self.fields:
             fields[UNIQUE] = self.fields[UNIQUE]
         return fields
+
+    def too_wide(self) -> int | None:
+        """The width of this job's next attempt (its own fields and jobd's), when that is more
+        than MAX_FIELDS: a script could not copy it for a retry."""
+        if len(self.fields) <= MAX_FIELDS - len(KEPT):  # nearly every job: nothing to count
+            return None
+        width = len(self.next_attempt_fields())
+        return width if width > MAX_FIELDS else None
 
     def mark_key(self, keys: QueueKeys, dedupe: bool) -> bytes | None:
         """The key of this job's mark when it has one to keep: a producer's job id on a queue

@@ -38,9 +38,34 @@ class JSONFormatter(logging.Formatter):
         return orjson.dumps(body).decode()
 
 
+# Characters a terminal or a log reader acts on (C0, DEL, C1: newlines that forge lines, escape
+# sequences that retitle or clear a terminal or write its clipboard), and the lone surrogates
+# that stand for bytes that are not UTF-8 (surrogateescape).
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, as os.fsdecode keeps it
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character escaped (``\\x1b``): what jobd prints of other
+    people's bytes (job ids, consumer names, a handler's output) cannot forge a log line or
+    drive a terminal."""
+    return _UNPRINTABLE.sub(_escaped, text) if _UNPRINTABLE.search(text) else text
+
+
 class TextFormatter(logging.Formatter):
     """The text format, each second's timestamp made once: a line is logged for every job,
-    and strftime for each was a tenth of the main loop's time spent logging."""
+    and strftime for each was a tenth of the main loop's time spent logging. Control
+    characters in a message are escaped (``printable``); a traceback keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
 
     _second = -1
     _stamp = ""

@@ -14,6 +14,7 @@ import redis
 
 from jobd import periodic
 from jobd.config import Config, QueueConfig
+from jobd.logs import printable
 
 LAG_COUNT_CAP = 100_000  # when Redis reports lag as null, count at most this many entries
 
@@ -209,4 +210,4 @@ def render(report: dict[str, Any]) -> str:
                 f"  schedule {p['name']}  {p['cron']!r} ({p['timezone']})  "
                 f"next tick {at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
             )
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # names others wrote: escaped

@@ -260,7 +260,7 @@ def test_wide_entries_are_dead_lettered_unrun_and_the_queue_moves(
     wait_until(lambda: r.xlen("{jobd:q}:dead") == 2, 20, "both dead-lettered")
     records = {rec[b"jobd_job_id"]: rec for _, rec in r.xrange("{jobd:q}:dead")}
     assert records[b"wide"][b"jobd_error"] == b"malformed"
-    assert b"5002 fields" in records[b"wide"][b"jobd_stderr"]
+    assert b"5004 fields with jobd's" in records[b"wide"][b"jobd_stderr"]
     assert records[b"wide"][b"payload"] == b"p" and b"f1" not in records[b"wide"]
     assert records[b"narrow"][b"jobd_error"] == b"exit"
     assert lines(tmp_path / "ran") == Counter(["narrow"]), "the wide one never ran"

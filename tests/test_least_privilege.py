@@ -46,3 +46,27 @@ def test_descriptors_the_daemon_inherited_never_reach_a_handler(
         proc.kill()
         proc.wait()
         log.close()
+
+
+def test_status_and_dlq_escape_what_others_wrote(r: redis.Redis, write_config) -> None:
+    """Consumer names, job ids and stderr tails are other people's bytes: printed raw, an OSC 52
+    sequence wrote the operator's clipboard and a newline forged a line. They are escaped."""
+    from support import jobd_cli
+
+    config = str(write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"))
+    evil = "\x1b]52;c;cm0gLXJmIH4=\x07\nFORGED"
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    r.xadd("jobd:q", {"payload": "x"})
+    r.xreadgroup("jobd", evil, {"jobd:q": ">"})
+    record = {"jobd_job_id": evil, "jobd_error": "exit", "jobd_stderr": f"line one\n{evil}\n"}
+    r.xadd("{jobd:q}:dead", record)
+    outputs = [
+        jobd_cli("status", "-c", config),
+        jobd_cli("dlq", "-c", config, "q", "list"),
+        jobd_cli("dlq", "-c", config, "q", "show", evil),
+    ]
+    for run in outputs:
+        assert run.returncode == 0, run
+        assert b"\x1b" not in run.stdout and b"\x07" not in run.stdout, run.stdout
+        assert b"\\x1b]52" in run.stdout, run.stdout
+        assert not any(line.startswith(b"FORGED") for line in run.stdout.splitlines())

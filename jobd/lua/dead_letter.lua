@@ -14,7 +14,7 @@
 --
 -- The record is the job's own fields (those not starting with jobd_, and jobd_unique, so that a
 -- requeue keeps the job unique) followed by the jobd_*
--- fields given and jobd_failed_at. An entry wider than MAX_FIELDS fields cannot be copied (a
+-- fields given and jobd_failed_at. An entry with more than MAX_FIELDS own fields cannot be copied (a
 -- script passes at most ~8000 values to a command): its record keeps only its payload and
 -- job_id, and jobd_fields says how many it had. Returns the record's id, or {'not held',
 -- owner} when this consumer no longer holds the entry (then nothing is written: the entry's
@@ -32,13 +32,15 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local record = {dead, 'MAXLEN', ARGV[4], '*'}
 local entry = redis.call('XRANGE', stream, id, id)
 if #entry == 1 then
-  local fields = entry[1][2]
-  local wide = #fields > 2 * MAX_FIELDS
+  local fields, own = entry[1][2], {}
   for i = 1, #fields, 2 do
     local name = fields[i]
-    local own = string.sub(name, 1, 5) ~= 'jobd_' or name == 'jobd_unique'
-    if own and (not wide or name == 'payload' or name == 'job_id') then
-      record[#record + 1] = name
+    if string.sub(name, 1, 5) ~= 'jobd_' or name == 'jobd_unique' then own[#own + 1] = i end
+  end
+  local wide = #own > MAX_FIELDS
+  for _, i in ipairs(own) do
+    if not wide or fields[i] == 'payload' or fields[i] == 'job_id' then
+      record[#record + 1] = fields[i]
       record[#record + 1] = fields[i + 1]
     end
   end
