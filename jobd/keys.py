@@ -19,8 +19,10 @@ Layout of a queue whose stream is S:
                        `jobd enqueue --unique` until the job is done or dead-lettered (at most
                        UNIQUE_TTL), then "done" for the queue's dedupe window when it has one
   derive(S, "tick:N:T") set once the tick at Unix second T of the queue's schedule N was
-                       enqueued (see periodic.py); kept past the catch-up window
-  derive(S, "schedule:N") the latest tick of schedule N enqueued (Unix second), kept as long
+                       enqueued (see periodic.py); kept catch_up + 10 minutes
+  derive(S, "schedule:N") the latest tick of schedule N enqueued (Unix second); no expiry
+  derive(L, "trim")    retention's cursor for stream L (the queue's or a priority level's):
+                       the id of the last entry trim.lua's step 2 looked at; kept an hour
   derive(S, "timings:M") histograms of minute M, a hash: "wait:I" / "run:I" count the jobs
                        whose enqueue-to-start / run time fell in bucket I of figures.BUCKETS;
                        kept STATS_TTL seconds

@@ -3,8 +3,11 @@
 A periodic duty runs ``lua/trim.lua`` on each queue with a ``retention.maxlen``: it removes
 the oldest entries that every consumer group on the stream has received and acknowledged —
 never one that is pending or not yet delivered, whichever application's group it belongs to —
-and, behind a long-running pending job, acknowledged entries one by one. Any number of daemons
-may run it at once. Each call removes at most ``BATCH`` entries, so Redis is never blocked long.
+and, behind long-running pending jobs, acknowledged entries one by one. That second step walks
+the stream from a cursor kept in Redis (``{S}:trim``), so however many pending entries come
+first, each call gets further. Any number of daemons may run it at once (they share the
+cursor). Each call removes at most ``BATCH`` entries and looks at most at ``BATCH``, so Redis
+is never blocked long.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from jobd.config import QueueConfig
+from jobd.keys import derive
 from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.retention")
@@ -19,12 +23,26 @@ log = logging.getLogger("jobd.retention")
 TRIM_EVERY = 1.0
 BATCH = 1000
 MAX_CALLS_PER_TICK = 10
+CURSOR_TTL = 3600  # seconds the walk's cursor is kept; without it the walk starts over
+
+
+def cursor_key(queue: QueueConfig) -> str:
+    """Where trim.lua keeps its walk over acknowledged entries behind pending ones."""
+    return derive(queue.stream, "trim")
+
+
+def trim_call(scripts: Scripts, queue: QueueConfig, maxlen: int, batch: int) -> tuple[int, bool]:
+    """One bounded trim call: the number of entries removed, and whether it stopped at its
+    budget with the stream still above ``maxlen`` (another call can go on at once)."""
+    trimmed, deleted, more = scripts.trim(
+        keys=[queue.stream, cursor_key(queue)], args=[maxlen, batch, CURSOR_TTL * 1000]
+    )
+    return int(trimmed) + int(deleted), bool(more)
 
 
 def trim(scripts: Scripts, queue: QueueConfig, maxlen: int, batch: int = BATCH) -> int:
     """One bounded trim call; returns the number of entries removed."""
-    trimmed, deleted = scripts.trim(keys=[queue.stream], args=[maxlen, batch])
-    return int(trimmed) + int(deleted)
+    return trim_call(scripts, queue, maxlen, batch)[0]
 
 
 class Trimmer:
@@ -36,6 +54,9 @@ class Trimmer:
         self.scripts, self.queue, self.maxlen = scripts, queue, maxlen
 
     def tick(self) -> None:
+        """Calls while they remove entries and stop at their budget: a walk over pending
+        entries alone goes one call further each tick."""
         for _ in range(MAX_CALLS_PER_TICK):
-            if trim(self.scripts, self.queue, self.maxlen) < BATCH:
+            removed, more = trim_call(self.scripts, self.queue, self.maxlen, BATCH)
+            if not (more and removed):
                 return

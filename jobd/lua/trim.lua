@@ -1,10 +1,14 @@
 -- trim.lua: bring a stream back towards MAXLEN without removing any entry a group still needs.
 --
 -- KEYS[1]  the stream
+-- KEYS[2]  step 2's cursor (jobd/retention.py: derive(stream, "trim")): the id of the last entry
+--          step 2 looked at, so that the next call goes on from there
 -- ARGV[1]  the target length (retention.maxlen)
--- ARGV[2]  remove at most this many entries in this call
+-- ARGV[2]  remove at most this many entries, and look at most at this many, in this call
+-- ARGV[3]  milliseconds the cursor is kept (a duration)
 --
--- Returns {removed by XTRIM MINID, removed by XDEL}.
+-- Returns {removed by XTRIM MINID, removed by XDEL, more}: more is 1 when the call stopped at its
+-- budget with the stream still above MAXLEN (another call can go on at once), else 0.
 --
 -- XTRIM MAXLEN ignores consumer groups (before Redis 8.2): it can remove entries that are
 -- pending, or not yet delivered at all. So, for every group on the stream, jobd's or any
@@ -12,9 +16,12 @@
 -- pending list. Step 1 trims the oldest entries with MINID, bounded by the oldest pending entry
 -- and the first undelivered entry of every group. One long-running job would stop that bound
 -- for good, so step 2 deletes, one by one, acknowledged entries further on (still below every
--- group's last-delivered id, in no pending list). No groups: nothing is trimmed.
-local stream = KEYS[1]
-local maxlen, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- group's last-delivered id, in no pending list). Step 2 walks from its cursor, not from the
+-- stream's start: however many pending entries come first (a thousand long-running jobs), each
+-- call looks at the next ARGV[2] entries, and the walk starts again from the stream's start once
+-- it reaches the first undelivered entry. No groups: nothing is trimmed. No unpack: any length.
+local stream, cursor_key = KEYS[1], KEYS[2]
+local maxlen, budget, cursor_ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
@@ -31,14 +38,14 @@ local function after(id)
 end
 
 local excess = redis.call('XLEN', stream) - maxlen
-if excess <= 0 then return {0, 0} end
+if excess <= 0 then return {0, 0, 0} end
 local groups = {}
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
   local info = {}
   for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
   groups[#groups + 1] = info
 end
-if #groups == 0 then return {0, 0} end
+if #groups == 0 then return {0, 0, 0} end
 
 -- Below `delivered` every group has had every entry; below `safe` none is pending either.
 local delivered, safe = nil, nil
@@ -60,21 +67,39 @@ if #oldest > 0 then
   trimmed = redis.call('XTRIM', stream, 'MINID', cut)
 end
 
--- Step 2: acknowledged entries behind a long-pending one.
-local deleted = 0
+-- Step 2: acknowledged entries behind a long-pending one, from the cursor on.
+local function pending_anywhere(id)
+  for _, g in ipairs(groups) do
+    if #redis.call('XPENDING', stream, g['name'], id, id, 1) > 0 then return true end
+  end
+  return false
+end
+local function walk_from()
+  local cursor = redis.call('GET', cursor_key)
+  if cursor and string.match(cursor, '^%d+%-%d+$') then return '(' .. cursor end
+  return '-'  -- no cursor, or not an id (never trust what another client may have written)
+end
+
+local deleted, more = 0, 0
 excess = excess - trimmed
 budget = budget - trimmed
 if excess > 0 and budget > 0 then
-  local scan = redis.call('XRANGE', stream, '-', '(' .. delivered, 'COUNT', budget)
+  local scan = redis.call('XRANGE', stream, walk_from(), '(' .. delivered, 'COUNT', budget)
+  local looked = 0
   for _, entry in ipairs(scan) do
     if deleted >= excess then break end
-    local id, pending = entry[1], false
-    for _, g in ipairs(groups) do
-      if #redis.call('XPENDING', stream, g['name'], id, id, 1) > 0 then pending = true; break end
-    end
-    if not pending then
-      deleted = deleted + redis.call('XDEL', stream, id)
+    looked = looked + 1
+    if not pending_anywhere(entry[1]) then
+      deleted = deleted + redis.call('XDEL', stream, entry[1])
     end
   end
+  if looked < #scan or #scan == budget then
+    redis.call('SET', cursor_key, scan[looked][1], 'PX', cursor_ttl)
+    if deleted < excess then more = 1 end
+  else
+    redis.call('DEL', cursor_key)  -- reached the first undelivered entry: next walk from the start
+  end
+elseif excess > 0 then
+  more = 1
 end
-return {trimmed, deleted}
+return {trimmed, deleted, more}

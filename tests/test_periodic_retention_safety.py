@@ -1,0 +1,343 @@
+"""Periodic jobs across restarts, reloads and skewed clocks; retention behind pending entries
+(issue 16: defects 4, 7 and 14). Real redis-servers and real daemons.
+
+A daemon whose clock is off runs under libfaketime (``support.skewed``). Hours pass without
+waiting for them with ``Clock``: Redis must follow too (its expiries), and libfaketime (Debian's
+0.9.10 and python-libfaketime's build alike) stops redis-server 7 at startup ("Unexpected
+recursive calls to clock_gettime()"), so a tiny LD_PRELOAD library, compiled here, adds a
+shared, movable offset to CLOCK_REALTIME, gettimeofday and time() of the processes started
+with it. Monotonic clocks stay real, so sleeps, timeouts and polls are real.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from support import DaemonProcess, RedisServer, queue_config, skewed, wait_until
+
+from jobd.config import load
+from jobd.retention import trim
+from jobd.scripts import Scripts
+
+Daemon = Callable[..., DaemonProcess]
+
+SHIFT_SOURCE = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The wall clock plus the int64 nanoseconds in the file $JOBD_TEST_CLOCK_SHIFT, read through a
+   shared mapping on every call, so the test moves every process's clock at once. */
+static int64_t no_shift;
+static volatile int64_t *shift;
+
+static int64_t shift_ns(void) {
+    if (!shift) {
+        const char *path = getenv("JOBD_TEST_CLOCK_SHIFT");
+        int fd = path ? open(path, O_RDONLY) : -1;
+        void *p = fd < 0 ? MAP_FAILED : mmap(NULL, 8, PROT_READ, MAP_SHARED, fd, 0);
+        if (fd >= 0) close(fd);
+        shift = p == MAP_FAILED ? &no_shift : p;
+    }
+    return *shift;
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    static int (*real)(clockid_t, struct timespec *);
+    if (!real) real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    int rc = real(id, ts);
+    if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
+        int64_t ns = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec + shift_ns();
+        ts->tv_sec = ns / 1000000000;
+        ts->tv_nsec = ns % 1000000000;
+    }
+    return rc;
+}
+
+int gettimeofday(struct timeval *tv, void *tz) {
+    struct timespec ts;
+    (void)tz;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    tv->tv_sec = ts.tv_sec;
+    tv->tv_usec = ts.tv_nsec / 1000;
+    return 0;
+}
+
+time_t time(time_t *out) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (out) *out = ts.tv_sec;
+    return ts.tv_sec;
+}
+"""
+
+
+class Clock:
+    """A wall clock shifted for the processes started with ``env()``; the test's own is real."""
+
+    def __init__(self, library: Path, path: Path) -> None:
+        self.library, self.path = library, path
+        self.shift = 0.0
+        path.write_bytes(struct.pack("q", 0))
+
+    def env(self) -> dict[str, str]:
+        return {"LD_PRELOAD": str(self.library), "JOBD_TEST_CLOCK_SHIFT": str(self.path)}
+
+    def now(self) -> float:
+        return time.time() + self.shift
+
+    def set(self, moment: float) -> None:
+        """Every shifted process's clock reads ``moment`` now, and runs on from there."""
+        self.shift = moment - time.time()
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, struct.pack("q", int(self.shift * 1e9)), 0)
+        finally:
+            os.close(fd)
+
+
+@pytest.fixture(scope="session")
+def shift_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the clock-shifting library")
+    folder = tmp_path_factory.mktemp("clock")
+    (folder / "shift.c").write_text(SHIFT_SOURCE)
+    library = folder / "libshift.so"
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(folder / "shift.c"), "-ldl"],
+        check=True,
+    )
+    return library
+
+
+@pytest.fixture
+def clock(shift_library: Path, tmp_path: Path) -> Clock:
+    return Clock(shift_library, tmp_path / "clock-shift")
+
+
+def start_shifted(server: RedisServer, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as m:
+        for name, value in clock.env().items():
+            m.setenv(name, value)
+        server.start()
+
+
+@pytest.fixture
+def shifted_redis(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RedisServer]:
+    """A redis-server of this test's own on the shifted clock (its expiries and TIME follow
+    it), with an append-only file so that it can be restarted without losing a write."""
+    server = RedisServer(tmp_path / "redis", ("--appendonly", "yes", "--appendfsync", "always"))
+    start_shifted(server, clock, monkeypatch)
+    yield server
+    server.stop()
+
+
+# -- periodic jobs -----------------------------------------------------------------------------
+
+DAY = "2031-06-01"
+
+
+def at(hms: str) -> float:
+    return datetime.datetime.fromisoformat(f"{DAY}T{hms}+00:00").timestamp()
+
+
+def tick_ids(client: redis.Redis, schedule: str) -> list[str]:
+    ids = [f.get(b"job_id", b"").decode() for _, f in client.xrange("jobd:q")]
+    return [i for i in ids if i.startswith(f"{schedule}@")]
+
+
+def tick_seconds(client: redis.Redis, schedule: str) -> list[int]:
+    """The tick times (Unix seconds) of the schedule's jobs, as their ids say."""
+    return sorted(
+        int(datetime.datetime.strptime(i.split("@")[1], "%Y-%m-%dT%H:%M:%S%z").timestamp())
+        for i in tick_ids(client, schedule)
+    )
+
+
+def beat_since(client: redis.Redis, moment: float) -> bool:
+    """Whether the every-second schedule has a tick at ``moment`` or later: the daemon has
+    evaluated its schedules since then (the hourly one first, being listed first)."""
+    seconds = tick_seconds(client, "beat")
+    return bool(seconds) and seconds[-1] >= moment
+
+
+def hourly_config(url: str) -> str:
+    return (
+        "redis: {url: 'URL'}\nqueues:\n  q:\n    command: [/bin/true]\n    schedule:\n"
+        "      - {cron: '0 * * * *', name: hourly, catch_up: 1m}\n"
+        "      - {cron: '* * * * * *', name: beat, catch_up: 1s}\n"
+    ).replace("URL", url)
+
+
+def run_until_the_11_oclock_tick(
+    clock: Clock, server: RedisServer, write_config, daemon: Daemon
+) -> tuple[redis.Redis, Path, DaemonProcess]:
+    """A daemon on the shifted clock, moved to just before 11:00; returns once 11:00 is in."""
+    client = redis.Redis(port=server.port)
+    config = write_config(hourly_config(server.url))
+    clock.set(at("10:50:00"))
+    d = daemon(config, env=clock.env())
+    clock.set(at("10:59:58"))
+    wait_until(lambda: tick_ids(client, "hourly"), what="the 11:00 tick")
+    assert tick_ids(client, "hourly") == [f"hourly@{DAY}T11:00:00Z"]
+    return client, config, d
+
+
+def test_a_restart_within_catch_up_enqueues_the_hourly_tick_due_while_no_daemon_ran(
+    clock: Clock, shifted_redis: RedisServer, write_config, daemon: Daemon
+) -> None:
+    client, config, d = run_until_the_11_oclock_tick(clock, shifted_redis, write_config, daemon)
+    assert d.stop() == 0
+    stopped = clock.now()
+    clock.set(at("12:00:15"))  # the daemon was down over 12:00; back within catch_up (1m)
+    restarted = clock.now()
+    again = daemon(config, env=clock.env())
+    wait_until(lambda: beat_since(client, restarted), what="a tick after the restart")
+    assert tick_ids(client, "hourly") == [f"hourly@{DAY}T11:00:00Z", f"hourly@{DAY}T12:00:00Z"]
+    assert client.ttl("{jobd:q}:schedule:hourly") == -1, "kept however long the interval"
+    # The every-second schedule's catch_up is 1s: the hour of ticks it missed stays missed.
+    assert not [t for t in tick_seconds(client, "beat") if stopped < t < restarted - 2]
+    assert "older than catch_up (1s) on Redis's clock not enqueued" in again.log()
+
+
+def test_a_reload_enqueues_the_hourly_tick_missed_while_redis_was_away(
+    clock: Clock,
+    shifted_redis: RedisServer,
+    write_config,
+    daemon: Daemon,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client, _, d = run_until_the_11_oclock_tick(clock, shifted_redis, write_config, daemon)
+    shifted_redis.stop()  # away over 12:00, so this daemon cannot enqueue that tick itself
+    clock.set(at("12:00:15"))
+    d.signal(signal.SIGHUP)
+    d.wait_log("reload done")
+    reloaded = clock.now()
+    start_shifted(shifted_redis, clock, monkeypatch)
+    wait_until(lambda: beat_since(client, reloaded), what="a tick after the reload")
+    assert tick_ids(client, "hourly") == [f"hourly@{DAY}T11:00:00Z", f"hourly@{DAY}T12:00:00Z"]
+
+
+def test_a_running_daemon_enqueues_every_tick_even_with_a_catch_up_of_1ms(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """catch_up bounds what a starting daemon catches up, not the ticks due while it runs: each
+    is checked up to 0.2 s after it is due (later behind a slow duty). Bounding live ticks by
+    catch_up enqueued one only when a check happened to fall within 1 ms after it."""
+    config = write_config(
+        queue_config("[/bin/true]", schedule="[{cron: '* * * * * *', name: beat, catch_up: 1ms}]")
+    )
+    daemon(config)
+    wait_until(lambda: len(tick_ids(r, "beat")) >= 3, 10, "three ticks")
+    seconds = tick_seconds(r, "beat")
+    assert seconds == list(range(seconds[0], seconds[-1] + 1)), f"a tick skipped: {seconds}"
+
+
+def test_two_daemons_with_clocks_30s_apart_enqueue_each_tick_once(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    config = write_config(
+        queue_config("[/bin/true]", schedule="[{cron: '* * * * * *', name: beat, catch_up: 20s}]")
+    )
+    behind = daemon(config)  # on the true clock, as Redis is
+    wait_until(lambda: len(tick_ids(r, "beat")) >= 2, what="two ticks")
+    # The behind one stops; the ahead one starts at once: it thinks the last tick enqueued is
+    # 31 s old, more than catch_up, but on Redis's clock it is 1 s old: nothing may be skipped.
+    assert behind.stop() == 0
+    stopped = time.time()
+    daemon(config, env=skewed("+30s"))
+    wait_until(lambda: tick_seconds(r, "beat")[-1] >= stopped + 30, what="the ahead daemon's ticks")
+    # The behind one starts again: the latest tick enqueued is 30 s ahead of its clock, and it
+    # must enqueue none of the ticks it reaches (the ahead daemon has).
+    again = daemon(config)
+    restarted = time.time()
+    wait_until(lambda: time.time() > restarted + 3, what="three ticks with both daemons")
+    ids, seconds = tick_ids(r, "beat"), tick_seconds(r, "beat")
+    assert len(ids) == len(set(ids)), f"a tick enqueued twice: {sorted(ids)}"
+    assert seconds == list(range(seconds[0], seconds[-1] + 1)), f"a tick skipped: {seconds}"
+    assert "enqueued for its tick" not in again.log()
+
+
+# -- retention -----------------------------------------------------------------------------------
+
+
+def test_retention_deletes_acked_entries_behind_1500_pending_ones(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """Another application's group holds the first 1500 entries pending: more than one trim
+    call can look at, so a walk that starts at the stream's start each time never gets past."""
+    r.xgroup_create("jobd:q", "analytics", id="0", mkstream=True)
+    pipe = r.pipeline()
+    for i in range(6200):
+        pipe.xadd("jobd:q", {"payload": str(i)})
+    ids = pipe.execute()
+    r.xreadgroup("analytics", "a1", {"jobd:q": ">"}, count=6200)
+    r.xack("jobd:q", "analytics", *ids[1500:])
+    undelivered = [r.xadd("jobd:q", {"payload": "later"}) for _ in range(10)]
+    r.xgroup_create("jobd:q", "jobd", id="$")  # jobd's own group has nothing left to run
+    config = write_config(queue_config("[/bin/true]", retention="{maxlen: 100}"))
+    daemon(config)
+    must_stay = ids[:1500] + undelivered
+    wait_until(lambda: r.xlen("jobd:q") == len(must_stay), 20, "acked entries deleted")
+    assert [mid for mid, _ in r.xrange("jobd:q")] == must_stay
+    r.xack("jobd:q", "analytics", *ids[:1500])
+    wait_until(lambda: r.xlen("jobd:q") == 100, 20, "the stream trimmed to maxlen")
+    assert [mid for mid, _ in r.xrange("jobd:q")][-10:] == undelivered
+
+
+def test_trim_calls_walk_past_any_pending_head_and_start_again_at_the_end(
+    r: redis.Redis, write_config
+) -> None:
+    """Group a: entries 0-1199 pending, then every 7th of 1200-2499, 2500-2999 undelivered;
+    group b: two others pending. Calls of 100 at most remove every other entry below 2500."""
+    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    scripts = Scripts(r)
+    r.xgroup_create("jobd:q", "a", id="0", mkstream=True)
+    r.xgroup_create("jobd:q", "b", id="0")
+    pipe = r.pipeline()
+    for i in range(3000):
+        pipe.xadd("jobd:q", {"payload": str(i)})
+    ids = pipe.execute()
+    r.xreadgroup("a", "a1", {"jobd:q": ">"}, count=2500)
+    a_pending = set(ids[:1200]) | {ids[i] for i in range(1200, 2500, 7)}
+    r.xack("jobd:q", "a", *(set(ids[:2500]) - a_pending))
+    r.xreadgroup("b", "b1", {"jobd:q": ">"}, count=3000)
+    b_pending = {ids[1501], ids[2222]}
+    r.xack("jobd:q", "b", *(set(ids) - b_pending))
+    r.set("{jobd:q}:trim", "not an id")  # a cursor another client garbled: ignored
+    must_stay = a_pending | b_pending | set(ids[2500:])
+
+    def converge(expected: set[bytes]) -> None:
+        for _ in range(100):
+            assert trim(scripts, queue, 10, batch=100) <= 100
+            left = {mid for mid, _ in r.xrange("jobd:q")}
+            assert must_stay <= left, "a pending or undelivered entry was removed"
+            if left == expected:
+                return
+        pytest.fail(f"{len(left)} entries left after 100 calls, expected {len(expected)}")
+
+    converge(must_stay)
+    # Jobs at the head and further on finish: the next walks, from the start again, find them.
+    done = {ids[5], ids[1207], ids[2002]}
+    r.xack("jobd:q", "a", *done)
+    must_stay -= done
+    converge(must_stay)
