@@ -101,6 +101,11 @@ class QueueKeys:
         stream = derive(self.base, f"priority:{name}")
         return replace(self, stream=stream, delayed=derive(stream, "delayed"))
 
+    def trim_cursor(self) -> str:
+        """Where retention (trim.lua) keeps its walk over this stream's acknowledged entries
+        behind pending ones."""
+        return derive(self.stream, "trim")
+
     def job_mark(self, job_id: str | bytes) -> bytes:
         """The dedupe / uniqueness mark of a producer's job id. Bytes: a job id is any bytes
         a producer wrote (a ``str`` here is ``os.fsdecode``'d and goes back exactly)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 
 from jobd.config import QueueConfig
-from jobd.keys import derive
 from jobd.scripts import Scripts
 
 log = logging.getLogger("jobd.retention")
@@ -26,16 +25,11 @@ MAX_CALLS_PER_TICK = 10
 CURSOR_TTL = 3600  # seconds the walk's cursor is kept; without it the walk starts over
 
 
-def cursor_key(queue: QueueConfig) -> str:
-    """Where trim.lua keeps its walk over acknowledged entries behind pending ones."""
-    return derive(queue.stream, "trim")
-
-
 def trim_call(scripts: Scripts, queue: QueueConfig, maxlen: int, batch: int) -> tuple[int, bool]:
     """One bounded trim call: the number of entries removed, and whether it stopped at its
     budget with the stream still above ``maxlen`` (another call can go on at once)."""
     trimmed, deleted, more = scripts.trim(
-        keys=[queue.stream, cursor_key(queue)], args=[maxlen, batch, CURSOR_TTL * 1000]
+        keys=[queue.stream, queue.keys.trim_cursor()], args=[maxlen, batch, CURSOR_TTL * 1000]
     )
     return int(trimmed) + int(deleted), bool(more)
 
