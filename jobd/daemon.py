@@ -47,7 +47,7 @@ import threading
 import time
 from dataclasses import replace
 
-from jobd import dead_letter, exitcodes, lease, logs, policy, redisconn, spawn
+from jobd import dead_letter, exitcodes, hardening, lease, logs, policy, redisconn, spawn
 from jobd.config import Config, ConfigError, QueueConfig, load
 from jobd.dashboard import Dashboard
 from jobd.delayed import Forwarder
@@ -601,7 +601,7 @@ class Daemon:
             return
         self.notifier.reloading()
         try:
-            new = load(self.config.path)
+            new = load(self.config.path, hardening.config_environ())  # secrets forgotten
         except ConfigError as exc:
             for problem in exc.problems:
                 log.error("reload refused: %s", problem.format(exc.path))
@@ -707,4 +707,5 @@ def _drain(fd: int) -> bytes:
 
 def run(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
     logs.setup(log_level, log_format)
+    hardening.protect_process(config.path)  # before any handler or embedded Redis starts
     return Daemon(config).run()

@@ -11,6 +11,10 @@ One server per state directory, whoever starts it: the owner holds an exclusive 
 ``server.lock`` for as long as the server runs. ``jobd run`` owns it for its lifetime (and
 restarts it if it dies); ``jobd enqueue``, ``status`` and ``dlq`` use the running one, or, when
 no daemon runs, start it for the length of the command.
+
+The state directory holds every job: it is jobd's user's alone. A directory owned by another user
+is refused; an existing one open to others is made 0700 and what is in it private, and the
+server runs with umask 077 (whatever jobd's own umask) and only a small environment.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import fcntl
 import importlib.util
 import logging
 import os
+import pwd
 import shutil
+import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +37,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from jobd.handler_env import base_environment
+
 log = logging.getLogger("jobd.embedded")
 
 SOCKET = "redis.sock"
 START_TIMEOUT = 30.0
+SERVER_UMASK = 0o077  # the AOF, RDB, log and pid files: the owner's alone
+PRIVATE = 0o077  # the permission bits of group and others
 
 
 def wheel_binary() -> str | None:
@@ -85,7 +95,7 @@ class EmbeddedServer:
 
     def try_own(self) -> bool:
         """Take the state directory's lock without waiting; True if this process owns it now."""
-        Path(self.config.dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+        secure_directory(Path(self.config.dir))
         fd = os.open(
             Path(self.config.dir) / "server.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
@@ -115,11 +125,14 @@ class EmbeddedServer:
         self.stop_orphan()
         with contextlib.suppress(FileNotFoundError):
             (state / SOCKET).unlink()  # left by a server that died
+        make_private(state)  # files an earlier version (umask 022) left readable
         self.proc = subprocess.Popen(
             [binary, *self.arguments()],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             process_group=0,  # Ctrl-C in a terminal reaches jobd, which stops the server last
+            umask=SERVER_UMASK,
+            env=server_environment(os.environ),
         )
         self.wait_ready()
         log.info("embedded Redis started: %s (pid %d), state in %s", binary, self.proc.pid, state)
@@ -182,6 +195,62 @@ class EmbeddedServer:
             with contextlib.suppress(ChildProcessError):
                 self.proc.wait(30)
         self.release()
+
+
+def secure_directory(path: Path) -> None:
+    """Create the state directory 0700, or make an existing one 0700; RuntimeError, saying
+    why, when it is not a directory or another user owns it (that user could read every job,
+    or replace the AOF)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = path.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise RuntimeError(f"the embedded Redis's state directory {path} is not a directory")
+    if info.st_uid != os.geteuid():
+        raise RuntimeError(
+            f"the embedded Redis's state directory {path} is owned by {_user(info.st_uid)}, "
+            f"not by {_user(os.geteuid())} that jobd runs as: that user could read every job "
+            "in it or replace its data. Give it to jobd's user (chown), or set "
+            "redis.embedded.dir to a directory of jobd's own"
+        )
+    if info.st_mode & PRIVATE:
+        log.warning("state directory %s was open to others (mode %04o); made it 0700",
+                    path, stat.S_IMODE(info.st_mode))  # fmt: skip
+        path.chmod(0o700)
+
+
+def make_private(state: Path) -> None:
+    """Remove group and other permissions from everything of ours in ``state`` (symbolic links
+    are left alone: their mode means nothing and their target may be anyone's)."""
+    for folder, dirs, files in os.walk(state):
+        for name in (*dirs, *files):
+            _make_private(Path(folder) / name)
+
+
+def _make_private(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+            return
+        if info.st_mode & PRIVATE:
+            path.chmod(stat.S_IMODE(info.st_mode) & ~PRIVATE)
+
+
+def server_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The server's environment: what any program needs (the handlers' base) and the library
+    path, never the daemon's secrets. The server blanks its /proc/PID/environ for its process
+    title but keeps a copy in its memory, which, unlike jobd's, a process of the same user can
+    read (/proc/PID/mem): it stays dumpable."""
+    env = base_environment(environ)
+    if "LD_LIBRARY_PATH" in environ:
+        env["LD_LIBRARY_PATH"] = environ["LD_LIBRARY_PATH"]
+    return env
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _client(config: EmbeddedConfig, timeout: float) -> redis.Redis:
