@@ -225,6 +225,7 @@ class DashboardConfig:
     actions: bool = False  # requeue and purge dead letters from the page
     token: str | None = field(default=None, repr=False)  # needed on every request when set
     show_payloads: bool = False
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides IPs and loopback names
 
 
 class ConfigError(Exception):
@@ -386,6 +387,7 @@ def build_dashboard(
         actions=bool(section.get("actions", False)),
         token=token,
         show_payloads=bool(section.get("show_payloads", False)),
+        allowed_hosts=tuple(section.get("allowed_hosts") or ()),
     )
 
 

@@ -3,21 +3,29 @@
 Names follow Prometheus conventions: ``jobd_`` prefix, ``_total`` on counters, seconds for
 time; every series has a ``queue`` label. The registry is the daemon's own (no process-wide
 state). ``/healthz`` answers 200 while the main loop turns over, 503 once it has been stuck
-for ``STUCK_AFTER`` seconds.
+for ``STUCK_AFTER`` seconds, and says nothing else: it needs no token. ``/metrics`` needs the
+dashboard's token when one is set (``Authorization: Bearer TOKEN``). Every request must name
+this server in its Host header (``host_allowed``: DNS rebinding), else it gets 421.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from typing import Any, Protocol
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from waitress import wasyncore
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.server import TcpWSGIServer
 
 WSGIApp = Callable[..., Any]
 
@@ -139,22 +147,59 @@ class Metrics:
         return time.monotonic() - self.heartbeat < STUCK_AFTER
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # scrapes every few seconds would drown the log
+# -- the HTTP server ----------------------------------------------------------------------------
+#
+# waitress: one thread reads every connection (a request reaches a worker thread only once it
+# has arrived whole), a few workers answer. Bounded on every side, so clients that connect and
+# stall can neither take the daemon's descriptors (its handlers need them) nor keep the page,
+# /metrics and /healthz from answering.
+
+MAX_CONNECTIONS = 64  # open at once; at the cap, a new one closes the one waiting longest
+TIMEOUT = 10  # seconds for a request to arrive whole, and for a connection to sit idle
+WORKERS = 4  # requests answered at once
+MAX_HEADERS = 32 * 1024  # bytes of a request's line and headers
+MAX_BODY = 64 * 1024  # bytes of a request's body (the dashboard's actions are small)
+# A Host header: a name or IPv4 address, or an [IPv6] address, and an optional port.
+HOST = re.compile(r"(?:\[(?P<ip6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9_.-]+))(?::[0-9]{1,5})?")
+MISDIRECTED = orjson.dumps(
+    {"error": "misdirected request: this server does not answer that Host name "
+              "(names it answers: its listen address, localhost, dashboard.allowed_hosts)"}
+)  # fmt: skip
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # a slow page never holds up a scrape
+class Page(Protocol):
+    """What ``serve`` needs of the dashboard: the app, its token check, and the names it may
+    be reached by."""
+
+    allowed_hosts: tuple[str, ...]
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]: ...
+
+    def authorized(self, environ: dict[str, Any]) -> bool: ...
 
 
-class _IPv6Server(_Server):
-    address_family = socket.AF_INET6
+class Server:
+    """A server running on a daemon thread: its address, and a way to stop it."""
+
+    def __init__(self, server: _WSGIServer, thread: threading.Thread) -> None:
+        self._server, self._thread = server, thread
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        return self._server.effective_host, int(self._server.effective_port)
+
+    def shutdown(self) -> None:
+        """Let the workers finish (they wake the loop through its trigger when done), then
+        close every connection and the listening socket from the server's own thread."""
+        self._server.task_dispatcher.shutdown(timeout=TIMEOUT)
+        self._server.trigger.pull_trigger(lambda: wasyncore.close_all(self._server._map))
+        self._thread.join(TIMEOUT)
 
 
-def serve(metrics: Metrics, listen: str, page: WSGIApp | None = None) -> WSGIServer:
+def serve(metrics: Metrics, listen: str, page: Page | None = None) -> Server:
     """Serve on ``listen`` (HOST:PORT) from a daemon thread; returns the server. ``page``
-    (the dashboard) answers every path but /metrics and /healthz."""
+    (the dashboard) answers every path but /metrics and /healthz, and its token guards
+    /metrics too; /healthz says only whether the main loop turns over."""
     prometheus = make_wsgi_app(metrics.registry)
 
     def app(environ, start_response):  # type: ignore[no-untyped-def]
@@ -167,18 +212,159 @@ def serve(metrics: Metrics, listen: str, page: WSGIApp | None = None) -> WSGISer
             return [b"ok\n" if ok else b"main loop stuck\n"]
         if page is not None and path != "/metrics":
             return page(environ, start_response)
+        if page is not None and not page.authorized(environ):
+            start_response(
+                "401 Unauthorized",
+                [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="jobd"')],
+            )
+            return [b"a valid token is needed: Authorization: Bearer TOKEN\n"]
         return prometheus(environ, start_response)
 
-    return serve_app(app, listen, "metrics")
+    hosts = page.allowed_hosts if page is not None else ()
+    return serve_app(app, listen, "metrics", hosts)
 
 
-def serve_app(app: WSGIApp, listen: str, name: str) -> WSGIServer:
-    """Serve ``app`` on ``listen`` (HOST:PORT) from a daemon thread."""
+def serve_app(
+    app: WSGIApp, listen: str, name: str, allowed_hosts: Iterable[str] | None = None
+) -> Server:
+    """Serve ``app`` on ``listen`` (HOST:PORT) from a daemon thread, answering only the Host
+    names ``host_allowed`` lets through (``allowed_hosts``: by default the app's own)."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
-    server_class = _IPv6Server if ":" in host else _Server
-    server = make_server(
-        host, int(port), app, server_class=server_class, handler_class=_QuietHandler
-    )
-    threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
-    return server
+    if allowed_hosts is None:
+        allowed_hosts = getattr(app, "allowed_hosts", ())
+    names = host_names(host, allowed_hosts)
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "queue depth" on every burst
+    server = _WSGIServer(host_check(app, names), _socket_info(host, int(port)))
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    return Server(server, thread)
+
+
+def host_names(listen_host: str, allowed: Iterable[str]) -> frozenset[str]:
+    """The names a request's Host may carry: localhost, the listen host, and ``allowed``."""
+    return frozenset(n.strip().lower().rstrip(".") for n in ("localhost", listen_host, *allowed))
+
+
+def host_allowed(header: str, names: frozenset[str]) -> bool:
+    """Whether to answer a request whose Host header is ``header``. A browser sends the name
+    it resolved, so a page of another site whose name was made to resolve to this address
+    (DNS rebinding) carries that name, and is refused. An IP address (any port) or no Host
+    at all cannot be such a name: the page's origin would then be this server itself."""
+    if not header:
+        return True
+    match = HOST.fullmatch(header.strip().lower())
+    if match is None:
+        return False
+    name = match["ip6"] or match["name"].rstrip(".")
+    return name in names or _is_ip(name)
+
+
+def host_check(app: WSGIApp, names: frozenset[str]) -> WSGIApp:
+    """``app``, answering 421 Misdirected Request to a Host not in ``names``."""
+
+    def checked(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if host_allowed(environ.get("HTTP_HOST", ""), names):
+            return app(environ, start_response)
+        headers = [("Content-Type", "application/json"), ("X-Content-Type-Options", "nosniff")]
+        start_response("421 Misdirected Request", [*headers, ("Cache-Control", "no-store")])
+        return [MISDIRECTED]
+
+    return checked
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _socket_info(host: str, port: int) -> tuple[int, int, int, Any]:
+    """What waitress binds: IPv6 for an address with a colon, else IPv4 (an empty host:
+    every IPv4 address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    kind = socket.SOCK_STREAM
+    found = socket.getaddrinfo(host or None, port, family, kind, 0, socket.AI_PASSIVE)
+    return family, kind, found[0][2], found[0][4]
+
+
+class _Channel(HTTPChannel):
+    """A connection that knows since when it has held its place without a request to
+    answer."""
+
+    began = 0.0  # when the request now arriving began
+
+    def received(self, data: bytes) -> bool:
+        before = self.request
+        done = super().received(data)
+        if self.request is not None and self.request is not before:
+            self.began = time.time()
+        return bool(done)
+
+    def waiting_since(self) -> float | None:
+        """None while a request is being answered; else when the request still arriving
+        began, or, between requests (a response maybe still unsent), the last activity."""
+        if self.requests:
+            return None
+        return self.began if self.request is not None else self.last_activity
+
+
+class _WSGIServer(TcpWSGIServer):
+    """waitress's server, with a request timeout and a cap on connections that never stops
+    accepting while a connection merely waits: at the cap, the one waiting longest is
+    closed for the newcomer. Only when every connection has a request being answered do
+    new ones wait in the listen backlog."""
+
+    channel_class = _Channel
+
+    def __init__(self, app: WSGIApp, sockinfo: tuple[int, int, int, Any]) -> None:
+        adj = Adjustments(
+            threads=WORKERS, connection_limit=MAX_CONNECTIONS, channel_timeout=TIMEOUT,
+            cleanup_interval=1, max_request_header_size=MAX_HEADERS,
+            max_request_body_size=MAX_BODY, asyncore_use_poll=True, ident="jobd",
+            log_socket_errors=False,
+        )  # fmt: skip
+        self.closing: set[_Channel] = set()
+        super().__init__(app, map={}, adj=adj, sockinfo=sockinfo)
+
+    def run(self) -> None:
+        """waitress's loop, closing the connections picked to go between two turns: one
+        whose client reads nothing never turns writable, so ``will_close`` alone (waitress's
+        way) would leave it open."""
+        while self._map:
+            wasyncore.poll2(self.adj.asyncore_loop_timeout, self._map)
+            while self.closing:
+                self.closing.pop().handle_close()
+
+    def readable(self) -> bool:
+        now = time.time()
+        if now >= self.next_channel_cleanup:
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        return bool(self.accepting) and self._room()
+
+    def maintenance(self, now: float) -> None:
+        """Close every connection that has waited longer than TIMEOUT."""
+        for channel in list(self.active_channels.values()):
+            since = channel.waiting_since()
+            if since is not None and since < now - TIMEOUT:
+                self._close(channel)
+
+    def _room(self) -> bool:
+        """Whether a new connection may be taken now, closing the one waiting longest at the
+        cap."""
+        channels = [c for c in self.active_channels.values() if c not in self.closing]
+        if len(channels) < MAX_CONNECTIONS:
+            return True
+        waiting = [(since, c) for c in channels if (since := c.waiting_since()) is not None]
+        if not waiting:
+            return False
+        self._close(min(waiting, key=lambda pair: pair[0])[1])
+        return True
+
+    def _close(self, channel: _Channel) -> None:
+        """Close ``channel`` after this turn of the loop; it reads nothing more meanwhile."""
+        channel.will_close = True
+        self.closing.add(channel)

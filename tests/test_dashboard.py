@@ -222,6 +222,7 @@ def test_the_page_in_headless_chromium(
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--window-size=1280,1400",
+                 "--no-proxy-server", "--host-resolver-rules=MAP rebind.test 127.0.0.1",
                  f"--user-data-dir={tmp_path / 'chromium'}"):  # fmt: skip
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -238,5 +239,11 @@ def test_the_page_in_headless_chromium(
         assert driver.save_screenshot(str(ARTIFACTS / "dashboard.png"))
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, f"console errors: {errors}"
+        # DNS rebinding: a site whose name resolves to this address gets nothing of it.
+        driver.get(f"http://rebind.test:{port}/")
+        fetch = "fetch('/api/overview').then((r) => arguments[0](r.status), (e) => arguments[0](String(e)))"
+        assert driver.execute_async_script(fetch) == 421
+        text = driver.find_element(By.TAG_NAME, "body").text
+        assert "misdirected" in text and "invoice-42" not in text and "thumbnails" not in text
     finally:
         driver.quit()

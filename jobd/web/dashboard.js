@@ -69,17 +69,26 @@ async function act(action, body) {
   refresh();
 }
 
+// A record's field as shown, marked where the server cut it (stderr keeps its tail).
+function cut(record, name) {
+  const text = record[name] || "";
+  if (!(record.cut || []).includes(name)) return text;
+  return name === "stderr" ? "…" + text : text + "…";
+}
+
 function deadLetters(name, records, actions) {
   if (!records.length) return el("p", {class: "muted"}, "No dead letters.");
   const head = el("tr", {}, ...["job", "error", "exit", "attempts", "failed", "stderr (tail)"]
     .map((h) => el("th", {}, h)), actions ? el("th", {}, "") : null);
   const rows = records.map((r) => el("tr", {},
-    el("td", {}, r.job_id, r.payload !== undefined ? el("pre", {}, r.payload) : null),
-    el("td", {class: "error"}, r.error),
+    el("td", {class: "job"}, cut(r, "job_id"),
+       r.payload !== undefined ? el("pre", {}, cut(r, "payload")) : null,
+       r.bad ? el("div", {class: "bad"}, "bad record: " + r.bad) : null),
+    el("td", {class: "error"}, cut(r, "error")),
     el("td", {class: "num"}, r.exit_code ?? (r.signal ? "signal " + r.signal : "–")),
     el("td", {class: "num"}, r.attempts),
-    el("td", {}, new Date(r.failed_at * 1000).toLocaleString()),
-    el("td", {}, el("pre", {}, r.stderr || "")),
+    el("td", {}, r.failed_at === null ? "–" : new Date(r.failed_at * 1000).toLocaleString()),
+    el("td", {}, el("pre", {}, cut(r, "stderr"))),
     actions ? el("td", {}, el("button", {onclick: () => act("requeue", {queue: name, ids: [r.id]})},
                               "requeue")) : null));
   const table = el("table", {}, head, ...rows);
