@@ -49,6 +49,14 @@ def percentile(counts: list[int], p: float) -> float | str | None:
     return "+Inf"
 
 
+def _count(raw: bytes) -> int:
+    """A counter as HINCRBY keeps it; 0 for anything else (a value someone else wrote)."""
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        return 0
+
+
 def last_hour(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
     """Per-minute counters of the last hour (oldest first) and the hour's percentiles."""
     minute = int((time.time() if now is None else now) // 60)
@@ -64,13 +72,13 @@ def last_hour(client: redis.Redis, q: QueueConfig, now: float | None = None) -> 
     for raw in stats:
         counts = raw if isinstance(raw, dict) else {}
         for name, values in series.items():
-            values.append(int(counts.get(name.encode(), 0)))
+            values.append(_count(counts.get(name.encode(), b"0")))
     hist = {kind: [0] * (len(BUCKETS) + 1) for kind in ("wait", "run")}
     for raw in timings:
         for name, value in (raw if isinstance(raw, dict) else {}).items():
-            kind, _, index = name.decode().partition(":")
+            kind, _, index = name.decode("utf-8", "replace").partition(":")
             if kind in hist and index.isdigit() and int(index) <= len(BUCKETS):
-                hist[kind][int(index)] += int(value)
+                hist[kind][int(index)] += _count(value)
     return {
         "minutes": [m * 60 for m in minutes],
         "series": series,

@@ -12,6 +12,7 @@ import resource
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -378,3 +379,20 @@ def test_static_files_csrf_and_headers_still_hold(
     assert request(port, "/api/dead-letters/purge", "POST", bearer, purge)[0] == 403
     wrong = {**bearer, "X-Jobd-CSRF": "0" * 64}
     assert request(port, "/api/dead-letters/purge", "POST", wrong, purge)[0] == 403
+
+
+def test_garbage_in_the_minute_counters_does_not_break_the_overview(r, write_config) -> None:
+    """A counter hash someone else wrote into (`{S}:stats:M`, `{S}:timings:M`) must not turn
+    the overview into a 500: a value that is not a count counts 0."""
+    from jobd import figures
+    from jobd.config import load
+
+    config = load(
+        str(write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"))
+    )
+    q = config.queues["q"]
+    minute = int(time.time() // 60)
+    r.hset(q.keys.stats(minute), mapping={"done": "lots", "failed": "3"})
+    r.hset(q.keys.timings(minute), mapping={"wait:1": "x", b"\xff:2": "1", "run:0": "2"})
+    hour = figures.last_hour(r, q, now=minute * 60)
+    assert hour["series"]["done"][-1] == 0 and hour["series"]["failed"][-1] == 3
