@@ -12,6 +12,7 @@ read creates it again.
 from __future__ import annotations
 
 import logging
+import os
 
 import redis
 
@@ -36,10 +37,10 @@ def sweep(client: redis.Redis, scripts: Scripts, queue: QueueConfig, me: str) ->
     limit = max_idle_ms(queue)
     removed = 0
     for c in consumers:
-        name = c["name"].decode()
+        name = os.fsdecode(c["name"])  # any bytes another client named it: fsencode gives them back
         if name == me or c["pending"] or c["idle"] < limit:
             continue
-        args = [queue.group, name, limit]
+        args = [queue.group, c["name"], limit]
         if scripts.drop_consumer(keys=[queue.stream], args=args):
             log.info("queue=%s removed consumer %s: idle and holding nothing", queue.name, name)
             removed += 1

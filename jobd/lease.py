@@ -19,6 +19,7 @@ not a loss: the next tick tries again, and the margin between ``renew_every`` an
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -81,7 +82,8 @@ def renew(scripts: Scripts, queue: QueueConfig, consumer: str, ids: list[str]) -
             raise
         return [Lost(key(queue), mid, "") for mid in ids]  # the group or stream was deleted
     return [
-        Lost(key(queue), reply[i].decode(), reply[i + 1].decode()) for i in range(0, len(reply), 2)
+        Lost(key(queue), reply[i].decode(), os.fsdecode(reply[i + 1]))  # owner: any bytes
+        for i in range(0, len(reply), 2)
     ]
 
 

@@ -19,25 +19,6 @@ import orjson
 _TAG = re.compile(r"^queue=(?P<queue>\S+) job=(?P<job>\S+)(?: attempt=(?P<attempt>\d+))?")
 
 
-class JSONFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        body: dict[str, object] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": message,
-        }
-        tag = _TAG.match(message)
-        if tag:
-            body["queue"], body["job"] = tag["queue"], tag["job"]
-            if tag["attempt"]:
-                body["attempt"] = int(tag["attempt"])
-        if record.exc_info:
-            body["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(body).decode()
-
-
 # Characters a terminal or a log reader acts on (C0, DEL, C1: newlines that forge lines, escape
 # sequences that retitle or clear a terminal or write its clipboard), and the lone surrogates
 # that stand for bytes that are not UTF-8 (surrogateescape).
@@ -56,6 +37,25 @@ def printable(text: str) -> str:
     people's bytes (job ids, consumer names, a handler's output) cannot forge a log line or
     drive a terminal."""
     return _UNPRINTABLE.sub(_escaped, text) if _UNPRINTABLE.search(text) else text
+
+
+class JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        message = printable(record.getMessage())  # bytes that were not UTF-8 as \xff
+        body: dict[str, object] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": message,
+        }
+        tag = _TAG.match(message)
+        if tag:
+            body["queue"], body["job"] = tag["queue"], tag["job"]
+            if tag["attempt"]:
+                body["attempt"] = int(tag["attempt"])
+        if record.exc_info:
+            body["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(body).decode()
 
 
 class TextFormatter(logging.Formatter):

@@ -258,21 +258,39 @@ class Reader(threading.Thread):
             return 0
         min_idle = int(q.lease.reclaim_after * 1000)
         cursor: bytes | str = "0-0"
+        used = 0
+        while used < count:
+            cursor, claimed, deleted = self.scripts.reclaim(
+                keys=[q.stream], args=[q.group, self.consumer, min_idle, cursor, count - used]
+            )
+            used += self.take_over(q, claimed)
+            for raw_id in deleted:
+                log.warning(
+                    "queue=%s entry %s was pending but its data is gone (trimmed or deleted); "
+                    "dropped from the group",
+                    q.name,
+                    raw_id.decode(),
+                )
+            if cursor == b"0-0":
+                break
+        return used
+
+    def take_over(self, q: QueueConfig, claimed: list) -> int:
+        """One page of entries this consumer just claimed: each is run, dead-lettered as poison,
+        or (one of its own, still running) kept. Whatever fails on the way, what was claimed
+        before is handed over and its own ones kept: a claim is a delivery, and one that
+        reached no handler would count toward poison for nothing. Returns slots used."""
+        held = set(self.holdings.snapshot(lease.key(q))) if claimed else set()
         jobs: list[Job] = []
         own: list[str] = []
-        while len(jobs) < count:
-            cursor, claimed, deleted = self.scripts.reclaim(
-                keys=[q.stream], args=[q.group, self.consumer, min_idle, cursor, count - len(jobs)]
-            )
-            held = set(self.holdings.snapshot(lease.key(q))) if claimed else set()
+        try:
             for raw_id, flat, deliveries in claimed:
                 job = Job.from_entry(q.name, raw_id, dict(zip(flat[::2], flat[1::2], strict=True)))
                 if job.message_id in held:
                     # Our own job, still running: its lease lapsed while Redis was away and this
                     # claim renewed it. It is not a new job, and not a delivery (keep.lua).
                     own.append(job.message_id)
-                    continue
-                if deliveries > q.max_deliveries:
+                elif deliveries > q.max_deliveries:
                     self.dead_letter_poison(q, job, deliveries)
                 else:
                     self.metrics.of(q.name).reclaimed.inc()
@@ -283,18 +301,11 @@ class Reader(threading.Thread):
                         deliveries,
                     )
                     jobs.append(job)
-            for raw_id in deleted:
-                log.warning(
-                    "queue=%s entry %s was pending but its data is gone (trimmed or deleted); "
-                    "dropped from the group",
-                    q.name,
-                    raw_id.decode(),
-                )
-            if cursor == b"0-0":
-                break
-        if own:
-            self.scripts.keep(keys=[q.stream], args=[q.group, self.consumer, *own])
-        return self.hand_over(q, jobs)
+        finally:
+            handed = self.hand_over(q, jobs)
+            if own:
+                self.scripts.keep(keys=[q.stream], args=[q.group, self.consumer, *own])
+        return handed
 
     def dead_letter_poison(self, q: QueueConfig, job: Job, deliveries: int) -> None:
         failure = dead_letter.Failure(dead_letter.POISON, attempts=deliveries)
@@ -328,7 +339,10 @@ class Reader(threading.Thread):
         """Hold the jobs' leases from now on, and pass them to the main loop with ``q``, the
         queue or the level they were read from; returns how many (the slots they take)."""
         if jobs and q.dedupe_window is not None:
-            jobs = self.drop_done(q, jobs)
+            try:
+                jobs = self.drop_done(q, jobs)
+            except redis.ResponseError as exc:  # never a reason to leave the batch unrun
+                log.error("queue=%s dedupe check failed (%s); running the batch", q.name, exc)
         if jobs:
             ids = [job.message_id for job in jobs]
             self.holdings.add(lease.key(q), ids)

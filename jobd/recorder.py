@@ -11,12 +11,15 @@ entries are no longer held, and their leases are no longer renewed.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from itertools import chain
+
+import redis
 
 from jobd import dead_letter, delayed, figures, lease, limits, redisconn
 from jobd.config import QueueConfig, RedisConfig
@@ -39,6 +42,15 @@ LINGER = 0.005
 WRITE_TRIES = 5  # times one outcome's write may fail (Redis answering) before it is left pending
 RETRY_DELAY = 0.2  # seconds between those tries
 _EMPTY = object()
+
+
+class Away(redis.ConnectionError):
+    """Redis could not take some of a batch's outcomes for now (away, a replica after a
+    failover, busy, out of memory): ``outcomes`` are the ones to keep and write later."""
+
+    def __init__(self, outcomes: list[Outcome], cause: object) -> None:
+        super().__init__(str(cause))
+        self.outcomes = outcomes
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +95,8 @@ class Recorder(threading.Thread):
                 try:
                     backlog[:] = self.write_isolated(backlog)
                 except redisconn.UNAVAILABLE as exc:
+                    if isinstance(exc, Away):  # some were written: keep only the others
+                        backlog[:] = exc.outcomes
                     delay = self.outage.down(exc, f"{len(backlog)} outcome(s) kept to record later")
                     if stopping and self._give_up(backlog):
                         break
@@ -107,7 +121,19 @@ class Recorder(threading.Thread):
             if len(batch) == 1:
                 return self._failed(batch, exc)
             log.warning("cannot record %d outcomes at once (%r); one by one", len(batch), exc)
-            return [again for o in batch for again in self.write_isolated([o])]
+            return self._one_by_one(batch)
+
+    def _one_by_one(self, batch: list[Outcome]) -> list[Outcome]:
+        """Each outcome written alone; if Redis goes away meanwhile, the ones not written yet
+        are kept (Away), never dropped."""
+        again: list[Outcome] = []
+        for i, o in enumerate(batch):
+            try:
+                again += self.write_isolated([o])
+            except redisconn.UNAVAILABLE as exc:
+                rest = exc.outcomes if isinstance(exc, Away) else [o]
+                raise Away([*again, *rest, *batch[i + 1 :]], exc) from exc
+        return again
 
     def _failed(self, outcomes: list[Outcome], error: object) -> list[Outcome]:
         """Outcomes whose write failed with ``error`` (not for want of Redis): each is tried
@@ -115,7 +141,7 @@ class Recorder(threading.Thread):
         it is delivered again after reclaim_after and that delivery counts toward
         max_deliveries (poison): a job whose outcome cannot be written never runs forever."""
         if len(outcomes) > 1:  # one call for several outcomes: find the one that fails
-            return [again for o in outcomes for again in self.write_isolated([o])]
+            return self._one_by_one(outcomes)
         o = outcomes[0]
         key = (*lease.key(o.queue), o.message_id)
         tries = self.failures[key] = self.failures.get(key, 0) + 1
@@ -206,15 +232,21 @@ class Recorder(threading.Thread):
                 self.holdings.discard(lease.key(o.queue), [o.message_id])
         replies = sent.run(self.client)
         again: list[Outcome] = []
+        kept: list[Outcome] = []  # Redis cannot write now (a replica, busy, out of memory)
         for outcomes, reply in zip(calls, replies, strict=False):  # the rest: slots, timings
             if isinstance(reply, Exception):
-                again += self._failed(outcomes, reply)
+                if redisconn.away(reply):
+                    kept += [replace(o, timing=None) for o in outcomes]
+                else:
+                    again += self._failed(outcomes, reply)
                 continue
             self._report(outcomes, reply)
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
             if self.failures:
                 for o in outcomes:
                     self.failures.pop((*lease.key(o.queue), o.message_id), None)
+        if kept:
+            raise Away([*kept, *again], next(r for r in replies if isinstance(r, Exception)))
         return again
 
     def _timings(self, sent: Batch, batch: list[Outcome]) -> None:
@@ -272,5 +304,5 @@ def _not_held(outcomes: list[Outcome], reply: object) -> list[tuple[str, str]]:
     if not isinstance(reply, list):
         return []
     if outcomes[0].kind in (RETRY, DEAD_LETTER):
-        return [(outcomes[0].message_id, reply[1].decode())] if reply else []
-    return [(reply[i].decode(), reply[i + 1].decode()) for i in range(0, len(reply), 2)]
+        return [(outcomes[0].message_id, os.fsdecode(reply[1]))] if reply else []
+    return [(reply[i].decode(), os.fsdecode(reply[i + 1])) for i in range(0, len(reply), 2)]

@@ -14,7 +14,14 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
+from redis.exceptions import (
+    ClusterError,
+    MasterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -60,6 +67,42 @@ class Outage:
         self.backoff = BACKOFF_START
 
 
+def away(exc: BaseException) -> bool:
+    """Whether an error (raised, or a reply in a pipeline) means Redis cannot take writes for
+    now, not that the call is wrong: it is away, loading, a replica after a failover, busy
+    running another script, out of memory. A caller keeps the work and tries again later."""
+    if isinstance(exc, (*UNAVAILABLE, ReadOnlyError, OutOfMemoryError, MasterDownError)):
+        return True
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith("BUSY ")
+
+
+class _FailoverAware:
+    """A connection that treats READONLY as the failover it is: the server it reached is a
+    replica now. The connection is dropped, so the next call connects again (to whatever the
+    address names now: a moved VIP or DNS name), and callers see a ConnectionError, Redis being
+    away, instead of an error they would take for the call's own (what redis-py's Sentinel
+    connection does)."""
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ReadOnlyError as exc:
+            self.disconnect()  # type: ignore[attr-defined]
+            raise redis.ConnectionError(f"READONLY {exc}: the server is a replica now") from exc
+
+
+class _TCP(_FailoverAware, redis.Connection):
+    pass
+
+
+class _TLS(_FailoverAware, redis.SSLConnection):
+    pass
+
+
+class _Unix(_FailoverAware, redis.UnixDomainSocketConnection):
+    pass
+
+
 def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
     """A client for wherever the config says Redis is: one server, a cluster (commands routed
     by their keys' slot, redirections followed) or the master a Sentinel group names (found
@@ -93,9 +136,13 @@ def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
             },
         )
         return sentinel.master_for(s.master, redis_class=redis.Redis, db=s.db, **options)
+    options["connection_class"] = _TCP
+    if config.url.startswith("unix://"):
+        options["connection_class"] = _Unix
     if config.url.startswith("rediss://"):
         tls = config.tls
         options.update(
+            connection_class=_TLS,
             ssl_ca_certs=tls.ca_file,
             ssl_certfile=tls.cert_file,
             ssl_keyfile=tls.key_file,

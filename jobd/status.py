@@ -6,7 +6,9 @@ without a daemon running there.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
 import time
 from typing import Any
 
@@ -46,7 +48,7 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
     slots_used, bucket, waiting = replies[8:]
     group = None
     if not isinstance(groups, Exception):
-        group = next((g for g in groups if g["name"].decode() == q.group), None)
+        group = next((g for g in groups if os.fsdecode(g["name"]) == q.group), None)
     result: dict[str, Any] = {
         "stream": q.stream,
         "group": q.group,
@@ -77,7 +79,11 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         result["oldest_pending_age"] = max(0.0, now - _ms_of(pending["min"]) / 1000)
     if not isinstance(consumers, Exception):
         result["consumers"] = [
-            {"name": c["name"].decode(), "idle": c["idle"] / 1000, "holding": c["pending"]}
+            {
+                "name": c["name"].decode("utf-8", "backslashreplace"),
+                "idle": c["idle"] / 1000,
+                "holding": c["pending"],
+            }
             for c in consumers
         ]
     return result
@@ -131,7 +137,8 @@ def _counters(raw: object) -> dict[str, int]:
     counts = {"done": 0, "failed": 0, "retried": 0, "dead": 0, "deduped": 0}
     if isinstance(raw, dict):
         for key, value in raw.items():
-            counts[key.decode()] = int(value)
+            with contextlib.suppress(ValueError):  # a counter someone else wrote into
+                counts[key.decode("utf-8", "replace")] = int(value)
     return counts
 
 

@@ -4,6 +4,7 @@ twice by accident."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 from collections import Counter
@@ -11,8 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, pending_count, skewed, wait_until
+from support import DaemonProcess, jobd_cli, pending_count, skewed, wait_until
 
+from jobd.config import load
+from jobd.lease import Holdings, key
+from jobd.metrics import Metrics
+from jobd.reader import Reader, Slots
 from jobd.scripts import Scripts
 
 Daemon = Callable[..., DaemonProcess]
@@ -154,9 +159,9 @@ def test_an_outcome_that_cannot_be_written_is_bounded_and_harms_no_other(
     assert d.proc.poll() is None
 
 
-def deliveries(r: redis.Redis, stream: str) -> int:
+def deliveries(r: redis.Redis, stream: str, group: str = "jobd") -> int:
     """The delivery count of the one pending entry of ``stream``."""
-    (entry,) = r.xpending_range(stream, "jobd", "-", "+", 10)
+    (entry,) = r.xpending_range(stream, group, "-", "+", 10)
     return int(entry["times_delivered"])
 
 
@@ -418,3 +423,123 @@ def test_a_retry_is_due_on_redis_clock_whatever_the_daemons(
     r.xadd("jobd:q", {"payload": "x"})
     wait_until(lambda: lines(tmp_path / "attempts") == Counter(["1", "2"]), 15, "the retry")
     assert log_clock(d) > time.time() + 3000, "the daemon's clock was an hour ahead"
+
+
+def test_a_mark_of_another_type_neither_wedges_nor_poisons_its_batch(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """On a dedupe queue, one job id's mark key held a list (someone else's key): the dedupe
+    check failed for the whole read batch, which was never run and climbed to poison."""
+    script("job.sh", f"#!/bin/sh\necho $JOBD_JOB_ID >> {tmp_path}/ran\n")
+    config = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n  q:\n    command: [./job.sh]\n    concurrency: 8\n"
+        "    dedupe: {window: 1h}\n    lease: {renew_every: 100ms, reclaim_after: 500ms}\n"
+    )
+    r.rpush("{jobd:q}:job:hostile", "not a mark")
+    for name in ("a", "b", "hostile", "c", "d"):
+        r.xadd("jobd:q", {"payload": "x", "job_id": name})
+    d = daemon(config)
+    wait_until(lambda: group_done(r, "jobd:q"), 20, "the batch settled")
+    assert lines(tmp_path / "ran") == Counter(["a", "b", "hostile", "c", "d"])
+    assert r.xlen("{jobd:q}:dead") == 0 and d.proc.poll() is None
+
+
+def test_an_entry_repeating_a_field_name_is_dead_lettered(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """XADD accepts the same field name many times; a client's dict keeps one, so the entry
+    looked narrow and ran, but its dead letter copied every repeat and failed (Lua's unpack
+    limit), and it was reclaimed forever."""
+    script("fail.sh", f"#!/bin/sh\necho $JOBD_MESSAGE_ID >> {tmp_path}/ran\nexit 64\n")
+    config = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n  q: {command: [./fail.sh], exit_codes: {fail: [64]}}\n"
+    )
+    r.execute_command("XADD", "jobd:q", "*", *(["payload", "x"] * 5000))
+    d = daemon(config)
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, 20, "the dead letter")
+    ((_, record),) = r.xrange("{jobd:q}:dead")
+    assert record[b"payload"] == b"x" and record[b"jobd_fields"] == b"5000"
+    assert record[b"jobd_error"] == b"exit"
+    assert pending_count(r, "jobd:q") == 0 and d.proc.poll() is None
+
+
+def test_a_hand_back_sent_again_lowers_the_count_once(r: redis.Redis) -> None:
+    """A hand-back whose reply was lost is sent again; it used to lower the entry's delivery
+    count a second time, hiding a crash loop from max_deliveries one delivery longer."""
+    r.xgroup_create("s", "g", id="0", mkstream=True)
+    mid = r.xadd("s", {"payload": "x"})
+    for consumer in ("a", "b", "me"):  # three deliveries
+        r.xclaim("s", "g", consumer, 0, [mid]) if consumer != "a" else r.xreadgroup(
+            "g", consumer, {"s": ">"}
+        )
+    assert deliveries(r, "s", "g") == 3
+    scripts = Scripts(r)
+    for _ in range(2):  # the first call, and the same call sent again
+        scripts.settle(keys=["s", "{s}:stats:1"], args=["g", "me", 60, 0, "back", mid, 0])
+    assert deliveries(r, "s", "g") == 2
+
+
+def test_a_consumer_name_that_is_not_utf8_is_a_lost_lease_like_any_other(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """An operator claimed a running job to a consumer whose name is not UTF-8. Renewal
+    failed on the name every tick, so the daemon never stopped its handler: two ran."""
+    script("long.sh", f"#!/bin/sh\necho started >> {tmp_path}/ran\nsleep 30\n")
+    config = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n  q:\n    command: [./long.sh]\n    kill_grace: 1s\n"
+        "    lease: {renew_every: 100ms, reclaim_after: 500ms}\n"
+    )
+    mid = r.xadd("jobd:q", {"payload": "x"})
+    d = daemon(config)
+    wait_until(lambda: lines(tmp_path / "ran")["started"] == 1)
+    r.xclaim("jobd:q", "jobd", b"\xff\xfe-operator", 0, [mid], justid=True)
+    d.wait_log("lease lost: the entry now belongs to consumer \\xff\\xfe-operator")
+    status = jobd_cli("status", "-c", str(config))
+    assert status.returncode == 0 and b"consumer \\xff\\xfe-operator" in status.stdout, status
+
+
+def test_an_outage_between_two_pages_of_a_reclaim_loses_no_claim(
+    r: redis.Redis, write_config
+) -> None:
+    """A reclaim pass follows XAUTOCLAIM's cursor page by page. When Redis went away between
+    two pages, the entries claimed on the first were never handed over: their claim counted a
+    delivery, and reset their idle time, for a run that never came."""
+    config = load(
+        str(write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"))
+    )
+    q = config.queues["q"]
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    ids = [r.xadd("jobd:q", {"payload": "x"}) for _ in range(2)]
+    r.xreadgroup("jobd", "dead-daemon", {"jobd:q": ">"}, count=1)  # ids[0]: another's, lapsed
+    r.xreadgroup("jobd", "me", {"jobd:q": ">"}, count=1)  # ids[1]: ours, still running
+    idle = int(q.lease.reclaim_after * 1000) + 1000
+    for consumer, mid in (("dead-daemon", ids[0]), ("me", ids[1])):
+        r.xclaim("jobd:q", "jobd", consumer, 0, [mid], idle=idle, justid=True)
+    holdings = Holdings()
+    holdings.add(key(q), [ids[1].decode()])
+    handed: list = []
+    reader = Reader(q, config.redis, "me", Slots(2), holdings, lambda q, jobs: handed.extend(jobs),
+                    Metrics())  # fmt: skip
+    real, calls = reader.scripts.reclaim, []
+
+    def first_page_then_away(keys: list, args: list) -> object:
+        calls.append(args)
+        if len(calls) > 1:
+            raise redis.ConnectionError("Redis went away between two pages")
+        _, claimed, deleted = real(keys=keys, args=[*args[:4], 1])  # one entry a page
+        return b"1-0", claimed, deleted
+
+    reader.scripts.reclaim = first_page_then_away  # type: ignore[method-assign]
+    with contextlib.suppress(redis.ConnectionError):
+        reader.reclaim(q, 2)
+    reader.scripts.reclaim = real  # type: ignore[method-assign]
+    reader.reclaim(q, 2)
+    assert sorted(job.message_id for job in handed) == [ids[0].decode()]
+    assert deliveries_of(r, "jobd:q", ids[1]) == 1, "ours: not a new delivery"
+    assert deliveries_of(r, "jobd:q", ids[0]) == 2, "theirs: delivered once more, and run"
+    reader.client.close()
+
+
+def deliveries_of(r: redis.Redis, stream: str, mid: bytes) -> int:
+    (entry,) = r.xpending_range(stream, "jobd", mid, mid, 1)
+    return int(entry["times_delivered"])

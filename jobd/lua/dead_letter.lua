@@ -37,10 +37,14 @@ if #entry == 1 then
     local name = fields[i]
     if string.sub(name, 1, 5) ~= 'jobd_' or name == 'jobd_unique' then own[#own + 1] = i end
   end
-  local wide = #own > MAX_FIELDS
+  -- Counted as pairs, duplicate names included (an entry may repeat a name): too wide, only
+  -- the first payload and the first job_id are kept.
+  local wide, kept = #own > MAX_FIELDS, {}
   for _, i in ipairs(own) do
-    if not wide or fields[i] == 'payload' or fields[i] == 'job_id' then
-      record[#record + 1] = fields[i]
+    local name = fields[i]
+    if not wide or ((name == 'payload' or name == 'job_id') and not kept[name]) then
+      kept[name] = true
+      record[#record + 1] = name
       record[#record + 1] = fields[i + 1]
     end
   end
@@ -59,7 +63,8 @@ end
 redis.call('XACK', stream, group, id)
 -- Only a mark that says the job is queued: a 'done' mark belongs to another copy that
 -- completed, and must outlive this one's failure.
-if KEYS[4] and redis.call('GET', KEYS[4]) == 'queued' then redis.call('DEL', KEYS[4]) end
+-- (pcall: a mark of another type is someone else's key, not a reason to fail after the ack.)
+if KEYS[4] and redis.pcall('GET', KEYS[4]) == 'queued' then redis.call('DEL', KEYS[4]) end
 redis.call('HINCRBY', KEYS[3], 'dead', 1)
 redis.call('HINCRBY', KEYS[3], 'failed', 1)
 redis.call('EXPIRE', KEYS[3], ARGV[6])

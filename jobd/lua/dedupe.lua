@@ -12,7 +12,8 @@
 -- 'deduped'. Returns the ids acknowledged; the reader runs the others.
 local out = {}
 for i = 3, #KEYS do
-  if redis.call('GET', KEYS[i]) == 'done' then
+  -- pcall: a mark of another type (someone else's key) is no mark, not an error for the batch
+  if redis.pcall('GET', KEYS[i]) == 'done' then
     redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
     out[#out + 1] = ARGV[i]
   end

@@ -19,6 +19,7 @@
 -- from here would end or duplicate that run.
 local stream, stats, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local window = tonumber(ARGV[4])
+local HANDED_BACK = 10 * 365 * 86400 * 1000 -- idle ms beyond which an entry was handed back
 local skipped, done = {}, 0
 for i = 5, #ARGV, 3 do
   local op, id, mark = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -36,9 +37,11 @@ for i = 5, #ARGV, 3 do
         redis.call('DEL', KEYS[mark])
       end
     end
-  else
+  elseif tonumber(p[1][3]) < HANDED_BACK then
     -- A hand-back ends this delivery with an outcome: it must not count toward poison
     -- (max_deliveries), and the next consumer's XAUTOCLAIM counts one; so one less here.
+    -- Once only: an entry idle for decades was handed back already (this call is a replay
+    -- after a lost reply), and must not lose a second delivery.
     local count = math.max(tonumber(p[1][4]) - 1, 0)
     redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'RETRYCOUNT', count, 'JUSTID')
   end
