@@ -251,7 +251,7 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
     else:
         payload = sys.stdin.buffer.read()
     try:
-        at = when_to_run(args)
+        at, delay = when_to_run(args)
     except ValueError as exc:
         parser.error(str(exc))
     if args.priority is not None:
@@ -278,6 +278,7 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
             payload,
             job_id=args.job_id,
             at=at,
+            delay=delay,
             durability=durability,
             unique=args.unique,
             priority=args.priority,
@@ -322,14 +323,15 @@ def serve_dashboard(config: Config, listen: str) -> int:
     return exitcodes.OK
 
 
-def when_to_run(args: argparse.Namespace) -> float | None:
-    """Unix time from --delay or --at; None for now."""
+def when_to_run(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    """(Unix time from --at, seconds from --delay); (None, None) for now. A delay is sent as
+    such: Redis's clock, not this host's, decides when it ends."""
     if args.delay is not None:
-        return time.time() + durations.parse(args.delay)
+        return None, durations.parse(args.delay)
     if args.at is None:
-        return None
+        return None, None
     try:
-        return float(args.at)
+        return float(args.at), None
     except ValueError:
         pass
     try:
@@ -338,7 +340,7 @@ def when_to_run(args: argparse.Namespace) -> float | None:
         raise ValueError(
             f"--at {args.at!r}: write ISO 8601 (2026-12-01T09:00:00+00:00) or Unix seconds"
         ) from None
-    return moment.timestamp()  # a time without an offset is local time
+    return moment.timestamp(), None  # a time without an offset is local time
 
 
 def show_status(config: Config, args: argparse.Namespace) -> int:

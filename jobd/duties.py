@@ -1,7 +1,9 @@
 """Periodic duties on one thread and one Redis connection: lease renewal, moving due jobs,
 trimming streams, removing dead consumers. Each duty is a small object with an ``interval``
 and a ``tick()``; the ticker runs each on time, and a duty that fails because Redis is away
-is retried on its next tick (logged once per outage, not once per tick).
+is retried on its next tick (logged once per outage, not once per tick). A duty that fails
+otherwise is retried too: its error is logged with its traceback when it first occurs or
+changes, then at most once per ``REPEAT_LOG_EVERY`` with a count, and its recovery once.
 
 The ticker stops last at shutdown (see ``daemon``): leases must be renewed until every
 handler has ended and every outcome is written.
@@ -13,11 +15,14 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from jobd import redisconn
 
 log = logging.getLogger("jobd.duties")
+
+REPEAT_LOG_EVERY = 60.0  # seconds between two log lines for a duty failing the same way
 
 
 class Duty(Protocol):
@@ -25,6 +30,16 @@ class Duty(Protocol):
     interval: float  # seconds between two ticks
 
     def tick(self) -> None: ...
+
+
+@dataclass
+class Failing:
+    """How a duty keeps failing: the error (its type and message) and how often."""
+
+    error: str
+    logged_at: float  # time.monotonic() of the last line about it
+    count: int = 1  # ticks failed this way
+    unlogged: int = 0  # of them, since the last line
 
 
 class Ticker(threading.Thread):
@@ -35,6 +50,7 @@ class Ticker(threading.Thread):
         self.stopping = threading.Event()
         self._lock = threading.Lock()  # the duty list is replaced on reload, from the main loop
         self._failing: set[str] = set()  # duties whose last tick found Redis away
+        self._errors: dict[str, Failing] = {}  # duties whose last tick failed otherwise
 
     def stop(self) -> None:
         self.stopping.set()
@@ -71,10 +87,30 @@ class Ticker(threading.Thread):
                 log.warning("Redis unreachable (%s); periodic duties resume when it is back", exc)
             self._failing.add(duty.name)
             return
-        except Exception:
-            log.exception("%s failed; trying again on its next tick", duty.name)
+        except Exception as exc:
+            self._failed(duty.name, exc)
             return
+        self._recovered(duty.name)
         if duty.name in self._failing:
             self._failing.discard(duty.name)
             if not self._failing:
                 log.info("Redis reachable again; periodic duties resumed")
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        """Log a duty's error with its traceback when it is new, else now and then."""
+        error, now = f"{type(exc).__name__}: {exc}", time.monotonic()
+        known = self._errors.get(name)
+        if known is None or known.error != error:
+            self._errors[name] = Failing(error, now)
+            log.exception("%s failed; trying again on its next tick", name)
+            return
+        known.count, known.unlogged = known.count + 1, known.unlogged + 1
+        if now - known.logged_at >= REPEAT_LOG_EVERY:
+            log.error("%s still failing (%d more time(s), %d in all): %s",
+                      name, known.unlogged, known.count, error)  # fmt: skip
+            known.logged_at, known.unlogged = now, 0
+
+    def _recovered(self, name: str) -> None:
+        known = self._errors.pop(name, None)
+        if known is not None:
+            log.info("%s works again, after failing %d time(s)", name, known.count)

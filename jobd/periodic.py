@@ -113,8 +113,17 @@ class Periodic:
 
     def latest(self, schedule: ScheduleConfig) -> float | None:
         """The latest tick enqueued (``{S}:schedule:N``); None if there is none, or if what
-        another client wrote there is no number (tick.lua overwrites it on the next tick)."""
-        raw = self.client.get(self.queue.keys.schedule_last(schedule.name))
+        another client wrote there is no number or not a string (tick.lua overwrites it on the
+        next tick)."""
+        key = self.queue.keys.schedule_last(schedule.name)
+        try:
+            raw = self.client.get(key)
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            log.warning("queue=%s schedule=%s: %s is not a string; starting from now",
+                        self.queue.name, schedule.name, key)  # fmt: skip
+            return None
         if raw is None:
             return None
         try:

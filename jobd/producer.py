@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -61,12 +60,16 @@ def enqueue(
     durability: Durability | None = None,
     unique: bool = False,
     priority: str | None = None,
+    delay: float | None = None,
 ) -> str:
     """Add one job to ``queue``; returns its job id.
 
     Now: XADD to the stream, and the job id is the ``job_id`` given, else the stream id.
-    With ``at`` (Unix seconds) in the future: into the queue's delayed set, moved to the stream
-    when due; a job id is generated when none is given, since there is no stream id yet.
+    With ``delay`` (seconds) or ``at`` (Unix seconds), not both: due that long after Redis's
+    clock (TIME), or at that moment; one script decides, on Redis's clock, whether it is due
+    already (then XADD to the stream now) or waits in the queue's delayed set, moved to the
+    stream when due. This host's clock plays no part. A timed job gets a generated job id when
+    none is given (whether it waits or not: the script decides after the fields are sent).
     With ``durability``: the write and a WAIT (or WAITAOF) go in one pipeline on one
     connection, so the wait covers this write; raises NotDurable when it falls short.
     With ``unique`` (a ``job_id`` is required): added only if that job id is not queued,
@@ -78,6 +81,8 @@ def enqueue(
     """
     if unique and job_id is None:
         raise ValueError("a unique job needs a job_id")
+    if at is not None and delay is not None:
+        raise ValueError("give at or delay, not both")
     q = config.queues[queue]
     if priority is not None:
         try:
@@ -85,8 +90,8 @@ def enqueue(
         except ValueError as exc:
             raise ProducerError(str(exc)) from None
     fields: dict[bytes, bytes] = {PAYLOAD: payload}
-    later = at is not None and at > time.time()
-    if later and job_id is None:
+    due = due_arg(at, delay)
+    if due is not None and job_id is None:
         job_id = uuid.uuid4().hex
     if job_id is not None:
         fields[JOB_ID] = os.fsencode(job_id)  # any bytes: see Job.job_id
@@ -100,14 +105,13 @@ def enqueue(
         node = redisconn.node_for(client, q.stream)
         pipe = node.pipeline(transaction=False)
         if unique:
-            due_ms = int(at * 1000) if later else 0  # type: ignore[operator]
             Scripts(node).enqueue_unique(
                 keys=[q.stream, q.keys.delayed, q.keys.job_mark(job_id)],  # type: ignore[arg-type]
-                args=[UNIQUE_TTL * 1000, due_ms, uuid.uuid4().hex, *delayed.flatten(fields)],
+                args=[UNIQUE_TTL * 1000, due or 0, uuid.uuid4().hex, *delayed.flatten(fields)],
                 client=pipe,
             )
-        elif later:
-            delayed.schedule(Scripts(node), q, fields, int(at * 1000), client=pipe)  # type: ignore[operator]
+        elif due is not None:
+            delayed.schedule(Scripts(node), q, fields, due, client=pipe, due_now_to_stream=True)
         else:
             pipe.xadd(q.stream, fields)  # type: ignore[arg-type]
         if durability is not None:
@@ -129,6 +133,14 @@ def enqueue(
     if durability is not None:
         _check(job_id, durability, replies[-1])
     return job_id  # type: ignore[return-value]
+
+
+def due_arg(at: float | None, delay: float | None) -> int | str | None:
+    """The scripts' due time: ``at`` in Unix ms, or ``delay`` as ms after Redis's clock
+    (``delayed.after``); None for now."""
+    if delay is not None:
+        return delayed.after(round(delay * 1000))
+    return None if at is None else int(at * 1000)
 
 
 def check_width(fields: dict[bytes, bytes]) -> None:

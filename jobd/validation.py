@@ -420,7 +420,7 @@ def _privilege_problems(q: QueueConfig, at: Located) -> list[Problem]:
 def cross_queue_problems(
     queues: dict[str, QueueConfig], doc: Document, cluster: bool = False
 ) -> list[Problem]:
-    problems: list[Problem] = []
+    problems: list[Problem] = _shared_dead_letter_problems(queues, doc)
     seen: dict[tuple[str, str], str] = {}
     streams = {q.stream: q.name for q in queues.values()}
     for q in queues.values():
@@ -468,3 +468,44 @@ def cross_queue_problems(
                 )
             )
     return problems
+
+
+def _shared_dead_letter_problems(queues: dict[str, QueueConfig], doc: Document) -> list[Problem]:
+    """A dead-letter stream written by two queues on different streams: `jobd dlq` on one
+    would list and purge the other's records, and requeue its jobs into its own stream, where
+    its own command runs them. Queues reading one stream with two groups are left alone: each
+    group gets every job of that stream anyway, and their default is the same derived name."""
+    problems: list[Problem] = []
+    first: dict[str, QueueConfig] = {}
+    for q in queues.values():
+        other = first.setdefault(q.dead_letter.stream, q)
+        if other.stream != q.stream:
+            problems.append(_shared_dead_letter(q, other, doc))
+    return problems
+
+
+def _shared_dead_letter(q: QueueConfig, other: QueueConfig, doc: Document) -> Problem:
+    path = ("queues", q.name, "dead_letter", "stream")
+    where, set_in = _written_at(doc, path)
+    own = keys.derive(q.stream, "dead")
+    hint = f"name another, e.g. {own!r} (the default)"
+    if own == q.dead_letter.stream:  # the other queue named this one's default by hand
+        hint = f"name another for queue {other.name!r}"
+    return Problem(
+        where,
+        path,
+        f"the dead-letter stream {q.dead_letter.stream!r} is queue {other.name!r}'s too{set_in}; "
+        "`jobd dlq` would list and purge either queue's records, and requeue the other's jobs "
+        f"into this queue's stream to run under its command: {hint}",
+    )
+
+
+def _written_at(doc: Document, path: Path) -> tuple[Pos, str]:
+    """Where the value at ``path`` (a queue's) is written: in the queue, in ``defaults``
+    (then also a note saying so), or nowhere (a derived default: the queue's key)."""
+    if path in doc.values:
+        return doc.values[path], ""
+    in_defaults = ("defaults", *path[2:])
+    if in_defaults in doc.values:
+        return doc.values[in_defaults], " (value set in defaults)"
+    return doc.key_pos(path[:2]), ""

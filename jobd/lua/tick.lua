@@ -3,7 +3,9 @@
 -- KEYS[1]   the queue's stream
 -- KEYS[2]   the tick's key (jobd/keys.py, "tick:N:T")
 -- KEYS[3]   the schedule's latest enqueued tick (jobd/keys.py, "schedule:N"); kept with no expiry,
---           so a restart or a reload after any outage knows where the schedule stopped
+--           so a restart or a reload after any outage knows where the schedule stopped. jobd's
+--           own key: a value that is not a number, or a key of another type, counts as no
+--           latest tick and is overwritten, so it never stops the schedule
 -- ARGV[1]   milliseconds the tick's key is kept (the catch-up window and a margin for clocks that
 --           disagree): a duration, counted from now
 -- ARGV[2]   the tick, Unix seconds
@@ -28,8 +30,10 @@ end
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then
   return {'taken'}
 end
--- Kept unless it is a later tick; anything else found there (not a finite number) is replaced.
-local latest = tonumber(redis.call('GET', KEYS[3]) or '')
+-- Kept unless it is a later tick; anything else found there (not a finite number, or not a
+-- string at all: WRONGTYPE) is replaced. SET overwrites a key of any type.
+local found = redis.pcall('GET', KEYS[3])
+local latest = type(found) == 'string' and tonumber(found) or nil
 if not (latest and latest < math.huge and tick <= latest) then
   redis.call('SET', KEYS[3], ARGV[2])  -- no PX: also clears the expiry older versions set
 end

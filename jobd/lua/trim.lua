@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  the stream
 -- KEYS[2]  step 2's cursor (jobd/retention.py: derive(stream, "trim")): the id of the last entry
---          step 2 looked at, so that the next call goes on from there
+--          step 2 looked at, so that the next call goes on from there; anything else found
+--          there (another type, not an id Redis takes) is deleted and the walk starts over
 -- ARGV[1]  the target length (retention.maxlen)
 -- ARGV[2]  remove at most this many entries, and look at most at this many, in this call
 -- ARGV[3]  milliseconds the cursor is kept (a duration)
@@ -74,17 +75,25 @@ local function pending_anywhere(id)
   end
   return false
 end
-local function walk_from()
-  local cursor = redis.call('GET', cursor_key)
-  if cursor and string.match(cursor, '^%d+%-%d+$') then return '(' .. cursor end
-  return '-'  -- no cursor, or not an id (never trust what another client may have written)
+-- The entries to look at, from the cursor on. A cursor that is not an id Redis takes (another
+-- type: WRONGTYPE; not an id; an id out of range, e.g. 99999999999999999999-0; the largest id,
+-- which has no next) is deleted and the walk starts from the stream's start: never trust what
+-- another client may have written, and never let it stop retention for good.
+local function scan_from(stop, count)
+  local cursor = redis.pcall('GET', cursor_key)
+  if type(cursor) == 'string' and string.match(cursor, '^%d+%-%d+$') then
+    local scan = redis.pcall('XRANGE', stream, '(' .. cursor, stop, 'COUNT', count)
+    if not scan.err then return scan end
+  end
+  if cursor then redis.call('DEL', cursor_key) end
+  return redis.call('XRANGE', stream, '-', stop, 'COUNT', count)
 end
 
 local deleted, more = 0, 0
 excess = excess - trimmed
 budget = budget - trimmed
 if excess > 0 and budget > 0 then
-  local scan = redis.call('XRANGE', stream, walk_from(), '(' .. delivered, 'COUNT', budget)
+  local scan = scan_from('(' .. delivered, budget)
   local looked = 0
   for _, entry in ipairs(scan) do
     if deleted >= excess then break end
