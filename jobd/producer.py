@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass
 
 import redis
+from redis.exceptions import AskError, MovedError
 
 from jobd import delayed, redisconn
 from jobd.config import Config
@@ -118,10 +119,19 @@ def enqueue(
             _wait(pipe, durability)
         replies = pipe.execute(raise_on_error=False)
     except redisconn.UNAVAILABLE as exc:
+        if not own:
+            redisconn.refresh(client)
         raise ProducerError(f"cannot reach Redis at {config.redis.describe()}: {exc}") from exc
     finally:
         if own:
             client.close()
+    if isinstance(replies[0], (MovedError, AskError)):  # not written: the slot moved
+        if not own:
+            redisconn.refresh(client)
+        raise ProducerError(
+            f"the queue's slot moved (a failover or resharding): not enqueued, send it again "
+            f"({replies[0]})"
+        )
     if isinstance(replies[0], Exception):
         raise ProducerError(f"Redis refused the job: {replies[0]}")
     if unique:

@@ -127,9 +127,12 @@ class Reader(threading.Thread):
                 self.read_once()
                 self.outage.up()
             except redisconn.UNAVAILABLE as exc:
+                redisconn.refresh(self.client)
                 self.stopping.wait(self.outage.down(exc, "retrying"))
             except redis.ResponseError as exc:
-                if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
+                if "UNBLOCKED" in str(exc):  # a failover or a deleted stream ended the read
+                    log.warning("queue=%s read interrupted (%s); again", self.queue.name, exc)
+                elif "NOGROUP" not in str(exc):
                     log.error("queue=%s read failed: %s", self.queue.name, exc)
                     self.stopping.wait(redisconn.BACKOFF_MAX)
                 else:

@@ -95,6 +95,7 @@ class Recorder(threading.Thread):
                 try:
                     backlog[:] = self.write_isolated(backlog)
                 except redisconn.UNAVAILABLE as exc:
+                    redisconn.refresh(self.client)
                     if isinstance(exc, Away):  # some were written: keep only the others
                         backlog[:] = exc.outcomes
                     delay = self.outage.down(exc, f"{len(backlog)} outcome(s) kept to record later")

@@ -19,6 +19,7 @@ from redis.exceptions import (
     MasterDownError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -149,6 +150,21 @@ def client(config: RedisConfig, name: str = "jobd") -> redis.Redis:
             ssl_check_hostname=tls.verify_hostname,
         )
     return redis.Redis.from_url(config.url, **options)
+
+
+def refresh(client: redis.Redis | RedisCluster) -> None:
+    """After a call failed for want of Redis, on a cluster: ask the cluster again which node
+    serves each slot, and pick another default node. redis-py refreshes its slot map only when
+    a command it routed itself fails, and replaces its default node (which answers COMMAND
+    GETKEYS for every XREADGROUP and XREAD) only when it may retry, which jobd forbids: without
+    this a dead master stays in the map, and as the default node, for good."""
+    if not isinstance(client, RedisCluster):
+        return
+    try:
+        client.nodes_manager.initialize()
+        client.replace_default_node()
+    except (*UNAVAILABLE, RedisClusterException):  # still away: the caller retries anyway
+        pass
 
 
 def node_for(client: redis.Redis | RedisCluster, key: str) -> redis.Redis:

