@@ -608,8 +608,12 @@ class Daemon:
             log.error("reload refused: %d problem(s); the running config stays", len(exc.problems))
             self.notifier.ready(self.status_line())
             return
-        if new.redis != self.config.redis or new.metrics_listen != self.config.metrics_listen:
-            log.error("reload refused: changing redis or metrics needs a restart; nothing changed")
+        fixed = ("redis", "metrics_listen", "dashboard")  # read once, by threads started once
+        if changed := [name for name in fixed if getattr(new, name) != getattr(self.config, name)]:
+            log.error(
+                "reload refused: changing %s needs a restart; nothing changed",
+                " or ".join(name.split("_")[0] for name in changed),
+            )
             self.notifier.ready(self.status_line())
             return
         old, self.config = self.config, new

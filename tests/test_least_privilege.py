@@ -70,3 +70,23 @@ def test_status_and_dlq_escape_what_others_wrote(r: redis.Redis, write_config) -
         assert b"\x1b" not in run.stdout and b"\x07" not in run.stdout, run.stdout
         assert b"\\x1b]52" in run.stdout, run.stdout
         assert not any(line.startswith(b"FORGED") for line in run.stdout.splitlines())
+
+
+def test_a_reload_that_changes_the_dashboard_is_refused_not_ignored(
+    r: redis.Redis, write_config, daemon, tmp_path: Path
+) -> None:
+    """The dashboard is built once, at start. A reload that changed its token or turned its
+    actions off said "reload done" and kept the old token and the actions working."""
+    import signal
+
+    (tmp_path / "token").write_text("the-old-token-0123456789")
+    config = write_config(
+        "redis: {url: '{redis}'}\nmetrics: {listen: '127.0.0.1:0'}\n"
+        "dashboard: {actions: true, token_file: token}\n"
+        "queues:\n  q: {command: [/bin/true]}\n"
+    )
+    d = daemon(config)
+    (tmp_path / "token").write_text("the-new-token-0123456789")
+    d.signal(signal.SIGHUP)
+    d.wait_log("reload refused: changing dashboard needs a restart; nothing changed")
+    assert "reload done" not in d.log() and "the-new-token" not in d.log()
