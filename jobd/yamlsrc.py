@@ -189,7 +189,7 @@ def load(
             if exc.context and exc.problem:
                 problem = f"{problem} ({exc.context})"
             raise SourceError(
-                f"YAML syntax error: {problem}", _pos(mark) if mark else None
+                f"YAML syntax error: {_unquoted(problem)}", _pos(mark) if mark else None
             ) from None
         except yaml.YAMLError as exc:  # ReaderError: control characters, binary data
             raise SourceError(f"not a readable YAML text file: {exc}".splitlines()[0]) from None
@@ -202,8 +202,18 @@ def load(
             data = builder.build(node, ())
         except yaml.constructor.ConstructorError as exc:
             mark = exc.problem_mark
-            raise SourceError(str(exc.problem), _pos(mark) if mark else None) from None
+            raise SourceError(_unquoted(str(exc.problem)), _pos(mark) if mark else None) from None
         builder.doc.data = data
         return builder.doc, builder.expand_errors
     finally:
         loader.dispose()
+
+
+_QUOTED = re.compile(r"'[^']{3,}'")
+
+
+def _unquoted(problem: str) -> str:
+    """A YAML error without the text it quotes (an alias, an anchor, a tag): that text is what
+    was written in the file, and where a secret was meant (``password: *Hunter2``) it is the
+    secret. A quoted character or two (a tab, a '%') stays: it says what to fix."""
+    return _QUOTED.sub("(the text is not shown: it may be a secret)", problem)

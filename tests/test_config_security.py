@@ -388,3 +388,15 @@ def test_run_as_user_from_defaults_and_group_from_the_queue_is_fine(tmp_path: Pa
         assert not [p for p in exc.problems if "group alone" in p.message]
     else:
         assert (q.run_as_user, q.run_as_group) == ("nobody", GROUP)
+
+
+@pytest.mark.parametrize("value", ["*Hunter2secret", "&Hunter2secret x", "!Hunter2secret x"])
+def test_a_yaml_error_does_not_quote_what_was_written(tmp_path: Path, value: str) -> None:
+    """`password: *Hunter2secret` is an undefined YAML alias; the error used to quote it
+    ("found undefined alias 'Hunter2secret'"), in validate and the reload log alike."""
+    path = tmp_path / "jobd.yaml"
+    path.write_text(f"redis:\n  url: redis://h:6379/0\n  password: {value}\nqueues: {{}}\n")
+    with pytest.raises(ConfigError) as caught:
+        load(str(path))
+    text = "\n".join(p.format(str(path)) for p in caught.value.problems)
+    assert "Hunter2" not in text and text, text
