@@ -7,14 +7,19 @@ the last hour of figures, its newest dead letters). The page and its script are 
 package (``jobd/web/``): no CDN, no build step, works offline.
 
 Safe by default: read-only, payloads hidden. With ``dashboard.token`` (a file or a systemd
-credential), every request must carry it (``/metrics`` too; ``/healthz`` says only ok or not):
-``Authorization: Bearer TOKEN``, or the cookie set by opening ``/?token=TOKEN`` once
-(HttpOnly, SameSite=Strict). Actions (requeue, purge) need ``dashboard.actions: true`` (which
-needs a token), a POST, and the CSRF header ``X-Jobd-CSRF`` holding a value derived from the
-token that only a page served here can read. A request naming another host (DNS rebinding) is
-refused by the server (``metrics.host_allowed``). A record is read only in the fields shown,
-cut in Redis, and a field jobd would not have written is shown as such, never failing the page;
-a body is read to its Content-Length (``metrics.MAX_BODY`` at most) and checked.
+credential), every request for data must carry it as ``Authorization: Bearer TOKEN``
+(``/metrics`` too; ``/healthz`` says only ok or not); the page and its two files hold none and
+load without it. No cookie ever carries it: a cookie is sent to every port of the host, and
+any of them may set one. The page takes the token from its address's fragment
+(``/#token=TOKEN``: no server, proxy or log sees a fragment) into sessionStorage (this origin
+only, so this port only), drops it from the address bar, and sends it with every call. A
+``token`` in a query is refused, right or wrong, and sets nothing (``TOKEN_IN_QUERY``).
+Actions (requeue, purge) need ``dashboard.actions: true`` (which needs a token), a POST, and
+the CSRF header ``X-Jobd-CSRF`` holding a value derived from the token that the API gives. A
+request naming another host (DNS rebinding) is refused by the server (``metrics.host_allowed``).
+A record is read only in the fields shown, cut in Redis, and a field jobd would not have
+written is shown as such, never failing the page; a body is read to its Content-Length
+(``metrics.MAX_BODY`` at most) and checked.
 """
 
 from __future__ import annotations
@@ -53,7 +58,10 @@ SHOWN = (
 )  # fmt: skip
 MAX_IDS = 1000  # record ids in one requeue
 RECORD_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
-COOKIE = "jobd_token"
+TOKEN_IN_QUERY = (
+    "a token in the query is refused: servers, proxies and the browser's history keep it "
+    "(consider that one seen). Open /#token=TOKEN instead: a fragment is sent to no server"
+)
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
@@ -158,15 +166,13 @@ class Dashboard:
 
     def route(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path, method = _path(environ), environ.get("REQUEST_METHOD", "GET")
-        query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
-        if self.token is not None and path == "/" and "token" in query:
-            return self.login(query["token"][0], start_response)
+        query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        if "token" in query:
+            raise BadRequest(TOKEN_IN_QUERY)
+        if method == "GET" and path in STATIC:
+            return _static(path, start_response)
         if not self.authorized(environ):
             return _reply(start_response, "401 Unauthorized", {"error": "a valid token is needed"})
-        if method == "GET" and path in STATIC:
-            name, kind = STATIC[path]
-            body = resources.files("jobd").joinpath("web", name).read_bytes()
-            return _send(start_response, "200 OK", kind, body)
         if method == "GET" and path == "/api/overview":
             report = overview(self.client, self.config)
             report["actions"] = self.config.dashboard.actions
@@ -177,25 +183,12 @@ class Dashboard:
         return _reply(start_response, "404 Not Found", {"error": f"no page {path}"})
 
     def authorized(self, environ: dict[str, Any]) -> bool:
+        """Whether the request carries the token as ``Authorization: Bearer TOKEN`` (the only
+        way: a cookie is never looked at)."""
         if self.token is None:
             return True
         given = environ.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ").strip()
-        if not given:
-            cookies = dict(
-                part.strip().split("=", 1)
-                for part in environ.get("HTTP_COOKIE", "").split(";")
-                if "=" in part
-            )
-            given = cookies.get(COOKIE, "")
         return hmac.compare_digest(given.encode(), self.token)
-
-    def login(self, given: str, start_response: StartResponse) -> Iterable[bytes]:
-        assert self.token is not None
-        if not hmac.compare_digest(given.encode(), self.token):
-            return _reply(start_response, "401 Unauthorized", {"error": "wrong token"})
-        cookie = f"{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/"
-        start_response("303 See Other", [("Location", "/"), ("Set-Cookie", cookie)])
-        return [b""]
 
     def act(
         self, environ: dict[str, Any], action: str, start_response: StartResponse
@@ -272,6 +265,13 @@ def _record_ids(ids: object) -> list[str]:
     return ids
 
 
+def _static(path: str, start_response: StartResponse) -> list[bytes]:
+    """The page or one of its files: code from the package, no data."""
+    name, kind = STATIC[path]
+    body = resources.files("jobd").joinpath("web", name).read_bytes()
+    return _send(start_response, "200 OK", kind, body)
+
+
 def _send(start_response: StartResponse, code: str, kind: str, body: bytes) -> list[bytes]:
     start_response(
         code,
@@ -280,6 +280,7 @@ def _send(start_response: StartResponse, code: str, kind: str, body: bytes) -> l
             ("Cache-Control", "no-store"),
             ("X-Content-Type-Options", "nosniff"),
             ("X-Frame-Options", "DENY"),
+            ("Referrer-Policy", "no-referrer"),
             ("Content-Security-Policy", "default-src 'self'; img-src 'self' data:"),
         ],
     )

@@ -10,10 +10,12 @@ this server in its Host header (``host_allowed``: DNS rebinding), else it gets 4
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -150,15 +152,22 @@ class Metrics:
 # -- the HTTP server ----------------------------------------------------------------------------
 #
 # waitress: one thread reads every connection (a request reaches a worker thread only once it
-# has arrived whole), a few workers answer. Bounded on every side, so clients that connect and
-# stall can neither take the daemon's descriptors (its handlers need them) nor keep the page,
-# /metrics and /healthz from answering.
+# has arrived whole, and a connection's next request only once the answer is written), a few
+# workers answer. Bounded on every side, so clients that connect and stall, or send and read
+# nothing, can neither take the daemon's descriptors (its handlers need them) nor keep the
+# page, /metrics and /healthz from answering.
 
 MAX_CONNECTIONS = 64  # open at once; at the cap, a new one closes the one waiting longest
-TIMEOUT = 10  # seconds for a request to arrive whole, and for a connection to sit idle
+# Seconds for a request to arrive whole, for a connection to sit idle, and for an answer the
+# client reads nothing of.
+TIMEOUT = 10
 WORKERS = 4  # requests answered at once
 MAX_HEADERS = 32 * 1024  # bytes of a request's line and headers
 MAX_BODY = 64 * 1024  # bytes of a request's body (the dashboard's actions are small)
+# Bytes of an answer waiting unsent past which a worker writing more waits for the client (the
+# answers here are written in one piece, so a worker never waits: a bound all the same).
+OUTBUF_HIGH = 256 * 1024
+RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset
 # A Host header: a name or IPv4 address, or an [IPv6] address, and an optional port.
 HOST = re.compile(r"(?:\[(?P<ip6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9_.-]+))(?::[0-9]{1,5})?")
 MISDIRECTED = orjson.dumps(
@@ -291,24 +300,67 @@ def _socket_info(host: str, port: int) -> tuple[int, int, int, Any]:
 
 
 class _Channel(HTTPChannel):
-    """A connection that knows since when it has held its place without a request to
-    answer."""
+    """A connection that takes one request at a time and knows since when it has held its
+    place without a worker answering it.
+
+    waitress parses every request in what it reads at once, so one 8 KiB read of pipelined
+    requests queues hundreds of answers on the connection, and a client that reads none of
+    them keeps a worker writing until 16 MiB wait unsent, then blocked. Here the bytes past
+    the first whole request are held back (``held``) and parsed only once its answer has been
+    written (``readable``): a connection costs at most one answer, and a worker never waits on
+    a client that does not read."""
 
     began = 0.0  # when the request now arriving began
+    held = b""  # bytes past the request being answered, parsed once its answer is written
 
     def received(self, data: bytes) -> bool:
-        before = self.request
-        done = super().received(data)
-        if self.request is not None and self.request is not before:
+        """Parse ``data`` up to the end of the first whole request; hold back the rest."""
+        if not data:
+            return False
+        with self.requests_lock:
+            if self.will_close or self.close_when_flushed:
+                return False
+            while data and not self.requests:
+                data = self._parse(data)
+            self.held = data
+        return True
+
+    def _parse(self, data: bytes) -> bytes:
+        """Feed ``data`` to the request arriving (queueing it once whole, as waitress does);
+        returns the bytes past its end."""
+        if self.request is None:
+            self.request = self.parser_class(self.adj)
             self.began = time.time()
-        return bool(done)
+        request = self.request
+        used = request.received(data)
+        if request.expect_continue and request.headers_finished and not self.sent_continue:
+            self.send_continue()
+        if request.completed:
+            self.sent_continue = False
+            self.request = None
+            if not request.empty:
+                self.requests.append(request)
+                self.server.add_task(self)
+        return data[used:]
+
+    def readable(self) -> bool:
+        """waitress reads once the answers are written; the bytes held back go first."""
+        if not super().readable():
+            return False
+        if self.held:
+            self.received(self.held)
+            return bool(super().readable())
+        return True
 
     def waiting_since(self) -> float | None:
-        """None while a request is being answered; else when the request still arriving
-        began, or, between requests (a response maybe still unsent), the last activity."""
-        if self.requests:
+        """None while a worker answers a request and nothing of the answer waits to be sent;
+        else when the request still arriving began, or the last byte received or sent (an
+        answer the client does not read counts from then too)."""
+        if self.requests and not self.total_outbufs_len:
             return None
-        return self.began if self.request is not None else self.last_activity
+        if self.request is not None:
+            return self.began
+        return self.last_activity
 
 
 class _WSGIServer(TcpWSGIServer):
@@ -323,8 +375,8 @@ class _WSGIServer(TcpWSGIServer):
         adj = Adjustments(
             threads=WORKERS, connection_limit=MAX_CONNECTIONS, channel_timeout=TIMEOUT,
             cleanup_interval=1, max_request_header_size=MAX_HEADERS,
-            max_request_body_size=MAX_BODY, asyncore_use_poll=True, ident="jobd",
-            log_socket_errors=False,
+            max_request_body_size=MAX_BODY, outbuf_high_watermark=OUTBUF_HIGH,
+            asyncore_use_poll=True, ident="jobd", log_socket_errors=False,
         )  # fmt: skip
         self.closing: set[_Channel] = set()
         super().__init__(app, map={}, adj=adj, sockinfo=sockinfo)
@@ -365,6 +417,11 @@ class _WSGIServer(TcpWSGIServer):
         return True
 
     def _close(self, channel: _Channel) -> None:
-        """Close ``channel`` after this turn of the loop; it reads nothing more meanwhile."""
+        """Close ``channel`` after this turn of the loop; it reads nothing more meanwhile.
+        One with an answer unsent is reset: a graceful close would leave the answer and the
+        connection to the kernel for as long as the client keeps reading nothing."""
         channel.will_close = True
         self.closing.add(channel)
+        if channel.total_outbufs_len:
+            with contextlib.suppress(OSError):
+                channel.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)

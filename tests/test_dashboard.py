@@ -3,15 +3,19 @@ itself in headless Chromium."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from http import server as http_server
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -141,7 +145,8 @@ def test_actions_need_the_token_and_the_csrf_header(
     url = dashboard_cli(config)
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     assert http(url + "/api/overview")[0] == 401
-    assert http(url + "/")[0] == 401
+    code, _, page = http(url + "/")  # the page holds no data: it asks for the token
+    assert code == 200 and b"/static/dashboard.js" in page and b"secret-payload" not in page
     assert http(url + "/api/overview", headers={"Authorization": "Bearer wrong"})[0] == 401
     code, _, body = http(url + "/api/overview", headers=bearer)
     overview = json.loads(body)
@@ -158,13 +163,11 @@ def test_actions_need_the_token_and_the_csrf_header(
     )
     assert code == 200 and json.loads(body)["requeued"] == [record]
     assert r.xlen("{jobd:q}:dead") == 0 and r.xlen("jobd:q") == 1
-    # Opening /?token=… once sets an HttpOnly, SameSite=Strict cookie that is then enough.
-    code, headers, _ = http(url + f"/?token={TOKEN}")
-    assert code == 303 and "HttpOnly" in headers["Set-Cookie"]
-    assert "SameSite=Strict" in headers["Set-Cookie"]
-    cookie = headers["Set-Cookie"].split(";")[0]
-    assert http(url + "/api/overview", headers={"Cookie": cookie})[0] == 200
-    assert http(url + "/?token=wrong")[0] == 401
+    # No cookie carries the token (review 17, 3): a token in a query is refused and sets
+    # nothing, and a cookie is never looked at.
+    code, headers, body = http(url + f"/?token={TOKEN}")
+    assert code == 400 and "Set-Cookie" not in headers and b"#token=" in body
+    assert http(url + "/api/overview", headers={"Cookie": f"jobd_token={TOKEN}"})[0] == 401
 
 
 def test_actions_without_a_token_are_refused_by_validate(write_config) -> None:
@@ -185,16 +188,46 @@ def chromium() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
-@pytest.mark.skipif(
+needs_chromium = pytest.mark.skipif(
     chromium() is None,
     reason="no Chromium and ChromeDriver here (Debian: apt-get install chromium chromium-driver; "
     ".ci/run installs them where it can)",
 )
+
+
+@contextlib.contextmanager
+def headless_chromium(tmp_path: Path) -> Iterator[Any]:
+    """A headless Chromium of this test's own (its profile in ``tmp_path``), closed after."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    browser, driver_path = chromium()  # type: ignore[misc]
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1280,1400",
+                 "--no-proxy-server", "--host-resolver-rules=MAP rebind.test 127.0.0.1",
+                 f"--user-data-dir={tmp_path / 'chromium'}"):  # fmt: skip
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shown(driver: Any, element_id: str = "queues") -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.ID, element_id).text)
+
+
+@needs_chromium
 def test_the_page_in_headless_chromium(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     script(
@@ -216,24 +249,10 @@ def test_the_page_in_headless_chromium(
     wait_until(lambda: acked_all(r, "jobd:q", 41) and r.xlen("{jobd:q}:dead") == 1)
     assert r.zcard("{jobd:q}:delayed") == 0, "only the bad job failed"
     url = f"http://127.0.0.1:{port}"
-    browser, driver_path = chromium()  # type: ignore[misc]
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1280,1400",
-                 "--no-proxy-server", "--host-resolver-rules=MAP rebind.test 127.0.0.1",
-                 f"--user-data-dir={tmp_path / 'chromium'}"):  # fmt: skip
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
+    with headless_chromium(tmp_path) as driver:
         driver.get(url + "/")
-        wait_until(
-            lambda: "invoice-42" in driver.find_element(By.ID, "queues").text,
-            what="the page to show the dead letter",
-        )
-        text = driver.find_element(By.ID, "queues").text
+        wait_until(lambda: "invoice-42" in shown(driver), what="the page to show the dead letter")
+        text = shown(driver)
         assert "thumbnails" in text and "emails" in text and "Priority levels" in text
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         assert driver.save_screenshot(str(ARTIFACTS / "dashboard.png"))
@@ -245,5 +264,103 @@ def test_the_page_in_headless_chromium(
         assert driver.execute_async_script(fetch) == 421
         text = driver.find_element(By.TAG_NAME, "body").text
         assert "misdirected" in text and "invoice-42" not in text and "thumbnails" not in text
-    finally:
-        driver.quit()
+
+
+# -- the token stays with its port (review 17, 3) --------------------------------------------------
+
+
+class Catcher(http_server.BaseHTTPRequestHandler):
+    """Another local user's web server on another port of 127.0.0.1 (any local dev server
+    would do): it keeps the headers of every request a browser sends it."""
+
+    server: CatcherServer
+
+    def do_GET(self) -> None:
+        self.server.seen.append(f"{self.path}\n{self.headers.as_string()}")
+        body = b"<!doctype html><p>another port</p><img src='/pixel'>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class CatcherServer(http_server.ThreadingHTTPServer):
+    daemon_threads = True
+    seen: list[str]
+
+
+@pytest.fixture
+def catcher() -> Iterator[tuple[str, list[str]]]:
+    """A Catcher on a free loopback port: its URL, and the requests it got."""
+    server = CatcherServer(("127.0.0.1", 0), Catcher)
+    server.seen = []
+    thread = threading.Thread(target=server.serve_forever, name="catcher", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", server.seen
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+def forget_the_token(driver: Any, url: str) -> None:
+    """Open the page without the token: it asks for it."""
+    driver.get(url + "/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.refresh()
+    wait_until(lambda: "needs its token" in shown(driver), what="the page to ask for it")
+
+
+@needs_chromium
+def test_the_token_stays_with_its_port_in_headless_chromium(
+    r: redis.Redis, write_config, tmp_path: Path, dashboard_cli, catcher
+) -> None:
+    """The token was a cookie, and cookies ignore ports: every other server on 127.0.0.1 got
+    it with every request the browser sent it. Now it goes from the address's fragment into
+    this port's sessionStorage and out only as "Authorization: Bearer"."""
+    from selenium.webdriver.common.by import By
+
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    config = write_config(
+        queue_config("[/bin/true]") + "dashboard: {actions: true, token_file: token}\n"
+    )
+    dead_letter(r, "invoice-42")
+    url = dashboard_cli(config)
+    other, seen = catcher
+    with headless_chromium(tmp_path) as driver:
+        driver.get(url + f"/?token={TOKEN}")  # the old way in: refused, sets nothing
+        driver.get(url + f"/#token={TOKEN}")
+        wait_until(lambda: "invoice-42" in shown(driver), what="the page to show the data")
+        address = driver.current_url
+        # A page on another port of the same host gets no token, and can read none.
+        driver.get(other + "/")
+        wait_until(lambda: len(seen) >= 2, what="the other port's page and its image")
+        leaked = [request for request in seen if TOKEN in request or "jobd" in request]
+        assert not leaked, f"another port got the token: {leaked}"
+        there = "return document.cookie + JSON.stringify([sessionStorage, localStorage])"
+        assert TOKEN not in driver.execute_script(there)
+        assert address == url + "/", "the token is left in the address bar"
+        # Back on the dashboard's port, this tab still has it: the page works and acts.
+        driver.get(url + "/")
+        wait_until(lambda: "invoice-42" in shown(driver), what="the page to show the data")
+        assert driver.get_cookies() == []
+        driver.find_element(By.XPATH, "//button[text()='requeue']").click()
+        wait_until(lambda: r.xlen("{jobd:q}:dead") == 0, what="the requeue to be done")
+        assert r.xlen("jobd:q") == 1
+        wait_until(lambda: "No dead letters." in shown(driver), what="the page to show it")
+        # A token in the query is refused, says how to open the page, and sets nothing.
+        driver.get(url + f"/?token={TOKEN}")
+        assert "#token=TOKEN" in driver.find_element(By.TAG_NAME, "body").text
+        assert driver.get_cookies() == []
+        # Without it the page asks for it: given in the address of the open page (no reload),
+        # or in its form, it does as well.
+        forget_the_token(driver, url)
+        driver.get(url + f"/#token={TOKEN}")
+        wait_until(lambda: "No dead letters." in shown(driver), what="the data again")
+        assert driver.current_url == url + "/"
+        forget_the_token(driver, url)
+        driver.find_element(By.ID, "token").send_keys(TOKEN + "\n")
+        wait_until(lambda: "No dead letters." in shown(driver), what="the data again")

@@ -190,6 +190,79 @@ def test_a_request_must_arrive_whole_within_the_timeout(
         assert request(port, "/api/overview")[0] == 200
 
 
+# -- (review 17, 2) pipelined requests whose answers are never read ------------------------------
+
+ONE = b"GET /api/overview HTTP/1.1\r\n\r\n"
+BURST = ONE * (8192 // len(ONE))  # 273 pipelined requests in one 8 KiB read
+FLOODS = 4  # connections sending a burst each (as many as the server has workers)
+HEALTHZ_WITHIN = 2.0  # seconds /healthz may take meanwhile
+PROBING = 6.0  # seconds /healthz is probed for while the bursts sit unread
+SHOWN_FIELDS = ("jobd_job_id", "jobd_error", "jobd_exit_code", "jobd_signal", "jobd_attempts")
+TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # linux/tcp_states.h
+
+
+def flood(port: int) -> socket.socket:
+    """A connection that sends one burst of pipelined requests and reads nothing."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(BURST)
+    return sock
+
+
+def answered(sock: socket.socket) -> bool:
+    """Whether some answer has arrived on ``sock`` (left unread)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return False
+
+
+def closed_unread(sock: socket.socket) -> bool:
+    """Whether the server has closed ``sock``'s connection, told without reading from it
+    (reading would let the server send more, and so keep the connection busy)."""
+    state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+    return state in (TCP_CLOSE, TCP_CLOSE_WAIT)
+
+
+def healthz_keeps_answering(port: int) -> None:
+    """/healthz answers within HEALTHZ_WITHIN on every try for PROBING seconds."""
+    end = time.monotonic() + PROBING
+    while time.monotonic() < end:
+        code, _, body = request(port, "/healthz", timeout=HEALTHZ_WITHIN)
+        assert (code, body) == (200, b"ok\n")
+        time.sleep(0.2)  # a pace between tries, not a wait for anything
+
+
+def test_pipelined_requests_never_read_hold_no_worker(
+    r: redis.Redis, write_config, script, daemon: Daemon
+) -> None:
+    """The reviewer's scenario: every worker answered one burst's requests one after another
+    until 16 MiB waited unsent, then blocked for good (the connection, having requests queued,
+    was never timed out): /healthz timed out until the clients went away."""
+    script("h.sh", "#!/bin/sh\ncat >/dev/null\nexit 0\n")
+    port = free_port()
+    config = write_config(queue_config("[./h.sh]") + f"metrics: {{listen: '127.0.0.1:{port}'}}\n")
+    d = daemon(config)
+    wait_until(lambda: answers(port), what="the metrics server to answer")
+    control = b"\x01" * 300  # 6 bytes of JSON each: an overview of about 400 KiB
+    for _ in range(20):
+        dead_letter(r, jobd_stderr=control * 10, **dict.fromkeys(SHOWN_FIELDS, control))
+    with contextlib.ExitStack() as stack:
+        floods = [stack.enter_context(flood(port)) for _ in range(FLOODS)]
+        wait_until(lambda: all(map(answered, floods)), what="an answer on every burst")
+        healthz_keeps_answering(port)
+        r.xadd("jobd:q", {"payload": "x"})
+        wait_until(lambda: acked_all(r, "jobd:q", 1), what="the job to run")
+        assert r.xlen("{jobd:q}:dead") == 20, d.log()
+        wait_until(
+            lambda: all(map(closed_unread, floods)),
+            REQUEST_TIMEOUT + 10,
+            "the server to close every connection that reads nothing",
+        )
+    assert request(port, "/healthz", timeout=HEALTHZ_WITHIN)[::2] == (200, b"ok\n")
+
+
 # -- (3) DNS rebinding ---------------------------------------------------------------------------
 
 FOREIGN = (
@@ -355,6 +428,34 @@ def test_metrics_need_the_token_and_healthz_says_only_ok(
     assert code == 200 and b"jobd_jobs_started_total" in body
     assert request(port, "/healthz")[::2] == (200, b"ok\n")
     assert request(port, "/api/overview")[0] == 401
+
+
+# -- (review 17, 3) no cookie carries the token --------------------------------------------------
+
+
+def test_neither_a_cookie_nor_a_query_carries_the_token(
+    r: redis.Redis, write_config, tmp_path: Path, dashboard
+) -> None:
+    """Cookies ignore ports: a cookie holding the token went to every other server on the host,
+    and any of them could set one. Opening /?token=TOKEN set it, and put the token in logs."""
+    port, _ = dashboard(with_token(write_config, tmp_path))
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for path in (f"/?token={TOKEN}", "/?token=wrong", "/?x=1&token=", "/api/overview?token"):
+        code, headers, body = request(port, path)
+        assert code == 400 and "Set-Cookie" not in headers, (path, code, headers)
+        assert "#token=TOKEN" in json.loads(body)["error"] and TOKEN.encode() not in body
+    cookie = {"Cookie": f"jobd_token={TOKEN}"}
+    assert request(port, "/api/overview", headers=cookie)[0] == 401
+    acting = {**csrf(port), "Cookie": f"jobd_token={TOKEN}"}
+    del acting["Authorization"]
+    assert request(port, "/api/dead-letters/purge", "POST", acting, b'{"queue": "q"}')[0] == 401
+    # The page and its files hold no data: they load without the token, and set nothing.
+    for path in ("/", "/static/dashboard.js", "/static/dashboard.css"):
+        code, headers, _ = request(port, path)
+        assert code == 200 and "Set-Cookie" not in headers, path
+        assert headers["Referrer-Policy"] == "no-referrer"
+    code, _, body = request(port, "/api/overview", headers=bearer)
+    assert code == 200 and json.loads(body)["queues"]["q"]
 
 
 # -- what held in the review still holds ---------------------------------------------------------

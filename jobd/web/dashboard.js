@@ -2,12 +2,34 @@
 "use strict";
 
 const REFRESH_MS = 5000;
+const TOKEN_KEY = "jobd.token";
 let csrf = "";
+
+// The token, when the dashboard has one. It comes in the address's fragment (/#token=TOKEN:
+// a fragment is sent to no server), is kept in this tab's sessionStorage (this origin only:
+// no other port of the host can read it), is dropped from the address bar, and goes with
+// every call as "Authorization: Bearer". Never in a cookie: cookies go to every port.
+function takeToken() {
+  const match = /^#token=(.+)$/.exec(location.hash);
+  if (!match) return false;
+  let token = match[1];
+  try { token = decodeURIComponent(token); } catch (error) { /* kept as written */ }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  history.replaceState(null, "", location.pathname + location.search);
+  return true;
+}
+
+function api(path, options) {
+  const headers = Object.assign({}, (options || {}).headers);
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = "Bearer " + token;
+  return fetch(path, Object.assign({}, options, {headers, cache: "no-store", credentials: "omit"}));
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
-    if (key === "onclick") node.addEventListener("click", value);
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else node.setAttribute(key, value);
   }
   for (const child of children) {
@@ -60,7 +82,7 @@ function figure(value, label) {
 }
 
 async function act(action, body) {
-  const reply = await fetch("/api/dead-letters/" + action, {
+  const reply = await api("/api/dead-letters/" + action, {
     method: "POST",
     headers: {"Content-Type": "application/json", "X-Jobd-CSRF": csrf},
     body: JSON.stringify(body),
@@ -140,10 +162,28 @@ function queueSection(name, q, actions) {
   return section;
 }
 
+// Asked for when the API wants a token this tab does not have (or a wrong one).
+function askToken() {
+  const refused = sessionStorage.getItem(TOKEN_KEY) !== null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  document.getElementById("updated").textContent = refused ? "that token was refused" : "";
+  if (document.getElementById("token")) return;  // being typed: left alone
+  const input = el("input", {type: "password", id: "token", autocomplete: "off", size: 40});
+  const form = el("form", {onsubmit: (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    refresh();
+  }}, el("p", {}, "This dashboard needs its token: open /#token=TOKEN, or give it here."),
+  input, " ", el("button", {type: "submit"}, "show"));
+  document.getElementById("queues").replaceChildren(form);
+  input.focus();
+}
+
 async function refresh() {
   try {
-    const reply = await fetch("/api/overview", {cache: "no-store"});
+    const reply = await api("/api/overview");
     const data = await reply.json();
+    if (reply.status === 401) return askToken();
     if (!reply.ok) throw new Error(data.error);
     csrf = data.csrf;
     document.getElementById("where").textContent = data.redis;
@@ -157,5 +197,7 @@ async function refresh() {
   }
 }
 
+takeToken();
 refresh();
+window.addEventListener("hashchange", () => takeToken() && refresh());  // pasted on this page
 setInterval(refresh, REFRESH_MS);
