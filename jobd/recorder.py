@@ -96,8 +96,9 @@ class Recorder(threading.Thread):
                     backlog[:] = self.write_isolated(backlog)
                 except redisconn.UNAVAILABLE as exc:
                     redisconn.refresh(self.client)
-                    if isinstance(exc, Away):  # some were written: keep only the others
-                        backlog[:] = exc.outcomes
+                    # Away: some were written, keep only the others. Otherwise the connection
+                    # failed and any call may have applied: keep all but the hand-backs.
+                    backlog[:] = exc.outcomes if isinstance(exc, Away) else unsent(backlog)
                     delay = self.outage.down(exc, f"{len(backlog)} outcome(s) kept to record later")
                     if stopping and self._give_up(backlog):
                         break
@@ -132,7 +133,7 @@ class Recorder(threading.Thread):
             try:
                 again += self.write_isolated([o])
             except redisconn.UNAVAILABLE as exc:
-                rest = exc.outcomes if isinstance(exc, Away) else [o]
+                rest = exc.outcomes if isinstance(exc, Away) else unsent([o])
                 raise Away([*again, *rest, *batch[i + 1 :]], exc) from exc
         return again
 
@@ -296,6 +297,23 @@ class Recorder(threading.Thread):
             len(backlog),
         )
         return True
+
+
+def unsent(outcomes: list[Outcome]) -> list[Outcome]:
+    """What to send again after a connection failed mid-call, when any call may have applied:
+    everything but hand-backs. A settle, retry or dead letter that applied is a no-op the
+    second time (each checks it still holds the entry); a hand-back is not: by then this
+    daemon may have claimed the entry back and be running it, and the same hand-back would
+    give that run away. One that did not apply leaves the entry unrenewed (it was forgotten
+    before it was sent), so it is taken over after reclaim_after anyway."""
+    dropped = [o for o in outcomes if o.kind == HAND_BACK]
+    for o in dropped:
+        log.warning(
+            "queue=%s job=%s the hand-back may not have reached Redis; not sent again: the "
+            "entry is taken over after lease.reclaim_after if it did not",
+            o.queue.name, o.job_id,
+        )  # fmt: skip
+    return [o for o in outcomes if o.kind != HAND_BACK] if dropped else outcomes
 
 
 def _not_held(outcomes: list[Outcome], reply: object) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from jobd.config import load
 from jobd.lease import Holdings, key
 from jobd.metrics import Metrics
 from jobd.reader import Reader, Slots
-from jobd.scripts import Scripts
+from jobd.scripts import Scripts, source
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -543,3 +543,48 @@ def test_an_outage_between_two_pages_of_a_reclaim_loses_no_claim(
 def deliveries_of(r: redis.Redis, stream: str, mid: bytes) -> int:
     (entry,) = r.xpending_range(stream, "jobd", mid, mid, 1)
     return int(entry["times_delivered"])
+
+
+def test_a_hand_back_whose_reply_was_lost_is_not_sent_again(
+    r: redis.Redis, redis_server, write_config
+) -> None:
+    """A hand-back applied, its reply was lost, and before the recorder could write again this
+    daemon's reader claimed the entry back and started it. The recorder used to send the same
+    hand-back again, which gave the new run away (another daemon would run it at once too)."""
+    from faultproxy import FaultProxy
+
+    from jobd.recorder import ACK, HAND_BACK, Outcome, Recorder
+
+    with FaultProxy(redis_server.port) as proxy:
+        config = load(str(write_config(
+            f"redis: {{url: '{proxy.url}'}}\nqueues:\n  q: {{command: [/bin/true]}}\n"
+        )))  # fmt: skip
+        q = config.queues["q"]
+        r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+        first, second = (r.xadd("jobd:q", {"payload": "x"}).decode() for _ in range(2))
+        r.xreadgroup("jobd", "me", {"jobd:q": ">"})
+        holdings = Holdings()
+        holdings.add(key(q), [first, second])
+        recorder = Recorder(config.redis, "me", holdings)
+        recorder.start()
+        try:
+            for name in ("settle", "release", "observe"):  # loaded: no NOSCRIPT round to cut
+                r.script_load(source(name))
+            recorder.client.ping()
+            proxy.refuse()  # no new connection: the recorder cannot write again yet
+            proxy.cut(after_reply_bytes=1)  # the hand-back applies; its reply is lost
+            recorder.record([Outcome(HAND_BACK, q, first, "first")])
+            wait_until(lambda: idle_of(r, first) > 10**12, what="the hand-back applied")
+            r.xautoclaim("jobd:q", "jobd", "me", 0, "0-0", justid=True)  # taken back: a new run
+            proxy.restore()
+            recorder.record([Outcome(ACK, q, second, "second")])
+            wait_until(lambda: not r.xpending_range("jobd:q", "jobd", second, second, 1), 15)
+            assert idle_of(r, first) < 60_000, "the new run was handed back"
+        finally:
+            recorder.stop()
+            recorder.join(10)
+
+
+def idle_of(r: redis.Redis, mid: str) -> int:
+    (entry,) = r.xpending_range("jobd:q", "jobd", mid, mid, 1)
+    return int(entry["time_since_delivered"])

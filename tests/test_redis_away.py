@@ -40,7 +40,7 @@ def test_a_failover_behind_one_address_is_followed(tmp_path: Path, script, daemo
     try:
         b.replicaof("127.0.0.1", master.port)
         wait_until(lambda: b.info("replication")["master_link_status"] == "up")
-        with FaultProxy(master.port).start() as proxy:
+        with FaultProxy(master.port) as proxy:
             script("job.sh", f"#!/bin/sh\necho $JOBD_JOB_ID >> {tmp_path}/ran\nsleep 1\n")
             config = tmp_path / "jobd.yaml"
             config.write_text(
