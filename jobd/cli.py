@@ -143,6 +143,11 @@ def config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from jobd.hardening import set_non_dumpable
+
+    # First, for every subcommand: from here on a process of the same user cannot read this
+    # one's environment (REDIS_PASSWORD…) nor memory (the config, once loaded) through /proc.
+    set_non_dumpable()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "schema":

@@ -9,15 +9,19 @@ memory: the password, the dashboard token, every payload). ``protect_process()``
   process traced by anything without ``CAP_SYS_PTRACE``, same user included; no core dump is
   written (``fs.suid_dumpable=0``, the default). Root with its full capabilities still can; a
   handler of the same user cannot, nor a root handler bounded without ``CAP_SYS_PTRACE``.
+  ``jobd``'s entry point (``cli.main``) already did so first thing, for every subcommand: a
+  process of the same user could read the environment until then (the config load included).
 - forgets the environment variables the config expanded into a secret key (``redis`` and
-  ``dashboard`` passwords, tokens, the credentials of a URL): they leave ``os.environ``, so a
-  process started without an explicit environment no longer inherits them, and their values
-  are overwritten with NUL bytes in the block ``/proc/PID/environ`` shows (the kernel reads it
-  from the process's memory each time: it is not a copy). What stays is the config in memory,
-  which non-dumpable guards.
+  ``dashboard`` passwords, tokens, the credentials of a URL, or a whole URL holding some): they
+  leave ``os.environ``, so a process started without an explicit environment no longer
+  inherits them, and their values are overwritten with NUL bytes in the block
+  ``/proc/PID/environ`` shows (the kernel reads it from the process's memory each time: it is
+  not a copy). What stays is the config in memory, which non-dumpable guards.
 
-The variables go first: once non-dumpable, a process that is not root cannot open its own
-``/proc/self/environ`` either. A reload must expand ``${VAR}`` with ``config_environ()``.
+The block is found at the addresses ``/proc/self/stat`` gives and written in place: a
+non-dumpable process that is not root can open neither ``/proc/self/environ`` nor
+``/proc/self/mem``, but its own memory is its own. A reload must expand ``${VAR}`` with
+``config_environ()``.
 
 Neither stops a handler of the daemon's user from reading what that user can read: a
 ``password_file``, the credential files systemd gives the service, the embedded Redis's socket.
@@ -34,9 +38,13 @@ import secrets
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobd import validation, yamlsrc
+if TYPE_CHECKING:
+    from jobd import yamlsrc
+
+# jobd.validation and jobd.yamlsrc (100 ms and more of imports) are imported where they are
+# used: set_non_dumpable() is to be had before them, by an entry point that calls it first.
 
 log = logging.getLogger("jobd.hardening")
 
@@ -45,6 +53,7 @@ PR_SET_DUMPABLE = 4
 SECRET_SECTIONS = ("redis", "dashboard")
 SECRET_KEYS = ("password", "token")
 URL_KEY = "url"
+MAX_ENVIRONMENT = 1 << 30  # a sanity bound on the size of the initial environment block
 
 _forgotten: dict[str, str] = {}  # variables taken out of os.environ, for config_environ()
 
@@ -60,7 +69,7 @@ def protect_process(config_path: str | None = None) -> Protection:
     expanded into secrets. Call it once the config is loaded and before any handler starts;
     from then on reload the config with ``load(path, config_environ())``."""
     names = secret_variables(config_path, os.environ) if config_path else []
-    forget_variables(names)  # first: a non-dumpable process cannot open its own environ
+    forget_variables(names)
     if names:
         log.info("removed from the environment once read (secrets): %s", ", ".join(names))
     non_dumpable = set_non_dumpable()
@@ -87,20 +96,25 @@ def set_non_dumpable() -> bool:
 
 def secret_variables(config_path: str, environ: Mapping[str, str]) -> list[str]:
     """The variables of ``environ`` whose value the config at ``config_path`` expands into a
-    password or token of ``redis`` or ``dashboard``, or into the credentials of a URL there
-    (a variable that gives only a host name is not a secret). Found by expanding each variable
-    into a marker of its own and seeing which markers land in a secret."""
+    password or token of ``redis`` or ``dashboard``, or into a URL there where redacting it
+    hides some of the value: the variable stands in its credentials (``redis://:${PW}@host``),
+    or its own value holds some (``url: ${REDIS_URL}``). A variable that gives only a host name
+    is not a secret: a URL's redaction shows it. Found by expanding each variable into a marker
+    of its own and seeing which markers land in a secret."""
     names = [name for name, value in environ.items() if value]
     token = secrets.token_hex(6)
     marker = re.compile(f"jobd{token}v([0-9]+)e")
     markers = {name: f"jobd{token}v{i}e" for i, name in enumerate(names)}
+    from jobd import validation, yamlsrc
+
     try:
         doc, _ = yamlsrc.load(_read(config_path), markers, validation.is_text)
     except (OSError, UnicodeDecodeError, yamlsrc.SourceError):
         return []
+    values = [environ[name] for name in names]
     found: set[int] = set()
     for path, text in _strings(doc.data, ()):
-        found |= _secret_markers(path, text, marker)
+        found |= _secret_markers(path, text, marker, values)
     return sorted(names[i] for i in found)
 
 
@@ -120,16 +134,32 @@ def _strings(value: Any, path: yamlsrc.Path) -> Iterator[tuple[yamlsrc.Path, str
         yield path, value
 
 
-def _secret_markers(path: yamlsrc.Path, text: str, marker: re.Pattern[str]) -> set[int]:
-    """The markers in the secret part of the string at ``path``: all of a password or token,
-    the credentials of a URL (what redacting it hides), none elsewhere."""
+def _secret_markers(
+    path: yamlsrc.Path, text: str, marker: re.Pattern[str], values: list[str]
+) -> set[int]:
+    """The markers of secrets in the string at ``path``: all of a password or token; in a URL,
+    those whose variable's value its redaction hides some of; none elsewhere."""
     if not path or path[0] not in SECRET_SECTIONS:
         return set()
     if path[-1] in SECRET_KEYS:
         return _indices(text, marker)
     if path[-1] == URL_KEY:
-        return _indices(text, marker) - _indices(validation.redact_url(text), marker)
+        from jobd.validation import redact_url
+
+        inside = _indices(text, marker)
+        hidden = inside - _indices(redact_url(text), marker)
+        return hidden | {i for i in inside if _hides_value(text, marker, i, values[i])}
     return set()
+
+
+def _hides_value(text: str, marker: re.Pattern[str], index: int, value: str) -> bool:
+    """Whether redacting the URL ``text``, with the marker ``index`` expanded to ``value``,
+    hides some of that value (a variable holding a whole URL with its credentials, or a user
+    name and password with the host)."""
+    from jobd.validation import redact_url
+
+    url = marker.sub(lambda m: value if int(m.group(1)) == index else m.group(0), text)
+    return redact_url(url).count(value) < url.count(value)
 
 
 def _indices(text: str, marker: re.Pattern[str]) -> set[int]:
@@ -142,11 +172,10 @@ def _indices(text: str, marker: re.Pattern[str]) -> set[int]:
 def forget_variables(names: Iterable[str]) -> None:
     """Take ``names`` out of os.environ (kept here for ``config_environ``) and overwrite their
     values in the initial environment block."""
-    names = [name for name in names if name in os.environ]
-    for name in names:
-        _forgotten[name] = os.environ.pop(name)  # unsetenv(): libc's environ lets go of it
-    if names:
-        wipe_initial_environment(names)
+    taken = {name: os.environ.pop(name) for name in names if name in os.environ}
+    _forgotten.update(taken)  # os.environ.pop: unsetenv(), libc's environ lets go of them
+    if taken:
+        wipe_initial_environment(taken)
 
 
 def config_environ() -> dict[str, str]:
@@ -155,37 +184,36 @@ def config_environ() -> dict[str, str]:
     return {**os.environ, **_forgotten}
 
 
-def wipe_initial_environment(names: Iterable[str]) -> int:
-    """Overwrite with NUL bytes the values of ``names`` in the environment block the process
-    started with, what /proc/PID/environ shows; how many were overwritten. Nothing is written
-    unless the block's address (from /proc/self/stat) holds exactly /proc/self/environ."""
-    block = _initial_environment()
-    if block is None:
+def wipe_initial_environment(variables: Mapping[str, str]) -> int:
+    """Overwrite with NUL bytes, in the environment block the process started with (what
+    /proc/PID/environ shows), the value of each ``NAME=value`` entry of ``variables``; how many
+    were overwritten. The block is read and written in this process's memory, where
+    /proc/self/stat says it is: nothing is written but the value of an entry that reads
+    exactly ``NAME=value``."""
+    span = _environment_span()
+    if span is None:
         return 0
-    start, data = block
-    wanted = {name.encode() for name in names}
+    start, end = span
+    wanted = {os.fsencode(name) + b"=" + os.fsencode(value) for name, value in variables.items()}
     wiped, offset = 0, 0
-    for entry in data.split(b"\0"):
-        name, equals, value = entry.partition(b"=")
-        if equals and name in wanted and value:
-            ctypes.memset(start + offset + len(name) + 1, 0, len(value))
+    for entry in ctypes.string_at(start, end - start).split(b"\0"):
+        if entry in wanted:
+            equals = entry.index(b"=") + 1
+            ctypes.memset(start + offset + equals, 0, len(entry) - equals)
             wiped += 1
         offset += len(entry) + 1
     return wiped
 
 
-def _initial_environment() -> tuple[int, bytes] | None:
-    """(address, bytes) of the initial environment block, or None if it cannot be trusted."""
+def _environment_span() -> tuple[int, int] | None:
+    """(env_start, env_end): fields 50 and 51 of /proc/self/stat (``man 5 proc``), which a
+    process reads of itself even when non-dumpable; None when they cannot be had."""
     try:
         with open("/proc/self/stat", "rb") as file:
-            fields = file.read().rsplit(b")", 1)[1].split()
-        with open("/proc/self/environ", "rb") as file:
-            shown = file.read()
-    except OSError:
+            fields = file.read().rsplit(b")", 1)[1].split()  # fields 3 and on
+        start, end = int(fields[50 - 3]), int(fields[51 - 3])
+    except (OSError, IndexError, ValueError):
         return None
-    start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51
-    if not start or end - start != len(shown):
+    if not 0 < start < end or end - start > MAX_ENVIRONMENT:
         return None
-    if ctypes.string_at(start, end - start) != shown:
-        return None
-    return start, shown
+    return start, end

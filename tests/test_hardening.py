@@ -23,6 +23,8 @@ import pytest
 import redis
 from support import DaemonProcess, RedisServer, acked_all, jobd_cli, wait_until
 
+from jobd import hardening
+
 Daemon = Callable[..., DaemonProcess]
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMD = ROOT / "systemd"
@@ -139,6 +141,8 @@ def test_embedded_state_is_private_in_an_existing_open_directory(open_dir: Path)
 
     result = enqueue_with_umask_022(config, SECRET)
     assert result.returncode == 0, result.stderr
+    said = f"state directory {state}: group or others had access to {state}, {state}/redis.log;"
+    assert f"{said} made private (go-rwx)" in result.stderr.decode()
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     aof = sorted((state / "appendonlydir").iterdir())
     assert any(p.name.endswith(".aof") for p in aof) and any(p.name.endswith(".rdb") for p in aof)
@@ -171,6 +175,141 @@ def test_a_state_directory_owned_by_another_user_is_refused(open_dir: Path) -> N
     assert run.returncode == 69, run.stderr
     assert because in run.stderr.decode()
     assert list(state.iterdir()) == [], "no server was started there"
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under ``folder``, symbolic links not followed: its mode, owner and size."""
+    found = {}
+    for top, dirs, files in os.walk(folder):
+        for path in (Path(top), *(Path(top) / name for name in (*dirs, *files))):
+            info = path.lstat()
+            found[str(path)] = (info.st_mode, info.st_uid, info.st_size)
+    return found
+
+
+def files_holding(folder: Path, text: str) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def refused(result: subprocess.CompletedProcess[bytes], because: str) -> bool:
+    """The command exited 69 (the embedded Redis is unavailable), saying ``because``."""
+    error = result.stderr.decode()
+    assert result.returncode == 69 and because in error and "Traceback" not in error, error
+    return True
+
+
+@needs_root
+def test_a_state_directory_in_a_folder_others_may_write_is_refused(open_dir: Path) -> None:
+    """The review's (1a): nobody, who may write the config's folder (0777), replaced `.jobd` with
+    a link to a directory of root's; root's `jobd status` made that directory 0700 and its
+    files 0600, and wrote the server's files into it."""
+    app = open_dir / "app"
+    app.mkdir()
+    app.chmod(0o777)
+    config = write(app / "jobd.yaml", "queues:\n  q: {command: [/bin/cat]}\n")
+    victim = open_dir / "victim"
+    victim.mkdir()
+    victim.chmod(0o755)
+    write(victim / "readme.txt", "public data\n", 0o644)
+    before = snapshot(victim)
+    assert as_nobody("ln", "-s", str(victim), str(app / ".jobd")).returncode == 0
+    because = f"is reached through {app}, which any user may write (mode 0777, without the sticky"
+    assert refused(jobd_cli("status", "-c", str(config)), because)
+    assert snapshot(victim) == before, "nothing there was changed, nor written"
+
+    # A real directory of root's there is refused as well: nobody could swap it at any time.
+    (app / ".jobd").unlink()
+    (app / ".jobd").mkdir(mode=0o700)
+    assert refused(jobd_cli("status", "-c", str(config)), because)
+    assert list((app / ".jobd").iterdir()) == []
+    # So is a folder another user owns; not a shared folder with the sticky bit (like /tmp).
+    app.chmod(0o755)
+    os.chown(app, NOBODY.pw_uid, NOBODY.pw_gid)
+    because = f"is reached through {app}, which is owned by nobody (uid 65534)"
+    assert refused(jobd_cli("status", "-c", str(config)), because)
+    os.chown(app, 0, 0)
+    app.chmod(0o1777)
+    result = jobd_cli("status", "-c", str(config))
+    assert result.returncode == 0, result.stderr
+    assert (app / ".jobd" / "appendonlydir").is_dir()
+
+
+@needs_root
+def test_a_state_directory_that_is_a_symbolic_link_is_refused(open_dir: Path) -> None:
+    config = embedded_config(open_dir)
+    real = open_dir / "real"
+    real.mkdir()
+    real.chmod(0o755)
+    write(real / "readme.txt", "public data\n", 0o644)
+    (open_dir / "state").symlink_to(real)
+    before = snapshot(real)
+    because = f"state directory {open_dir}/state is a symbolic link: jobd does not follow one"
+    assert refused(enqueue_with_umask_022(config, SECRET), because)
+    assert snapshot(real) == before
+
+
+def link_to_a_folder_of_nobodys(state: Path, folder: Path) -> str:
+    """The review's (1b): while the state directory was 0777, nobody made `appendonlydir` a
+    link to a folder of theirs holding an AOF file anyone may append to. jobd had since made
+    the directory 0700 but left the link (another user's), and the server appended every
+    command to nobody's file."""
+    drop = folder / "drop"
+    drop.mkdir()
+    drop.chmod(0o1777)
+    loot = drop / "loot"
+    state.chmod(0o777)
+    for argv in (["mkdir", "-m", "0777", str(loot)],
+                 ["sh", "-c", f"umask 0 && : > {loot}/appendonly.aof.1.incr.aof"],
+                 ["ln", "-s", str(loot), str(state / "appendonlydir")]):  # fmt: skip
+        assert as_nobody(*argv).returncode == 0, argv
+    state.chmod(0o700)
+    return f"{state}/appendonlydir is a symbolic link"
+
+
+def open_to_others(state: Path, folder: Path) -> str:
+    state.chmod(0o777)
+    write(state / "redis.log", "an earlier run's log\n", 0o600)
+    return f"{state} was writable by others (mode 0777)"
+
+
+def a_file_of_nobodys(state: Path, folder: Path) -> str:
+    write(state / "redis.log", "an earlier run's log\n", 0o600)
+    os.chown(state / "redis.log", NOBODY.pw_uid, NOBODY.pw_gid)
+    return f"{state}/redis.log is owned by nobody (uid 65534)"
+
+
+def a_hard_link(state: Path, folder: Path) -> str:
+    os.link(write(folder / "elsewhere", "not Redis's log\n", 0o600), state / "redis.log")
+    return f"{state}/redis.log has 1 other hard link(s)"
+
+
+def an_inner_folder_open_to_others(state: Path, folder: Path) -> str:
+    (state / "appendonlydir").mkdir()
+    (state / "appendonlydir").chmod(0o777)
+    return f"{state}/appendonlydir was writable by others (mode 0777)"
+
+
+@needs_root
+@pytest.mark.parametrize(
+    "plant",
+    [link_to_a_folder_of_nobodys, open_to_others, a_file_of_nobodys, a_hard_link,
+     an_inner_folder_open_to_others],
+)  # fmt: skip
+def test_a_state_directory_another_user_may_have_had_a_hand_in_is_left_alone(
+    open_dir: Path, plant: Callable[[Path, Path], str]
+) -> None:
+    """jobd "fixed" such a directory (chmod 0700) and started the server there; now it refuses,
+    says what it found and how to go on, and changes nothing."""
+    config = embedded_config(open_dir)
+    state = open_dir / "state"
+    state.mkdir(mode=0o700)
+    because = plant(state, open_dir)
+    before = snapshot(open_dir)
+    result = enqueue_with_umask_022(config, SECRET)
+    assert refused(result, because)
+    assert f"chmod -R go-rwx {state}" in result.stderr.decode()
+    assert snapshot(open_dir) == before, "nothing was made private, nor written"
+    assert files_holding(open_dir, SECRET) == []
 
 
 def test_the_embedded_server_gets_no_secret_and_umask_077(tmp_path: Path, daemon: Daemon) -> None:
@@ -341,6 +480,158 @@ def test_protect_process_forgets_the_variables_the_config_read_secrets_from(
     assert result.stdout.decode().splitlines() == [
         "True DASHBOARD_TOKEN,REDIS_PASSWORD", "plain reload refused", "reload ok",
     ]  # fmt: skip
+
+
+# The config in front of each subcommand's other arguments: positional for run and validate.
+SUBCOMMANDS = {
+    "run": ["run"], "validate": ["validate"], "status --watch": ["status", "--watch", "1", "-c"],
+    "dashboard": ["dashboard", "--listen", "127.0.0.1:0", "-c"], "enqueue": ["enqueue", "-c"],
+    "dlq": ["dlq", "-c"],
+}  # fmt: skip
+AFTER_CONFIG = {"enqueue": ["q", "x"], "dlq": ["q", "list"]}
+
+
+def fifo_writer(fifo: Path) -> int | None:
+    """The FIFO's write end once a process waits to read it (opening it then lets that
+    process's open() return; its read() waits for what is written)."""
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENXIO: no reader yet
+        return None
+
+
+@needs_root
+@needs_setpriv
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_every_subcommand_is_non_dumpable_before_it_reads_its_config(
+    tmp_path: Path, open_dir: Path, command: str
+) -> None:
+    """The review's (5): only `jobd run`, once it had started, was non-dumpable; `dashboard`,
+    `status --watch` and `validate` (the units' ExecStartPre) never were, and a process of the
+    same user read REDIS_PASSWORD in /proc/PID/environ while `jobd run` imported and loaded its
+    config. The config here is a FIFO: the command waits in the middle of reading it, and a
+    process of its user (nobody) tries what race_environ.py did."""
+    (open_dir / "mnt").mkdir()
+    fifo = open_dir / "jobd.yaml"
+    os.mkfifo(fifo, 0o600)
+    for path in (open_dir, fifo):
+        os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+    argv = [*nobody_prefix(open_dir / "mnt"), sys.executable, "-m", "jobd",
+            *SUBCOMMANDS[command], str(fifo), *AFTER_CONFIG.get(command, [])]  # fmt: skip
+    env = {**os.environ, "REDIS_PASSWORD": SECRET}
+    with open(tmp_path / "jobd.log", "wb") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        writer = wait_until(lambda: fifo_writer(fifo), what=f"jobd {command} to read its config")
+        try:
+            assert psutil.Process(proc.pid).uids().real == NOBODY.pw_uid
+            snoop = as_nobody("cat", f"/proc/{proc.pid}/environ")
+            assert SECRET.encode() not in snoop.stdout
+            assert snoop.returncode == 1 and b"Permission denied" in snoop.stderr, snoop
+        finally:
+            os.close(writer)  # type: ignore[arg-type]
+    finally:
+        proc.kill()
+        proc.wait()
+        print(f"--- jobd {command} ---\n{(tmp_path / 'jobd.log').read_text(errors='replace')}")
+
+
+WIPE_CHILD = """
+import os, sys
+from jobd import hardening
+assert hardening.set_non_dumpable()
+try:
+    open("/proc/self/environ", "rb")
+except PermissionError:
+    pass
+else:
+    raise SystemExit("/proc/self/environ was still open to this process")
+print(",".join(hardening.protect_process(sys.argv[1]).forgotten), flush=True)
+sys.stdin.read()
+"""
+
+
+@needs_root
+@needs_setpriv
+def test_a_non_dumpable_process_that_is_not_root_wipes_its_secrets(open_dir: Path) -> None:
+    """cli.main makes every command non-dumpable first; from then on a process that is not root
+    can no longer open its own /proc/self/environ, where the wipe used to read the block."""
+    (open_dir / "mnt").mkdir()
+    config = write(open_dir / "jobd.yaml", """
+        redis: {url: 'redis://127.0.0.1:6379/0', password: '${REDIS_PASSWORD}'}
+        queues:
+          q: {command: [/bin/true]}
+        """)  # fmt: skip
+    argv = [*nobody_prefix(open_dir / "mnt"), sys.executable, "-c", WIPE_CHILD, str(config)]
+    env = {**os.environ, "REDIS_PASSWORD": SECRET}
+    with subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            assert proc.stdout.readline() == b"REDIS_PASSWORD\n"
+            assert psutil.Process(proc.pid).uids().real == NOBODY.pw_uid
+            shown = Path(f"/proc/{proc.pid}/environ").read_bytes()  # as root
+            assert b"REDIS_PASSWORD=" in shown and SECRET.encode() not in shown
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+        finally:
+            proc.kill()
+
+
+@pytest.mark.parametrize(
+    ("url", "environ", "secret"),
+    [
+        ("${REDIS_URL}", {"REDIS_URL": "redis://:pw-pw-pw@127.0.0.1:6379/0"}, ["REDIS_URL"]),
+        ("${REDIS_URL}", {"REDIS_URL": "redis://jobd:pw-pw-pw@127.0.0.1:6379/0"}, ["REDIS_URL"]),
+        ("${REDIS_URL}", {"REDIS_URL": "redis://tok-tok-tok@127.0.0.1/0"}, ["REDIS_URL"]),
+        ("${REDIS_URL}", {"REDIS_URL": "redis://127.0.0.1/0?password=pw-pw-pw"}, ["REDIS_URL"]),
+        ("redis://${AUTHORITY}/0", {"AUTHORITY": "jobd:pw-pw-pw@127.0.0.1:6379"}, ["AUTHORITY"]),
+        ("${REDIS_URL}", {"REDIS_URL": "redis://127.0.0.1:6379/0"}, []),
+        ("redis://jobd:${PW}@${HOST}:6379/0", {"PW": "pw-pw-pw", "HOST": "127.0.0.1"}, ["PW"]),
+        ("${SCHEME}://${HOST}:6379/0", {"SCHEME": "redis", "HOST": "127.0.0.1"}, []),
+    ],
+)
+def test_a_variable_is_secret_when_redacting_the_url_it_is_in_hides_some_of_it(
+    tmp_path: Path, url: str, environ: dict[str, str], secret: list[str]
+) -> None:
+    """The review's (7): `url: ${REDIS_URL}` was not forgotten. Which variables were secrets was
+    decided by where their placeholder landed, and one standing for the whole URL holds no
+    credentials; what matters is what redacting the URL hides of the variable's value. A URL
+    without credentials is shown whole in every log line: nothing to forget."""
+    config = write(tmp_path / "jobd.yaml", f"""
+        redis: {{url: '{url}'}}
+        queues:
+          q: {{command: [/bin/true]}}
+        """)  # fmt: skip
+    assert hardening.secret_variables(str(config), {**environ, "HOME": "/root"}) == secret
+
+
+@needs_root
+def test_a_whole_redis_url_from_a_variable_is_forgotten(tmp_path: Path, daemon: Daemon) -> None:
+    """The review's e7: `url: ${REDIS_URL}`, the password in the URL; the daemon kept
+    REDIS_URL, password and all, in its environment."""
+    import signal
+
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    redis.Redis(port=server.port).config_set("requirepass", SECRET)
+    try:
+        config = write(tmp_path / "jobd.yaml", """
+            redis: {url: '${REDIS_URL}'}
+            queues:
+              q: {command: [/bin/true]}
+            """)  # fmt: skip
+        d = daemon(config, env={"REDIS_URL": f"redis://:{SECRET}@127.0.0.1:{server.port}/0"})
+        d.wait_log("removed from the environment once read (secrets): REDIS_URL")
+        shown = Path(f"/proc/{d.proc.pid}/environ").read_bytes()  # as root: ps eww, a core
+        assert b"REDIS_URL=" in shown and SECRET.encode() not in shown
+        config.write_text(
+            config.read_text().replace("[/bin/true]}", "[/bin/true], concurrency: 2}")
+        )
+        d.signal(signal.SIGHUP)
+        d.wait_log("reload done")
+        assert "reload refused" not in d.log() and SECRET not in d.log()
+    finally:
+        server.stop()
 
 
 # -- (13) the systemd units ----------------------------------------------------------------------
