@@ -130,13 +130,13 @@ class Reader(threading.Thread):
                 redisconn.refresh(self.client)
                 self.stopping.wait(self.outage.down(exc, "retrying"))
             except redis.ResponseError as exc:
-                if "UNBLOCKED" in str(exc):  # a failover or a deleted stream ended the read
+                if "NOGROUP" in str(exc) or "no longer exists" in str(exc):
+                    log.warning("queue=%s group or stream vanished; recreating it", self.queue.name)
+                elif "UNBLOCKED" in str(exc):  # a failover ended the blocking read
                     log.warning("queue=%s read interrupted (%s); again", self.queue.name, exc)
-                elif "NOGROUP" not in str(exc):
+                else:
                     log.error("queue=%s read failed: %s", self.queue.name, exc)
                     self.stopping.wait(redisconn.BACKOFF_MAX)
-                else:
-                    log.warning("queue=%s group or stream vanished; recreating it", self.queue.name)
                 self._group_ok = False
             except UnsupportedServer as exc:
                 log.error("queue=%s %s; checking again in a minute", self.queue.name, exc)
