@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -509,3 +510,16 @@ def skewed(offset: str) -> dict[str, str]:
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "FAKETIME_NO_CACHE": "1",
     }
+
+
+def words(path: Path) -> Counter[str]:
+    """How often each word stands in a file handlers append to (a missing file: none)."""
+    return Counter(path.read_text().split()) if path.exists() else Counter()
+
+
+def outage(server: RedisServer, seconds: float) -> None:
+    """Stop Redis (it writes its AOF) for ``seconds``, then start it again on the same port."""
+    server.stop()
+    end = time.monotonic() + seconds
+    wait_until(lambda: time.monotonic() >= end, seconds + 5, f"{seconds}s of outage")
+    server.start()

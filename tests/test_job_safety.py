@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, jobd_cli, pending_count, skewed, wait_until
+from support import DaemonProcess, jobd_cli, outage, pending_count, skewed, wait_until
+from support import words as lines
 
 from jobd.config import load
 from jobd.lease import Holdings, key
@@ -21,18 +22,6 @@ from jobd.reader import Reader, Slots
 from jobd.scripts import Scripts, source
 
 Daemon = Callable[..., DaemonProcess]
-
-
-def outage(server, seconds: float) -> None:
-    """Stop Redis (it writes its AOF) for ``seconds``, then start it again on the same port."""
-    server.stop()
-    end = time.monotonic() + seconds
-    wait_until(lambda: time.monotonic() >= end, seconds + 5, f"{seconds}s of outage")
-    server.start()
-
-
-def lines(path: Path) -> Counter[str]:
-    return Counter(path.read_text().split()) if path.exists() else Counter()
 
 
 def test_a_limited_queue_reads_again_after_a_redis_blip(

@@ -9,21 +9,10 @@ from pathlib import Path
 
 import psutil
 import redis
-from support import DaemonProcess, acked_all, pending_count, wait_until
+from support import DaemonProcess, acked_all, outage, pending_count, wait_until
+from support import words as lines
 
 Daemon = Callable[..., DaemonProcess]
-
-
-def outage(server, seconds: float) -> None:
-    """Stop Redis (it writes its AOF) for ``seconds``, then start it again on the same port."""
-    server.stop()
-    end = time.monotonic() + seconds
-    wait_until(lambda: time.monotonic() >= end, seconds + 5, f"{seconds}s of outage")
-    server.start()
-
-
-def lines(path: Path) -> Counter[str]:
-    return Counter(path.read_text().split()) if path.exists() else Counter()
 
 
 def test_redis_outages_under_load_lose_nothing(

@@ -8,23 +8,19 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
 from faultproxy import FaultProxy
 from support import DaemonProcess, RedisServer, pending_count, wait_until
+from support import words as lines
 
 from jobd.config import load
 from jobd.lease import Holdings, key
 from jobd.recorder import ACK, Outcome, Recorder
 
 Daemon = Callable[..., DaemonProcess]
-
-
-def lines(path: Path) -> Counter[str]:
-    return Counter(path.read_text().split()) if path.exists() else Counter()
 
 
 def test_a_failover_behind_one_address_is_followed(tmp_path: Path, script, daemon: Daemon) -> None:
