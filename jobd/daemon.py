@@ -43,7 +43,6 @@ import secrets
 import select
 import signal
 import socket
-import threading
 import time
 from dataclasses import replace
 
@@ -137,7 +136,6 @@ class Daemon:
         # Where handlers run unless their queue says otherwise; the daemon works there too,
         # which lets it start them with vfork and exec (jobd/spawn.py), its fastest path.
         self.folder = os.path.dirname(config.path)
-        self.stopping_server = False
         self.ready = False
         self.stopping = False
         self.stop_at = float("inf")  # when handlers still running at shutdown are stopped
@@ -199,7 +197,7 @@ class Daemon:
         self.install_signal_handlers()
         if self.embedded is not None:
             try:
-                self.start_embedded()
+                self.embedded.run_supervised()
             except RuntimeError as exc:  # no server binary, or it will not start: see its log
                 log.error("cannot start the embedded Redis: %s", exc)
                 return exitcodes.UNAVAILABLE
@@ -236,7 +234,6 @@ class Daemon:
         self.ticker.join()
         self.ticker_client.close()
         if self.embedded is not None:
-            self.stopping_server = True
             self.embedded.stop()  # after every handler and every outcome
         log.info("jobd stopped")
         return exitcodes.OK
@@ -506,40 +503,6 @@ class Daemon:
         else:
             self.outcomes.append(outcome)
         self.freed[queue.name] += 1
-
-    # -- the embedded Redis ----------------------------------------------------------------
-
-    def start_embedded(self) -> None:
-        """Own the state directory's server: wait for a one-shot command that holds it."""
-        assert self.embedded is not None
-        waited = False
-        while not self.embedded.try_own():
-            if not waited:
-                log.info("waiting for the embedded Redis lock in %s", self.embedded.config.dir)
-                waited = True
-            time.sleep(0.1)
-        self.embedded.start()
-        threading.Thread(target=self.supervise_embedded, name="embedded", daemon=True).start()
-
-    def supervise_embedded(self) -> None:
-        """A thread that waits for the embedded Redis and restarts it whenever it dies (only
-        this thread waits for that process; the loop waits for handlers by their pidfds)."""
-        server = self.embedded
-        assert server is not None and server.proc is not None
-        while True:
-            code = server.proc.wait()
-            if self.stopping_server:
-                return
-            log.error("embedded Redis exited (%s); restarting it", code)
-            delay = 0.1
-            while True:
-                try:
-                    server.start()
-                    break
-                except Exception as exc:
-                    log.error("cannot restart the embedded Redis: %s; again in %.1fs", exc, delay)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 5.0)
 
     # -- deadlines and stopping -----------------------------------------------------------
 
