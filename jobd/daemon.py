@@ -63,7 +63,7 @@ from jobd.reader import Reader, Slots
 from jobd.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
 from jobd.retention import Trimmer
 from jobd.scripts import Scripts
-from jobd.status_duty import StatusReport
+from jobd.status_duty import LoopView, StatusReport, status_line
 
 log = logging.getLogger("jobd.daemon")
 
@@ -137,6 +137,9 @@ class Daemon:
         # which lets it start them with vfork and exec (jobd/spawn.py), its fastest path.
         self.folder = os.path.dirname(config.path)
         self.ready = False
+        self.view = LoopView()  # published for other threads on every pass (status_duty)
+        self.queue_list: tuple[QueueConfig, ...] = ()
+        self.total_slots = 0
         self.stopping = False
         self.stop_at = float("inf")  # when handlers still running at shutdown are stopped
         self.next_due = float("inf")  # earliest handler deadline or kill time
@@ -171,7 +174,9 @@ class Daemon:
         self.retired_readers.append(reader)
 
     def periodic_duties(self) -> list[Duty]:
-        duties: list[Duty] = [StatusReport(self)]
+        served = self.config.metrics_listen is not None
+        report = StatusReport(self.ticker_client, self.metrics, self.notifier, self.shown, served)
+        duties: list[Duty] = [report]
         for queue in self.config.queues.values():
             for q in queue.all_levels():
                 self.renewals[lease.key(q)] = Renewal(
@@ -210,6 +215,7 @@ class Daemon:
         self.recorder.start()
         for q in self.config.queues.values():
             self.add_queue(q)
+        self.queues_changed()
         self.ticker.replace(self.periodic_duties())
         self.ticker.start()
         log.info(
@@ -271,6 +277,8 @@ class Daemon:
 
     def heartbeat(self) -> None:
         now = time.monotonic()
+        self.view = LoopView(self.queue_list, len(self.running), self.total_slots,
+                             self.ready and not self.stopping)  # fmt: skip
         self.metrics.beat()
         self.notifier.watchdog(now)
         if (
@@ -282,10 +290,17 @@ class Daemon:
             self.notifier.ready(self.status_line())
             log.info("ready: Redis answers and every consumer group exists")
 
-    def status_line(self, backlog: int | None = None) -> str:
-        total = sum(s.total for name, s in self.slots.items() if name in self.config.queues)
-        line = f"{len(self.running)} of {total} handlers running"
-        return line if backlog is None else f"{line}; backlog {backlog}"
+    def status_line(self) -> str:
+        return status_line(len(self.running), self.total_slots)
+
+    def shown(self) -> LoopView:
+        """The loop as other threads may see it (the latest published on a pass)."""
+        return self.view
+
+    def queues_changed(self) -> None:
+        """After a start or a reload: what the loop shows of its queues."""
+        self.queue_list = tuple(self.config.queues.values())
+        self.total_slots = sum(q.concurrency for q in self.queue_list)
 
     def finished(self) -> bool:
         return (
@@ -593,6 +608,7 @@ class Daemon:
                 self.warn_if_moved(old.queues[name], q)
                 self.retire_reader(name)
                 self.add_queue(q)
+        self.queues_changed()
         self.ticker.replace(self.periodic_duties())
         for name in new.queues:
             self.metrics.of(name)

@@ -1,34 +1,64 @@
 """The duty that reports how the queues are doing, every few seconds: ``STATUS=`` to systemd
 (running handlers, backlog) and the queue gauges of the metrics endpoint (lag, pending, oldest
 pending age, delayed, dead-lettered). Only when systemd listens or metrics are served:
-otherwise it costs nothing."""
+otherwise it costs nothing.
+
+It runs on the ticker thread and reads nothing of the loop's own: the loop publishes a
+``LoopView`` (an immutable value, replaced whole) on each pass, and this duty reads the latest.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
 
 from jobd import status
-
-if TYPE_CHECKING:
-    from jobd.daemon import Daemon
+from jobd.config import QueueConfig
+from jobd.metrics import Metrics
+from jobd.notify import Notifier
 
 STATUS_EVERY = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoopView:
+    """What the loop shows of itself to other threads."""
+
+    queues: tuple[QueueConfig, ...] = ()
+    running: int = 0  # handlers running
+    slots: int = 0  # handler slots of the queues in force
+    live: bool = False  # ready, and not stopping
+
+
+def status_line(running: int, slots: int, backlog: int | None = None) -> str:
+    line = f"{running} of {slots} handlers running"
+    return line if backlog is None else f"{line}; backlog {backlog}"
 
 
 class StatusReport:
     name = "status report"
     interval = STATUS_EVERY
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(
+        self,
+        client: redis.Redis,
+        metrics: Metrics,
+        notifier: Notifier,
+        view: Callable[[], LoopView],
+        served: bool,
+    ) -> None:
+        self.client, self.metrics, self.notifier, self.view = client, metrics, notifier, view
+        self.served = served  # metrics are served: their gauges want the queues' state
 
     def tick(self) -> None:
-        d = self.daemon
-        if not (d.notifier.enabled or d.config.metrics_listen) or not d.ready or d.stopping:
+        v = self.view()
+        if not (self.notifier.enabled or self.served) or not v.live:
             return
         backlog = 0
-        for q in list(d.config.queues.values()):
-            report = status.queue_status(d.ticker_client, q)
+        for q in v.queues:
+            report = status.queue_status(self.client, q)
             backlog += report["lag"] or 0
-            d.metrics.queue_state(q.name, report)
-        d.notifier.status(d.status_line(backlog))
+            self.metrics.queue_state(q.name, report)
+        self.notifier.status(status_line(v.running, v.slots, backlog))
