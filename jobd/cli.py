@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "schema":
-        from jobd.validation import schema_text
+        from jobd.schema import schema_text
 
         sys.stdout.write(schema_text())
         return exitcodes.OK

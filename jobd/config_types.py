@@ -1,0 +1,204 @@
+"""The typed config: one immutable object built from a checked YAML file (``config.load``)
+and passed down explicitly. Every other module reads its settings from these classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from jobd.embedded import EmbeddedConfig
+from jobd.keys import QueueKeys
+from jobd.redact import redact_url
+
+
+@dataclass(frozen=True)
+class Lease:
+    renew_every: float
+    reclaim_after: float
+
+
+@dataclass(frozen=True)
+class Retry:
+    max_attempts: int
+    backoff: float
+    max_backoff: float
+    jitter: float
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    stream: str
+    maxlen: int
+    max_age: float | None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-handler resource limits; None: inherited from the daemon."""
+
+    address_space: int | None = None  # bytes
+    open_files: int | None = None
+    cpu_time: int | None = None  # seconds
+
+    def prlimit_args(self) -> list[str]:
+        """Options for prlimit(1), soft and hard limit alike."""
+        args = []
+        for option, value in (("--as", self.address_space), ("--nofile", self.open_files),
+                              ("--cpu", self.cpu_time)):  # fmt: skip
+            if value is not None:
+                args.append(f"{option}={value}:{value}")
+        return args
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A cluster-wide start rate: ``count`` per ``per`` seconds, ``burst`` at once."""
+
+    count: int
+    per: float
+    burst: int
+
+    @property
+    def per_ms(self) -> float:
+        """Tokens added per millisecond."""
+        return self.count / (self.per * 1000)
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    name: str
+    stream: str
+    group: str
+    command: tuple[str, ...]
+    argv: tuple[str, ...]  # what is executed: the command, behind prlimit(1) when limits are set
+    concurrency: int
+    timeout: float
+    kill_grace: float
+    cwd: str
+    # The handler's whole environment, less the JOBD_* variables; not in the repr (secrets).
+    env: Mapping[str, str] = field(repr=False)
+    lease: Lease
+    retry: Retry
+    fail_exit_codes: frozenset[int]
+    max_deliveries: int
+    dead_letter: DeadLetter
+    retention_maxlen: int | None
+    max_payload: int  # bytes
+    limits: Limits
+    run_as_user: str | None  # Unix user for handlers (queue key run_as.user)
+    run_as_group: (
+        str | None
+    )  # Unix group for handlers (run_as.group); `group` is the consumer group
+    log_payload: int  # bytes of each payload logged at start; 0: none
+    dedupe_window: float | None  # seconds a completed job id is remembered; None: no dedupe
+    schedule: tuple[ScheduleConfig, ...]  # periodic jobs (see periodic.py)
+    slots: int | None  # limits.concurrency: handlers across all daemons; None: no limit
+    rate: Rate | None  # limits.rate and limits.burst; None: no limit
+    starvation_after: float | None  # priorities: a lower level's job waiting this long goes first
+    keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
+    # Priority levels: this config's level (None without priorities), and on the queue's own
+    # config every level's, highest first, each with its stream and delayed set (the default
+    # level's stream is the queue's); the others share the queue's keys (keys.py).
+    priority: str | None = None
+    levels: tuple[QueueConfig, ...] = ()
+
+    def all_levels(self) -> tuple[QueueConfig, ...]:
+        """Where jobs of this queue are read from, highest priority first."""
+        return self.levels or (self,)
+
+    def level(self, name: str) -> QueueConfig:
+        """Priority level ``name``; ValueError, saying which there are, when there is none."""
+        for q in self.levels:
+            if q.priority == name:
+                return q
+        names = ", ".join(str(q.priority) for q in self.levels)
+        has = f"the levels {names}" if names else "no priority levels"
+        raise ValueError(f"queue {self.name!r} has {has}, not {name!r}")
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    name: str
+    cron: str
+    timezone: str
+    payload: bytes
+    catch_up: float  # seconds
+
+
+@dataclass(frozen=True)
+class TLS:
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify_hostname: bool = True
+
+
+Node = tuple[str, int]  # host, port
+
+
+@dataclass(frozen=True)
+class SentinelConfig:
+    master: str  # the master's name in the sentinels' configuration
+    nodes: tuple[Node, ...]  # the sentinels
+    db: int = 0
+    username: str | None = None  # the sentinels' own credentials
+    password: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    """Where Redis is: exactly one of a URL (one server; an embedded one's socket when
+    ``embedded`` is set), a cluster's seed nodes, or a Sentinel group."""
+
+    url: str = ""
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)  # never printed, never logged
+    tls: TLS = TLS()
+    embedded: EmbeddedConfig | None = None  # jobd runs this server itself (url is its socket)
+    cluster: tuple[Node, ...] | None = None  # seed nodes of a Redis Cluster
+    sentinel: SentinelConfig | None = None
+
+    def __repr__(self) -> str:  # the URL may carry a password
+        return (
+            f"RedisConfig({self.describe()!r}, username={self.username!r}, tls={self.tls!r}, "
+            f"embedded={self.embedded!r})"
+        )
+
+    def describe(self) -> str:
+        """Where Redis is, for logs and messages; never a password."""
+        if self.cluster:
+            return "Redis Cluster via " + ", ".join(format_node(n) for n in self.cluster)
+        if self.sentinel:
+            nodes = ", ".join(format_node(n) for n in self.sentinel.nodes)
+            return f"master {self.sentinel.master!r} of Sentinel {nodes}"
+        return self.redacted_url()
+
+    def redacted_url(self) -> str:
+        """The URL with any password (userinfo, ``?password=``) replaced, for logs and summaries."""
+        return redact_url(self.url)
+
+
+def format_node(node: Node) -> str:
+    host, port = node
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    redis: RedisConfig
+    queues: Mapping[str, QueueConfig]
+    shutdown_grace: float
+    metrics_listen: str | None = None  # HOST:PORT for /metrics and /healthz
+    dashboard: DashboardConfig = field(default_factory=lambda: DashboardConfig())
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """The page next to the metrics (dashboard.py): read-only unless ``actions``."""
+
+    actions: bool = False  # requeue and purge dead letters from the page
+    token: str | None = field(default=None, repr=False)  # needed on every request when set
+    show_payloads: bool = False
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides IPs and loopback names

@@ -1,0 +1,248 @@
+"""The config pipeline (issue 18): parse → check everything → build. One run of `jobd validate`
+reports every problem of a file, whatever else is wrong in it; the config modules import each
+other without a cycle and stay small."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from jobd import cli
+from jobd.config import ConfigError, load
+
+JOBD = Path(__file__).resolve().parent.parent / "jobd"
+
+# Each config module of the pipeline, with what it owns in its docstring.
+CONFIG_MODULES = [
+    "config",
+    "config_source",
+    "config_view",
+    "config_types",
+    "config_build",
+    "schema",
+    "convert",
+    "queue_settings",
+    "queue_checks",
+    "cross_queue",
+    "validation",
+    "problems",
+    "redact",
+    "yamlsrc",
+    "durations",
+    "sizes",
+]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "jobd.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load(str(path), {"PATH": os.environ["PATH"]})
+    return [p.format("f") for p in info.value.problems]
+
+
+# -- every problem of a file in one run ---------------------------------------------------------
+
+EVERYTHING_WRONG = """\
+redis:
+  url: redis://h:63x79/0
+  password_file: missing.pw
+dashboard:
+  actions: true
+queues:
+  email:
+    command: [/bin/true]
+    concurrency: 0
+    lease: {renew_every: 30s, reclaim_after: 1m}
+  thumbs:
+    command: [./missing.sh]
+"""
+
+
+def expected_everything_wrong(name: str, folder: Path) -> list[str]:
+    return [
+        f"{name}:2:8: error: redis.url: cannot be read as written: its port is not a number, or "
+        "its user name or password holds '/', '?', '#' or '@', which must be percent-encoded "
+        "there (%2F, %3F, %23, %40) (the value is not shown: it may be a secret)",
+        f"{name}:3:18: error: redis.password_file: cannot read {folder}/missing.pw: No such file "
+        "or directory",
+        f"{name}:5:12: error: dashboard.actions: actions need a token: set dashboard.token_file or "
+        "dashboard.token_credential",
+        f"{name}:9:18: error: queues.email.concurrency: 0 is less than the minimum of 1",
+        f"{name}:10:26: error: queues.email.lease.renew_every: 30s is not well below "
+        "lease.reclaim_after (1m): a lease must survive 2 missed renewals; set renew_every to 20s "
+        "or less",
+        f"{name}:12:15: error: queues.thumbs.command.0: '{folder}/missing.sh' does not exist",
+    ]
+
+
+def test_validate_reports_schema_semantic_redis_and_dashboard_problems_in_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A schema error (concurrency: 0) used to hide its own queue's lease problem and every
+    problem of redis and dashboard; of those only the first was ever reported."""
+    path = write(tmp_path, EVERYTHING_WRONG)
+    assert cli.main(["validate", str(path)]) == 78
+    out = capsys.readouterr()
+    assert out.out.splitlines() == expected_everything_wrong(str(path), tmp_path)
+    assert cli.main(["validate", str(path), "--format", "json"]) == 78
+    body = json.loads(capsys.readouterr().out)
+    assert body["valid"] is False
+    shown = [f"{path}:{e['line']}:{e['column']}: error: {e['path']}: {e['message']}"
+             for e in body["errors"]]  # fmt: skip
+    assert shown == expected_everything_wrong(str(path), tmp_path)
+
+
+def test_redis_problems_are_all_reported_together(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "redis:\n  url: redis://h/0\n  cluster: {nodes: ['a:1']}\n  tls: {ca_file: ca.pem}\n"
+        "  password: x\n  password_file: pw\n"
+        "queues:\n  a: {command: [/bin/true]}\n",
+    )
+    assert problems(path) == [
+        "f:3:12: error: redis.cluster: give one of redis.url, redis.cluster, not several",
+        "f:4:8: error: redis.tls: TLS is supported with redis.url (rediss://) only, not yet with "
+        "a cluster or Sentinel; reach those over a private network or a TLS tunnel",
+        "f:6:18: error: redis.password_file: give one of password, password_file, not several",
+    ]
+
+
+def test_a_problem_in_defaults_hides_no_queues_problems(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "defaults:\n  timeout: soon\n  lease: {renew_every: 1m}\n"
+        "queues:\n  a: {command: [./missing.sh]}\n  b: {command: [/bin/true], retry: "
+        "{backoff: 1m, max_backoff: 1s}}\n",
+    )
+    found = problems(path)
+    assert [line.split(": error: ")[1].split(":")[0] for line in found] == [
+        "defaults.timeout",
+        "queues.a.lease.renew_every",  # at 3:24, in defaults, for queue a, then for queue b
+        "queues.b.lease.renew_every",
+        "queues.a.command.0",
+        "queues.b.retry.max_backoff",
+    ]
+    assert found[1].startswith("f:3:24: ") and found[1].endswith("(value set in defaults)")
+
+
+def test_a_check_that_needs_a_refused_value_is_skipped_not_guessed(tmp_path: Path) -> None:
+    """Only the schema's problem: the lease timing, the command and the stream collisions need
+    the values the schema refused, and every other check of the queue still runs."""
+    path = write(
+        tmp_path,
+        "queues:\n"
+        "  a:\n    command: [no-such-program-jobd]\n    env: {PATH: [x]}\n"
+        "    lease: {renew_every: 30s, reclaim_after: later}\n    stream: [s]\n"
+        "    timeout: 0s\n"
+        "  b: {command: [/bin/true], stream: s}\n",
+    )
+    found = problems(path)
+    assert [line.split(": error: ")[1].split(":")[0] for line in found] == [
+        "queues.a.env.PATH",
+        "queues.a.lease.reclaim_after",
+        "queues.a.stream",
+        "queues.a.timeout",
+    ]
+    assert found[3] == "f:7:14: error: queues.a.timeout: must be longer than zero"
+
+
+def test_a_valid_file_still_loads_in_full(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text("secret\n")
+    path = write(
+        tmp_path,
+        "redis: {url: 'redis://h/0', password_file: pw}\n"
+        "dashboard: {actions: true, token: 0123456789abcdef}\n"
+        "defaults: {command: [/bin/true], lease: {renew_every: 5s}}\n"
+        "queues:\n  a: {}\n  b: {lease: {reclaim_after: 2m}, priorities: [hi, lo]}\n",
+    )
+    config = load(str(path), {"PATH": os.environ["PATH"]})
+    assert config.redis.password == "secret" and config.dashboard.token == "0123456789abcdef"
+    a, b = config.queues["a"], config.queues["b"]
+    assert (a.lease.renew_every, a.lease.reclaim_after) == (5, 60)
+    assert (b.lease.renew_every, b.lease.reclaim_after) == (5, 120)
+    assert [level.priority for level in b.all_levels()] == ["hi", "lo"]
+
+
+# -- no import cycle, small modules ---------------------------------------------------------------
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The jobd modules ``path`` imports anywhere: at the top, in a function, or only for type
+    checking (under TYPE_CHECKING)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            base = "jobd" if not node.module else f"jobd.{node.module}"
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return (found & modules) - {f"jobd.{path.stem}", "jobd"}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+    path: list[str] = []
+
+    def walk(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for other in sorted(graph[module]):
+            if state.get(other) == 1:
+                return [*path[path.index(other) :], other]
+            if other not in state and (cycle := walk(other)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := walk(module)):
+            return cycle
+    return None
+
+
+def test_jobd_modules_import_each_other_without_a_cycle() -> None:
+    files = {f"jobd.{p.stem}": p for p in JOBD.glob("*.py") if p.stem != "__init__"}
+    graph = {module: imports_of(path, set(files)) for module, path in files.items()}
+    assert "jobd.validation" in graph["jobd.config"], "the graph is read"
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_cycle_check_sees_imports_made_only_for_type_checking(tmp_path: Path) -> None:
+    graph = {"jobd.a": {"jobd.b"}, "jobd.b": {"jobd.a"}, "jobd.c": set()}
+    assert find_cycle(graph) == ["jobd.a", "jobd.b", "jobd.a"]
+    path = tmp_path / "a.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jobd.b import X\n"
+    )
+    assert imports_of(path, {"jobd.b", "jobd.c"}) == {"jobd.b"}
+    path.write_text("def f():\n    from jobd import c\n")
+    assert imports_of(path, {"jobd.b", "jobd.c"}) == {"jobd.c"}
+
+
+@pytest.mark.parametrize("name", CONFIG_MODULES)
+def test_config_modules_are_small_and_say_what_they_own(name: str) -> None:
+    """No module over 400 lines, no function over 50 (unless a comment on the line before its
+    `def` says why), and a docstring."""
+    text = (JOBD / f"{name}.py").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 400, f"{name}.py has {len(lines)} lines"
+    tree = ast.parse(text)
+    assert ast.get_docstring(tree), f"{name}.py says nowhere what it owns"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            why = lines[node.lineno - 2].strip().startswith("#")
+            assert length <= 50 or why, f"{name}.py: {node.name} has {length} lines"
