@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import orjson
 
-from jobd import __version__, durations, exitcodes
-from jobd.config import DEFAULT_CONFIG, Config, ConfigError, load
+from jobd import __version__, exitcodes
+from jobd.config import DEFAULT_CONFIG, Config, ConfigError, durations, load
 
 
 def _config_arg(parser: argparse.ArgumentParser, positional: bool) -> None:
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "schema":
-        from jobd.schema import schema_text
+        from jobd.config.schema import schema_text
 
         sys.stdout.write(schema_text())
         return exitcodes.OK

@@ -41,10 +41,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobd import yamlsrc
+    from jobd.config import yamlsrc
 
-# jobd.schema and jobd.yamlsrc (100 ms and more of imports) are imported where they are
-# used: set_non_dumpable() is to be had before them, by an entry point that calls it first.
+# jobd.config.schema and jobd.config.yamlsrc (100 ms and more of imports) are imported where
+# they are used: set_non_dumpable() is to be had before them, by an entry point that calls it
+# first.
 
 log = logging.getLogger("jobd.hardening")
 
@@ -105,7 +106,7 @@ def secret_variables(config_path: str, environ: Mapping[str, str]) -> list[str]:
     token = secrets.token_hex(6)
     marker = re.compile(f"jobd{token}v([0-9]+)e")
     markers = {name: f"jobd{token}v{i}e" for i, name in enumerate(names)}
-    from jobd import schema, yamlsrc
+    from jobd.config import schema, yamlsrc
 
     try:
         doc, _ = yamlsrc.load(_read(config_path), markers, schema.is_text)
@@ -144,7 +145,7 @@ def _secret_markers(
     if path[-1] in SECRET_KEYS:
         return _indices(text, marker)
     if path[-1] == URL_KEY:
-        from jobd.redact import redact_url
+        from jobd.config.redact import redact_url
 
         inside = _indices(text, marker)
         hidden = inside - _indices(redact_url(text), marker)
@@ -156,7 +157,7 @@ def _hides_value(text: str, marker: re.Pattern[str], index: int, value: str) -> 
     """Whether redacting the URL ``text``, with the marker ``index`` expanded to ``value``,
     hides some of that value (a variable holding a whole URL with its credentials, or a user
     name and password with the host)."""
-    from jobd.redact import redact_url
+    from jobd.config.redact import redact_url
 
     url = marker.sub(lambda m: value if int(m.group(1)) == index else m.group(0), text)
     return redact_url(url).count(value) < url.count(value)

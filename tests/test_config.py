@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobd import durations
-from jobd.config import ConfigError, load
+from jobd.config import ConfigError, durations, load
 
 
 def problems(path: Path, environ: dict[str, str] | None = None) -> list[str]:

@@ -303,7 +303,9 @@ def test_a_request_naming_another_host_gets_421(
 
 
 def test_names_in_allowed_hosts_are_answered(r: redis.Redis, write_config, dashboard) -> None:
-    schema = json.loads((Path(__file__).parent.parent / "jobd" / "schema.json").read_text())
+    schema = json.loads(
+        (Path(__file__).parent.parent / "jobd" / "config" / "schema.json").read_text()
+    )
     if "allowed_hosts" not in schema["properties"]["dashboard"]["properties"]:
         pytest.skip("dashboard.allowed_hosts is not in the config schema yet")
     config = write_config(

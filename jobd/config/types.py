@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from jobd.config.redact import redact_url
 from jobd.embedded import EmbeddedConfig
 from jobd.keys import QueueKeys
-from jobd.redact import redact_url
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobd import convert, durations
-from jobd.config_types import Limits, Rate, ScheduleConfig
-from jobd.config_view import ABSENT, ConfigView, lookup, within
+from jobd.config import convert, durations
+from jobd.config.problems import Problem
+from jobd.config.schema import QUEUE_DEFAULTS
+from jobd.config.types import Limits, Rate, ScheduleConfig
+from jobd.config.view import ABSENT, ConfigView, lookup, within
+from jobd.config.yamlsrc import Path
 from jobd.handler_env import base_environment
 from jobd.keys import QueueKeys
-from jobd.problems import Problem
-from jobd.schema import QUEUE_DEFAULTS
-from jobd.yamlsrc import Path
 
 
 def queues_of(view: ConfigView) -> dict[str, QueueSettings]:

@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from jobd import durations, sizes
-from jobd.config_types import Limits, Node, Rate, ScheduleConfig
-from jobd.redact import NOT_SHOWN
-from jobd.schema import SCHEDULE_DEFAULTS
+from jobd.config import durations, sizes
+from jobd.config.redact import NOT_SHOWN
+from jobd.config.schema import SCHEDULE_DEFAULTS
+from jobd.config.types import Limits, Node, Rate, ScheduleConfig
 
 
 class Invalid(ValueError):

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from jobd import convert
-from jobd.config_view import ConfigView, Unchecked, run_checks
-from jobd.cross_queue import cross_queue_problems
-from jobd.problems import Problem
-from jobd.queue_checks import queue_problems
-from jobd.queue_settings import QueueSettings
-from jobd.yamlsrc import Path
+from jobd.config import convert
+from jobd.config.cross_queue import cross_queue_problems
+from jobd.config.problems import Problem
+from jobd.config.queue_checks import queue_problems
+from jobd.config.queue_settings import QueueSettings
+from jobd.config.view import ConfigView, Unchecked, run_checks
+from jobd.config.yamlsrc import Path
 
 SERVERS = ("url", "embedded", "cluster", "sentinel")  # where Redis is: one of these, or none
 

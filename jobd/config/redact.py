@@ -11,7 +11,7 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
-from jobd.yamlsrc import Document, Path
+from jobd.config.yamlsrc import Document, Path
 
 # Keys whose values may be secrets: no message echoes them, nor a mapping or list holding one.
 SECRET_KEYS = frozenset({"password", "token", "url"})

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobd.redact import redact_urls
-from jobd.yamlsrc import Path, Pos
+from jobd.config.redact import redact_urls
+from jobd.config.yamlsrc import Path, Pos
 
 
 @dataclass(frozen=True, order=True)

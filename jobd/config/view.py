@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from jobd import convert, schema
-from jobd.config_source import Source
-from jobd.problems import Problem
-from jobd.yamlsrc import Document, Path
+from jobd.config import convert, schema
+from jobd.config.problems import Problem
+from jobd.config.source import Source
+from jobd.config.yamlsrc import Document, Path
 
 ABSENT: Any = object()  # no value at a path, and no default given
 

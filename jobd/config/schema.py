@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import jsonschema
 
-from jobd.problems import Problem
-from jobd.redact import NOT_SHOWN, holds_secret, kind_of
-from jobd.yamlsrc import Document, Path
+from jobd.config.problems import Problem
+from jobd.config.redact import NOT_SHOWN, holds_secret, kind_of
+from jobd.config.yamlsrc import Document, Path
 
 
 @cache
@@ -27,7 +27,7 @@ def schema() -> dict[str, Any]:
 
 
 def schema_text() -> str:
-    return resources.files("jobd").joinpath("schema.json").read_text("utf-8")
+    return resources.files("jobd.config").joinpath("schema.json").read_text("utf-8")
 
 
 def _defaults_of(node: dict[str, Any]) -> dict[str, Any]:

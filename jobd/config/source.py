@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any
 
-from jobd import yamlsrc
-from jobd.problems import ConfigError, Problem
-from jobd.redact import kind_of
-from jobd.schema import is_text
+from jobd.config import yamlsrc
+from jobd.config.problems import ConfigError, Problem
+from jobd.config.redact import kind_of
+from jobd.config.schema import is_text
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jobd import config_build, validation
-from jobd.config_source import parse, read_text
-from jobd.config_types import (
+from jobd.config import build as config_build
+from jobd.config import validation
+from jobd.config.convert import node as parse_node
+from jobd.config.problems import ConfigError, Problem
+from jobd.config.queue_settings import queues_of
+from jobd.config.source import parse, read_text
+from jobd.config.types import (
     TLS,
     Config,
     DashboardConfig,
@@ -35,10 +39,7 @@ from jobd.config_types import (
     SentinelConfig,
     format_node,
 )
-from jobd.config_view import ConfigView
-from jobd.convert import node as parse_node
-from jobd.problems import ConfigError, Problem
-from jobd.queue_settings import queues_of
+from jobd.config.view import ConfigView
 
 DEFAULT_CONFIG = "/etc/jobd/jobd.yaml"
 

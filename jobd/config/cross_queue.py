@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from redis.crc import key_slot
 
 from jobd import keys
-from jobd.config_view import ConfigView, Unchecked
-from jobd.problems import Problem
-from jobd.queue_settings import QueueSettings
-from jobd.yamlsrc import Path, Pos
+from jobd.config.problems import Problem
+from jobd.config.queue_settings import QueueSettings
+from jobd.config.view import ConfigView, Unchecked
+from jobd.config.yamlsrc import Path, Pos
 
 
 @dataclass(frozen=True)

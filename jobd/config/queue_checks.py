@@ -17,10 +17,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from jobd import durations
-from jobd.config_view import run_checks
-from jobd.problems import Problem
-from jobd.queue_settings import QueueSettings
+from jobd.config import durations
+from jobd.config.problems import Problem
+from jobd.config.queue_settings import QueueSettings
+from jobd.config.view import run_checks
 
 # A lease must survive this many missed renewals before another consumer may take the job.
 RENEWALS_PER_RECLAIM = 3

@@ -14,8 +14,11 @@ from dataclasses import replace
 from pathlib import Path as FilePath
 from types import MappingProxyType
 
-from jobd import convert, durations, sizes
-from jobd.config_types import (
+from jobd.config import convert, durations, sizes
+from jobd.config.problems import ConfigError
+from jobd.config.queue_settings import QueueSettings
+from jobd.config.schema import TOP_DEFAULTS
+from jobd.config.types import (
     TLS,
     Config,
     DashboardConfig,
@@ -27,12 +30,9 @@ from jobd.config_types import (
     Retry,
     SentinelConfig,
 )
-from jobd.config_view import ConfigView
+from jobd.config.view import ConfigView
+from jobd.config.yamlsrc import Path
 from jobd.embedded import EmbeddedConfig
-from jobd.problems import ConfigError
-from jobd.queue_settings import QueueSettings
-from jobd.schema import TOP_DEFAULTS
-from jobd.yamlsrc import Path
 
 
 def build(view: ConfigView, queues: Mapping[str, QueueSettings]) -> Config:
