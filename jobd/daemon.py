@@ -137,7 +137,6 @@ class Daemon:
         # which lets it start them with vfork and exec (jobd/spawn.py), its fastest path.
         self.folder = os.path.dirname(config.path)
         self.ready = False
-        self.view = LoopView()  # published for other threads on every pass (status_duty)
         self.queue_list: tuple[QueueConfig, ...] = ()
         self.total_slots = 0
         self.stopping = False
@@ -277,8 +276,6 @@ class Daemon:
 
     def heartbeat(self) -> None:
         now = time.monotonic()
-        self.view = LoopView(self.queue_list, len(self.running), self.total_slots,
-                             self.ready and not self.stopping)  # fmt: skip
         self.metrics.beat()
         self.notifier.watchdog(now)
         if (
@@ -294,8 +291,11 @@ class Daemon:
         return status_line(len(self.running), self.total_slots)
 
     def shown(self) -> LoopView:
-        """The loop as other threads may see it (the latest published on a pass)."""
-        return self.view
+        """The loop as other threads may see it: only values the loop replaces whole (a
+        tuple, ints, bools) and the size of its handler table, never a structure it changes
+        in place (a reload may change ``slots`` while another thread walks it)."""
+        return LoopView(self.queue_list, len(self.running), self.total_slots,
+                        self.ready and not self.stopping)  # fmt: skip
 
     def queues_changed(self) -> None:
         """After a start or a reload: what the loop shows of its queues."""

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import orjson
 
 from jobd.keys import QueueKeys
-from jobd.logs import printable
 
 log = logging.getLogger("jobd.job")
 
@@ -43,7 +42,8 @@ class Job:
 
     def tag(self, queue: str) -> str:
         """How log lines name this job."""
-        job = printable(self.job_id).replace(" ", "\\x20")  # one word: JSON logs parse it
+        # One word, so JSON logs parse it; the formatters escape control characters.
+        job = self.job_id.replace(" ", "\\x20")
         return f"queue={queue} job={job} attempt={self.attempt}"
 
     def enqueued_at(self) -> float:

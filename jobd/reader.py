@@ -178,19 +178,17 @@ class Reader(threading.Thread):
             if granted == 0:
                 self.stopping.wait(wait)  # holding nothing meanwhile
                 return {}
-        used = 0
         self.taken = []
         newest: dict[str, bytes] = {}  # stream -> newest id, to wait after when nothing was read
         try:
             if self.until_reclaim() <= 0:
                 self.next_reclaim = time.monotonic() + self.reclaim_every
                 for level in self.levels:
-                    used += self.reclaim(level, granted - used)
-            if used < granted and len(self.levels) > 1:
-                read, newest = self.read_levels(granted - used)
-                used += read
-            elif used < granted:
-                used += self.read_new(granted - used, block=self.limiter is None)
+                    self.reclaim(level, granted - self.filled)
+            if self.filled < granted and len(self.levels) > 1:
+                _, newest = self.read_levels(granted - self.filled)
+            elif self.filled < granted:
+                self.read_new(granted - self.filled, block=self.limiter is None)
         finally:
             if self.limiter is not None:
                 newest = {self.queue.stream: self.limiter.bind(granted, self.taken)} | newest

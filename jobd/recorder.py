@@ -194,6 +194,10 @@ class Recorder(threading.Thread):
         for o in batch:
             if o.kind in (ACK, HAND_BACK):
                 settles[lease.key(o.queue)].append(o)
+                if o.kind == HAND_BACK:
+                    # Forgotten before it is sent: a renewal after it would make the entry look
+                    # busy again, and it would wait a whole reclaim_after (renew.lua skips it).
+                    self.holdings.discard(lease.key(o.queue), [o.message_id])
             elif o.kind == RETRY:
                 q = o.queue
                 args = [q.group, self.consumer, o.message_id, o.delay_ms, STATS_TTL]
@@ -227,11 +231,6 @@ class Recorder(threading.Thread):
             calls.append(outcomes)
         self._release_slots(sent, batch)
         self._timings(sent, batch)
-        # A hand-back is forgotten before it is sent: a renewal after it would make the entry
-        # look busy again, and it would wait a whole reclaim_after (renew.lua skips it, too).
-        for o in batch:
-            if o.kind == HAND_BACK:
-                self.holdings.discard(lease.key(o.queue), [o.message_id])
         replies = sent.run(self.client)
         again: list[Outcome] = []
         kept: list[Outcome] = []  # Redis cannot write now (a replica, busy, out of memory)

@@ -29,8 +29,7 @@ def _ms_of(stream_id: bytes | str) -> int:
 def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     minute = int(now // 60)
-    seconds, micros = client.time()  # slots and tokens live on Redis's clock (acquire.lua)
-    redis_ms = seconds * 1000 + micros // 1000
+    redis_ms = _redis_ms(client) if q.slots is not None or q.rate is not None else 0
     pipe = client.pipeline(transaction=False)
     pipe.xlen(q.stream)
     pipe.xinfo_groups(q.stream)
@@ -87,6 +86,12 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
             for c in consumers
         ]
     return result
+
+
+def _redis_ms(client: redis.Redis) -> int:
+    """Redis's clock, Unix ms: slots and tokens live on it (acquire.lua)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _limits(

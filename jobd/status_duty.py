@@ -3,8 +3,8 @@
 pending age, delayed, dead-lettered). Only when systemd listens or metrics are served:
 otherwise it costs nothing.
 
-It runs on the ticker thread and reads nothing of the loop's own: the loop publishes a
-``LoopView`` (an immutable value, replaced whole) on each pass, and this duty reads the latest.
+It runs on the ticker thread and reads nothing the loop changes in place: it asks for a
+``LoopView``, an immutable value made of what the loop replaces whole.
 """
 
 from __future__ import annotations
