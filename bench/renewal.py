@@ -25,9 +25,9 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from spawn import start_redis
 
-from jobd import lease
 from jobd.config import load
-from jobd.scripts import Scripts
+from jobd.daemon import lease
+from jobd.store.scripts import Scripts
 
 
 def measure(r: redis.Redis, repeat: int, tick: Callable[[], int]) -> tuple[int, int, float]:

@@ -29,7 +29,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from spawn import start_redis, throughput
 
-from jobd.handler_env import base_environment
+from jobd.process.environment import base_environment
 
 STAMP = 'echo "$JOBD_JOB_ID $(date +%s.%N)" >> {out}'
 

@@ -1,3 +1,3 @@
-from jobd.cli import main
+from jobd.cli.main import main
 
 raise SystemExit(main())

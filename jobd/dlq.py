@@ -17,8 +17,8 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.job import JOB_ID, RESERVED_JOB_ID, Job
-from jobd.keys import UNIQUE_TTL
-from jobd.scripts import Scripts
+from jobd.store.keys import UNIQUE_TTL
+from jobd.store.scripts import Scripts
 
 STREAM_ID = re.compile(r"^\d+-\d+$")
 SCAN_CHUNK = 500

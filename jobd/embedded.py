@@ -36,7 +36,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from jobd.handler_env import base_environment
+from jobd.process.environment import base_environment
 from jobd.statedir import open_state_directory, secure_directory
 
 log = logging.getLogger("jobd.embedded")

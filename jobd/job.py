@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from jobd.keys import QueueKeys
+from jobd.store.keys import QueueKeys
 
 log = logging.getLogger("jobd.job")
 

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import redis
 from redis.exceptions import AskError, MovedError
 
-from jobd import delayed, redisconn
 from jobd.config import Config
+from jobd.daemon import delayed
 from jobd.job import JOB_ID, MAX_FIELDS, PAYLOAD, UNIQUE
-from jobd.keys import UNIQUE_TTL
-from jobd.scripts import Scripts
+from jobd.store import connection as redisconn
+from jobd.store.keys import UNIQUE_TTL
+from jobd.store.scripts import Scripts
 
 
 class ProducerError(Exception):

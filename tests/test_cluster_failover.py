@@ -31,8 +31,8 @@ from redis.crc import key_slot
 from support import DaemonProcess, LocalCluster, acked_all, jobd_cli, wait_until
 
 from jobd.config import load
-from jobd.keys import QueueKeys
 from jobd.producer import Durability, NotDurable, ProducerError, enqueue
+from jobd.store.keys import QueueKeys
 
 Daemon = Callable[..., DaemonProcess]
 

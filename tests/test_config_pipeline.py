@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobd import cli
+from jobd.cli import main as cli
 from jobd.config import ConfigError, load
 
 JOBD = Path(__file__).resolve().parent.parent / "jobd"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobd import cli
+from jobd.cli import main as cli
 from jobd.config import Config, ConfigError, RedisConfig, load
 
 SECRET = "S3cr3t-hunter2"

@@ -155,7 +155,7 @@ def test_handlers_start_with_default_signal_dispositions(
     handler must not inherit that (`producer | head -1` would then end with write errors
     instead of quietly). Nor signals the daemon was started with ignored (nohup, a shell's
     background job); SIGCHLD ignored would even reap handlers before the daemon could. Both
-    ways of starting a handler are checked: in the daemon's folder (jobd/spawn.py) and in
+    ways of starting a handler are checked: in the daemon's folder (jobd/process/spawn.py) and in
     another one (subprocess)."""
     (tmp_path / "work").mkdir()
     script(

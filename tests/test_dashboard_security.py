@@ -487,8 +487,8 @@ def test_static_files_csrf_and_headers_still_hold(
 def test_garbage_in_the_minute_counters_does_not_break_the_overview(r, write_config) -> None:
     """A counter hash someone else wrote into (`{S}:stats:M`, `{S}:timings:M`) must not turn
     the overview into a 500: a value that is not a count counts 0."""
-    from jobd import figures
     from jobd.config import load
+    from jobd.store import figures
 
     config = load(
         str(write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"))

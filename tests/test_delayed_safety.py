@@ -16,9 +16,11 @@ import pytest
 import redis
 from support import DaemonProcess, jobd_cli, queue_config, wait_until
 
-from jobd import delayed, dlq, job, producer, redisconn
+from jobd import dlq, job, producer
 from jobd.config import QueueConfig, load
-from jobd.scripts import Scripts
+from jobd.daemon import delayed
+from jobd.store import connection as redisconn
+from jobd.store.scripts import Scripts
 
 Daemon = Callable[..., DaemonProcess]
 DEAD = "{jobd:q}:dead"

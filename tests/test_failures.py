@@ -25,10 +25,12 @@ from support import (
     wait_until,
 )
 
-from jobd import delayed, policy, producer
+from jobd import producer
 from jobd.config import Retry, load
-from jobd.handler import ExitStatus
-from jobd.scripts import Scripts
+from jobd.daemon import delayed
+from jobd.process import policy
+from jobd.process.handler import ExitStatus
+from jobd.store.scripts import Scripts
 
 Daemon = Callable[..., DaemonProcess]
 

@@ -361,7 +361,7 @@ def nobody_prefix(mount_point: Path) -> list[str]:
         "--",
     ]
     with contextlib.suppress(OSError):  # PermissionError: nobody may not execute it
-        if as_nobody(sys.executable, "-c", "import jobd.daemon").returncode == 0:
+        if as_nobody(sys.executable, "-c", "import jobd.daemon.loop").returncode == 0:
             return become
     real = Path(os.path.realpath(sys.base_prefix))
     closed = next((p for p in reversed(real.parents) if not p.stat().st_mode & 0o001), None)
@@ -386,7 +386,7 @@ def nobody_prefix(mount_point: Path) -> list[str]:
         *become,
     ]
     probe = subprocess.run(
-        [*prefix, sys.executable, "-c", "import jobd.daemon"], capture_output=True
+        [*prefix, sys.executable, "-c", "import jobd.daemon.loop"], capture_output=True
     )
     if probe.returncode != 0:
         pytest.skip(f"cannot run {sys.executable} as nobody here: {probe.stderr.decode()[-300:]}")

@@ -495,7 +495,7 @@ def test_wide_entries(r: redis.Redis, write_config, script, daemon: Daemon, tmp_
             key = (queue, record[b"jobd_original_id"])
             s = by_id[key]
             # A job that ran keeps every field in its record (README); one too wide to run
-            # may keep only its payload and job_id (jobd/dead_letter.py), never less.
+            # may keep only its payload and job_id (jobd/store/dead_letter.py), never less.
             keep = s.fields if key in ran else {k: s.fields[k] for k in (b"payload", b"job_id")}
             lost = [k for k, v in keep.items() if record.get(k) != v]
             assert not lost, (

@@ -16,10 +16,10 @@ from support import DaemonProcess, jobd_cli, outage, pending_count, skewed, wait
 from support import words as lines
 
 from jobd.config import load
-from jobd.lease import Holdings, key
-from jobd.metrics import Metrics
-from jobd.reader import Reader, Slots
-from jobd.scripts import Scripts, source
+from jobd.daemon.lease import Holdings, key
+from jobd.daemon.reader import Reader, Slots
+from jobd.store.scripts import Scripts, source
+from jobd.web.metrics import Metrics
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -190,9 +190,9 @@ def test_a_job_claimed_back_by_its_own_daemon_is_not_a_new_delivery(
     is still running: that claim renews them and must not count a delivery (it did, and such a
     job came closer to poison with every outage)."""
     from jobd.config import load
-    from jobd.lease import Holdings, key
-    from jobd.metrics import Metrics
-    from jobd.reader import Reader, Slots
+    from jobd.daemon.lease import Holdings, key
+    from jobd.daemon.reader import Reader, Slots
+    from jobd.web.metrics import Metrics
 
     config = load(
         str(write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"))
@@ -309,9 +309,9 @@ def test_a_lost_lease_is_handled_while_readers_deliver(r: redis.Redis, write_con
     import threading
 
     from jobd.config import load
-    from jobd.daemon import Daemon
+    from jobd.daemon.lease import Lost, key
+    from jobd.daemon.loop import Daemon
     from jobd.job import Job
-    from jobd.lease import Lost, key
 
     config = load(
         str(write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"))
@@ -542,7 +542,7 @@ def test_a_hand_back_whose_reply_was_lost_is_not_sent_again(
     hand-back again, which gave the new run away (another daemon would run it at once too)."""
     from faultproxy import FaultProxy
 
-    from jobd.recorder import ACK, HAND_BACK, Outcome, Recorder
+    from jobd.daemon.recorder import ACK, HAND_BACK, Outcome, Recorder
 
     with FaultProxy(redis_server.port) as proxy:
         config = load(str(write_config(

@@ -21,11 +21,12 @@ from support import (
     wait_until,
 )
 
-from jobd import lease, redisconn
 from jobd.config import load
-from jobd.duties import Ticker
-from jobd.lease import Holdings, Renewal
-from jobd.scripts import Batch, Scripts
+from jobd.daemon import lease
+from jobd.daemon.duties import Ticker
+from jobd.daemon.lease import Holdings, Renewal
+from jobd.store import connection as redisconn
+from jobd.store.scripts import Batch, Scripts
 
 Daemon = Callable[..., DaemonProcess]
 

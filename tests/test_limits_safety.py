@@ -11,9 +11,9 @@ import pytest
 import redis
 from support import DaemonProcess, jobd_cli, queue_config, wait_until
 
-from jobd import lease, limits
 from jobd.config import QueueConfig, load
-from jobd.scripts import Batch, Scripts
+from jobd.daemon import lease, limits
+from jobd.store.scripts import Batch, Scripts
 
 Daemon = Callable[..., DaemonProcess]
 

@@ -26,8 +26,8 @@ import redis
 from support import DaemonProcess, RedisServer, queue_config, skewed, wait_until
 
 from jobd.config import load
-from jobd.retention import trim
-from jobd.scripts import Scripts
+from jobd.daemon.retention import trim
+from jobd.store.scripts import Scripts
 
 Daemon = Callable[..., DaemonProcess]
 

@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from jobd.config import ConfigError, load
 from jobd.job import Job
-from jobd.keys import QueueKeys, can_derive
+from jobd.store.keys import QueueKeys, can_derive
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root"}
 KEYS = ["queues", "defaults", "redis", "shutdown_grace", "command", "concurrency", "timeout",

@@ -20,7 +20,7 @@ from support import (
     wait_until,
 )
 
-from jobd import redisconn
+from jobd.store import connection as redisconn
 
 Daemon = Callable[..., DaemonProcess]
 PASSWORD = "s3cret-Pa55word"

@@ -17,8 +17,8 @@ from support import DaemonProcess, RedisServer, pending_count, wait_until
 from support import words as lines
 
 from jobd.config import load
-from jobd.lease import Holdings, key
-from jobd.recorder import ACK, Outcome, Recorder
+from jobd.daemon.lease import Holdings, key
+from jobd.daemon.recorder import ACK, Outcome, Recorder
 
 Daemon = Callable[..., DaemonProcess]
 

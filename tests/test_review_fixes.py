@@ -17,10 +17,11 @@ import pytest
 import redis
 from support import jobd_cli, queue_config, skewed, wait_until
 
-from jobd import delayed, duties, exitcodes, retention
+from jobd import exitcodes
 from jobd.config import ConfigError, QueueConfig, load
-from jobd.keys import UNIQUE_TTL
-from jobd.scripts import Scripts
+from jobd.daemon import delayed, duties, retention
+from jobd.store.keys import UNIQUE_TTL
+from jobd.store.scripts import Scripts
 
 STREAM = "jobd:q"
 DELAYED = "{jobd:q}:delayed"

@@ -26,7 +26,7 @@ from support import (
     wait_until,
 )
 
-from jobd.keys import QueueKeys
+from jobd.store.keys import QueueKeys
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -327,7 +327,7 @@ def test_every_control_and_the_dashboard_work_on_a_cluster(
     )
     rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.servers[0].port)])
     from jobd.config import load
-    from jobd.dashboard import overview
+    from jobd.web.dashboard import overview
 
     q = overview(rc, load(c))["queues"]["c"]
     assert q["hour"]["series"]["done"][-1] + q["hour"]["series"]["done"][-2] >= 4

@@ -1,4 +1,4 @@
-"""The spawn seam (jobd/spawn.py): both ways of starting a handler give the same child, report
+"""The spawn seam (jobd/process/spawn.py): both ways of starting a handler give the same child, report
 the same errors, and the fast one lets other threads run while the child gets to exec."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jobd import spawn
+from jobd.process import spawn
 
 Starter = Callable[..., int]
 STARTERS = {

@@ -50,16 +50,18 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from jobd import delayed, dlq, lease, redisconn
+from jobd import dlq
 from jobd.config import load
-from jobd.dead_letter import EXIT, Failure
-from jobd.delayed import Forwarder
+from jobd.daemon import delayed, lease
+from jobd.daemon.delayed import Forwarder
+from jobd.daemon.lease import Holdings, Renewal
+from jobd.daemon.reader import Reader, Slots, ensure_group
+from jobd.daemon.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
 from jobd.job import Job
-from jobd.lease import Holdings, Renewal
-from jobd.metrics import Metrics
-from jobd.reader import Reader, Slots, ensure_group
-from jobd.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
-from jobd.scripts import Scripts
+from jobd.store import connection as redisconn
+from jobd.store.dead_letter import EXIT, Failure
+from jobd.store.scripts import Scripts
+from jobd.web.metrics import Metrics
 
 MAX_DELIVERIES = 2  # low, so that poison is reached in a few steps
 MAX_JOBS = 8  # jobs per example: few, so that they meet often

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from redis.crc import key_slot
 
-from jobd import keys
 from jobd.config.problems import Problem
 from jobd.config.queue_settings import QueueSettings
 from jobd.config.view import ConfigView, Unchecked
 from jobd.config.yamlsrc import Path, Pos
+from jobd.store import keys
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from jobd.config.schema import QUEUE_DEFAULTS
 from jobd.config.types import Limits, Rate, ScheduleConfig
 from jobd.config.view import ABSENT, ConfigView, lookup, within
 from jobd.config.yamlsrc import Path
-from jobd.handler_env import base_environment
-from jobd.keys import QueueKeys
+from jobd.process.environment import base_environment
+from jobd.store.keys import QueueKeys
 
 
 def queues_of(view: ConfigView) -> dict[str, QueueSettings]:

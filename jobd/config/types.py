@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from jobd.config.redact import redact_url
 from jobd.embedded import EmbeddedConfig
-from jobd.keys import QueueKeys
+from jobd.store.keys import QueueKeys
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class QueueConfig:
     slots: int | None  # limits.concurrency: handlers across all daemons; None: no limit
     rate: Rate | None  # limits.rate and limits.burst; None: no limit
     starvation_after: float | None  # priorities: a lower level's job waiting this long goes first
-    keys: QueueKeys  # every Redis key of the queue, derived in jobd/keys.py
+    keys: QueueKeys  # every Redis key of the queue, derived in jobd/store/keys.py
     # Priority levels: this config's level (None without priorities), and on the queue's own
     # config every level's, highest first, each with its stream and delayed set (the default
     # level's stream is the queue's); the others share the queue's keys (keys.py).

@@ -1,0 +1,1 @@
+"""The command line: ``jobd run | validate | enqueue | status | dlq …`` (``main``)."""

@@ -1,0 +1,103 @@
+"""`jobd dlq`: the command-line face of ``dlq``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+import redis
+
+from jobd import dlq, exitcodes
+from jobd.config import Config, QueueConfig
+from jobd.logs import printable
+from jobd.store import connection as redisconn
+from jobd.store.scripts import Scripts
+
+
+def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.queue not in config.queues:
+        parser.error(
+            f"no queue {args.queue!r} in {config.path}; queues: {', '.join(config.queues)}"
+        )
+    queue = config.queues[args.queue]
+    client = redisconn.client(config.redis, "jobd-dlq")
+    try:
+        if args.action == "list":
+            for record in dlq.records(client, queue, args.limit):
+                print(summary_line(record))
+        elif args.action == "show":
+            record = dlq.find(client, queue, args.ref)
+            if record is None:
+                print(
+                    f"jobd: no dead letter {args.ref!r} in {queue.dead_letter.stream}",
+                    file=sys.stderr,
+                )
+                return exitcodes.FAILURE
+            show(record)
+        elif args.action == "requeue":
+            if args.all == bool(args.refs):
+                parser.error("requeue: give record or job ids, or --all")
+            return requeue(client, queue, args)
+        elif args.action == "purge":
+            print(
+                f"purged {dlq.purge(client, queue)} dead letter(s) from {queue.dead_letter.stream}"
+            )
+    except redisconn.UNAVAILABLE as exc:
+        print(f"jobd: cannot reach Redis at {config.redis.describe()}: {exc}", file=sys.stderr)
+        return exitcodes.UNAVAILABLE
+    finally:
+        client.close()
+    return exitcodes.OK
+
+
+def requeue(client: redis.Redis, queue: QueueConfig, args: argparse.Namespace) -> int:
+    """`jobd dlq requeue`: 1 when a record is not found, or is left in place (not a job)."""
+    scripts = Scripts(client)
+    if args.all:
+        done = dlq.requeue_existing(client, scripts, queue)
+    else:
+        found = []
+        for ref in args.refs:
+            record = dlq.find(client, queue, ref)
+            if record is None:
+                print(f"jobd: no dead letter {ref!r}", file=sys.stderr)
+                return exitcodes.FAILURE
+            found.append(record)
+        done = dlq.requeue_records(scripts, queue, found)
+    print(f"requeued {len(done.moved)} job(s) to {queue.stream}")
+    for record_id, why in done.left:
+        print(f"jobd: left dead letter {record_id} in place: {why}", file=sys.stderr)
+    return exitcodes.FAILURE if done.left else exitcodes.OK
+
+
+def when(record: dlq.Record) -> str:
+    try:
+        ms = int(record.get("jobd_failed_at"))
+    except ValueError:
+        return "?"
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.isoformat(timespec="seconds")
+
+
+def summary_line(record: dlq.Record) -> str:
+    code = record.get("jobd_exit_code") or "-"
+    if record.get("jobd_signal"):
+        code = f"signal {record.get('jobd_signal')}"
+    return printable(
+        f"{record.id}  job={record.get('jobd_job_id')}  error={record.get('jobd_error')}  "
+        f"exit={code}  attempts={record.get('jobd_attempts')}  failed={when(record)}"
+    )
+
+
+def show(record: dlq.Record) -> None:
+    print(f"record: {record.id}")
+    for name, value in record.fields.items():
+        text = value.decode("utf-8", "backslashreplace")
+        label = printable(name.decode("utf-8", "backslashreplace"))
+        if "\n" in text.rstrip("\n"):  # stderr tails: line by line, each escaped
+            print(f"{label}:")
+            for line in text.rstrip("\n").split("\n"):
+                print(f"  {printable(line)}")
+        else:
+            print(f"{label}: {printable(text)}")

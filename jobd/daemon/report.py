@@ -1,0 +1,64 @@
+"""The duty that reports how the queues are doing, every few seconds: ``STATUS=`` to systemd
+(running handlers, backlog) and the queue gauges of the metrics endpoint (lag, pending, oldest
+pending age, delayed, dead-lettered). Only when systemd listens or metrics are served:
+otherwise it costs nothing.
+
+It runs on the ticker thread and reads nothing the loop changes in place: it asks for a
+``LoopView``, an immutable value made of what the loop replaces whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from jobd.cli import status
+from jobd.config import QueueConfig
+from jobd.daemon.notify import Notifier
+from jobd.web.metrics import Metrics
+
+STATUS_EVERY = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoopView:
+    """What the loop shows of itself to other threads."""
+
+    queues: tuple[QueueConfig, ...] = ()
+    running: int = 0  # handlers running
+    slots: int = 0  # handler slots of the queues in force
+    live: bool = False  # ready, and not stopping
+
+
+def status_line(running: int, slots: int, backlog: int | None = None) -> str:
+    line = f"{running} of {slots} handlers running"
+    return line if backlog is None else f"{line}; backlog {backlog}"
+
+
+class StatusReport:
+    name = "status report"
+    interval = STATUS_EVERY
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        metrics: Metrics,
+        notifier: Notifier,
+        view: Callable[[], LoopView],
+        served: bool,
+    ) -> None:
+        self.client, self.metrics, self.notifier, self.view = client, metrics, notifier, view
+        self.served = served  # metrics are served: their gauges want the queues' state
+
+    def tick(self) -> None:
+        v = self.view()
+        if not (self.notifier.enabled or self.served) or not v.live:
+            return
+        backlog = 0
+        for q in v.queues:
+            report = status.queue_status(self.client, q)
+            backlog += report["lag"] or 0
+            self.metrics.queue_state(q.name, report)
+        self.notifier.status(status_line(v.running, v.slots, backlog))

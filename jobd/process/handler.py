@@ -1,0 +1,337 @@
+"""The process seam: one running handler process and everything the OS does to it.
+
+A handler is started with vfork and exec (``spawn``; subprocess when it needs another folder
+or user; never preexec_fn, never a shell) in its own process group, gets its payload on a
+pipe, and has its stdout and stderr drained by the daemon's selector loop. Stopping it
+signals the whole group: SIGTERM, then SIGKILL.
+
+States: RUNNING → (TERMINATING →) EXITED. The daemon calls ``exited()`` once the leader is
+reaped; nothing is read from the process after that but what is left in its pipes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import grp
+import logging
+import os
+import pwd
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+from jobd import logs
+from jobd.config import QueueConfig
+from jobd.job import Job
+from jobd.process import spawn
+
+log = logging.getLogger("jobd.handler")
+
+STDERR_TAIL = 4096  # bytes of stderr kept for the dead-letter record
+LOG_LIMIT = 64 * 1024  # bytes of each output stream logged per job; the rest is counted
+LINE_LIMIT = 4096  # a longer line is logged in pieces
+
+
+class State(enum.Enum):
+    RUNNING = "running"
+    TERMINATING = "terminating"  # SIGTERM sent to the group; SIGKILL follows after kill_grace
+    EXITED = "exited"
+
+
+class SpawnError(Exception):
+    """The handler could not be started (missing, not executable, bad interpreter line)."""
+
+
+class Output:
+    """One of a handler's output streams: logged line by line up to a limit, tail kept."""
+
+    def __init__(self, handler: Handler, name: str, keep_tail: bool) -> None:
+        self.handler = handler
+        self.name = name
+        self.partial = b""
+        self.logged = 0
+        self.dropped = 0
+        self.tail = bytearray() if keep_tail else None
+
+    def feed(self, data: bytes) -> None:
+        if self.tail is not None:
+            self.tail += data
+            del self.tail[:-STDERR_TAIL]
+        if self.logged >= LOG_LIMIT:
+            self.dropped += len(data)
+            return
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        if len(self.partial) > LINE_LIMIT:
+            lines.append(self.partial)
+            self.partial = b""
+        for line in lines:
+            self._log(line)
+
+    def close(self) -> None:
+        if self.partial:
+            self._log(self.partial)
+            self.partial = b""
+        if self.dropped:
+            self.handler.log(
+                logging.WARNING, "%s: %d more bytes not logged", self.name, self.dropped
+            )
+
+    def _log(self, line: bytes) -> None:
+        if self.logged >= LOG_LIMIT or not logs.OUTPUT_LIMIT.allow():
+            self.dropped += len(line) + 1
+            return
+        self.logged += len(line) + 1
+        text = line.decode("utf-8", "backslashreplace")
+        self.handler.log(logging.INFO, "%s: %s", self.name, text)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    code: int | None  # the exit code, or None when a signal killed it
+    signal: int | None
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        what = f"exit {self.code}" if self.code is not None else f"signal {_signame(self.signal)}"
+        return f"timed out ({what})" if self.timed_out else what
+
+
+def _signame(signum: int | None) -> str:
+    try:
+        return signal.Signals(signum).name  # type: ignore[arg-type]
+    except ValueError:
+        return str(signum)
+
+
+class Handler:
+    """One attempt of one job, running as a process group led by ``pid``."""
+
+    def __init__(self, job: Job, queue: QueueConfig, pid: int, stdin: int | None,
+                 stdout: int, stderr: int) -> None:  # fmt: skip
+        self.job = job
+        self.queue = queue
+        self.pid = pid
+        self.state = State.RUNNING
+        self.started = time.monotonic()
+        self.waited = 0.0  # seconds from enqueue (its stream id) to start
+        # When the loop must act on it next: at its timeout, then (once SIGTERMed) SIGKILL.
+        self.due = self.started + queue.timeout
+        self.timed_out = False
+        self.stopped_for_shutdown = False
+        self.lease_lost = False
+        self.stdout = Output(self, "stdout", keep_tail=False)
+        self.stderr = Output(self, "stderr", keep_tail=True)
+        self.stdin_fd = stdin  # our end of its stdin pipe, until all is written
+        self.pending_input = memoryview(b"")
+        self.status: ExitStatus | None = None
+        self._outputs = {stdout: self.stdout, stderr: self.stderr}
+        # Readable once the leader has exited. Watching each handler's own pidfd, never
+        # waiting for "any child", leaves every other child alone (the embedded Redis, a
+        # handler another thread is just starting).
+        self.pidfd = os.pidfd_open(pid)
+
+    # -- starting -------------------------------------------------------------------------
+
+    @classmethod
+    def spawn(cls, job: Job, queue: QueueConfig, here: str) -> Handler:
+        """Start the handler with its payload pipe filled as far as it goes.
+
+        The fast path is ``spawn`` (vfork and exec, no Python in the child) when the
+        handler runs in the daemon's own folder ``here`` as the daemon's user; otherwise
+        subprocess.Popen, which can change folder and identity.
+        """
+        payload = job.stdin_bytes()
+        job_env = dict(  # the job's own variables, on top of the queue's environment
+            JOBD_QUEUE=queue.name,
+            JOBD_STREAM=queue.stream,
+            JOBD_JOB_ID=job.job_id,
+            JOBD_MESSAGE_ID=job.message_id,
+            JOBD_ATTEMPT=str(job.attempt),
+            JOBD_DEADLINE=str(int(time.time() + queue.timeout)),
+            # A handler whose daemon dies while the payload is still being written reads a
+            # short stdin then EOF; this tells it so (extension of the contract, see README).
+            JOBD_PAYLOAD_BYTES=str(len(payload)),
+        )
+        # Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Ours stay
+        # blocking as well (one syscall less each): output is read once per readiness, which
+        # never blocks, and a payload is written ahead only when the empty pipe surely takes it.
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        in_r, in_w = os.pipe2(os.O_CLOEXEC) if payload else (None, None)
+        if in_w is not None and len(payload) <= select.PIPE_BUF:
+            os.write(in_w, payload)  # a pipe holds at least PIPE_BUF bytes
+            os.close(in_w)
+            in_w = None
+        child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
+        try:
+            pid = _start(queue, here, job_env, in_r, out_w, err_w)
+        except OSError as exc:
+            for fd in (out_r, err_r, in_w):
+                if fd is not None:
+                    os.close(fd)
+            raise SpawnError(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}") from exc
+        finally:
+            for fd in child_ends:
+                os.close(fd)
+        handler = cls(job, queue, pid, in_w, out_r, err_r)
+        if in_w is not None:  # a larger payload: written as the handler reads it
+            os.set_blocking(in_w, False)
+            handler.pending_input = memoryview(payload)
+            if handler.write_input():
+                handler.close_input()  # not in any selector yet
+        return handler
+
+    # -- I/O, driven by the daemon's loop --------------------------------------------------
+
+    def output_fds(self) -> list[int]:
+        return list(self._outputs)
+
+    def input_fd(self) -> int | None:
+        return self.stdin_fd
+
+    # A descriptor is closed only after the caller has taken it out of its epoll: closed
+    # first, its number could be reused (for the next handler) while the epoll entry of the old
+    # file lives on in a child another thread is just starting (the embedded Redis's
+    # supervisor), and that entry's events would then be read as the new descriptor's; with
+    # output pipes read blocking, a false "readable" would stall the loop.
+
+    def write_input(self) -> bool:
+        """Write what the pipe takes; True once all is written or the reader is gone (then
+        ``close_input``)."""
+        if self.stdin_fd is None:
+            return True
+        try:
+            while self.pending_input:
+                written = os.write(self.stdin_fd, self.pending_input)
+                self.pending_input = self.pending_input[written:]
+        except BlockingIOError:
+            return False
+        except BrokenPipeError:
+            pass  # the handler exited or closed stdin without reading: that is its right
+        self.pending_input = memoryview(b"")
+        return True
+
+    def close_input(self) -> None:
+        if self.stdin_fd is not None:
+            os.close(self.stdin_fd)
+            self.stdin_fd = None
+
+    def read_output(self, fd: int) -> bool:
+        """Read what ``fd`` has (it is readable: this does not block); True at end of file
+        (then ``close_output``)."""
+        data = os.read(fd, 65536)
+        if not data:
+            return True
+        self._outputs[fd].feed(data)
+        return False
+
+    def close_output(self, fd: int) -> None:
+        self._outputs.pop(fd).close()
+        os.close(fd)
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def terminate(self) -> None:
+        """SIGTERM to the process group; the daemon sends SIGKILL after kill_grace."""
+        if self.state is State.RUNNING:
+            self.state = State.TERMINATING
+            self._signal_group(signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.state is not State.EXITED:
+            self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:  # a member changed its uid: nothing more we can do
+            self.log(logging.WARNING, "cannot signal process group %d: %s", self.pid, exc)
+
+    def reap(self) -> int:
+        """The leader exited (its pidfd is readable): end what is left of its group, then
+        collect its wait status. While the leader is a zombie its pid, which is the group id,
+        cannot be reused, so SIGKILL to the group reaches only this handler's descendants."""
+        self.kill()
+        _, wait_status = os.waitpid(self.pid, 0)
+        os.close(self.pidfd)
+        return wait_status
+
+    def exited(self, wait_status: int) -> ExitStatus:
+        """The leader was reaped: drain the pipes, close everything (the caller has taken
+        every descriptor out of its selector)."""
+        self.state = State.EXITED
+        code = os.waitstatus_to_exitcode(wait_status)
+        self.close_input()
+        for fd in self.output_fds():
+            # What the group wrote before it ended; a setsid escapee that keeps the pipe open
+            # cannot keep us waiting. (Usually nothing is left: the loop reads output before
+            # exits, and a pipe's end of file comes with its writer's exit.)
+            os.set_blocking(fd, False)
+            with contextlib.suppress(BlockingIOError):
+                while not self.read_output(fd):
+                    pass
+            self.close_output(fd)
+        self.status = ExitStatus(
+            code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            timed_out=self.timed_out,
+        )
+        return self.status
+
+    def stderr_tail(self) -> bytes:
+        return bytes(self.stderr.tail or b"")
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        if log.isEnabledFor(level):  # the tag is built for every job: not for nothing
+            log.log(level, "%s " + message, self.job.tag(self.queue.name), *args)
+
+
+def _start(
+    queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
+    stderr: int,
+) -> int:  # fmt: skip
+    """Start the process in its own group with these descriptors as 0, 1, 2, and the queue's
+    environment plus ``job_env``; its pid."""
+    if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
+        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr)
+    popen = subprocess.Popen(
+        queue.argv,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=queue.cwd,
+        env={**queue.env, **job_env},
+        process_group=0,
+        **identity(queue),
+    )
+    popen.returncode = 0  # reaped by the daemon's loop, not by this object
+    return popen.pid
+
+
+def identity(queue: QueueConfig) -> dict[str, object]:
+    """Popen arguments that switch user and group (this turns off the vfork fast path, so only
+    for queues that ask): the user's primary group unless one is given, and the user's own
+    supplementary groups instead of the daemon's."""
+    if not (queue.run_as_user or queue.run_as_group):
+        return {}
+    args: dict[str, object] = {}
+    gid = grp.getgrnam(queue.run_as_group).gr_gid if queue.run_as_group else None
+    if queue.run_as_user:
+        account = pwd.getpwnam(queue.run_as_user)
+        gid = account.pw_gid if gid is None else gid
+        args["user"] = account.pw_uid
+        args["extra_groups"] = os.getgrouplist(account.pw_name, gid)
+    else:
+        args["extra_groups"] = []
+    args["group"] = gid
+    return args

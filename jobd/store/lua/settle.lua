@@ -1,0 +1,53 @@
+-- settle.lua: acknowledge entries, or hand them back, but only those this consumer still holds.
+--
+-- KEYS[1]   the queue's stream
+-- KEYS[2]   the queue's counters for this minute (a hash; see jobd/store/keys.py)
+-- KEYS[3..] the job id marks of the jobs that keep one (jobd/store/keys.py, "job:J"), referred to
+--           by index from ARGV
+-- ARGV[1]   the consumer group
+-- ARGV[2]   this consumer's name
+-- ARGV[3]   seconds the counters are kept
+-- ARGV[4]   milliseconds an acked job's mark says 'done' (the dedupe window); 0: deleted
+-- ARGV[5..] triples: operation, id, index in KEYS of the job's mark (0: none). Operation
+--           'ack': XACK, and the mark set to 'done' or deleted in the same step. Operation
+--           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
+--           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
+--           it now), its delivery count one less: see below.
+--
+-- Returns a flat list of pairs for the entries left alone: id, owner now ('' when no one).
+-- An entry another consumer took over is being run there: acknowledging or handing it back
+-- from here would end or duplicate that run.
+local stream, stats, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local window = tonumber(ARGV[4])
+local HANDED_BACK = 10 * 365 * 86400 * 1000 -- idle ms beyond which an entry was handed back
+local skipped, done = {}, 0
+for i = 5, #ARGV, 3 do
+  local op, id, mark = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  if #p == 0 or p[1][2] ~= me then
+    skipped[#skipped + 1] = id
+    skipped[#skipped + 1] = (#p == 0) and '' or p[1][2]
+  elseif op == 'ack' then
+    local acked = redis.call('XACK', stream, group, id)
+    done = done + acked
+    if acked == 1 and mark > 0 then
+      if window > 0 then
+        redis.call('SET', KEYS[mark], 'done', 'PX', window)
+      else
+        redis.call('DEL', KEYS[mark])
+      end
+    end
+  elseif tonumber(p[1][3]) < HANDED_BACK then
+    -- A hand-back ends this delivery with an outcome: it must not count toward poison
+    -- (max_deliveries), and the next consumer's XAUTOCLAIM counts one; so one less here.
+    -- Once only: an entry idle for decades was handed back already (this call is a replay
+    -- after a lost reply), and must not lose a second delivery.
+    local count = math.max(tonumber(p[1][4]) - 1, 0)
+    redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'RETRYCOUNT', count, 'JUSTID')
+  end
+end
+if done > 0 then
+  redis.call('HINCRBY', stats, 'done', done)
+  redis.call('EXPIRE', stats, ARGV[3])
+end
+return skipped

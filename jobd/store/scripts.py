@@ -1,0 +1,122 @@
+"""The Lua scripts in ``jobd/store/lua/``, registered on a client; each file's header documents the
+keys it touches and its reply."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    TryAgainError,
+)
+
+from jobd.store import connection as redisconn
+
+# A cluster's answers that mean "not here, not now": the call did not run, so it is sent again
+# through the cluster client, which follows the redirection.
+_ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+NAMES = (
+    "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
+    "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
+    "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe", "keep",
+    "purge",
+)  # fmt: skip
+
+
+@cache
+def source(name: str) -> str:
+    return resources.files("jobd.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+class Scripts:
+    """Every script, bound to one client. redis-py's Script re-loads on NOSCRIPT (normal after
+    a restart or a failover: SCRIPT LOAD is not replicated from Redis 7.0)."""
+
+    renew: Script
+    settle: Script
+    reclaim: Script
+    dead_letter: Script
+    drop_consumer: Script
+    retry: Script
+    schedule: Script
+    promote: Script
+    delayed_list: Script
+    requeue: Script
+    trim: Script
+    dedupe: Script
+    enqueue_unique: Script
+    tick: Script
+    acquire: Script
+    bind: Script
+    release: Script
+    read_levels: Script
+    observe: Script
+    keep: Script
+    purge: Script
+
+    def __init__(self, client: redis.Redis) -> None:
+        for name in NAMES:
+            setattr(self, name, client.register_script(source(name)))
+
+
+class Batch:
+    """Script calls sent together in one round trip, their replies (or errors) in order.
+
+    On a single server (or a Sentinel's master) that is one pipeline. redis-py's cluster
+    pipeline refuses EVALSHA, so on a cluster it is one pipeline per node, to the node that
+    holds each call's slot (a call's keys share one slot, see ``keys.py``); a call whose slot
+    moved meanwhile is sent again through the cluster client. Each script jobd batches checks
+    ownership before it writes, so a batch sent again after a lost connection does no harm.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Script, list[str], list[object]]] = []
+
+    def add(self, script: Script, keys: list[str], args: list[object]) -> None:
+        self.calls.append((script, keys, args))
+
+    def run(self, client: redis.Redis | RedisCluster) -> list[object]:
+        if not isinstance(client, RedisCluster):
+            return self._pipeline(client, list(range(len(self.calls))))
+        replies: list[object] = [None] * len(self.calls)
+        by_node: dict[int, tuple[redis.Redis, list[int]]] = {}
+        for i, (_, keys, _) in enumerate(self.calls):
+            node = redisconn.node_for(client, keys[0])
+            by_node.setdefault(id(node), (node, []))[1].append(i)
+        for node, indexes in by_node.values():
+            for i, reply in zip(indexes, self._pipeline(node, indexes), strict=True):
+                if isinstance(reply, _ELSEWHERE):
+                    script, keys, args = self.calls[i]
+                    reply = script(keys=keys, args=args, client=client)
+                replies[i] = reply
+        return replies
+
+    def _pipeline(self, client: redis.Redis, indexes: list[int]) -> list[object]:
+        """The calls at ``indexes`` in one pipeline of EVALSHA. redis-py's own way (a Script
+        called on a pipeline) asks SCRIPT EXISTS first, one more round trip on every batch;
+        here a script the server lacks (after a restart or a failover) comes back as NOSCRIPT,
+        is loaded, and only those calls are sent again."""
+        replies = self._send(client, indexes)
+        again = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if again:
+            for script in {self.calls[indexes[n]][0] for n in again}:
+                script.sha = client.script_load(script.script)
+            resent = self._send(client, [indexes[n] for n in again])
+            for n, reply in zip(again, resent, strict=True):
+                replies[n] = reply
+        return replies
+
+    def _send(self, client: redis.Redis, indexes: list[int]) -> list[object]:
+        pipe = client.pipeline(transaction=False)
+        for i in indexes:
+            script, keys, args = self.calls[i]
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        return pipe.execute(raise_on_error=False)
