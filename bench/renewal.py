@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from spawn import start_redis
 
 from jobd.config import load
-from jobd.daemon import lease
-from jobd.store.scripts import Scripts
+from jobd.store.store import Store
 
 
 def measure(r: redis.Redis, repeat: int, tick: Callable[[], int]) -> tuple[int, int, float]:
@@ -70,10 +69,10 @@ def main() -> None:
             pipe.execute()
             reply = r.xreadgroup("jobd", "me", {"jobd:q": ">"}, count=args.in_flight)
             ids = [mid.decode() for mid, _ in reply[0][1]]
-            scripts = Scripts(r)
+            store = Store(r, "me")
 
             def jobd_tick() -> int:
-                assert lease.renew(scripts, queue, "me", ids) == []
+                assert store.renew(queue, ids) == []
                 return 1
 
             def pipeline_tick() -> int:

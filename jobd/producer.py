@@ -1,20 +1,23 @@
-"""Adding jobs: what `jobd enqueue` does, usable from Python too."""
+"""Adding jobs: what `jobd enqueue` does, usable from Python too. The write, and the wait for
+its durability in the same round trip, are the store's (``Store.enqueue``); this module decides
+the job's fields and due time, and what the replies mean."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import redis
 from redis.exceptions import AskError, MovedError
 
-from jobd.config import Config
-from jobd.daemon import delayed
+from jobd.config import Config, QueueConfig
 from jobd.job import JOB_ID, MAX_FIELDS, PAYLOAD, UNIQUE
 from jobd.store import connection as redisconn
-from jobd.store.keys import UNIQUE_TTL
-from jobd.store.scripts import Scripts
+from jobd.store.admin import Durability, Enqueued
+from jobd.store.delayed import after
+from jobd.store.store import Store
 
 
 class ProducerError(Exception):
@@ -39,17 +42,6 @@ class Duplicate(ProducerError):
         what = "queued or running" if state == "queued" else "done within the dedupe window"
         super().__init__(f"job id {job_id!r} is already {what} in queue {queue!r}: not added")
         self.job_id, self.state = job_id, state
-
-
-@dataclass(frozen=True)
-class Durability:
-    """What to wait for after the write: ``replicas`` replicas that received it (WAIT) or,
-    with ``aof``, the master's and ``replicas`` replicas' append-only files fsynced (WAITAOF,
-    Redis 7.2+); at most ``timeout`` seconds."""
-
-    replicas: int = 0
-    aof: bool = False
-    timeout: float = 1.0
 
 
 def enqueue(
@@ -85,72 +77,80 @@ def enqueue(
         raise ValueError("a unique job needs a job_id")
     if at is not None and delay is not None:
         raise ValueError("give at or delay, not both")
-    q = config.queues[queue]
-    if priority is not None:
-        try:
-            q = q.level(priority)
-        except ValueError as exc:
-            raise ProducerError(str(exc)) from None
-    fields: dict[bytes, bytes] = {PAYLOAD: payload}
+    q = _target(config, queue, priority)
     due = due_arg(at, delay)
     if due is not None and job_id is None:
         job_id = uuid.uuid4().hex
+    fields = job_fields(payload, job_id, unique)
+    with _store(config, client) as store:
+        added = store.enqueue(q, fields, due, job_id if unique else None, durability)
+    if isinstance(added.error, (MovedError, AskError)) and client is not None:
+        store.refresh()  # not written: the slot moved
+    job_id = _added(added, queue, job_id)
+    if durability is not None:
+        _check(job_id, durability, added.wait)
+    return job_id
+
+
+def _target(config: Config, queue: str, priority: str | None) -> QueueConfig:
+    """The queue, or its level ``priority``: the stream a job for it goes to."""
+    q = config.queues[queue]
+    if priority is None:
+        return q
+    try:
+        return q.level(priority)
+    except ValueError as exc:
+        raise ProducerError(str(exc)) from None
+
+
+def job_fields(payload: bytes, job_id: str | None, unique: bool) -> dict[bytes, bytes]:
+    """The fields of the job's entry; ProducerError when they are more than jobd runs."""
+    fields: dict[bytes, bytes] = {PAYLOAD: payload}
     if job_id is not None:
         fields[JOB_ID] = os.fsencode(job_id)  # any bytes: see Job.job_id
     if unique:
         fields[UNIQUE] = b"1"
     check_width(fields)
+    return fields
+
+
+@contextlib.contextmanager
+def _store(config: Config, client: redis.Redis | None) -> Iterator[Store]:
+    """A store on ``client``, else on a client of its own, closed after; ProducerError when
+    Redis cannot be reached (a client given then looks again where the nodes are)."""
     own = client is None
-    client = client or redisconn.client(config.redis, "jobd-enqueue")
+    store = Store.open(config.redis, "enqueue") if client is None else Store(client)
     try:
-        # On a cluster, straight to the node of the queue's slot: WAIT has no key to route by.
-        node = redisconn.node_for(client, q.stream)
-        pipe = node.pipeline(transaction=False)
-        if unique:
-            Scripts(node).enqueue_unique(
-                keys=[q.stream, q.keys.delayed, q.keys.job_mark(job_id)],  # type: ignore[arg-type]
-                args=[UNIQUE_TTL * 1000, due or 0, uuid.uuid4().hex, *delayed.flatten(fields)],
-                client=pipe,
-            )
-        elif due is not None:
-            delayed.schedule(Scripts(node), q, fields, due, client=pipe, due_now_to_stream=True)
-        else:
-            pipe.xadd(q.stream, fields)  # type: ignore[arg-type]
-        if durability is not None:
-            _wait(pipe, durability)
-        replies = pipe.execute(raise_on_error=False)
+        yield store
     except redisconn.UNAVAILABLE as exc:
         if not own:
-            redisconn.refresh(client)
+            store.refresh()
         raise ProducerError(f"cannot reach Redis at {config.redis.describe()}: {exc}") from exc
     finally:
         if own:
-            client.close()
-    if isinstance(replies[0], (MovedError, AskError)):  # not written: the slot moved
-        if not own:
-            redisconn.refresh(client)
+            store.close()
+
+
+def _added(added: Enqueued, queue: str, job_id: str | None) -> str:
+    """The job id of the job the store says was added; ProducerError (Duplicate for a unique
+    job already there) when none was."""
+    if isinstance(added.error, (MovedError, AskError)):  # not written: the slot moved
         raise ProducerError(
             f"the queue's slot moved (a failover or resharding): not enqueued, send it again "
-            f"({replies[0]})"
+            f"({added.error})"
         )
-    if isinstance(replies[0], Exception):
-        raise ProducerError(f"Redis refused the job: {replies[0]}")
-    if unique:
-        verdict, detail = replies[0]
-        if verdict == b"exists":
-            raise Duplicate(job_id, queue, detail.decode())  # type: ignore[arg-type]
-    elif job_id is None:
-        job_id = replies[0].decode()
-    if durability is not None:
-        _check(job_id, durability, replies[-1])
-    return job_id  # type: ignore[return-value]
+    if added.error is not None:
+        raise ProducerError(f"Redis refused the job: {added.error}")
+    if added.exists is not None:
+        raise Duplicate(job_id, queue, added.exists)  # type: ignore[arg-type]
+    return job_id if job_id is not None else added.entry_id  # type: ignore[return-value]
 
 
 def due_arg(at: float | None, delay: float | None) -> int | str | None:
     """The scripts' due time: ``at`` in Unix ms, or ``delay`` as ms after Redis's clock
-    (``delayed.after``); None for now."""
+    (``store.delayed.after``); None for now."""
     if delay is not None:
-        return delayed.after(round(delay * 1000))
+        return after(round(delay * 1000))
     return None if at is None else int(at * 1000)
 
 
@@ -161,14 +161,6 @@ def check_width(fields: dict[bytes, bytes]) -> None:
             f"a job has at most {MAX_FIELDS} fields (jobd.job.MAX_FIELDS); this one has "
             f"{len(fields)}: not added"
         )
-
-
-def _wait(pipe: redis.client.Pipeline, want: Durability) -> None:
-    timeout_ms = max(1, int(want.timeout * 1000))
-    if want.aof:
-        pipe.execute_command("WAITAOF", 1, want.replicas, timeout_ms)
-    else:
-        pipe.execute_command("WAIT", want.replicas, timeout_ms)
 
 
 def _check(job_id: str, want: Durability, reply: object) -> None:

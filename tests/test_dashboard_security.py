@@ -25,7 +25,7 @@ TOKEN = "security-token-0123456789"
 STALLED = 300  # idle, half-sent connections a client opens
 NOFILE = 256  # the daemon's descriptor limit in the starvation test
 SERVER_FDS = 80  # descriptors the server may hold beyond the daemon's own (its cap is 64)
-REQUEST_TIMEOUT = 10  # seconds the server gives a request to arrive (metrics.TIMEOUT)
+REQUEST_TIMEOUT = 10  # seconds the server gives a request to arrive (server.TIMEOUT)
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from jobd.config import QueueConfig, load
 from jobd.daemon import delayed
 from jobd.store import connection as redisconn
 from jobd.store.scripts import Scripts
+from jobd.store.store import Store
 
 Daemon = Callable[..., DaemonProcess]
 DEAD = "{jobd:q}:dead"
@@ -61,18 +62,18 @@ def wide(r: redis.Redis, fields: int) -> bytes:
 def test_promote_decides_due_by_redis_time_not_the_callers_clock(
     r: redis.Redis, queue: QueueConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scripts = Scripts(r)
+    store = Store(r)
     now = redis_ms(r)
-    delayed.schedule(scripts, queue, {b"payload": b"in an hour"}, now + 3600_000)
-    delayed.schedule(scripts, queue, {b"payload": b"due"}, now - 1000)
+    store.schedule(queue, {b"payload": b"in an hour"}, now + 3600_000)
+    store.schedule(queue, {b"payload": b"due"}, now - 1000)
     real = delayed.now_ms
     monkeypatch.setattr(delayed, "now_ms", lambda: real() - 3600_000)  # a clock an hour slow
-    delayed.Forwarder(scripts, queue).tick()
+    delayed.Forwarder(store, queue).tick()
     assert [f[b"payload"] for _, f in r.xrange("jobd:q")] == [b"due"], "a due job waits"
     monkeypatch.setattr(delayed, "now_ms", lambda: real() + 7200_000)  # two hours fast
-    delayed.Forwarder(scripts, queue).tick()
+    delayed.Forwarder(store, queue).tick()
     assert r.xlen("jobd:q") == 1, "a job due in an hour is moved early"
-    assert [w.fields[b"payload"] for w in delayed.waiting(scripts, queue)] == [b"in an hour"]
+    assert [w.fields[b"payload"] for w in store.delayed_list(queue)] == [b"in an hour"]
 
 
 # -- (8) (9) a bad member is dead-lettered, the rest promoted ---------------------------------
@@ -97,16 +98,16 @@ def bad_members(r: redis.Redis) -> dict[bytes, str]:
 def test_a_malformed_member_is_dead_lettered_and_the_jobs_behind_it_promoted(
     r: redis.Redis, queue: QueueConfig
 ) -> None:
-    scripts = Scripts(r)
+    store = Store(r)
     now = redis_ms(r)
     bad = bad_members(r)
     for n, member in enumerate(bad):
         r.zadd(DELAYED, {member: now - 60_000 + n})  # each one ahead of the good jobs
     for n in range(3):
         fields = {b"payload": b"p%d" % n, b"job_id": b"j%d" % n}
-        delayed.schedule(scripts, queue, fields, now - 3 + n)
+        store.schedule(queue, fields, now - 3 + n)
     r.zadd(DELAYED, {wide(r, job.MAX_FIELDS): now})  # the widest job jobd runs
-    assert delayed.Forwarder(scripts, queue).tick() == 4
+    assert delayed.Forwarder(store, queue).tick() == 4
     assert r.zcard(DELAYED) == 0
     entries = [fields for _, fields in r.xrange("jobd:q")]
     assert [f.get(b"job_id") for f in entries[:3]] == [b"j0", b"j1", b"j2"]
@@ -125,10 +126,10 @@ def test_a_malformed_member_is_dead_lettered_and_the_jobs_behind_it_promoted(
 def test_delayed_list_shows_a_bad_member_instead_of_failing(
     r: redis.Redis, queue: QueueConfig
 ) -> None:
-    scripts = Scripts(r)
-    delayed.schedule(scripts, queue, {b"payload": b"ok"}, 2000)
+    store = Store(r)
+    store.schedule(queue, {b"payload": b"ok"}, 2000)
     r.zadd(DELAYED, {b"\xc1 garbage": 1000, wide(r, 5000): 3000})
-    rows = delayed.waiting(scripts, queue)
+    rows = store.delayed_list(queue)
     assert [(w.due_ms, w.fields, w.malformed) for w in rows] == [
         (1000, {}, "not one msgpack value"),
         (2000, {b"payload": b"ok"}, ""),
@@ -155,7 +156,7 @@ def test_schedule_refuses_more_than_max_fields(r: redis.Redis) -> None:
 
 def test_every_lua_file_naming_max_fields_agrees_with_python() -> None:
     line = re.compile(r"^local MAX_FIELDS = (\d+) -- jobd\.job\.MAX_FIELDS$", re.MULTILINE)
-    folder = Path(job.__file__).parent / "lua"
+    folder = Path(job.__file__).parent / "store" / "lua"
     naming = {p.stem: p.read_text() for p in folder.glob("*.lua") if "MAX_FIELDS" in p.read_text()}
     mine = {"promote", "schedule", "delayed_list", "requeue", "enqueue_unique"}
     assert mine <= set(naming)
@@ -201,8 +202,8 @@ def test_requeue_all_ends_at_the_newest_record_when_it_started(
     for i in range(1200):  # three chunks
         pipe.xadd(DEAD, {"payload": str(i), "jobd_job_id": f"j-{i}", "jobd_error": "exit"})
     before = {mid.decode() for mid in pipe.execute()}
-    scripts = Scripts(r)
-    real = scripts.requeue
+    store = Store(r)
+    real = store.scripts.requeue
     budget = [5000]  # bounds the old endless loop, so it fails instead of hanging
 
     def and_fail_again(keys: list, args: list, client: object = None) -> object:
@@ -218,8 +219,8 @@ def test_requeue_all_ends_at_the_newest_record_when_it_started(
         pipe.execute()
         return reply
 
-    scripts.requeue = and_fail_again  # type: ignore[assignment]
-    moved = dlq.requeue_all(r, scripts, queue)
+    store.scripts.requeue = and_fail_again  # type: ignore[assignment]
+    moved = dlq.requeue_all(store, queue)
     assert len(moved) == 1200 and set(moved) == before
     assert r.xlen("jobd:q") == 1200 and r.xlen(DEAD) == 1200, "the new failures wait"
 
@@ -333,7 +334,7 @@ def test_enqueue_keeps_a_job_id_that_is_not_utf8(r: redis.Redis, write_config) -
     producer.enqueue(cfg, "q", b"x", job_id=job_id, at=time.time() + 60, client=r)
     producer.enqueue(cfg, "q", b"x", job_id=os.fsdecode(b"\xffu"), unique=True, client=r)
     assert [f[b"job_id"] for _, f in r.xrange("jobd:q")] == [b"\xffj", b"\xffu"]
-    assert [w.fields[b"job_id"] for w in delayed.waiting(Scripts(r), cfg.queues["q"])] == [b"\xffj"]
+    assert [w.fields[b"job_id"] for w in Store(r).delayed_list(cfg.queues["q"])] == [b"\xffj"]
     assert r.get(b"{jobd:q}:job:\xffu") == b"queued"
 
 

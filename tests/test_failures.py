@@ -28,9 +28,11 @@ from support import (
 from jobd import producer
 from jobd.config import Retry, load
 from jobd.daemon import delayed
+from jobd.job import Job
+from jobd.outcome import Verb
 from jobd.process import policy
-from jobd.process.handler import ExitStatus
-from jobd.store.scripts import Scripts
+from jobd.process.handler import ExitStatus, StopReason
+from jobd.store.store import Store
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -52,29 +54,29 @@ def queue(tmp_path: Path):
 @pytest.mark.parametrize(
     ("status", "attempt", "action", "error"),
     [
-        (ExitStatus(0, None, False), 1, policy.Action.ACK, None),
-        (ExitStatus(65, None, False), 1, policy.Action.DEAD_LETTER, "exit"),
-        (ExitStatus(1, None, False), 1, policy.Action.RETRY, "exit"),
-        (ExitStatus(75, None, False), 2, policy.Action.RETRY, "exit"),
-        (ExitStatus(1, None, False), 3, policy.Action.DEAD_LETTER, "exit"),
-        (ExitStatus(None, 9, False), 1, policy.Action.RETRY, "signal"),
-        (ExitStatus(None, 15, True), 1, policy.Action.RETRY, "timeout"),
-        (ExitStatus(None, 15, True), 3, policy.Action.DEAD_LETTER, "timeout"),
-        (None, 1, policy.Action.RETRY, "spawn"),
-        (None, 3, policy.Action.DEAD_LETTER, "spawn"),
+        (ExitStatus(0, None, False), 1, Verb.ACK, None),
+        (ExitStatus(65, None, False), 1, Verb.DEAD_LETTER, "exit"),
+        (ExitStatus(1, None, False), 1, Verb.RETRY, "exit"),
+        (ExitStatus(75, None, False), 2, Verb.RETRY, "exit"),
+        (ExitStatus(1, None, False), 3, Verb.DEAD_LETTER, "exit"),
+        (ExitStatus(None, 9, False), 1, Verb.RETRY, "signal"),
+        (ExitStatus(None, 15, True), 1, Verb.RETRY, "timeout"),
+        (ExitStatus(None, 15, True), 3, Verb.DEAD_LETTER, "timeout"),
+        (None, 1, Verb.RETRY, "spawn"),
+        (None, 3, Verb.DEAD_LETTER, "spawn"),
     ],
 )
 def test_outcome_table(queue, status, attempt, action, error) -> None:
-    decision = policy.decide(queue, attempt, status)
-    assert (decision.action, decision.error) == (action, error)
+    job = Job("q", "1-0", {b"payload": b"x"}, "job-1", attempt)
+    outcome = policy.decide(queue, job, status)
+    assert (outcome.verb, outcome.error) == (action, error)
 
 
 def test_shutdown_and_lease_loss_are_not_failures(queue) -> None:
     failed = ExitStatus(None, 15, False)
-    assert (
-        policy.decide(queue, 1, failed, stopped_for_shutdown=True).action is policy.Action.HAND_BACK
-    )
-    assert policy.decide(queue, 1, failed, lease_lost=True).action is policy.Action.RELEASE
+    job = Job("q", "1-0", {b"payload": b"x"}, "job-1", 1)
+    assert policy.decide(queue, job, failed, StopReason.SHUTDOWN).verb is Verb.HAND_BACK
+    assert policy.decide(queue, job, failed, StopReason.LEASE_LOST).verb is Verb.RELEASE
 
 
 def test_backoff_formula() -> None:
@@ -200,12 +202,10 @@ def test_two_daemons_move_1000_due_jobs_exactly_once(
         """
     )
     cfg = load(str(config))
-    scripts = Scripts(r)
+    store = Store(r)
     due = delayed.now_ms() + 1500
     for i in range(1000):
-        delayed.schedule(
-            scripts, cfg.queues["q"], {b"payload": b"x", b"job_id": f"d-{i}".encode()}, due
-        )
+        store.schedule(cfg.queues["q"], {b"payload": b"x", b"job_id": f"d-{i}".encode()}, due)
     daemon(config), daemon(config)
     wait_until(lambda: acked_all(r, "jobd:q", 1000), 60, "all 1000 acked")
     ran = Counter((tmp_path / "ran").read_text().split())
@@ -256,7 +256,7 @@ def test_sigkill_during_heavy_retries_keeps_every_job_in_one_place(
     for mid, fields in r.xrange("jobd:q"):
         if mid in pending or order(mid) > order(group["last-delivered-id"]):
             places[fields[b"job_id"].decode()] += 1
-    for job in delayed.waiting(Scripts(r), cfg.queues["q"], 10_000):
+    for job in Store(r).delayed_list(cfg.queues["q"], 10_000):
         places[job.fields[b"job_id"].decode()] += 1
     for _, record in r.xrange("{jobd:q}:dead"):
         places[record[b"jobd_job_id"].decode()] += 1
@@ -291,7 +291,7 @@ def test_enqueue_with_delay_and_at(
     assert len(job_id) == 32, "a delayed job gets a generated job id"
     due = {
         w.fields[b"job_id"].decode(): w.due_ms / 1000
-        for w in delayed.waiting(Scripts(r), load(str(config)).queues["q"])
+        for w in Store(r).delayed_list(load(str(config)).queues["q"])
     }
     assert before + 1.5 <= due[job_id] <= after + 1.5
     assert due["fixed"] == pytest.approx(before + 3, abs=0.001)

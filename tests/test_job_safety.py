@@ -9,15 +9,17 @@ import datetime
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import redis
 from support import DaemonProcess, jobd_cli, outage, pending_count, skewed, wait_until
 from support import words as lines
 
-from jobd.config import load
+from jobd.config import QueueConfig, load
 from jobd.daemon.lease import Holdings, key
 from jobd.daemon.reader import Reader, Slots
+from jobd.store.reading import Reclaimed
 from jobd.store.scripts import Scripts, source
 from jobd.web.metrics import Metrics
 
@@ -135,16 +137,16 @@ def test_an_outcome_that_cannot_be_written_is_bounded_and_harms_no_other(
         pipe.xadd("jobd:q", {"payload": "ok", "job_id": f"good-{i}"})
     pipe.execute()
     d = daemon(tmp_path / "jobd.yaml")
-    wait_until(lambda: "its dead letter cannot be written" in d.log(), 30, "the poison attempt")
+    wait_until(lambda: "dead-lettered as poison" in d.log(), 30, "the poison attempt")
     for i in range(3):
         r.xadd("jobd:q", {"payload": "ok", "job_id": f"later-{i}"})
     wait_until(lambda: len(lines(tmp_path / "ran")) == 10, 20, "the jobs enqueued later")
-    wait_until(lambda: d.log().count("its dead letter cannot be written") >= 2, 20, "another pass")
+    wait_until(lambda: d.log().count("dead-lettered as poison") >= 2, 20, "another pass")
     ran = lines(tmp_path / "ran")
     assert ran.pop("bad") <= 2, "runs at most max_deliveries times"
     assert ran == Counter({f"{p}-{i}": 1 for p, n in (("good", 6), ("later", 3)) for i in range(n)})
     assert pending_count(r, "jobd:q") == 1
-    assert "cannot record its outcome (dead) after 5 tries" in d.log()
+    assert "cannot record its outcome (dead-letter) after 5 tries" in d.log()
     assert d.proc.poll() is None
 
 
@@ -203,7 +205,7 @@ def test_a_job_claimed_back_by_its_own_daemon_is_not_a_new_delivery(
     holdings = Holdings()
     handed: list = []
     reader = Reader(q, config.redis, "me", Slots(1), holdings, lambda q, jobs: handed.extend(jobs),
-                    Metrics())  # fmt: skip
+                    lambda outcomes: None, Metrics())  # fmt: skip
     r.xreadgroup("jobd", "me", {"jobd:q": ">"})  # delivery 1: the daemon runs it
     holdings.add(key(q), [mid.decode()])
     # Its lease lapsed (no renewal reached Redis): idle for longer than reclaim_after.
@@ -212,7 +214,7 @@ def test_a_job_claimed_back_by_its_own_daemon_is_not_a_new_delivery(
     assert reader.reclaim(q, 1) == 0 and handed == [], "not handed over: it is running"
     assert deliveries(r, "jobd:q") == 1, "not a new delivery"
     assert r.xpending_range("jobd:q", "jobd", "-", "+", 1)[0]["time_since_delivered"] < 1000
-    reader.client.close()
+    reader.store.close()
 
 
 def test_a_dead_letter_is_kept_whatever_the_daemons_clock(
@@ -304,7 +306,7 @@ def test_a_failed_copy_keeps_the_done_mark_of_the_copy_that_succeeded(
 
 def test_a_lost_lease_is_handled_while_readers_deliver(r: redis.Redis, write_config) -> None:
     """Readers add to the loop's deliveries while it handles lost leases. It used to search
-    that deque while they did ("deque mutated during iteration"), and the loop's catch-all
+    that deque (now a queue only the loop takes from) while they did ("deque mutated during iteration"), and the loop's catch-all
     swallowed the error after the lost report was popped: the job could still be started."""
     import threading
 
@@ -319,30 +321,32 @@ def test_a_lost_lease_is_handled_while_readers_deliver(r: redis.Redis, write_con
     q = config.queues["q"]
     d = Daemon(config)
     doomed = Job.from_entry("q", b"1-1", {b"payload": b"x"})
-    d.deliver(q, [doomed])
+    d.inbox.deliver(q, [doomed])
     others = [Job.from_entry("q", f"2-{i}".encode(), {b"payload": b"x"}) for i in range(20000)]
     done = threading.Event()
 
     def reader() -> None:
         while not done.is_set():
-            d.deliver(q, others[:200])
+            d.inbox.deliver(q, others[:200])
 
     thread = threading.Thread(target=reader)
     thread.start()
     try:
         for _ in range(200):
-            d.report_lost([Lost(key(q), "1-1", "someone")])
+            d.inbox.report_lost([Lost(key(q), "1-1", "someone")])
             d.on_lost()
     finally:
         done.set()
         thread.join()
-    d.delivered = type(d.delivered)(x for x in d.delivered if x[1] is doomed)
+    kept = [x for x in d.inbox.deliveries() if x[1] is doomed]
+    for x in kept:
+        d.inbox.delivered.put(x)
     d.start_delivered()
     assert not d.running and d.freed["q"] == 1, "the job whose lease was lost is not started"
     # A later delivery of the same entry (claimed back after its new owner died) runs.
-    d.report_lost([Lost(key(q), "1-1", "someone")])
+    d.inbox.report_lost([Lost(key(q), "1-1", "someone")])
     d.on_lost()
-    assert not d.lost_before(("jobd:q", "jobd", "1-1"), time.monotonic())
+    assert not d.inbox.lost_before(("jobd:q", "jobd", "1-1"), time.monotonic())
 
 
 def test_a_group_recreated_under_a_running_daemon_is_said_loudly_and_counted(
@@ -508,25 +512,24 @@ def test_an_outage_between_two_pages_of_a_reclaim_loses_no_claim(
     holdings.add(key(q), [ids[1].decode()])
     handed: list = []
     reader = Reader(q, config.redis, "me", Slots(2), holdings, lambda q, jobs: handed.extend(jobs),
-                    Metrics())  # fmt: skip
-    real, calls = reader.scripts.reclaim, []
+                    lambda outcomes: None, Metrics())  # fmt: skip
+    real, calls = reader.store.reclaim, []
 
-    def first_page_then_away(keys: list, args: list) -> object:
-        calls.append(args)
+    def first_page_then_away(q: QueueConfig, cursor: str, count: int) -> Reclaimed:
+        calls.append(cursor)
         if len(calls) > 1:
             raise redis.ConnectionError("Redis went away between two pages")
-        _, claimed, deleted = real(keys=keys, args=[*args[:4], 1])  # one entry a page
-        return b"1-0", claimed, deleted
+        return replace(real(q, cursor, 1), cursor="1-0")  # one entry a page
 
-    reader.scripts.reclaim = first_page_then_away  # type: ignore[method-assign]
+    reader.store.reclaim = first_page_then_away  # type: ignore[method-assign]
     with contextlib.suppress(redis.ConnectionError):
         reader.reclaim(q, 2)
-    reader.scripts.reclaim = real  # type: ignore[method-assign]
+    reader.store.reclaim = real  # type: ignore[method-assign]
     reader.reclaim(q, 2)
     assert sorted(job.message_id for job in handed) == [ids[0].decode()]
     assert deliveries_of(r, "jobd:q", ids[1]) == 1, "ours: not a new delivery"
     assert deliveries_of(r, "jobd:q", ids[0]) == 2, "theirs: delivered once more, and run"
-    reader.client.close()
+    reader.store.close()
 
 
 def deliveries_of(r: redis.Redis, stream: str, mid: bytes) -> int:
@@ -542,7 +545,9 @@ def test_a_hand_back_whose_reply_was_lost_is_not_sent_again(
     hand-back again, which gave the new run away (another daemon would run it at once too)."""
     from faultproxy import FaultProxy
 
-    from jobd.daemon.recorder import ACK, HAND_BACK, Outcome, Recorder
+    from jobd.daemon.recorder import Recorder
+    from jobd.job import Job
+    from jobd.outcome import Outcome, Verb
 
     with FaultProxy(redis_server.port) as proxy:
         config = load(str(write_config(
@@ -559,14 +564,16 @@ def test_a_hand_back_whose_reply_was_lost_is_not_sent_again(
         try:
             for name in ("settle", "release", "observe"):  # loaded: no NOSCRIPT round to cut
                 r.script_load(source(name))
-            recorder.client.ping()
+            recorder.store.client.ping()
             proxy.refuse()  # no new connection: the recorder cannot write again yet
             proxy.cut(after_reply_bytes=1)  # the hand-back applies; its reply is lost
-            recorder.record([Outcome(HAND_BACK, q, first, "first")])
+            job = Job("q", first, {b"payload": b"x"}, "first", 1)
+            recorder.record([Outcome(Verb.HAND_BACK, q, job)])
             wait_until(lambda: idle_of(r, first) > 10**12, what="the hand-back applied")
             r.xautoclaim("jobd:q", "jobd", "me", 0, "0-0", justid=True)  # taken back: a new run
             proxy.restore()
-            recorder.record([Outcome(ACK, q, second, "second")])
+            job = Job("q", second, {b"payload": b"x"}, "second", 1)
+            recorder.record([Outcome(Verb.ACK, q, job)])
             wait_until(lambda: not r.xpending_range("jobd:q", "jobd", second, second, 1), 15)
             assert idle_of(r, first) < 60_000, "the new run was handed back"
         finally:

@@ -22,11 +22,10 @@ from support import (
 )
 
 from jobd.config import load
-from jobd.daemon import lease
 from jobd.daemon.duties import Ticker
 from jobd.daemon.lease import Holdings, Renewal
-from jobd.store import connection as redisconn
 from jobd.store.scripts import Batch, Scripts
+from jobd.store.store import Store
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -58,11 +57,11 @@ def test_renewal_is_one_round_trip_and_keeps_the_delivery_count(r: redis.Redis, 
     for i in range(1000):
         r.xadd("jobd:q", {"payload": str(i)})
     ids = [mid.decode() for mid, _ in r.xreadgroup("jobd", "me", {"jobd:q": ">"}, count=1000)[0][1]]
-    scripts = Scripts(r)
-    assert lease.renew(scripts, queue, "me", ids[:1]) == []  # loads the script
+    store = Store(r, "me")
+    assert store.renew(queue, ids[:1]) == []  # loads the script
     time.sleep(0.05)  # let the entries age, so a renewal is visible as a reset idle time
     before = evalsha_calls(r)
-    assert lease.renew(scripts, queue, "me", ids) == []
+    assert store.renew(queue, ids) == []
     assert evalsha_calls(r) - before == 1, "one script call for 1000 entries"
     entries = r.xpending_range("jobd:q", "jobd", "-", "+", 1000)
     assert {e["times_delivered"] for e in entries} == {1}
@@ -113,7 +112,7 @@ def test_renewal_reports_acked_stolen_and_trimmed_entries(r: redis.Redis, queue)
     r.xack("jobd:q", "jobd", acked)
     r.xclaim("jobd:q", "jobd", "other", 0, [stolen], justid=True)
     r.xdel("jobd:q", trimmed)
-    lost = lease.renew(Scripts(r), queue, "me", ids)
+    lost = Store(r, "me").renew(queue, ids)
     assert {(x.message_id, x.owner) for x in lost} == {
         (acked, ""),
         (stolen, "other"),
@@ -133,8 +132,8 @@ def test_a_renewal_that_cannot_reach_redis_is_not_a_loss(tmp_path: Path) -> None
     holdings = Holdings()
     holdings.add(("jobd:q", "jobd"), ["1-0", "2-0"])
     reported: list = []
-    scripts = Scripts(redisconn.client(config.redis))
-    ticker = Ticker([Renewal(scripts, config.queues["q"], "me", holdings, reported.extend)])
+    store = Store.open(config.redis, "test", "me")
+    ticker = Ticker([Renewal(store, config.queues["q"], holdings, reported.extend)])
     ticker.run_due(time.monotonic())
     assert reported == [] and sorted(holdings.snapshot(("jobd:q", "jobd"))) == ["1-0", "2-0"]
 

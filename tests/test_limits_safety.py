@@ -12,8 +12,11 @@ import redis
 from support import DaemonProcess, jobd_cli, queue_config, wait_until
 
 from jobd.config import QueueConfig, load
-from jobd.daemon import lease, limits
+from jobd.daemon import limits
+from jobd.store.keys import slot_member
+from jobd.store.leases import WAITING_STALE
 from jobd.store.scripts import Batch, Scripts
+from jobd.store.store import Store
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -45,7 +48,7 @@ def read(r: redis.Redis, count: int, consumer: str = "me") -> list[str]:
 
 
 def test_a_release_frees_more_slots_than_lua_can_unpack(r: redis.Redis, queue) -> None:
-    members = [limits.slot_member("me", "jobd:q", f"{i}-0") for i in range(9000)]
+    members = [slot_member("me", "jobd:q", f"{i}-0") for i in range(9000)]
     for first in range(0, len(members), 1000):
         r.zadd(queue.keys.running, dict.fromkeys(members[first : first + 1000], 1e13))
     freed = Scripts(r).release(keys=[queue.keys.running], args=members)
@@ -64,7 +67,7 @@ def test_a_renewal_after_a_hand_back_leaves_the_entry_reclaimable_at_once(
     back (reset its idle time) nor re-add its slot."""
     kept, handed = read(r, 2)
     scripts = Scripts(r)
-    slot = limits.slot_member("me", "jobd:q", handed)
+    slot = slot_member("me", "jobd:q", handed)
     r.zadd(queue.keys.running, {slot: redis_ms(r) + 60_000})
     snapshot = [kept, handed]
     outcome = Batch()  # what the recorder sends: settle 'back', then the slot's release
@@ -73,10 +76,10 @@ def test_a_renewal_after_a_hand_back_leaves_the_entry_reclaimable_at_once(
     )
     outcome.add(scripts.release, [queue.keys.running], [slot])
     assert outcome.run(r) == [[], 1]
-    lost = lease.renew(scripts, queue, "me", snapshot)
+    lost = Store(r, "me").renew(queue, snapshot)
     assert [(x.message_id, x.owner) for x in lost] == [(handed, "")]
     assert r.zscore(queue.keys.running, slot) is None, "the handed-back entry's slot re-added"
-    assert r.zscore(queue.keys.running, limits.slot_member("me", "jobd:q", kept)) is not None
+    assert r.zscore(queue.keys.running, slot_member("me", "jobd:q", kept)) is not None
     # Any consumer takes it now, not a reclaim_after later.
     min_idle = int(queue.lease.reclaim_after * 1000)
     claimed = r.xautoclaim("jobd:q", "jobd", "other", min_idle, "0-0", justid=True)
@@ -98,23 +101,24 @@ def test_acquire_prunes_waiting_fields_of_readers_that_stopped_asking(
             "alive": f"rate {now - 1000}",  # asked a second ago
         },
     )
-    limiter = limits.Limiter(Scripts(r), queue, "me")
+    limiter = limits.Limiter(Store(r, "me"), queue)
     assert limiter.acquire(1)[0] == 1
     assert r.hgetall(queue.keys.waiting) == {b"alive": f"rate {now - 1000}".encode()}
     # Both slots taken: this one waits, and is listed with Redis's time; the hash expires
     # once no reader refreshes it (every daemon gone).
-    assert limits.Limiter(Scripts(r), queue, "other").acquire(1)[0] == 1
+    assert limits.Limiter(Store(r, "other"), queue).acquire(1)[0] == 1
     assert limiter.acquire(1)[0] == 0
     reason, at = r.hget(queue.keys.waiting, "me").split()
     assert reason == b"slot" and abs(int(at) - redis_ms(r)) < 1000
-    assert 0 < r.pttl(queue.keys.waiting) <= limits.WAITING_STALE * 1000
+    assert 0 < r.pttl(queue.keys.waiting) <= WAITING_STALE * 1000
 
 
 def test_a_stopping_reader_removes_its_waiting_field(r: redis.Redis, queue) -> None:
     r.hset(queue.keys.waiting, mapping={"me": f"slot {redis_ms(r)}", "other": "slot 1"})
-    limits.leave(r, queue, "me")
+    limits.Limiter(Store(r, "me"), queue).leave()
     assert r.hkeys(queue.keys.waiting) == [b"other"]
-    limits.leave(redis.Redis(port=1), queue, "me")  # Redis away: no error, the field goes stale
+    # Redis away: no error, the field goes stale
+    limits.Limiter(Store(redis.Redis(port=1), "me"), queue).leave()
 
 
 def test_status_stops_listing_a_dead_daemon_as_waiting(

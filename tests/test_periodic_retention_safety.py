@@ -26,8 +26,7 @@ import redis
 from support import DaemonProcess, RedisServer, queue_config, skewed, wait_until
 
 from jobd.config import load
-from jobd.daemon.retention import trim
-from jobd.store.scripts import Scripts
+from jobd.store.store import Store
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -310,7 +309,7 @@ def test_trim_calls_walk_past_any_pending_head_and_start_again_at_the_end(
     """Group a: entries 0-1199 pending, then every 7th of 1200-2499, 2500-2999 undelivered;
     group b: two others pending. Calls of 100 at most remove every other entry below 2500."""
     queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
-    scripts = Scripts(r)
+    store = Store(r)
     r.xgroup_create("jobd:q", "a", id="0", mkstream=True)
     r.xgroup_create("jobd:q", "b", id="0")
     pipe = r.pipeline()
@@ -328,7 +327,8 @@ def test_trim_calls_walk_past_any_pending_head_and_start_again_at_the_end(
 
     def converge(expected: set[bytes]) -> None:
         for _ in range(100):
-            assert trim(scripts, queue, 10, batch=100) <= 100
+            removed, _more = store.trim(queue, 10, 100)
+            assert removed <= 100
             left = {mid for mid, _ in r.xrange("jobd:q")}
             assert must_stay <= left, "a pending or undelivered entry was removed"
             if left == expected:

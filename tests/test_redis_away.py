@@ -18,7 +18,9 @@ from support import words as lines
 
 from jobd.config import load
 from jobd.daemon.lease import Holdings, key
-from jobd.daemon.recorder import ACK, Outcome, Recorder
+from jobd.daemon.recorder import Recorder
+from jobd.job import Job
+from jobd.outcome import Outcome, Verb
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -75,14 +77,14 @@ def test_a_busy_redis_keeps_outcomes_until_it_answers_again(
     holdings.add(key(queue), [mid])
     recorder = Recorder(config, "me", holdings)
     recorder.start()
-    recorder.client.ping()
+    recorder.store.client.ping()
     r.config_set("busy-reply-threshold", 100)
     slow = redis.Redis(port=redis_server.port, socket_timeout=60)
     busy = threading.Thread(target=_loop_until_killed, args=(slow,))
     busy.start()
     try:
         wait_until(lambda: _busy(r), what="Redis to answer BUSY")
-        recorder.record([Outcome(ACK, queue, mid, "job-1")])
+        recorder.record([Outcome(Verb.ACK, queue, Job("q", mid, {b"payload": b"x"}, "job-1", 1))])
         end = time.monotonic() + 2.5  # longer than the 5 tries, 0.2 s apart, that it used to give
         wait_until(lambda: time.monotonic() >= end, 5)
     finally:

@@ -19,9 +19,10 @@ from support import jobd_cli, queue_config, skewed, wait_until
 
 from jobd import exitcodes
 from jobd.config import ConfigError, QueueConfig, load
-from jobd.daemon import delayed, duties, retention
+from jobd.daemon import delayed, duties
 from jobd.store.keys import UNIQUE_TTL
 from jobd.store.scripts import Scripts
+from jobd.store.store import Store
 
 STREAM = "jobd:q"
 DELAYED = "{jobd:q}:delayed"
@@ -37,7 +38,7 @@ def redis_ms(r: redis.Redis) -> int:
 
 def due_times(r: redis.Redis, queue: QueueConfig) -> dict[bytes, int]:
     """Each waiting job's due time (Unix ms), by job id."""
-    return {w.fields[b"job_id"]: w.due_ms for w in delayed.waiting(Scripts(r), queue)}
+    return {w.fields[b"job_id"]: w.due_ms for w in Store(r).delayed_list(queue)}
 
 
 @pytest.fixture
@@ -319,7 +320,7 @@ def test_retention_deletes_a_garbage_cursor_and_walks_from_the_start(
     r.xack(STREAM, "jobd", *[mid for mid, _ in rest])
     cursor = q.keys.trim_cursor()
     r.rpush(cursor, "x") if bad == "list" else r.set(cursor, bad)
-    removed, _more = retention.trim_call(Scripts(r), q, 5, 1000)
+    removed, _more = Store(r).trim(q, 5, 1000)
     assert removed == 25 and r.xlen(STREAM) == 5
     assert r.xrange(STREAM)[0][0] == long_running, "the pending entry stays"
     assert r.type(cursor) == b"string" and r.get(cursor) in {m for m, _ in rest}
@@ -331,18 +332,18 @@ def test_retention_deletes_a_garbage_cursor_and_walks_from_the_start(
 def test_a_malformed_member_that_cannot_be_dead_lettered_does_not_block_the_set(
     r: redis.Redis, queue: QueueConfig
 ) -> None:
-    scripts = Scripts(r)
+    store = Store(r)
     r.set(DEAD, "not a stream")
     now = redis_ms(r)
     r.zadd(DELAYED, {b"\xc1garbage": now - 5000})  # malformed, due first
     for n in range(2):
-        delayed.schedule(scripts, queue, {b"payload": b"retry-%d" % n}, now - 1000 + n)
-    forwarder = delayed.Forwarder(scripts, queue)
+        store.schedule(queue, {b"payload": b"retry-%d" % n}, now - 1000 + n)
+    forwarder = delayed.Forwarder(store, queue)
     assert forwarder.tick() == 2
     assert [f[b"payload"] for _, f in r.xrange(STREAM)] == [b"retry-0", b"retry-1"]
     [(member, score)] = r.zrange(DELAYED, 0, -1, withscores=True)
     assert member == b"\xc1garbage" and score >= now + 50_000, "held back, not lost"
-    delayed.schedule(scripts, queue, {b"payload": b"later"}, redis_ms(r) - 1)
+    store.schedule(queue, {b"payload": b"later"}, redis_ms(r) - 1)
     assert forwarder.tick() == 1, "the held member does not block the jobs behind it"
     # Once the dead-letter stream can be written, the member goes there when its hold ends.
     r.delete(DEAD)
@@ -355,12 +356,12 @@ def test_a_malformed_member_that_cannot_be_dead_lettered_does_not_block_the_set(
 def test_a_batch_full_of_held_members_ends_and_moves_the_job_behind_it(
     r: redis.Redis, queue: QueueConfig
 ) -> None:
-    scripts = Scripts(r)
+    store = Store(r)
     r.set(DEAD, "not a stream")
     now = redis_ms(r)
     r.zadd(
         DELAYED, {b"\xc1bad %d" % n: now - 60_000 + n for n in range(delayed.FORWARD_BATCH + 100)}
     )
-    delayed.schedule(scripts, queue, {b"payload": b"behind"}, now - 1)
-    assert delayed.Forwarder(scripts, queue).tick() == 1
+    store.schedule(queue, {b"payload": b"behind"}, now - 1)
+    assert delayed.Forwarder(store, queue).tick() == 1
     assert r.zcard(DELAYED) == delayed.FORWARD_BATCH + 100

@@ -1,7 +1,7 @@
 """A stateful model of one queue worked by two or three consumers, checked against a real Redis.
 
 A hypothesis RuleBasedStateMachine drives jobd's own code paths, no mocks: Reader.read_new and
-Reader.reclaim (reclaim.lua, poison through dead_letter.write, keep.lua), Renewal.tick
+Reader.reclaim (reclaim.lua, poison handed to the recorder, keep.lua), Renewal.tick
 (renew.lua), Recorder.write (settle.lua ack/back, retry.lua, dead_letter.lua in one batch),
 Forwarder.tick (promote.lua) and dlq.requeue (requeue.lua). Rules interleave at random; the
 model says where every job is and who holds what, and after every step it is compared with
@@ -52,15 +52,15 @@ from hypothesis.stateful import (
 
 from jobd import dlq
 from jobd.config import load
-from jobd.daemon import delayed, lease
+from jobd.daemon import lease
 from jobd.daemon.delayed import Forwarder
 from jobd.daemon.lease import Holdings, Renewal
-from jobd.daemon.reader import Reader, Slots, ensure_group
-from jobd.daemon.recorder import ACK, DEAD_LETTER, HAND_BACK, RETRY, Outcome, Recorder
+from jobd.daemon.reader import Reader, Slots
+from jobd.daemon.recorder import Recorder
 from jobd.job import Job
+from jobd.outcome import EXIT, Outcome, Verb
 from jobd.store import connection as redisconn
-from jobd.store.dead_letter import EXIT, Failure
-from jobd.store.scripts import Scripts
+from jobd.store.store import Store
 from jobd.web.metrics import Metrics
 
 MAX_DELIVERIES = 2  # low, so that poison is reached in a few steps
@@ -107,22 +107,11 @@ class SpyRecorder(Recorder):
 
     def __init__(self, *args: object) -> None:
         super().__init__(*args)  # type: ignore[arg-type]
-        self.replies: list[tuple[list[Outcome], object]] = []
+        self.replies: list[tuple[list[Outcome], list[tuple[str, str]]]] = []
 
-    def _report(self, outcomes: list[Outcome], reply: object) -> None:
-        self.replies.append((outcomes, reply))
-        super()._report(outcomes, reply)
-
-
-def not_held(outcomes: list[Outcome], reply: object) -> dict[str, str]:
-    """message id -> owner now, of the outcomes a script refused (read from the raw reply)."""
-    if outcomes[0].kind in (RETRY, DEAD_LETTER):
-        if isinstance(reply, list):
-            assert text(reply[0]) == "not held", reply
-            return {outcomes[0].message_id: text(reply[1])}
-        return {}
-    assert isinstance(reply, list), reply
-    return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
+    def _report(self, outcomes: list[Outcome], not_held: list[tuple[str, str]]) -> None:
+        self.replies.append((outcomes, not_held))
+        super()._report(outcomes, not_held)
 
 
 class Consumer:
@@ -135,18 +124,23 @@ class Consumer:
         self.handed: list[Job] = []  # jobs the reader handed over in the current step
         self.jobs: dict[str, Job] = {}  # message id -> the job it runs
         self.reader = Reader(
-            m.q, m.redis_config, name, Slots(100), self.holdings, self._deliver, m.metrics
-        )
+            m.q, m.redis_config, name, Slots(100), self.holdings, self._deliver, self._record,
+            m.metrics,
+        )  # fmt: skip
         self.recorder = SpyRecorder(m.redis_config, name, self.holdings)
+        self.store = Store(m.r, name)
         for part in (self.reader, self.recorder):  # one connection for the whole machine
-            part.client.close()
-            part.client = m.r
-            part.scripts = m.scripts
+            part.store.close()
+            part.store = self.store
 
     def _deliver(self, _q: object, jobs: list[Job]) -> None:
         self.handed += jobs
         for job in jobs:
             self.jobs[job.message_id] = job
+
+    def _record(self, outcomes: list[Outcome]) -> None:
+        """The reader's poison outcomes, written at once through this consumer's recorder."""
+        assert self.recorder.write(outcomes) == [], "outcomes failed to write"
 
 
 class JobdMachine(RuleBasedStateMachine):
@@ -159,8 +153,8 @@ class JobdMachine(RuleBasedStateMachine):
         self.redis_config = config.redis
         self.r = redisconn.client(config.redis, "jobd-stateful")  # the daemon's own options
         self.r.flushall()
-        self.scripts = Scripts(self.r)
-        ensure_group(self.r, self.q)
+        self.store = Store(self.r)
+        self.store.ensure_group(self.q)
         self.metrics = Metrics()
         self.names = list(NAMES)
         self.cons = {name: Consumer(self, name) for name in self.names}
@@ -221,22 +215,22 @@ class JobdMachine(RuleBasedStateMachine):
         again = con.recorder.write(outcomes)
         assert again == [], f"outcomes failed to write: {again}"
         refused: dict[str, str] = {}
-        for sent, reply in con.recorder.replies:
-            refused |= not_held(sent, reply)
+        for _sent, not_held in con.recorder.replies:
+            refused |= dict(not_held)
         return refused
 
     def outcome(self, con: Consumer, mid: str, kind: str) -> Outcome:
         job = con.jobs.get(mid) or self.ran[mid]
         if kind == "ack":
-            return Outcome(ACK, self.q, mid, job.job_id)
+            return Outcome(Verb.ACK, self.q, job)
         if kind == "back":
-            return Outcome(HAND_BACK, self.q, mid, job.job_id)
+            return Outcome(Verb.HAND_BACK, self.q, job)
         if kind == "dead":
-            failure = Failure(EXIT, attempts=job.attempt, exit_code=1)
-            return Outcome(DEAD_LETTER, self.q, mid, job.job_id, failure=failure)
-        fields = job.next_attempt_fields()
+            return Outcome(
+                Verb.DEAD_LETTER, self.q, job, error=EXIT, attempts=job.attempt, exit_code=1
+            )
         delay = 0 if kind == "retry_now" else LATER_MS  # retry.lua adds it to Redis's TIME
-        return Outcome(RETRY, self.q, mid, job.job_id, retry_fields=fields, delay_ms=delay)
+        return Outcome(Verb.RETRY, self.q, job, delay=delay / 1000)
 
     def settle(self, con: Consumer, picks: list[tuple[str, str]]) -> None:
         """The consumer records these outcomes of entries it holds, in one batch."""
@@ -363,7 +357,7 @@ class JobdMachine(RuleBasedStateMachine):
         name = data.draw(st.sampled_from([n for n in self.names if self.held[n]]))
         con = self.cons[name]
         lost: list[lease.Lost] = []
-        Renewal(self.scripts, self.q, name, con.holdings, lost.extend).tick()
+        Renewal(con.store, self.q, con.holdings, lost.extend).tick()
         expected = {
             mid: self.entries[mid].owner if mid in self.entries else ""
             for mid in self.held[name]
@@ -422,7 +416,7 @@ class JobdMachine(RuleBasedStateMachine):
         name, outcomes = self.last_batch
         # The recorder never sends a hand-back again after a connection failed (recorder.unsent):
         # only one no one took since is sent again here, as by a replay within Redis.
-        outcomes = [o for o in outcomes if o.kind != HAND_BACK or self.untaken(name, o)]
+        outcomes = [o for o in outcomes if o.verb is not Verb.HAND_BACK or self.untaken(name, o)]
         if not outcomes:
             return
         before = self.snapshot()
@@ -437,7 +431,7 @@ class JobdMachine(RuleBasedStateMachine):
     @rule()
     def promote(self) -> None:
         due = sorted(jid for jid, w in self.jobs.items() if w.place == DUE)
-        moved = Forwarder(self.scripts, self.q).tick()
+        moved = Forwarder(self.store, self.q).tick()
         assert moved == len(due)
         new = self.new_entries()
         assert sorted(jid for _, jid in new) == due
@@ -461,7 +455,7 @@ class JobdMachine(RuleBasedStateMachine):
         jid = data.draw(st.sampled_from(sorted(j for j, w in self.jobs.items() if w.place == DEAD)))
         rid = self.jobs[jid].rid
         assert rid is not None
-        assert dlq.requeue(self.scripts, self.q, [rid]) == [rid]
+        assert dlq.requeue(self.store, self.q, [rid]) == [rid]
         new = self.new_entries()
         assert [j for _, j in new] == [jid]
         self.jobs[jid] = Where(UNDELIVERED, mid=new[0][0])
@@ -473,7 +467,7 @@ class JobdMachine(RuleBasedStateMachine):
         """A record requeued already (an operator's second `jobd dlq requeue`): nothing."""
         rid = data.draw(st.sampled_from(self.requeued))
         before = self.snapshot()
-        assert dlq.requeue(self.scripts, self.q, [rid]) == []
+        assert dlq.requeue(self.store, self.q, [rid]) == []
         assert self.snapshot() == before
 
     @precondition(lambda self: any(self.held.values()))
@@ -524,7 +518,7 @@ class JobdMachine(RuleBasedStateMachine):
                 at(jid, (UNDELIVERED, mid))
             elif mid in owners:
                 at(jid, (PENDING, mid))
-        for w in delayed.waiting(self.scripts, self.q):
+        for w in self.store.delayed_list(self.q):
             assert not w.malformed, w
             at(text(w.fields[b"jobd_job_id"]), (DUE if w.due_ms <= now else LATER, None))
         assert len(members) == sum(w.place in (DUE, LATER) for w in self.jobs.values())

@@ -1,1 +1,3 @@
-"""The command line: ``jobd run | validate | enqueue | status | dlq …`` (``main``)."""
+"""The command line: ``jobd run | validate | enqueue | status | dlq …`` (``main``), the
+arguments each command takes (``arguments``), what ``status`` reports (``status``) and what
+``dlq`` does (``dlq``)."""

@@ -6,13 +6,11 @@ import argparse
 import datetime
 import sys
 
-import redis
-
 from jobd import dlq, exitcodes
 from jobd.config import Config, QueueConfig
 from jobd.logs import printable
 from jobd.store import connection as redisconn
-from jobd.store.scripts import Scripts
+from jobd.store.store import Store
 
 
 def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -21,13 +19,13 @@ def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
             f"no queue {args.queue!r} in {config.path}; queues: {', '.join(config.queues)}"
         )
     queue = config.queues[args.queue]
-    client = redisconn.client(config.redis, "jobd-dlq")
+    store = Store.open(config.redis, "dlq")
     try:
         if args.action == "list":
-            for record in dlq.records(client, queue, args.limit):
+            for record in dlq.records(store, queue, args.limit):
                 print(summary_line(record))
         elif args.action == "show":
-            record = dlq.find(client, queue, args.ref)
+            record = dlq.find(store, queue, args.ref)
             if record is None:
                 print(
                     f"jobd: no dead letter {args.ref!r} in {queue.dead_letter.stream}",
@@ -38,33 +36,32 @@ def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         elif args.action == "requeue":
             if args.all == bool(args.refs):
                 parser.error("requeue: give record or job ids, or --all")
-            return requeue(client, queue, args)
+            return requeue(store, queue, args)
         elif args.action == "purge":
             print(
-                f"purged {dlq.purge(client, queue)} dead letter(s) from {queue.dead_letter.stream}"
+                f"purged {dlq.purge(store, queue)} dead letter(s) from {queue.dead_letter.stream}"
             )
     except redisconn.UNAVAILABLE as exc:
         print(f"jobd: cannot reach Redis at {config.redis.describe()}: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
     finally:
-        client.close()
+        store.close()
     return exitcodes.OK
 
 
-def requeue(client: redis.Redis, queue: QueueConfig, args: argparse.Namespace) -> int:
+def requeue(store: Store, queue: QueueConfig, args: argparse.Namespace) -> int:
     """`jobd dlq requeue`: 1 when a record is not found, or is left in place (not a job)."""
-    scripts = Scripts(client)
     if args.all:
-        done = dlq.requeue_existing(client, scripts, queue)
+        done = dlq.requeue_existing(store, queue)
     else:
         found = []
         for ref in args.refs:
-            record = dlq.find(client, queue, ref)
+            record = dlq.find(store, queue, ref)
             if record is None:
                 print(f"jobd: no dead letter {ref!r}", file=sys.stderr)
                 return exitcodes.FAILURE
             found.append(record)
-        done = dlq.requeue_records(scripts, queue, found)
+        done = dlq.requeue_records(store, queue, found)
     print(f"requeued {len(done.moved)} job(s) to {queue.stream}")
     for record_id, why in done.left:
         print(f"jobd: left dead letter {record_id} in place: {why}", file=sys.stderr)

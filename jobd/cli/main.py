@@ -1,4 +1,8 @@
-"""The jobd command line: validate, run, enqueue, schema."""
+"""The jobd command line: what each command does (``main`` runs the one asked for).
+
+``run`` hands over to the daemon, ``status`` and ``dlq`` to their own modules; validate,
+enqueue, schema and the dashboard on its own are here. The arguments each command takes are
+in ``arguments``."""
 
 from __future__ import annotations
 
@@ -8,131 +12,16 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
-from jobd import __version__, exitcodes
+from jobd import exitcodes
+from jobd.cli.arguments import build_parser
 from jobd.config import DEFAULT_CONFIG, Config, ConfigError, durations, load
 
-
-def _config_arg(parser: argparse.ArgumentParser, positional: bool) -> None:
-    parser.add_argument(
-        "-c",
-        "--config",
-        dest="config_opt",
-        metavar="PATH",
-        help=f"config file (default: $JOBD_CONFIG, else {DEFAULT_CONFIG})",
-    )
-    if positional:
-        parser.add_argument("config_pos", nargs="?", metavar="CONFIG", help="config file")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="jobd", description="A job worker on Redis Streams: one subprocess per job."
-    )
-    parser.add_argument("--version", action="version", version=f"jobd {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    validate = commands.add_parser("validate", help="check a config file and exit")
-    _config_arg(validate, positional=True)
-    validate.add_argument("--format", choices=("text", "json"), default="text")
-
-    run = commands.add_parser("run", help="run the daemon in the foreground")
-    _config_arg(run, positional=True)
-    run.add_argument(
-        "--log-level",
-        default=os.environ.get("JOBD_LOG_LEVEL", "INFO"),
-        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-    )
-    run.add_argument(
-        "--log-format", default=os.environ.get("JOBD_LOG_FORMAT", "text"), choices=("text", "json")
-    )
-
-    enqueue = commands.add_parser("enqueue", help="add one job to a queue")
-    _config_arg(enqueue, positional=False)
-    enqueue.add_argument("queue", metavar="QUEUE")
-    enqueue.add_argument("payload", nargs="?", metavar="PAYLOAD")
-    enqueue.add_argument("--payload-file", metavar="F", help="read the payload from file F")
-    enqueue.add_argument("--job-id", metavar="ID", help="the job's stable id (default: stream id)")
-    when = enqueue.add_mutually_exclusive_group()
-    when.add_argument(
-        "--delay", metavar="DURATION", help="run it this long from now (e.g. 30s, 5m)"
-    )
-    when.add_argument(
-        "--at",
-        metavar="TIME",
-        help="run it at TIME: ISO 8601 (e.g. 2026-12-01T09:00:00+00:00) or Unix seconds",
-    )
-    enqueue.add_argument(
-        "--priority",
-        metavar="LEVEL",
-        help="one of the queue's priority levels (default: its default)",
-    )
-    enqueue.add_argument(
-        "--unique",
-        action="store_true",
-        help="add it only if its --job-id is not already queued, running, or done within the "
-        "queue's dedupe window (exit 3 otherwise)",
-    )
-    enqueue.add_argument(
-        "--wait-replicas",
-        metavar="N",
-        type=int,
-        default=None,
-        help="wait until N replicas have the job (WAIT); exit 75 if fewer do in time",
-    )
-    enqueue.add_argument(
-        "--wait-aof",
-        action="store_true",
-        help="wait until the master's and N replicas' append-only files have the job on disk "
-        "(WAITAOF, Redis 7.2+)",
-    )
-    enqueue.add_argument(
-        "--wait-timeout",
-        metavar="DURATION",
-        default="1s",
-        help="how long --wait-replicas / --wait-aof may wait (default 1s)",
-    )
-
-    dashboard = commands.add_parser(
-        "dashboard", help="serve the dashboard page without a daemon (see also metrics.listen)"
-    )
-    _config_arg(dashboard, positional=False)
-    dashboard.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        default="127.0.0.1:9188",
-        help="where to serve it (default 127.0.0.1:9188: this host only)",
-    )
-
-    status = commands.add_parser("status", help="backlog, leases, failures and consumers per queue")
-    _config_arg(status, positional=False)
-    status.add_argument("--json", action="store_true", help="print JSON")
-    status.add_argument(
-        "--watch",
-        nargs="?",
-        type=float,
-        const=2.0,
-        metavar="SECONDS",
-        help="refresh every SECONDS (default 2) until interrupted",
-    )
-
-    dlq = commands.add_parser("dlq", help="inspect and act on dead-lettered jobs")
-    _config_arg(dlq, positional=False)
-    dlq.add_argument("queue", metavar="QUEUE")
-    actions = dlq.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="newest first, one line each")
-    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    show = actions.add_parser("show", help="one whole record")
-    show.add_argument("ref", metavar="ID", help="record id or job id")
-    requeue = actions.add_parser("requeue", help="back to the queue, attempts reset, job id kept")
-    requeue.add_argument("refs", nargs="*", metavar="ID", help="record ids or job ids")
-    requeue.add_argument("--all", action="store_true", help="every record")
-    actions.add_parser("purge", help="delete every record")
-
-    commands.add_parser("schema", help="print the config's JSON Schema (Draft 2020-12)")
-    return parser
+if TYPE_CHECKING:
+    from jobd.producer import Durability
 
 
 def config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
@@ -242,19 +131,9 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         parser.error(
             f"no queue {args.queue!r} in {config.path}; queues: {', '.join(config.queues)}"
         )
-    if args.payload is not None and args.payload_file:
-        parser.error("give the payload once: PAYLOAD or --payload-file")
-    if args.payload is not None:
-        payload = os.fsencode(args.payload)
-    elif args.payload_file:
-        try:
-            with open(args.payload_file, "rb") as f:
-                payload = f.read()
-        except OSError as exc:
-            print(f"jobd: cannot read {args.payload_file}: {exc.strerror}", file=sys.stderr)
-            return exitcodes.USAGE
-    else:
-        payload = sys.stdin.buffer.read()
+    payload = read_payload(args, parser)
+    if payload is None:
+        return exitcodes.USAGE
     try:
         at, delay = when_to_run(args)
     except ValueError as exc:
@@ -266,16 +145,7 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
             parser.error(f"--priority {args.priority}: {exc}")
     if args.unique and args.job_id is None:
         parser.error("--unique needs --job-id: uniqueness is per job id")
-    durability = None
-    if args.wait_replicas is not None or args.wait_aof:
-        replicas = args.wait_replicas or 0
-        if replicas < 0:
-            parser.error("--wait-replicas: give 0 or more")
-        try:
-            timeout = durations.parse(args.wait_timeout)
-        except ValueError as exc:
-            parser.error(f"--wait-timeout: {exc}")
-        durability = producer.Durability(replicas, args.wait_aof, timeout)
+    durability = durability_of(args, parser)
     try:
         job_id = producer.enqueue(
             config,
@@ -302,13 +172,46 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
     return exitcodes.OK
 
 
+def read_payload(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bytes | None:
+    """The payload: PAYLOAD, the file --payload-file names, else stdin; None (said on stderr)
+    when the file cannot be read."""
+    if args.payload is not None and args.payload_file:
+        parser.error("give the payload once: PAYLOAD or --payload-file")
+    if args.payload is not None:
+        return os.fsencode(args.payload)
+    if not args.payload_file:
+        return sys.stdin.buffer.read()
+    try:
+        with open(args.payload_file, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        print(f"jobd: cannot read {args.payload_file}: {exc.strerror}", file=sys.stderr)
+        return None
+
+
+def durability_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Durability | None:
+    """What --wait-replicas / --wait-aof ask to wait for after the write; None for nothing."""
+    from jobd import producer
+
+    if args.wait_replicas is None and not args.wait_aof:
+        return None
+    replicas = args.wait_replicas or 0
+    if replicas < 0:
+        parser.error("--wait-replicas: give 0 or more")
+    try:
+        timeout = durations.parse(args.wait_timeout)
+    except ValueError as exc:
+        parser.error(f"--wait-timeout: {exc}")
+    return producer.Durability(replicas, args.wait_aof, timeout)
+
+
 def serve_dashboard(config: Config, listen: str) -> int:
     """`jobd dashboard`: the page on ``listen`` until SIGINT or SIGTERM."""
     import signal
     import threading
 
     from jobd.web.dashboard import Dashboard
-    from jobd.web.metrics import serve_app
+    from jobd.web.server import serve_app
 
     try:
         server = serve_app(Dashboard(config), listen, "dashboard")
@@ -351,12 +254,14 @@ def when_to_run(args: argparse.Namespace) -> tuple[float | None, float | None]:
 def show_status(config: Config, args: argparse.Namespace) -> int:
     from jobd.cli import status
     from jobd.store import connection as redisconn
+    from jobd.store.status import gather
+    from jobd.store.store import Store
 
-    client = redisconn.client(config.redis, "jobd-status")
+    store = Store.open(config.redis, "status")
     try:
         while True:
             try:
-                report = status.gather(client, config)
+                report = gather(store.client, config)
             except redisconn.UNAVAILABLE as exc:
                 print(
                     f"jobd: cannot reach Redis at {config.redis.describe()}: {exc}",
@@ -376,4 +281,4 @@ def show_status(config: Config, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return exitcodes.OK
     finally:
-        client.close()
+        store.close()

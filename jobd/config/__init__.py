@@ -2,11 +2,11 @@
 
 ``load()`` runs the pipeline, each step in its own module:
 
-1. parse (``config_source``): read the file, parse it with positions, expand ``${VAR}``;
-2. check (``config_view``, ``queue_settings``, ``validation``): the schema's verdict on every
+1. parse (``source``): read the file, parse it with positions, expand ``${VAR}``;
+2. check (``view``, ``queue_settings``, ``validation``): the schema's verdict on every
    value, each queue's settings merged with ``defaults`` once, then every check a schema
    cannot express, over the document as written: all problems of the file in one run;
-3. build (``config_build``): the typed ``Config`` (``config_types``) from a document known good.
+3. build (``build``): the typed ``Config`` (``types``) from a document known good.
 
 It returns the Config, or raises ``ConfigError`` carrying every problem found, each with its
 line and column. The names other modules import (the config classes, ``ConfigError``) are

@@ -21,7 +21,7 @@ from jobd.config import convert, durations
 from jobd.config.problems import Problem
 from jobd.config.schema import QUEUE_DEFAULTS
 from jobd.config.types import Limits, Rate, ScheduleConfig
-from jobd.config.view import ABSENT, ConfigView, lookup, within
+from jobd.config.view import ABSENT, ConfigView, lookup, value_at, within
 from jobd.config.yamlsrc import Path
 from jobd.process.environment import base_environment
 from jobd.store.keys import QueueKeys
@@ -95,12 +95,7 @@ class QueueSettings:
         anything it holds, did not pass the schema."""
         if self.view.invalid:  # else the whole file passed the schema: nothing to skip
             self._require(sub)
-        value = lookup(self.values, sub)
-        if value is ABSENT:
-            if default is ABSENT:
-                raise KeyError(sub)
-            return default
-        return value
+        return value_at(self.values, sub, default)
 
     def _require(self, sub: Path) -> None:
         self.view.require(self.written_at(sub))  # first: what holds it may be no mapping

@@ -84,12 +84,7 @@ class ConfigView:
         """The value at ``path``, or ``default`` when there is none; Unchecked when it did not
         pass (see ``require``)."""
         self.require(path)
-        value = lookup(self.data, path)
-        if value is ABSENT:
-            if default is ABSENT:
-                raise KeyError(path)
-            return default
-        return value
+        return value_at(self.data, path, default)
 
     def pick(self, path: Path, names: Iterable[str]) -> dict[str, Any]:
         """The keys ``names`` of the mapping at ``path`` that are written, with their values."""
@@ -114,6 +109,16 @@ def lookup(data: Any, path: Path) -> Any:
             return ABSENT
         data = data[part]
     return data
+
+
+def value_at(data: Any, path: Path, default: Any = ABSENT) -> Any:
+    """The value at ``path`` in ``data``, else ``default``; KeyError when there is neither."""
+    value = lookup(data, path)
+    if value is ABSENT:
+        if default is ABSENT:
+            raise KeyError(path)
+        return default
+    return value
 
 
 def within(value: Any, path: Path) -> Iterable[Path]:

@@ -1,12 +1,12 @@
 """Periodic jobs: a queue's ``schedule`` of cron expressions, enqueued by every daemon and yet
 once per tick.
 
-Each daemon evaluates every schedule on its own clock. A tick at time T of schedule N is
-enqueued by one script (``lua/tick.lua``) that sets the tick's key ``{S}:tick:N:T`` with NX and
-adds the job only if it set it: whichever daemon comes first enqueues it, the others find the
-key and do nothing, and no leader is needed. Tick keys outlive ``catch_up`` by
-``TICK_KEY_MARGIN``, so no tick is enqueued twice while the daemons' clocks agree within that.
-A running daemon enqueues every tick as it comes, even one it gets to late (``LIVE_WINDOW``).
+Each daemon evaluates every schedule on its own clock. A tick at time T of schedule N is enqueued by
+one script (``Store.tick``, ``lua/tick.lua``) that sets the tick's key ``{S}:tick:N:T`` with NX and
+adds the job only if it set it: whichever daemon comes first enqueues it, the others find the key
+and do nothing, and no leader is needed. Tick keys outlive ``catch_up`` by ``TICK_KEY_MARGIN``, so
+no tick is enqueued twice while the daemons' clocks agree within that. A running daemon enqueues
+every tick as it comes, even one it gets to late (``LIVE_WINDOW``).
 
 The script also keeps the schedule's latest enqueued tick, ``{S}:schedule:N``, with no expiry:
 whatever the schedule's interval and however long the outage, a daemon that starts, reloads or
@@ -23,18 +23,16 @@ Cron expressions are croniter's: five fields, or six with seconds last
 
 from __future__ import annotations
 
-import datetime
 import logging
 import math
 import time
-from zoneinfo import ZoneInfo
 
 import redis
-from croniter import croniter
 
 from jobd.config import QueueConfig, ScheduleConfig
+from jobd.cron import job_id, ticks
 from jobd.job import JOB_ID, PAYLOAD
-from jobd.store.scripts import Scripts
+from jobd.store.store import Store
 
 log = logging.getLogger("jobd.periodic")
 
@@ -46,41 +44,15 @@ CLOCK_SLACK = TICK_KEY_MARGIN
 # A running daemon enqueues a tick it gets to this late (a slow duty before it, a short stall),
 # whatever catch_up says: catch_up bounds what is caught up after a restart, not live ticks.
 LIVE_WINDOW = 10.0
-NO_DEADLINE = -1
-
-
-def _from(schedule: ScheduleConfig, moment: float) -> croniter:
-    zone = ZoneInfo(schedule.timezone)
-    return croniter(schedule.cron, datetime.datetime.fromtimestamp(moment, zone))
-
-
-def ticks(schedule: ScheduleConfig, after: float, until: float) -> list[float]:
-    """The schedule's ticks in (after, until], Unix seconds."""
-    it = _from(schedule, after)
-    found: list[float] = []
-    while (t := it.get_next(float)) <= until:
-        found.append(t)
-    return found
-
-
-def next_tick(schedule: ScheduleConfig, now: float | None = None) -> float:
-    return _from(schedule, time.time() if now is None else now).get_next(float)
-
-
-def job_id(schedule: ScheduleConfig, tick: float) -> str:
-    """Stable per tick: ``NAME@2026-11-29T12:00:05Z`` (UTC)."""
-    moment = datetime.datetime.fromtimestamp(tick, datetime.UTC)
-    return f"{schedule.name}@{moment.strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
 class Periodic:
     """The duty that enqueues one queue's periodic jobs."""
 
-    def __init__(self, client: redis.Redis, scripts: Scripts, queue: QueueConfig) -> None:
+    def __init__(self, store: Store, queue: QueueConfig) -> None:
         self.name = f"periodic jobs of queue {queue.name}"
         self.interval = CHECK_EVERY
-        self.client = client
-        self.scripts = scripts
+        self.store = store
         self.queue = queue
         # The last tick each schedule has settled (enqueued here, found taken, or found too
         # old); None: not known, resume from Redis (at the start, and after a failed tick).
@@ -115,12 +87,12 @@ class Periodic:
         """The latest tick enqueued (``{S}:schedule:N``); None if there is none, or if what
         another client wrote there is no number or not a string (tick.lua overwrites it on the
         next tick)."""
-        key = self.queue.keys.schedule_last(schedule.name)
         try:
-            raw = self.client.get(key)
+            raw = self.store.latest_tick(self.queue, schedule.name)
         except redis.ResponseError as exc:
             if not str(exc).startswith("WRONGTYPE"):
                 raise
+            key = self.queue.keys.schedule_last(schedule.name)
             log.warning("queue=%s schedule=%s: %s is not a string; starting from now",
                         self.queue.name, schedule.name, key)  # fmt: skip
             return None
@@ -147,7 +119,7 @@ class Periodic:
                 late += 1
             else:
                 outcome, redis_now = self.enqueue(schedule, t, deadline)
-                added += outcome == b"added"
+                added += outcome == "added"
                 if redis_now is not None and deadline is not None:
                     late, floor = late + 1, redis_now - deadline
             after = t
@@ -160,21 +132,20 @@ class Periodic:
 
     def enqueue(
         self, schedule: ScheduleConfig, t: float, deadline: float | None
-    ) -> tuple[bytes, float | None]:
-        """tick.lua for tick ``t``: b"added", b"taken" or b"late", and Redis's time when late."""
+    ) -> tuple[str, float | None]:
+        """tick.lua for tick ``t``: "added", "taken" or "late", and Redis's time when late."""
         q = self.queue
         jid = job_id(schedule, t)
         keep_ms = int((schedule.catch_up + TICK_KEY_MARGIN) * 1000)
-        deadline_ms = NO_DEADLINE if deadline is None else int(deadline * 1000)
-        tick_key, last_key = q.keys.tick(schedule.name, int(t)), q.keys.schedule_last(schedule.name)
-        reply = self.scripts.tick(
-            keys=[q.stream, tick_key, last_key],
-            args=[keep_ms, int(t), deadline_ms, PAYLOAD, schedule.payload, JOB_ID, jid],
-        )
-        outcome = bytes(reply[0])
-        if outcome == b"late":
-            return outcome, int(reply[1]) / 1000
-        if outcome == b"added":
+        deadline_ms = None if deadline is None else int(deadline * 1000)
+        fields = {PAYLOAD: schedule.payload, JOB_ID: jid.encode()}
+        tick = self.store.tick(q, schedule.name, int(t), fields, keep_ms, deadline_ms)
+        if tick.outcome == "added":
             late_by = time.time() - t
             log.info("queue=%s job=%s enqueued for its tick (%.3fs after it)", q.name, jid, late_by)
-        return outcome, None
+        return tick.outcome, tick.redis_time
+
+
+def duties(store: Store, queue: QueueConfig) -> list[Periodic]:
+    """A queue's periodic-jobs duty, when it has a schedule."""
+    return [Periodic(store, queue)] if queue.schedule else []

@@ -5,6 +5,10 @@ A reader never holds an entry it cannot start: it first takes the queue's free s
 asks XREADGROUP for at most that many, and gives back the slots it did not fill. The daemon's
 main loop gives a slot back when a handler ends. Reads stay off the main loop, so a Redis
 round trip never delays a spawn or a reap.
+
+An entry delivered more than ``max_deliveries`` times (poison) is never run: its dead letter
+goes to the recorder like any outcome, and the entry is held until it is written. Every Redis
+call is the reader's own store's (``jobd.store.reading``, ``leases``).
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ from collections.abc import Callable
 import redis
 
 from jobd.config import QueueConfig, RedisConfig
-from jobd.daemon import lease, limits
+from jobd.daemon import limits
 from jobd.daemon.lease import Holdings
 from jobd.job import Job
+from jobd.outcome import POISON, Outcome, Verb
 from jobd.store import connection as redisconn
-from jobd.store import dead_letter
-from jobd.store.keys import STATS_TTL
-from jobd.store.scripts import Scripts
+from jobd.store.keys import slot_member
+from jobd.store.leases import key
+from jobd.store.reading import Claimed, Entry, UnsupportedServer
+from jobd.store.store import Store
 from jobd.web.metrics import Metrics
 
 log = logging.getLogger("jobd.reader")
@@ -62,19 +68,6 @@ class Slots:
                 self._cond.notify()
 
 
-def ensure_group(client: redis.Redis, queue: QueueConfig) -> bool:
-    """Create the queue's consumer group (and stream) when missing; from the stream's start,
-    so jobs added before the first daemon ran are not skipped. True when it was created."""
-    try:
-        client.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
-        log.info("queue=%s created group %r on stream %r", queue.name, queue.group, queue.stream)
-        return True
-    except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
-        return False
-
-
 class Reader(threading.Thread):
     """Feeds one queue's free slots: first with entries whose lease lapsed, then new ones; on
     a queue with priority levels, from the highest non-empty level first."""
@@ -87,6 +80,7 @@ class Reader(threading.Thread):
         slots: Slots,
         holdings: Holdings,
         deliver: Callable[[QueueConfig, list[Job]], None],
+        record: Callable[[list[Outcome]], None],
         metrics: Metrics,
     ) -> None:
         super().__init__(name=f"reader-{queue.name}", daemon=True)
@@ -95,12 +89,10 @@ class Reader(threading.Thread):
         self.slots = slots
         self.holdings = holdings
         self.deliver = deliver
+        self.record = record  # the recorder's inbox: poison entries' dead letters
         self.metrics = metrics
-        self.client = redisconn.client(redis_config, f"jobd-reader-{queue.name}")
-        self.scripts = Scripts(self.client)
-        self.limiter = (
-            limits.Limiter(self.scripts, queue, consumer) if limits.limited(queue) else None
-        )
+        self.store = Store.open(redis_config, f"reader-{queue.name}", consumer)
+        self.limiter = limits.Limiter(self.store, queue) if limits.limited(queue) else None
         self.levels = queue.all_levels()
         self.taken: list[str] = []  # slots of the entries handed over in this read pass
         self.filled = 0  # local slots filled in this read pass
@@ -119,8 +111,8 @@ class Reader(threading.Thread):
             self._loop()
         finally:
             if self.limiter is not None and not self.outage.active:
-                limits.leave(self.client, self.queue, self.consumer)  # no longer waiting
-            self.client.close()
+                self.limiter.leave()  # no longer waiting
+            self.store.close()
             self.deliver(self.queue, [])  # wakes the main loop, which waits for readers to end
 
     def _loop(self) -> None:
@@ -129,7 +121,7 @@ class Reader(threading.Thread):
                 self.read_once()
                 self.outage.up()
             except redisconn.UNAVAILABLE as exc:
-                redisconn.refresh(self.client)
+                self.store.refresh()
                 self.stopping.wait(self.outage.down(exc, "retrying"))
             except redis.ResponseError as exc:
                 if "NOGROUP" in str(exc) or "no longer exists" in str(exc):
@@ -149,10 +141,13 @@ class Reader(threading.Thread):
 
     def read_once(self) -> None:
         if not self._group_ok:
-            check_server(self.client)
+            self.store.check_server()
             for level in self.levels:
-                if ensure_group(self.client, level) and self.ready.is_set():
-                    self.group_recreated(level)
+                if self.store.ensure_group(level):
+                    log.info("queue=%s created group %r on stream %r",
+                             level.name, level.group, level.stream)  # fmt: skip
+                    if self.ready.is_set():
+                        self.group_recreated(level)
             self._group_ok = True
             self.ready.set()
         free = self.slots.take_all(timeout=0.5)
@@ -171,7 +166,7 @@ class Reader(threading.Thread):
         if newest and self.filled == 0:
             self.wait_for_entries(newest)
 
-    def fill(self, free: int) -> dict[str, bytes]:
+    def fill(self, free: int) -> dict[str, str]:
         """Fill up to ``free`` local slots (``hand_over`` counts them in ``filled``); for a
         limited queue, returns each stream's newest id, to wait after when nothing was read."""
         granted = free
@@ -181,7 +176,7 @@ class Reader(threading.Thread):
                 self.stopping.wait(wait)  # holding nothing meanwhile
                 return {}
         self.taken = []
-        newest: dict[str, bytes] = {}  # stream -> newest id, to wait after when nothing was read
+        newest: dict[str, str] = {}  # stream -> newest id, to wait after when nothing was read
         try:
             if self.until_reclaim() <= 0:
                 self.next_reclaim = time.monotonic() + self.reclaim_every
@@ -206,7 +201,7 @@ class Reader(threading.Thread):
             "queue=%s consumer group %r on stream %r vanished and was created again from the "
             "stream's start: its %d retained entries are delivered again, those already done "
             "included (deleting a group or its stream under a running daemon re-runs jobs)",
-            q.name, q.group, q.stream, self.client.xlen(q.stream),
+            q.name, q.group, q.stream, self.store.length(q.stream),
         )  # fmt: skip
 
     def until_reclaim(self) -> float:
@@ -218,40 +213,23 @@ class Reader(threading.Thread):
     def read_new(self, count: int, block: bool = True) -> int:
         """XREADGROUP at most ``count`` new entries; blocks (with ``block``) until the next
         reclaim at most."""
-        reply = self.client.xreadgroup(
-            self.queue.group,
-            self.consumer,
-            {self.queue.stream: ">"},
-            count=count,
-            block=self.block_ms() if block else None,
-        )
-        entries = reply[0][1] if reply else []
-        return self.hand_over(
-            self.queue, [Job.from_entry(self.queue.name, mid, fields) for mid, fields in entries]
-        )
+        q = self.queue
+        entries = self.store.read_new(q, count, self.block_ms() if block else None)
+        return self.hand_over(q, jobs_of(q, entries))
 
-    def read_levels(self, count: int) -> tuple[int, dict[str, bytes]]:
+    def read_levels(self, count: int) -> tuple[int, dict[str, str]]:
         """At most ``count`` new entries, highest level first, in one script call (it never
         blocks); returns how many were handed over, and when none, each level's newest id."""
-        after_ms = int((self.queue.starvation_after or 0) * 1000)
-        entries, newest = self.scripts.read_levels(
-            keys=[level.stream for level in self.levels],
-            args=[self.queue.group, self.consumer, count, 0, after_ms],  # 0: aging on Redis's clock
+        read = self.store.read_levels(self.queue, count)
+        used = sum(
+            self.hand_over(level, jobs_of(level, entries)) for level, entries in read.entries
         )
-        used = 0
-        for index, level in enumerate(self.levels, start=1):
-            jobs = [
-                Job.from_entry(level.name, mid, dict(zip(flat[::2], flat[1::2], strict=True)))
-                for i, mid, flat in entries
-                if i == index
-            ]
-            used += self.hand_over(level, jobs)
-        return used, {level.stream: mid for level, mid in zip(self.levels, newest, strict=False)}
+        return used, read.newest
 
-    def wait_for_entries(self, newest: dict[str, bytes]) -> None:
+    def wait_for_entries(self, newest: dict[str, str]) -> None:
         """Wait until a stream has an entry after its ``newest`` (or the next reclaim is due),
-        holding no slot; XREAD reads without consuming anything."""
-        self.client.xread(newest, count=1, block=self.block_ms())  # type: ignore[arg-type]
+        holding no slot."""
+        self.store.wait_for_entries(newest, self.block_ms())
 
     def reclaim(self, q: QueueConfig, count: int) -> int:
         """Take over up to ``count`` entries of ``q`` (the queue, or one of its levels) idle past
@@ -259,42 +237,41 @@ class Reader(threading.Thread):
         dead-lettered, not run. Returns slots used."""
         if count <= 0:
             return 0
-        min_idle = int(q.lease.reclaim_after * 1000)
-        cursor: bytes | str = "0-0"
+        cursor = "0-0"
         used = 0
         while used < count:
-            cursor, claimed, deleted = self.scripts.reclaim(
-                keys=[q.stream], args=[q.group, self.consumer, min_idle, cursor, count - used]
-            )
-            used += self.take_over(q, claimed)
-            for raw_id in deleted:
+            page = self.store.reclaim(q, cursor, count - used)
+            cursor = page.cursor
+            used += self.take_over(q, page.claimed)
+            for mid in page.deleted:
                 log.warning(
                     "queue=%s entry %s was pending but its data is gone (trimmed or deleted); "
                     "dropped from the group",
                     q.name,
-                    raw_id.decode(),
+                    mid,
                 )
-            if cursor == b"0-0":
+            if cursor == "0-0":
                 break
         return used
 
-    def take_over(self, q: QueueConfig, claimed: list) -> int:
+    def take_over(self, q: QueueConfig, claimed: list[Claimed]) -> int:
         """One page of entries this consumer just claimed: each is run, dead-lettered as poison,
         or (one of its own, still running) kept. Whatever fails on the way, what was claimed
-        before is handed over and its own ones kept: a claim is a delivery, and one that
-        reached no handler would count toward poison for nothing. Returns slots used."""
-        held = set(self.holdings.snapshot(lease.key(q))) if claimed else set()
+        before is handed over (or recorded) and its own ones kept: a claim is a delivery, and
+        one that reached no handler would count toward poison for nothing. Returns slots used."""
+        held = set(self.holdings.snapshot(key(q))) if claimed else set()
         jobs: list[Job] = []
+        poison: list[Outcome] = []
         own: list[str] = []
         try:
-            for raw_id, flat, deliveries in claimed:
-                job = Job.from_entry(q.name, raw_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+            for raw_id, fields, deliveries in claimed:
+                job = Job.from_entry(q.name, raw_id, fields)
                 if job.message_id in held:
                     # Our own job, still running: its lease lapsed while Redis was away and this
                     # claim renewed it. It is not a new job, and not a delivery (keep.lua).
                     own.append(job.message_id)
                 elif deliveries > q.max_deliveries:
-                    self.dead_letter_poison(q, job, deliveries)
+                    poison.append(self.poisoned(q, job, deliveries))
                 else:
                     self.metrics.of(q.name).reclaimed.inc()
                     log.warning(
@@ -305,38 +282,31 @@ class Reader(threading.Thread):
                     )
                     jobs.append(job)
         finally:
+            self.dead_letter(q, poison)
             handed = self.hand_over(q, jobs)
             if own:
-                self.scripts.keep(keys=[q.stream], args=[q.group, self.consumer, *own])
+                self.store.keep(q, own)
         return handed
 
-    def dead_letter_poison(self, q: QueueConfig, job: Job, deliveries: int) -> None:
-        failure = dead_letter.Failure(dead_letter.POISON, attempts=deliveries)
-        mark = job.mark_key(q.keys, q.dedupe_window is not None)
-        try:
-            written = dead_letter.write(
-                self.scripts, q, self.consumer, job.job_id, job.message_id, failure, mark
-            )
-        except redisconn.UNAVAILABLE:
-            raise
-        except Exception as exc:  # one entry never stops the reading of its queue
-            log.error(
-                "queue=%s job=%s delivered %d times with no outcome, but its dead letter "
-                "cannot be written: %s; left pending, not run, tried again after "
-                "lease.reclaim_after",
-                q.name, job.job_id, deliveries, exc,
-            )  # fmt: skip
-            return
-        if written:
-            self.metrics.dead_lettered.labels(queue=q.name, error=dead_letter.POISON).inc()
-            log.error(
-                "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
-                "dead-lettered as poison",
-                q.name,
-                job.job_id,
-                deliveries,
-                q.max_deliveries,
-            )
+    def poisoned(self, q: QueueConfig, job: Job, deliveries: int) -> Outcome:
+        """The outcome of an entry delivered more than ``max_deliveries`` times: never run."""
+        self.metrics.dead_lettered.labels(queue=q.name, error=POISON).inc()
+        log.error(
+            "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
+            "dead-lettered as poison",
+            q.name,
+            job.job_id,
+            deliveries,
+            q.max_deliveries,
+        )
+        return Outcome(Verb.DEAD_LETTER, q, job, error=POISON, attempts=deliveries)
+
+    def dead_letter(self, q: QueueConfig, outcomes: list[Outcome]) -> None:
+        """Hand poison entries to the recorder, held (their leases renewed) until their dead
+        letters are written, like any entry delivered."""
+        if outcomes:
+            self.holdings.add(key(q), [o.message_id for o in outcomes])
+            self.record(outcomes)
 
     def hand_over(self, q: QueueConfig, jobs: list[Job]) -> int:
         """Hold the jobs' leases from now on, and pass them to the main loop with ``q``, the
@@ -348,9 +318,9 @@ class Reader(threading.Thread):
                 log.error("queue=%s dedupe check failed (%s); running the batch", q.name, exc)
         if jobs:
             ids = [job.message_id for job in jobs]
-            self.holdings.add(lease.key(q), ids)
+            self.holdings.add(key(q), ids)
             if self.limiter is not None:
-                self.taken += [limits.slot_member(self.consumer, q.stream, mid) for mid in ids]
+                self.taken += [slot_member(self.consumer, q.stream, mid) for mid in ids]
             self.deliver(q, jobs)
             self.filled += len(jobs)
         return len(jobs)
@@ -358,14 +328,7 @@ class Reader(threading.Thread):
     def drop_done(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
         """Acknowledge, unrun, the jobs whose job id completed within the dedupe window (one
         script call for the batch); returns the others."""
-        marks = [(job, mark) for job in jobs if (mark := job.mark_key(q.keys, True))]
-        if not marks:
-            return jobs
-        acked = self.scripts.dedupe(
-            keys=[q.stream, q.keys.stats(), *(mark for _, mark in marks)],
-            args=[q.group, STATS_TTL, *(job.message_id for job, _ in marks)],
-        )
-        done = {raw.decode() for raw in acked}
+        done = self.store.dedupe(q, jobs)
         for job in jobs:
             if job.message_id in done:
                 log.info(
@@ -374,16 +337,6 @@ class Reader(threading.Thread):
         return [job for job in jobs if job.message_id not in done]
 
 
-class UnsupportedServer(Exception):
-    pass
-
-
-def check_server(client: redis.Redis) -> None:
-    """Refuse servers whose stream commands jobd cannot rely on (see REDIS-NOTES)."""
-    version = client.info("server").get("redis_version", "0")
-    parts = tuple(int(p) for p in str(version).split(".")[:3] if p.isdigit())
-    if parts < (6, 2, 2):
-        raise UnsupportedServer(
-            f"Redis {version} is not supported: jobd needs 6.2.2 or later "
-            "(XAUTOCLAIM, and its cursor fixes in 6.2.2)"
-        )
+def jobs_of(q: QueueConfig, entries: list[Entry]) -> list[Job]:
+    """The jobs of entries read from ``q`` (the queue, or one of its levels)."""
+    return [Job.from_entry(q.name, mid, fields) for mid, fields in entries]

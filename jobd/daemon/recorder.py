@@ -1,40 +1,33 @@
 """Recording outcomes in Redis, off the main loop, batched: one round trip per pass.
 
-The main loop hands over what it decided (ack this entry, hand that one back) and goes on
-spawning and reaping. This thread writes everything queued since its last pass in one
-pipeline, and keeps the batch to try again when Redis is away: an outcome is never dropped.
-Each write checks, in the same script, that this daemon still holds the entry
-(``lua/settle.lua``): an entry another daemon took over is theirs to settle. Once written, the
-entries are no longer held, and their leases are no longer renewed.
+The main loop hands over the outcomes it decided (``jobd.outcome``), and the readers the poison
+entries they found, through this thread's inbox; both go on at once. This thread writes
+everything queued since its last pass in one round trip (``Store.settle``), and keeps the
+batch to try again when Redis is away: an outcome is never dropped. Each write checks, in the
+same script, that this daemon still holds the entry: an entry another daemon took over is
+theirs to settle. Once written (or, for a release, at once), the entries are no longer held,
+and their leases are no longer renewed.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
-from itertools import chain
+from dataclasses import replace
 
 import redis
 
-from jobd.config import QueueConfig, RedisConfig
-from jobd.daemon import delayed, lease, limits
+from jobd.config import RedisConfig
+from jobd.daemon import lease
 from jobd.daemon.lease import Holdings
-from jobd.store import connection as redisconn
-from jobd.store import dead_letter, figures
-from jobd.store.keys import STATS_TTL
-from jobd.store.scripts import Batch, Scripts
+from jobd.outcome import Outcome, Verb
+from jobd.store import connection
+from jobd.store.store import Store
 
 log = logging.getLogger("jobd.recorder")
 
-ACK = "ack"
-HAND_BACK = "back"  # make the entry look idle for decades, so any consumer takes it now
-RETRY = "retry"  # into the delayed set, and ack
-DEAD_LETTER = "dead"  # a dead-letter record, and ack
 STOP_PATIENCE = 10.0  # at exit, how long to keep trying an unreachable Redis
 # How long the first outcome of a batch waits for others (Kafka's linger.ms, 5 ms by default
 # since Kafka 4.0). Nothing waits on an ack: the slot was freed when the handler ended. Fewer,
@@ -55,28 +48,13 @@ class Away(redis.ConnectionError):
         self.outcomes = outcomes
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    kind: str  # ACK, HAND_BACK, RETRY or DEAD_LETTER
-    queue: QueueConfig
-    message_id: str
-    job_id: str
-    retry_fields: dict[bytes, bytes] | None = None  # RETRY: the next attempt's fields
-    delay_ms: int = 0  # RETRY: how long until the next attempt, from when it is written
-    failure: dead_letter.Failure | None = None  # DEAD_LETTER: what goes in the record
-    mark: bytes | None = None  # the job id's mark, set or cleared with the ack (Job.mark_key)
-    timing: tuple[float, float] | None = None  # enqueue-to-start and run time, for figures
-
-
 class Recorder(threading.Thread):
     def __init__(self, redis_config: RedisConfig, consumer: str, holdings: Holdings) -> None:
         super().__init__(name="recorder", daemon=True)
-        self.client = redisconn.client(redis_config, "jobd-recorder")
-        self.scripts = Scripts(self.client)
-        self.consumer = consumer
+        self.store = Store.open(redis_config, "recorder", consumer)
         self.holdings = holdings
         self.inbox: queue.SimpleQueue[list[Outcome] | None] = queue.SimpleQueue()
-        self.outage = redisconn.Outage(log)
+        self.outage = connection.Outage(log)
         self._stop_deadline: float | None = None
         # Outcomes whose write failed though Redis answered: how often, by entry (see _failed).
         self.failures: dict[tuple[str, str, str], int] = {}
@@ -96,8 +74,8 @@ class Recorder(threading.Thread):
             if backlog:
                 try:
                     backlog[:] = self.write_isolated(backlog)
-                except redisconn.UNAVAILABLE as exc:
-                    redisconn.refresh(self.client)
+                except connection.UNAVAILABLE as exc:
+                    self.store.refresh()
                     # Away: some were written, keep only the others. Otherwise the connection
                     # failed and any call may have applied: keep all but the hand-backs.
                     backlog[:] = exc.outcomes if isinstance(exc, Away) else unsent(backlog)
@@ -111,7 +89,7 @@ class Recorder(threading.Thread):
                     time.sleep(RETRY_DELAY)
             if stopping and not backlog:
                 break
-        self.client.close()
+        self.store.close()
 
     def write_isolated(self, batch: list[Outcome]) -> list[Outcome]:
         """Write ``batch``; returns the outcomes to try again. An error that is not Redis
@@ -119,7 +97,7 @@ class Recorder(threading.Thread):
         batch is written again one outcome at a time."""
         try:
             return self.write(batch)
-        except redisconn.UNAVAILABLE:
+        except connection.UNAVAILABLE:
             raise
         except Exception as exc:
             if len(batch) == 1:
@@ -134,7 +112,7 @@ class Recorder(threading.Thread):
         for i, o in enumerate(batch):
             try:
                 again += self.write_isolated([o])
-            except redisconn.UNAVAILABLE as exc:
+            except connection.UNAVAILABLE as exc:
                 rest = exc.outcomes if isinstance(exc, Away) else unsent([o])
                 raise Away([*again, *rest, *batch[i + 1 :]], exc) from exc
         return again
@@ -152,14 +130,14 @@ class Recorder(threading.Thread):
         if tries < WRITE_TRIES:
             log.warning(
                 "queue=%s job=%s cannot record its outcome (%s): %s; trying again (%d of %d)",
-                o.queue.name, o.job_id, o.kind, error, tries, WRITE_TRIES,
+                o.queue.name, o.job.job_id, o.verb.value, error, tries, WRITE_TRIES,
             )  # fmt: skip
             return [replace(o, timing=None)]  # its timings were counted with the first try
         del self.failures[key]
         log.error(
             "queue=%s job=%s cannot record its outcome (%s) after %d tries: %s; left pending: "
             "it is delivered again after lease.reclaim_after, and counts toward max_deliveries",
-            o.queue.name, o.job_id, o.kind, WRITE_TRIES, error,
+            o.queue.name, o.job.job_id, o.verb.value, WRITE_TRIES, error,
         )  # fmt: skip
         self.holdings.discard(lease.key(o.queue), [o.message_id])
         return []
@@ -175,7 +153,7 @@ class Recorder(threading.Thread):
             if item is None:
                 stopping = True
             else:
-                backlog += item  # type: ignore[arg-type]
+                backlog += self._to_write(item)  # type: ignore[arg-type]
             item = self._next()
         return stopping
 
@@ -185,101 +163,47 @@ class Recorder(threading.Thread):
         except queue.Empty:
             return _EMPTY
 
+    def _to_write(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """What to write of what the loop or a reader decided: all but the releases, whose
+        entries are someone else's now (forgotten here, so they are no longer renewed)."""
+        released = [o for o in outcomes if o.verb is Verb.RELEASE]
+        for o in released:
+            self.holdings.discard(lease.key(o.queue), [o.message_id])
+        return [o for o in outcomes if o.verb is not Verb.RELEASE] if released else outcomes
+
     def write(self, batch: list[Outcome]) -> list[Outcome]:
-        """Everything in one round trip (one pipeline; on a cluster, one per node): per queue
-        one settle call for its acks and hand-backs, one call per retry and per dead letter,
-        then per queue the slots to free (limits) and the timings to count (figures). Each
-        outcome call checks ownership itself. Returns the outcomes to try again (_failed)."""
-        sent = Batch()
-        calls: list[list[Outcome]] = []
-        settles: dict[lease.LeaseKey, list[Outcome]] = defaultdict(list)
+        """Everything in one round trip (``Store.settle``); each write checks ownership itself.
+        Returns the outcomes to try again (``_failed``); raises Away with the ones to keep when
+        Redis could not take some."""
         for o in batch:
-            if o.kind in (ACK, HAND_BACK):
-                settles[lease.key(o.queue)].append(o)
-                if o.kind == HAND_BACK:
-                    # Forgotten before it is sent: a renewal after it would make the entry look
-                    # busy again, and it would wait a whole reclaim_after (renew.lua skips it).
-                    self.holdings.discard(lease.key(o.queue), [o.message_id])
-            elif o.kind == RETRY:
-                q = o.queue
-                args = [q.group, self.consumer, o.message_id, o.delay_ms, STATS_TTL]
-                fields = delayed.flatten(o.retry_fields or {})
-                keys = [q.stream, q.keys.delayed, q.keys.stats()]
-                sent.add(self.scripts.retry, keys, [*args, *fields])
-                calls.append([o])
-            else:
-                keys, args = dead_letter.script_call(
-                    o.queue,
-                    self.consumer,
-                    o.job_id,
-                    o.message_id,
-                    o.failure,  # type: ignore[arg-type]
-                    o.mark,
-                )
-                sent.add(self.scripts.dead_letter, keys, args)
-                calls.append([o])
-        for outcomes in settles.values():
-            q = outcomes[0].queue
-            keys, ops = [q.stream, q.keys.stats()], []
-            for o in outcomes:
-                mark_index = 0  # where settle.lua finds the job's mark in KEYS; 0: none
-                if o.mark is not None and o.kind == ACK:
-                    keys.append(o.mark)
-                    mark_index = len(keys)
-                ops += [o.kind, o.message_id, mark_index]
-            window_ms = int((q.dedupe_window or 0) * 1000)
-            args = [q.group, self.consumer, STATS_TTL, window_ms, *ops]
-            sent.add(self.scripts.settle, keys, args)
-            calls.append(outcomes)
-        self._release_slots(sent, batch)
-        self._timings(sent, batch)
-        replies = sent.run(self.client)
+            if o.verb is Verb.HAND_BACK:
+                # Forgotten before it is sent: a renewal after it would make the entry look
+                # busy again, and it would wait a whole reclaim_after (renew.lua skips it).
+                self.holdings.discard(lease.key(o.queue), [o.message_id])
         again: list[Outcome] = []
         kept: list[Outcome] = []  # Redis cannot write now (a replica, busy, out of memory)
-        for outcomes, reply in zip(calls, replies, strict=False):  # the rest: slots, timings
-            if isinstance(reply, Exception):
-                if redisconn.away(reply):
+        away: Exception | None = None
+        for outcomes, result in self.store.settle(batch):
+            if isinstance(result, Exception):
+                if connection.away(result):
                     kept += [replace(o, timing=None) for o in outcomes]
+                    away = result
                 else:
-                    again += self._failed(outcomes, reply)
+                    again += self._failed(outcomes, result)
                 continue
-            self._report(outcomes, reply)
+            self._report(outcomes, result)
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
             if self.failures:
                 for o in outcomes:
                     self.failures.pop((*lease.key(o.queue), o.message_id), None)
         if kept:
-            raise Away([*kept, *again], next(r for r in replies if isinstance(r, Exception)))
+            raise Away([*kept, *again], away)
         return again
 
-    def _timings(self, sent: Batch, batch: list[Outcome]) -> None:
-        """This minute's histograms of enqueue-to-start and run times, per queue, in the same
-        round trip (see figures.py)."""
-        by_queue: dict[str, tuple[QueueConfig, Counter[str]]] = {}
-        for o in batch:
-            if o.timing is not None:
-                _, counts = by_queue.setdefault(o.queue.name, (o.queue, Counter()))
-                counts.update(figures.fields(*o.timing))
-        for q, counts in by_queue.values():  # this minute's key: once per queue, not per job
-            sent.add(self.scripts.observe, [q.keys.timings()], [STATS_TTL, *chain(*counts.items())])
-
-    def _release_slots(self, sent: Batch, batch: list[Outcome]) -> None:
-        """Free the cluster-wide slots of these outcomes' entries (queues with
-        limits.concurrency), in the same round trip; a lost release expires with its lease."""
-        by_queue: dict[str, list[Outcome]] = defaultdict(list)
-        for o in batch:
-            if o.queue.slots is not None:
-                by_queue[o.queue.keys.running].append(o)
-        for running, outcomes in by_queue.items():
-            members = [
-                limits.slot_member(self.consumer, o.queue.stream, o.message_id) for o in outcomes
-            ]
-            sent.add(self.scripts.release, [running], members)
-
-    def _report(self, outcomes: list[Outcome], reply: object) -> None:
+    def _report(self, outcomes: list[Outcome], not_held: list[tuple[str, str]]) -> None:
         q = outcomes[0].queue
-        for mid, owner in _not_held(outcomes, reply):
-            job_id = next((o.job_id for o in outcomes if o.message_id == mid), mid)
+        for mid, owner in not_held:
+            job_id = next((o.job.job_id for o in outcomes if o.message_id == mid), mid)
             log.warning(
                 "queue=%s job=%s outcome not recorded: the lease was lost%s",
                 q.name,
@@ -307,22 +231,11 @@ def unsent(outcomes: list[Outcome]) -> list[Outcome]:
     daemon may have claimed the entry back and be running it, and the same hand-back would
     give that run away. One that did not apply leaves the entry unrenewed (it was forgotten
     before it was sent), so it is taken over after reclaim_after anyway."""
-    dropped = [o for o in outcomes if o.kind == HAND_BACK]
+    dropped = [o for o in outcomes if o.verb is Verb.HAND_BACK]
     for o in dropped:
         log.warning(
             "queue=%s job=%s the hand-back may not have reached Redis; not sent again: the "
             "entry is taken over after lease.reclaim_after if it did not",
-            o.queue.name, o.job_id,
+            o.queue.name, o.job.job_id,
         )  # fmt: skip
-    return [o for o in outcomes if o.kind != HAND_BACK] if dropped else outcomes
-
-
-def _not_held(outcomes: list[Outcome], reply: object) -> list[tuple[str, str]]:
-    """(message id, owner now) of the outcomes a script left alone because the entry is not
-    this consumer's any more. settle.lua returns such pairs for its batch; retry.lua and
-    dead_letter.lua return {'not held', owner} for their one entry."""
-    if not isinstance(reply, list):
-        return []
-    if outcomes[0].kind in (RETRY, DEAD_LETTER):
-        return [(outcomes[0].message_id, os.fsdecode(reply[1]))] if reply else []
-    return [(reply[i].decode(), os.fsdecode(reply[i + 1])) for i in range(0, len(reply), 2)]
+    return [o for o in outcomes if o.verb is not Verb.HAND_BACK] if dropped else outcomes

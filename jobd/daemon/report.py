@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import redis
 
-from jobd.cli import status
 from jobd.config import QueueConfig
 from jobd.daemon.notify import Notifier
+from jobd.store import status
 from jobd.web.metrics import Metrics
 
 STATUS_EVERY = 5.0

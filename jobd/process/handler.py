@@ -5,8 +5,11 @@ or user; never preexec_fn, never a shell) in its own process group, gets its pay
 pipe, and has its stdout and stderr drained by the daemon's selector loop. Stopping it
 signals the whole group: SIGTERM, then SIGKILL.
 
-States: RUNNING → (TERMINATING →) EXITED. The daemon calls ``exited()`` once the leader is
-reaped; nothing is read from the process after that but what is left in its pipes.
+A handler owns its life: ``State`` RUNNING → (TERMINATING →) EXITED; ``stop(reason)`` sends
+SIGTERM to the group and makes SIGKILL due ``kill_grace`` later; ``due`` says when it must be
+acted on next (its timeout, then its SIGKILL) and ``act(now)`` does it. The loop only asks: it
+calls ``act`` on the handlers whose ``due`` has come, and ``exited()`` once the leader is reaped;
+nothing is read from the process after that but what is left in its pipes.
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ class State(enum.Enum):
     RUNNING = "running"
     TERMINATING = "terminating"  # SIGTERM sent to the group; SIGKILL follows after kill_grace
     EXITED = "exited"
+
+
+class StopReason(enum.Enum):
+    """Why jobd stopped a handler before it ended by itself (the policy reads it)."""
+
+    TIMEOUT = "timed out"
+    SHUTDOWN = "still running at the end of shutdown_grace"
+    LEASE_LOST = "lease lost"
 
 
 class SpawnError(Exception):
@@ -121,12 +132,11 @@ class Handler:
         self.pid = pid
         self.state = State.RUNNING
         self.started = time.monotonic()
-        self.waited = 0.0  # seconds from enqueue (its stream id) to start
+        self.waited = max(0.0, time.time() - job.enqueued_at())  # enqueue (its stream id) to start
         # When the loop must act on it next: at its timeout, then (once SIGTERMed) SIGKILL.
         self.due = self.started + queue.timeout
-        self.timed_out = False
-        self.stopped_for_shutdown = False
-        self.lease_lost = False
+        self.stop_reason: StopReason | None = None  # why jobd SIGTERMed it, if it did
+        self.lease_lost = False  # its entry is someone else's now, whenever that was learnt
         self.stdout = Output(self, "stdout", keep_tail=False)
         self.stderr = Output(self, "stderr", keep_tail=True)
         self.stdin_fd = stdin  # our end of its stdin pipe, until all is written
@@ -239,11 +249,38 @@ class Handler:
 
     # -- stopping -------------------------------------------------------------------------
 
-    def terminate(self) -> None:
-        """SIGTERM to the process group; the daemon sends SIGKILL after kill_grace."""
-        if self.state is State.RUNNING:
-            self.state = State.TERMINATING
-            self._signal_group(signal.SIGTERM)
+    def stop(self, reason: StopReason, now: float) -> None:
+        """SIGTERM to the process group, SIGKILL due ``kill_grace`` later (``act``). A handler
+        already stopping keeps its reason and its SIGKILL time; a lost lease is noted whatever
+        the state."""
+        self.lease_lost |= reason is StopReason.LEASE_LOST
+        if self.state is not State.RUNNING:
+            return
+        self.stop_reason = reason
+        if reason is StopReason.TIMEOUT:
+            self.log(logging.WARNING, "timed out after %gs; SIGTERM", self.queue.timeout)
+        elif reason is StopReason.SHUTDOWN:
+            self.log(logging.WARNING, "still running at the end of shutdown_grace; stopping it")
+        self.state = State.TERMINATING
+        self._signal_group(signal.SIGTERM)
+        self.due = now + self.queue.kill_grace  # from now on: when SIGKILL is due
+
+    def act(self, now: float) -> float:
+        """Do what is due by ``now`` (the timeout's SIGTERM, or SIGKILL after the grace);
+        returns when this handler is due next."""
+        if self.due <= now:
+            if self.state is State.RUNNING:
+                self.stop(StopReason.TIMEOUT, now)
+            elif self.state is State.TERMINATING:
+                self.log(logging.WARNING, "still running %gs after SIGTERM; SIGKILL",
+                         self.queue.kill_grace)  # fmt: skip
+                self.kill()
+                self.due = float("inf")
+        return self.due
+
+    def ending(self) -> StopReason | None:
+        """Why jobd ended it, for the policy: a lost lease above all, else why it was stopped."""
+        return StopReason.LEASE_LOST if self.lease_lost else self.stop_reason
 
     def kill(self) -> None:
         if self.state is not State.EXITED:
@@ -284,7 +321,7 @@ class Handler:
         self.status = ExitStatus(
             code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
-            timed_out=self.timed_out,
+            timed_out=self.stop_reason is StopReason.TIMEOUT,
         )
         return self.status
 

@@ -1,4 +1,5 @@
-"""From how a handler ended to what happens to its job: the outcome policy, in one place.
+"""From how a handler ended to what happens to its job: the outcome policy, in one place
+(``decide``, which returns the ``Outcome`` carried unchanged to the recorder and the store).
 
 | how the handler ended                              | outcome                                  |
 |----------------------------------------------------|------------------------------------------|
@@ -19,62 +20,63 @@ dead-lettered.
 
 from __future__ import annotations
 
-import enum
 import random
-from dataclasses import dataclass
 
 from jobd.config import QueueConfig, Retry
-from jobd.process.handler import ExitStatus
-from jobd.store import dead_letter
+from jobd.job import MAX_FIELDS, Job
+from jobd.outcome import EXIT, SIGNAL, SPAWN, TIMEOUT, Outcome, Verb
+from jobd.process.handler import ExitStatus, StopReason
 
 _RNG = random.Random()
 
 
-class Action(enum.Enum):
-    ACK = "ack"
-    RETRY = "retry"
-    DEAD_LETTER = "dead-letter"
-    HAND_BACK = "hand back"
-    RELEASE = "release"  # record nothing, renew no more: the entry is someone else's to settle
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    action: Action
-    error: str | None = None  # why it failed: a jobd_error value
-    delay: float = 0.0  # seconds before the next attempt (RETRY)
-
-
 def decide(
     queue: QueueConfig,
-    attempt: int,
+    job: Job,
     status: ExitStatus | None,
-    stopped_for_shutdown: bool = False,
-    lease_lost: bool = False,
+    stopped: StopReason | None = None,
+    detail: bytes = b"",
+    timing: tuple[float, float] | None = None,
     rng: random.Random | None = None,
-) -> Decision:
-    """``status`` is None when the handler could not be started."""
-    if lease_lost:
-        return Decision(Action.RELEASE)
+) -> Outcome:
+    """The outcome of one attempt. ``status`` is None when the handler could not be started;
+    ``stopped`` is why jobd stopped it, if it did (``Handler.ending``); ``detail`` the stderr
+    tail or why it could not start; ``timing`` its enqueue-to-start and run time."""
+    if stopped is StopReason.LEASE_LOST:
+        return Outcome(Verb.RELEASE, queue, job)
     if status is not None and status.ok:
-        return Decision(Action.ACK)
-    if stopped_for_shutdown:
-        return Decision(Action.HAND_BACK)
+        return Outcome(Verb.ACK, queue, job, timing=timing)
+    if stopped is StopReason.SHUTDOWN:
+        return Outcome(Verb.HAND_BACK, queue, job, timing=timing)
     error = failure_kind(status)
     permanent = status is not None and status.code in queue.fail_exit_codes and not status.timed_out
-    if permanent or attempt >= queue.retry.max_attempts:
-        return Decision(Action.DEAD_LETTER, error)
-    return Decision(Action.RETRY, error, backoff_delay(queue.retry, attempt, rng or _RNG))
+    if permanent or job.attempt >= queue.retry.max_attempts:
+        return Outcome(
+            Verb.DEAD_LETTER, queue, job, error, attempts=job.attempt, detail=detail,
+            exit_code=status.code if status else None, signal=status.signal if status else None,
+            timing=timing,
+        )  # fmt: skip
+    delay = backoff_delay(queue.retry, job.attempt, rng or _RNG)
+    return Outcome(Verb.RETRY, queue, job, error, delay=delay, timing=timing)
+
+
+def refused(queue: QueueConfig, job: Job) -> str | None:
+    """Why this job must not run at all, if it must not (it is dead-lettered as malformed)."""
+    if (width := job.too_wide()) is not None:
+        return f"{width} fields with jobd's: more than jobd can retry or dead-letter ({MAX_FIELDS})"
+    if job.payload_size() > queue.max_payload:
+        return f"payload of {job.payload_size()} bytes is above max_payload ({queue.max_payload})"
+    return None
 
 
 def failure_kind(status: ExitStatus | None) -> str:
     if status is None:
-        return dead_letter.SPAWN
+        return SPAWN
     if status.timed_out:
-        return dead_letter.TIMEOUT
+        return TIMEOUT
     if status.signal is not None:
-        return dead_letter.SIGNAL
-    return dead_letter.EXIT
+        return SIGNAL
+    return EXIT
 
 
 def backoff_delay(retry: Retry, attempt: int, rng: random.Random) -> float:

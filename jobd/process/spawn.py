@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import signal
 from collections.abc import Mapping
 
@@ -195,3 +196,17 @@ def close_inherited_on_exec() -> list[int]:
                 os.set_inheritable(fd, False)
                 changed.append(fd)
     return changed
+
+
+OPEN_FILES = 65536
+
+
+def raise_open_files_limit() -> None:
+    """Each running handler costs up to three pipe ends: lift the soft limit on open files
+    (1024 by default outside systemd: too few for a thousand handlers) to 65536, or the hard
+    limit if lower. Handlers inherit it; ``limits.open_files`` sets theirs explicitly."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -16,11 +16,10 @@ from typing import Any
 import redis
 
 from jobd.config import QueueConfig
-from jobd.web.metrics import DURATION_BUCKETS
 
-# Upper bounds of the histogram buckets, seconds (the metrics' own); one more bucket holds
-# everything above the last.
-BUCKETS = DURATION_BUCKETS
+# Upper bounds of the histogram buckets, seconds (the metrics' own: jobd.web.metrics); one more
+# bucket holds everything above the last.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 PERCENTILES = (50, 90, 99)
 HOUR = 60  # minutes shown
 

@@ -130,3 +130,16 @@ class QueueKeys:
         if minute is None:
             minute = int(time.time() // 60)
         return derive(self.base, f"stats:{minute}")
+
+
+def slot_member(consumer: str, stream: str, message_id: str) -> str:
+    """A running entry's member of ``derive(S, "running")``: its holder's, so a lost lease's
+    release frees nothing of the entry's new holder (who binds a slot of its own); with the
+    stream, since two priority levels' streams can hold the same id. renew.lua builds the same
+    string."""
+    return f"{consumer}|{stream}|{message_id}"
+
+
+def flatten(fields: dict[bytes, bytes]) -> list[bytes]:
+    """A job's fields as a script's name, value, … arguments."""
+    return [x for item in fields.items() for x in item]

@@ -27,7 +27,7 @@ NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
     "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe", "keep",
-    "purge",
+    "purge", "dead_letters_shown",
 )  # fmt: skip
 
 
@@ -61,6 +61,7 @@ class Scripts:
     observe: Script
     keep: Script
     purge: Script
+    dead_letters_shown: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

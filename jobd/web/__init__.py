@@ -1,2 +1,3 @@
-"""What jobd serves over HTTP: Prometheus metrics and health (``metrics``), the dashboard
-(``dashboard``, its page in ``static/``)."""
+"""What jobd serves over HTTP: Prometheus metrics and health (``metrics``), the HTTP server
+itself with its limits and Host check (``server``), the dashboard (``dashboard``, its page in
+``static/``)."""

@@ -16,10 +16,10 @@ only, so this port only), drops it from the address bar, and sends it with every
 ``token`` in a query is refused, right or wrong, and sets nothing (``TOKEN_IN_QUERY``).
 Actions (requeue, purge) need ``dashboard.actions: true`` (which needs a token), a POST, and
 the CSRF header ``X-Jobd-CSRF`` holding a value derived from the token that the API gives. A
-request naming another host (DNS rebinding) is refused by the server (``metrics.host_allowed``).
+request naming another host (DNS rebinding) is refused by the server (``server.host_allowed``).
 A record is read only in the fields shown, cut in Redis, and a field jobd would not have
 written is shown as such, never failing the page; a body is read to its Content-Length
-(``metrics.MAX_BODY`` at most) and checked.
+(``server.MAX_BODY`` at most) and checked.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ import orjson
 import redis
 
 from jobd import dlq
-from jobd.cli import status
 from jobd.config import Config, QueueConfig
 from jobd.store import connection as redisconn
-from jobd.store import figures
-from jobd.store.scripts import Scripts, source
-from jobd.web.metrics import MAX_BODY
+from jobd.store import figures, status
+from jobd.store.admin import Shown
+from jobd.store.store import Store
+from jobd.web.server import MAX_BODY
 
 log = logging.getLogger("jobd.dashboard")
 
@@ -73,36 +73,32 @@ STATIC = {
 StartResponse = Callable[[str, list[tuple[str, str]]], object]
 
 
-def overview(client: redis.Redis, config: Config, now: float | None = None) -> dict[str, Any]:
+def overview(store: Store, config: Config, now: float | None = None) -> dict[str, Any]:
     """What the page shows, for every queue."""
     now = time.time() if now is None else now
     queues = {}
     for name, q in config.queues.items():
-        queues[name] = status.with_levels(client, q, now)
-        queues[name]["hour"] = figures.last_hour(client, q, now)
-        queues[name]["dead_letters"] = dead_letters(client, q, config.dashboard.show_payloads)
+        queues[name] = status.with_levels(store.client, q, now)
+        queues[name]["hour"] = figures.last_hour(store.client, q, now)
+        queues[name]["dead_letters"] = dead_letters(store, q, config.dashboard.show_payloads)
     return {"redis": config.redis.describe(), "time": now, "queues": queues}
 
 
-def dead_letters(client: redis.Redis, q: QueueConfig, show_payloads: bool) -> list[dict]:
-    """The newest records, only the fields shown, cut in Redis (``lua/dead_letters_shown.lua``):
+def dead_letters(store: Store, q: QueueConfig, show_payloads: bool) -> list[dict]:
+    """The newest records, only the fields shown, cut in Redis (``Store.dead_letters_shown``):
     a record of any size costs the daemon a few KiB."""
     fields = SHOWN if show_payloads else SHOWN[:-1]
-    args: list[str | int] = [DEAD_LETTERS_SHOWN]
-    for _, field, cap in fields:
-        args += [field, cap]
-    script = client.register_script(source("dead_letters_shown"))
-    rows = script(keys=[q.dead_letter.stream], args=args)
-    return [_dead_letter(row, fields) for row in rows]
+    asked = [(field, cap) for _, field, cap in fields]
+    shown = store.dead_letters_shown(q, DEAD_LETTERS_SHOWN, asked)
+    return [_dead_letter(s, fields) for s in shown]
 
 
-def _dead_letter(row: list, fields: tuple[tuple[str, str, int], ...]) -> dict[str, Any]:
+def _dead_letter(shown: Shown, fields: tuple[tuple[str, str, int], ...]) -> dict[str, Any]:
     """One record as the page shows it; a field jobd would not have written is shown as it is,
     with why the record is bad, never failing the page."""
-    item: dict[str, Any] = {"id": _text(row[0])}
+    item: dict[str, Any] = {"id": shown.id}
     cut = []
-    for i, (name, _, cap) in enumerate(fields):
-        value, length = row[1 + 2 * i], row[2 + 2 * i]
+    for (name, _, cap), (value, length) in zip(fields, shown.values, strict=True):
         item[name] = _text(value)
         if length > abs(cap):
             cut.append(name)
@@ -145,12 +141,11 @@ class Dashboard:
 
     def __init__(self, config: Config, client: redis.Redis | None = None) -> None:
         self.config = config
-        self.client = client or redisconn.client(config.redis, "jobd-dashboard")
-        self.scripts = Scripts(self.client)
+        self.store = Store(client) if client is not None else Store.open(config.redis, "dashboard")
         token = config.dashboard.token
         self.token = token.encode() if token else None
         self.csrf = hmac.new(self.token, b"csrf", hashlib.sha256).hexdigest() if token else ""
-        # Names besides the listen address and localhost (metrics.host_allowed).
+        # Names besides the listen address and localhost (server.host_allowed).
         self.allowed_hosts = tuple(getattr(config.dashboard, "allowed_hosts", None) or ())
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -177,7 +172,7 @@ class Dashboard:
         if not self.authorized(environ):
             return _reply(start_response, "401 Unauthorized", {"error": "a valid token is needed"})
         if method == "GET" and path == "/api/overview":
-            report = overview(self.client, self.config)
+            report = overview(self.store, self.config)
             report["actions"] = self.config.dashboard.actions
             report["csrf"] = self.csrf
             return _reply(start_response, "200 OK", report)
@@ -210,7 +205,7 @@ class Dashboard:
         body = _json_body(environ)
         queue = self.queue(body)
         if action == "purge":
-            count = dlq.purge(self.client, queue)
+            count = dlq.purge(self.store, queue)
             log.info("dashboard: purged %d dead letter(s) of queue %s", count, queue.name)
             return _reply(start_response, "200 OK", {"purged": count})
         moved = self.requeue(queue, body)
@@ -228,8 +223,8 @@ class Dashboard:
         if not isinstance(every, bool):
             raise BadRequest("all is true or false")
         if every:
-            return dlq.requeue_all(self.client, self.scripts, queue)
-        return dlq.requeue(self.scripts, queue, _record_ids(body.get("ids", [])))
+            return dlq.requeue_all(self.store, queue)
+        return dlq.requeue(self.store, queue, _record_ids(body.get("ids", [])))
 
 
 def _path(environ: dict[str, Any]) -> str:

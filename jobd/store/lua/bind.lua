@@ -11,7 +11,7 @@
 -- ARGV[4]   whether the queue has a slot limit (1) or not (0)
 -- ARGV[5]   whether the queue has a rate limit (1) or not (0), and then
 -- ARGV[6]   the bucket's capacity
--- ARGV[7..] the slots of the entries read: CONSUMER|STREAM|ID (jobd/daemon/limits.py slot_member)
+-- ARGV[7..] the slots of the entries read: CONSUMER|STREAM|ID (jobd/store/keys.py slot_member)
 --
 -- Returns the id of the stream's newest entry ('0-0' when empty): a reader that read nothing
 -- waits for entries after it (XREAD BLOCK) holding no slot.

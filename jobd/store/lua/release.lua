@@ -1,7 +1,7 @@
 -- release.lua: free the cluster-wide slots of entries whose outcome is recorded.
 --
 -- KEYS[1]   the queue's running set
--- ARGV[1..] the slots: CONSUMER|STREAM|ID (see jobd/daemon/limits.py slot_member); any number
+-- ARGV[1..] the slots: CONSUMER|STREAM|ID (see jobd/store/keys.py slot_member); any number
 --
 -- Sent in the same round trip as the outcomes (see recorder.py). A slot whose release is lost
 -- with a connection expires with its lease. Returns how many were held.

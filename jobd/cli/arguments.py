@@ -1,0 +1,144 @@
+"""The command line's grammar: each command of ``jobd`` and the arguments it takes
+(``build_parser``); what the commands do is in ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from jobd import __version__
+from jobd.config import DEFAULT_CONFIG
+
+
+def _config_arg(parser: argparse.ArgumentParser, positional: bool) -> None:
+    parser.add_argument(
+        "-c",
+        "--config",
+        dest="config_opt",
+        metavar="PATH",
+        help=f"config file (default: $JOBD_CONFIG, else {DEFAULT_CONFIG})",
+    )
+    if positional:
+        parser.add_argument("config_pos", nargs="?", metavar="CONFIG", help="config file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobd", description="A job worker on Redis Streams: one subprocess per job."
+    )
+    parser.add_argument("--version", action="version", version=f"jobd {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check a config file and exit")
+    _config_arg(validate, positional=True)
+    validate.add_argument("--format", choices=("text", "json"), default="text")
+
+    run = commands.add_parser("run", help="run the daemon in the foreground")
+    _config_arg(run, positional=True)
+    run.add_argument(
+        "--log-level",
+        default=os.environ.get("JOBD_LOG_LEVEL", "INFO"),
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    )
+    run.add_argument(
+        "--log-format", default=os.environ.get("JOBD_LOG_FORMAT", "text"), choices=("text", "json")
+    )
+
+    _add_enqueue(commands)
+
+    dashboard = commands.add_parser(
+        "dashboard", help="serve the dashboard page without a daemon (see also metrics.listen)"
+    )
+    _config_arg(dashboard, positional=False)
+    dashboard.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:9188",
+        help="where to serve it (default 127.0.0.1:9188: this host only)",
+    )
+
+    _add_status(commands)
+    _add_dlq(commands)
+    commands.add_parser("schema", help="print the config's JSON Schema (Draft 2020-12)")
+    return parser
+
+
+def _add_enqueue(commands: argparse._SubParsersAction) -> None:
+    enqueue = commands.add_parser("enqueue", help="add one job to a queue")
+    _config_arg(enqueue, positional=False)
+    enqueue.add_argument("queue", metavar="QUEUE")
+    enqueue.add_argument("payload", nargs="?", metavar="PAYLOAD")
+    enqueue.add_argument("--payload-file", metavar="F", help="read the payload from file F")
+    enqueue.add_argument("--job-id", metavar="ID", help="the job's stable id (default: stream id)")
+    when = enqueue.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay", metavar="DURATION", help="run it this long from now (e.g. 30s, 5m)"
+    )
+    when.add_argument(
+        "--at",
+        metavar="TIME",
+        help="run it at TIME: ISO 8601 (e.g. 2026-12-01T09:00:00+00:00) or Unix seconds",
+    )
+    enqueue.add_argument(
+        "--priority",
+        metavar="LEVEL",
+        help="one of the queue's priority levels (default: its default)",
+    )
+    enqueue.add_argument(
+        "--unique",
+        action="store_true",
+        help="add it only if its --job-id is not already queued, running, or done within the "
+        "queue's dedupe window (exit 3 otherwise)",
+    )
+    _add_durability(enqueue)
+
+
+def _add_durability(enqueue: argparse.ArgumentParser) -> None:
+    enqueue.add_argument(
+        "--wait-replicas",
+        metavar="N",
+        type=int,
+        default=None,
+        help="wait until N replicas have the job (WAIT); exit 75 if fewer do in time",
+    )
+    enqueue.add_argument(
+        "--wait-aof",
+        action="store_true",
+        help="wait until the master's and N replicas' append-only files have the job on disk "
+        "(WAITAOF, Redis 7.2+)",
+    )
+    enqueue.add_argument(
+        "--wait-timeout",
+        metavar="DURATION",
+        default="1s",
+        help="how long --wait-replicas / --wait-aof may wait (default 1s)",
+    )
+
+
+def _add_status(commands: argparse._SubParsersAction) -> None:
+    status = commands.add_parser("status", help="backlog, leases, failures and consumers per queue")
+    _config_arg(status, positional=False)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until interrupted",
+    )
+
+
+def _add_dlq(commands: argparse._SubParsersAction) -> None:
+    dlq = commands.add_parser("dlq", help="inspect and act on dead-lettered jobs")
+    _config_arg(dlq, positional=False)
+    dlq.add_argument("queue", metavar="QUEUE")
+    actions = dlq.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="newest first, one line each")
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    show = actions.add_parser("show", help="one whole record")
+    show.add_argument("ref", metavar="ID", help="record id or job id")
+    requeue = actions.add_parser("requeue", help="back to the queue, attempts reset, job id kept")
+    requeue.add_argument("refs", nargs="*", metavar="ID", help="record ids or job ids")
+    requeue.add_argument("--all", action="store_true", help="every record")
+    actions.add_parser("purge", help="delete every record")

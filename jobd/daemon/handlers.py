@@ -1,0 +1,76 @@
+"""The handlers one loop runs: found by pid or by entry, counted by queue, their descriptors in
+the loop's poller, and when the next one must act (its timeout, or SIGKILL after SIGTERM).
+
+Used by the loop's thread only; the metrics thread reads ``in_queue`` one key at a time (an
+int the loop replaces whole).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from jobd.config import QueueConfig
+from jobd.daemon.poller import Poller
+from jobd.job import Job
+from jobd.process.handler import Handler, StopReason
+
+EntryKey = tuple[str, str, str]  # (stream, group, message id)
+
+
+def entry_key(queue: QueueConfig, job: Job) -> EntryKey:
+    return (queue.stream, queue.group, job.message_id)
+
+
+class Handlers:
+    def __init__(self, poller: Poller) -> None:
+        self.poller = poller
+        self.by_pid: dict[int, Handler] = {}
+        self.by_entry: dict[EntryKey, Handler] = {}
+        self.in_queue: Counter[str] = Counter()
+        self.next_due = float("inf")  # earliest time a handler must act
+
+    def __len__(self) -> int:
+        return len(self.by_pid)
+
+    def __iter__(self) -> Iterator[Handler]:
+        return iter(self.by_pid.values())
+
+    def add(self, handler: Handler) -> None:
+        self.by_pid[handler.pid] = handler
+        self.by_entry[entry_key(handler.queue, handler.job)] = handler
+        self.in_queue[handler.queue.name] += 1
+        self.poller.watch_handler(handler)
+        self.next_due = min(self.next_due, handler.due)
+
+    def remove(self, handler: Handler) -> None:
+        del self.by_pid[handler.pid]
+        del self.by_entry[entry_key(handler.queue, handler.job)]
+        self.in_queue[handler.queue.name] -= 1
+        self.poller.forget_handler(handler)
+
+    def running_in(self, queue: str) -> int:
+        return self.in_queue[queue]
+
+    def on_io(self, fd: int, handler: Handler, direction: str) -> None:
+        """``fd`` is ready: room in the stdin pipe ("in"), or output to read."""
+        if direction == "in":
+            if handler.write_input():
+                self.poller.unregister(fd)  # before closing: see Handler.write_input
+                handler.close_input()
+        elif handler.read_output(fd):
+            self.poller.unregister(fd)
+            handler.close_output(fd)
+
+    def stop(self, handler: Handler, reason: StopReason, now: float) -> None:
+        handler.stop(reason, now)
+        self.next_due = min(self.next_due, handler.due)
+
+    def stop_all(self, reason: StopReason, now: float) -> None:
+        for handler in self.by_pid.values():
+            self.stop(handler, reason, now)
+
+    def act(self, now: float) -> None:
+        """Each handler whose time has come acts (``Handler.act``)."""
+        if now >= self.next_due:
+            self.next_due = min((h.act(now) for h in self.by_pid.values()), default=float("inf"))

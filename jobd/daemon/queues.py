@@ -1,0 +1,142 @@
+"""The queues a daemon serves: their readers and slots, and how a reload (SIGHUP) changes them.
+
+Each queue has one reader thread and its free slots (``reader.Slots``). A reload reads the file
+again and applies it only if it is valid and changes nothing read once at start (Redis, the
+metrics listener, the dashboard): a removed queue's reader stops, a changed queue's reader is
+replaced, an added queue gets one. Running handlers keep the queue definition they started with;
+a job read under an old definition is started under the one in force (``current_level``), or
+handed back when its queue was removed or moved.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from jobd import hardening
+from jobd.config import Config, ConfigError, QueueConfig, load
+from jobd.daemon import lease
+from jobd.daemon.reader import Reader, Slots
+from jobd.store import connection
+from jobd.store.store import Store
+
+log = logging.getLogger("jobd.daemon")
+
+StartReader = Callable[[QueueConfig, Slots], Reader]
+FIXED = ("redis", "metrics_listen", "dashboard")  # read once at start, by threads started once
+
+
+class QueueSet:
+    """Readers and slots by queue name; used by the loop's thread only."""
+
+    def __init__(
+        self, config: Config, start_reader: Callable[[QueueConfig, Slots], Reader]
+    ) -> None:
+        self.config = config
+        self.start_reader = start_reader
+        self.slots: dict[str, Slots] = {}
+        self.readers: dict[str, Reader] = {}
+        self.retired: list[Reader] = []  # stopped by a reload, maybe still reading
+
+    def start(self) -> None:
+        for q in self.config.queues.values():
+            self.add(q)
+
+    def add(self, q: QueueConfig) -> None:
+        if q.name in self.slots:
+            self.slots[q.name].resize(q.concurrency)
+        else:
+            self.slots[q.name] = Slots(q.concurrency)
+        self.readers[q.name] = self.start_reader(q, self.slots[q.name])
+
+    def retire(self, name: str) -> None:
+        reader = self.readers.pop(name)
+        reader.stop()
+        self.retired.append(reader)
+
+    def give(self, freed: dict[str, int]) -> None:
+        """Slots freed by ended handlers, back to their queues' readers."""
+        for name, n in freed.items():
+            self.slots[name].give(n)
+
+    def stop_reading(self) -> None:
+        for reader in self.readers.values():
+            reader.stop()
+
+    def ready(self) -> bool:
+        return all(r.ready.is_set() for r in self.readers.values())
+
+    def reading(self) -> bool:
+        """Whether a reader, current or retired, may still deliver."""
+        return any(r.is_alive() for r in (*self.readers.values(), *self.retired))
+
+    def current_level(self, queue: QueueConfig) -> QueueConfig | None:
+        """The config now in force for jobs read from ``queue`` (the queue, or one of its
+        priority levels); None when a reload removed it or moved it to another stream."""
+        current = self.config.queues.get(queue.name)
+        if current is None:
+            return None
+        return next((q for q in current.all_levels() if lease.key(q) == lease.key(queue)), None)
+
+    def apply(self, new: Config, store: Store, running_in: Callable[[str], int]) -> None:
+        """Serve ``new``'s queues from now on (``store``: to say what a moved queue leaves)."""
+        old, self.config = self.config, new
+        for name in old.queues.keys() - new.queues.keys():
+            log.info(
+                "reload: queue %s removed; %d running handler(s) finish first",
+                name, running_in(name),
+            )  # fmt: skip
+            self.retire(name)
+        for name, q in new.queues.items():
+            if name not in old.queues:
+                log.info("reload: queue %s added", name)
+                self.add(q)
+            elif old.queues[name] != q:
+                log.info("reload: queue %s changed; running handlers finish as they started", name)
+                warn_if_moved(store, old.queues[name], q)
+                self.retire(name)
+                self.add(q)
+
+
+def reloaded(config: Config) -> Config | None:
+    """The config file read again, or None (and why, logged) when it cannot be applied."""
+    try:
+        new = load(config.path, hardening.config_environ())  # secrets forgotten
+    except ConfigError as exc:
+        for problem in exc.problems:
+            log.error("reload refused: %s", problem.format(exc.path))
+        log.error("reload refused: %d problem(s); the running config stays", len(exc.problems))
+        return None
+    if changed := [name for name in FIXED if getattr(new, name) != getattr(config, name)]:
+        log.error(
+            "reload refused: changing %s needs a restart; nothing changed",
+            " or ".join(name.split("_")[0] for name in changed),
+        )
+        return None
+    return new
+
+
+def warn_if_moved(store: Store, old: QueueConfig, new: QueueConfig) -> None:
+    """A queue moved to other streams leaves behind what its old ones still hold: entries not
+    delivered yet and its delayed set (retries, delayed jobs). jobd does not move them (on a
+    cluster the two may be in different slots, out of one script's reach); it says what is
+    left, so an operator can keep a queue on the old stream until it drains."""
+    for before, after in zip(old.all_levels(), new.all_levels(), strict=False):
+        if before.stream == after.stream:
+            continue
+        try:
+            delayed = store.delayed_count(before)
+            length = store.length(before.stream)
+        except connection.UNAVAILABLE:
+            delayed = length = -1
+        log.warning(
+            "reload: queue %s moved from stream %r to %r; %s entries on the old stream and "
+            "%s jobs in its delayed set %r are no longer served by this daemon: keep a "
+            "queue on %r until they drain",
+            old.name, before.stream, after.stream, _known(length), _known(delayed),
+            before.keys.delayed, before.stream,
+        )  # fmt: skip
+
+
+def _known(count: int) -> str:
+    return "an unknown number of" if count < 0 else str(count)

@@ -1,0 +1,67 @@
+"""What happens to one delivered job: the outcome, decided once and carried unchanged.
+
+The policy decides it from how a handler ended (``process.policy.decide``); the loop decides it
+for a job it cannot start (malformed, removed queue, shutdown); the reader decides it for a
+poison entry. Every one goes the same way: to the recorder thread, which hands the batch to the
+store (``store.outcomes``), where each verb is one script. Nothing on the way changes it.
+
+| verb          | in Redis                                                   |
+|---------------|------------------------------------------------------------|
+| ``ACK``       | XACK (and the job id's mark set or cleared): settle.lua    |
+| ``RETRY``     | into the delayed set with the next attempt's fields, acked |
+| ``DEAD_LETTER`` | a dead-letter record, acked, in one script               |
+| ``HAND_BACK`` | left pending, made to look idle: any consumer takes it now |
+| ``RELEASE``   | nothing: the entry is someone else's to settle             |
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from jobd.config import QueueConfig
+from jobd.job import Job
+
+# Why a job failed: the dead-letter record's ``jobd_error``.
+EXIT, SIGNAL, TIMEOUT, SPAWN, POISON, MALFORMED = (
+    "exit",
+    "signal",
+    "timeout",
+    "spawn",
+    "poison",
+    "malformed",
+)
+
+
+class Verb(enum.Enum):
+    ACK = "ack"
+    RETRY = "retry"
+    DEAD_LETTER = "dead-letter"
+    HAND_BACK = "hand back"
+    RELEASE = "release"  # record nothing, renew no more: the entry is someone else's to settle
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    verb: Verb
+    queue: QueueConfig  # the queue (or priority level) the job was read from, as it was then
+    job: Job
+    error: str | None = None  # why it failed: a jobd_error value (RETRY, DEAD_LETTER)
+    delay: float = 0.0  # RETRY: seconds before the next attempt, from when it is written
+    attempts: int = 0  # DEAD_LETTER: attempts made (deliveries, for poison)
+    exit_code: int | None = None  # how the handler ended, when it ran
+    signal: int | None = None
+    detail: bytes = b""  # the stderr tail, or why the handler could not start
+    timing: tuple[float, float] | None = None  # enqueue-to-start and run time, for figures
+
+    @property
+    def message_id(self) -> str:
+        return self.job.message_id
+
+    def describe(self) -> str:
+        """For the log line that ends a job."""
+        if self.verb is Verb.RETRY:
+            return f"retry in {self.delay:.1f}s"
+        if self.verb is Verb.DEAD_LETTER:
+            return f"dead-lettered ({self.error})"
+        return self.verb.value

@@ -1,0 +1,145 @@
+"""Writing outcomes: a batch of them in one round trip, each verb one script that checks, in the
+same step, that this consumer still holds the entry.
+
+Per queue one ``settle.lua`` call for its acks and hand-backs; one ``retry.lua`` call per retry
+and one ``dead_letter.lua`` call per dead letter; then per queue the cluster-wide slots to free
+(``release.lua``, queues with limits) and this minute's timings (``observe.lua``). Each write is
+safe to send twice: a second settle, retry or dead letter of an entry finds it no longer held
+and does nothing (a hand-back is the exception: see the recorder's ``unsent``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from itertools import chain
+
+from jobd.config import QueueConfig
+from jobd.outcome import Outcome, Verb
+from jobd.store import figures
+from jobd.store.base import StoreBase
+from jobd.store.keys import STATS_TTL, flatten, slot_member
+from jobd.store.scripts import Batch
+
+STDERR_LIMIT = 4096  # bytes of a handler's stderr a dead-letter record keeps (its tail)
+
+# One write's outcomes and what came of it: the (message id, owner now) pairs of the entries
+# left alone because this consumer no longer holds them, or the error the call failed with.
+Settled = tuple[list[Outcome], list[tuple[str, str]] | Exception]
+
+
+class OutcomeOps(StoreBase):
+    def settle(self, outcomes: list[Outcome]) -> list[Settled]:
+        """Write ``outcomes`` (none of them RELEASE) in one round trip."""
+        sent = Batch()
+        calls: list[list[Outcome]] = []
+        acks: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+        for o in outcomes:
+            if o.verb in (Verb.ACK, Verb.HAND_BACK):
+                acks[(o.queue.stream, o.queue.group)].append(o)
+            elif o.verb is Verb.RETRY:
+                sent.add(*self._retry(o))
+                calls.append([o])
+            else:
+                sent.add(*self._dead_letter(o))
+                calls.append([o])
+        for group in acks.values():
+            sent.add(*self._settle(group))
+            calls.append(group)
+        self._release_slots(sent, outcomes)
+        self._timings(sent, outcomes)
+        replies = self.run(sent)
+        return [
+            (group, reply if isinstance(reply, Exception) else _not_held(group, reply))
+            for group, reply in zip(calls, replies, strict=False)  # the rest: slots, timings
+        ]
+
+    def _settle(self, outcomes: list[Outcome]) -> tuple:
+        """settle.lua for one queue's acks and hand-backs; an acked job's mark (its job id's)
+        is set or cleared in the same step."""
+        q = outcomes[0].queue
+        keys: list[str | bytes] = [q.stream, q.keys.stats()]
+        ops: list[object] = []
+        for o in outcomes:
+            mark_index = 0  # where settle.lua finds the job's mark in KEYS; 0: none
+            mark = _mark(o)
+            if mark is not None and o.verb is Verb.ACK:
+                keys.append(mark)
+                mark_index = len(keys)
+            ops += ["ack" if o.verb is Verb.ACK else "back", o.message_id, mark_index]
+        window_ms = int((q.dedupe_window or 0) * 1000)
+        return self.scripts.settle, keys, [q.group, self.consumer, STATS_TTL, window_ms, *ops]
+
+    def _retry(self, o: Outcome) -> tuple:
+        """retry.lua: the next attempt into the delayed set, due ``delay`` from now on Redis's
+        clock, and the entry acked."""
+        q = o.queue
+        delay_ms = int(o.delay * 1000)
+        fields = flatten(o.job.next_attempt_fields())
+        args = [q.group, self.consumer, o.message_id, delay_ms, STATS_TTL, *fields]
+        return self.scripts.retry, [q.stream, q.keys.delayed, q.keys.stats()], args
+
+    def _dead_letter(self, o: Outcome) -> tuple:
+        """dead_letter.lua: the record and the ack in one step (and a --unique job's
+        'queued' mark cleared)."""
+        q = o.queue
+        dead = q.dead_letter
+        max_age = "" if dead.max_age is None else int(dead.max_age * 1000)
+        args = [
+            q.group, self.consumer, o.message_id, dead.maxlen, max_age, STATS_TTL,
+            *record_fields(o),
+        ]  # fmt: skip
+        keys: list[str | bytes] = [q.stream, dead.stream, q.keys.stats()]
+        mark = _mark(o)
+        return self.scripts.dead_letter, keys if mark is None else [*keys, mark], args
+
+    def _timings(self, sent: Batch, outcomes: list[Outcome]) -> None:
+        """This minute's histograms of enqueue-to-start and run times, per queue (figures)."""
+        by_queue: dict[str, tuple[QueueConfig, Counter[str]]] = {}
+        for o in outcomes:
+            if o.timing is not None:
+                _, counts = by_queue.setdefault(o.queue.name, (o.queue, Counter()))
+                counts.update(figures.fields(*o.timing))
+        for q, counts in by_queue.values():  # this minute's key: once per queue, not per job
+            sent.add(self.scripts.observe, [q.keys.timings()], [STATS_TTL, *chain(*counts.items())])
+
+    def _release_slots(self, sent: Batch, outcomes: list[Outcome]) -> None:
+        """Free the cluster-wide slots of these entries (queues with limits.concurrency); a
+        lost release expires with its lease."""
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for o in outcomes:
+            if o.queue.slots is not None:
+                member = slot_member(self.consumer, o.queue.stream, o.message_id)
+                by_queue[o.queue.keys.running].append(member)
+        for running, members in by_queue.items():
+            sent.add(self.scripts.release, [running], members)
+
+
+def record_fields(o: Outcome) -> list[object]:
+    """The jobd_* fields of a dead-letter record (the script adds the job's own fields and
+    jobd_failed_at)."""
+    return [
+        "jobd_job_id", os.fsencode(o.job.job_id),  # any bytes: see Job.job_id
+        "jobd_queue", o.queue.name,
+        "jobd_original_id", o.message_id,
+        "jobd_error", o.error or "",
+        "jobd_exit_code", "" if o.exit_code is None else str(o.exit_code),
+        "jobd_signal", "" if o.signal is None else str(o.signal),
+        "jobd_attempts", str(o.attempts),
+        "jobd_stderr", o.detail[-STDERR_LIMIT:],
+    ]  # fmt: skip
+
+
+def _mark(o: Outcome) -> bytes | None:
+    return o.job.mark_key(o.queue.keys, o.queue.dedupe_window is not None)
+
+
+def _not_held(outcomes: list[Outcome], reply: object) -> list[tuple[str, str]]:
+    """(message id, owner now) of the entries a script left alone. settle.lua returns such
+    pairs for its batch; retry.lua and dead_letter.lua return {'not held', owner} for their one
+    entry, and their entry's id or 1 when written."""
+    if not isinstance(reply, list):
+        return []
+    if outcomes[0].verb in (Verb.RETRY, Verb.DEAD_LETTER):
+        return [(outcomes[0].message_id, os.fsdecode(reply[1]))] if reply else []
+    return [(reply[i].decode(), os.fsdecode(reply[i + 1])) for i in range(0, len(reply), 2)]

@@ -1,0 +1,177 @@
+"""Where each queue stands, read from Redis alone: backlog, leases, delays, failures, limits
+and consumers (one pipeline per queue), so it works from any host, with or without a daemon
+running there. ``jobd status`` prints it (``cli.status``), the dashboard shows it, and the
+daemon's status report feeds the metrics and systemd from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any
+
+import redis
+
+from jobd import cron
+from jobd.config import Config, QueueConfig
+
+LAG_COUNT_CAP = 100_000  # when Redis reports lag as null, count at most this many entries
+
+
+def _ms_of(stream_id: bytes | str) -> int:
+    raw = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+    return int(raw.split("-")[0])
+
+
+def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
+    """Where queue ``q`` (one stream: a priority level is a queue here) stands at ``now``."""
+    now = time.time() if now is None else now
+    minute = int(now // 60)
+    redis_ms = _redis_ms(client) if q.slots is not None or q.rate is not None else 0
+    replies = _read(client, q, minute, redis_ms)
+    length, groups, pending, consumers, delayed, dead, last, this = replies[:8]
+    slots_used, bucket, waiting = replies[8:]
+    group = None
+    if not isinstance(groups, Exception):
+        group = next((g for g in groups if os.fsdecode(g["name"]) == q.group), None)
+    result: dict[str, Any] = {
+        "stream": q.stream,
+        "group": q.group,
+        "length": 0 if isinstance(length, Exception) else length,
+        "exists": group is not None,
+        "lag": None,
+        "pending": 0,
+        "oldest_pending_age": None,
+        "delayed": delayed,
+        "dead_lettered": dead,
+        "last_minute": _counters(last),
+        "this_minute": _counters(this),
+        "consumers": [],
+        "limits": _limits(q, slots_used, bucket, waiting, redis_ms),
+        "schedule": [
+            {"name": s.name, "cron": s.cron, "timezone": s.timezone,
+             "next_tick": cron.next_tick(s, now)}
+            for s in q.schedule
+        ],
+    }  # fmt: skip
+    if group is None:
+        return result
+    result["lag"] = group.get("lag")
+    if result["lag"] is None:
+        result["lag"] = count_after(client, q.stream, group["last-delivered-id"])
+    if not isinstance(pending, Exception) and pending["pending"]:
+        result["pending"] = pending["pending"]
+        result["oldest_pending_age"] = max(0.0, now - _ms_of(pending["min"]) / 1000)
+    if not isinstance(consumers, Exception):
+        result["consumers"] = [_consumer(c) for c in consumers]
+    return result
+
+
+def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> list[Any]:
+    """Everything ``queue_status`` reads, in one pipeline; a reply that failed is its
+    exception."""
+    pipe = client.pipeline(transaction=False)
+    pipe.xlen(q.stream)
+    pipe.xinfo_groups(q.stream)
+    pipe.xpending(q.stream, q.group)
+    pipe.xinfo_consumers(q.stream, q.group)
+    pipe.zcard(q.keys.delayed)
+    pipe.xlen(q.dead_letter.stream)
+    pipe.hgetall(q.keys.stats(minute - 1))
+    pipe.hgetall(q.keys.stats(minute))
+    pipe.zcount(q.keys.running, redis_ms, "+inf")
+    pipe.hgetall(q.keys.rate)
+    pipe.hgetall(q.keys.waiting)
+    return pipe.execute(raise_on_error=False)
+
+
+def _consumer(info: dict[str, Any]) -> dict[str, Any]:
+    """A consumer of the group as XINFO CONSUMERS describes it: its name, idle seconds, and
+    how many entries it holds."""
+    return {
+        "name": info["name"].decode("utf-8", "backslashreplace"),
+        "idle": info["idle"] / 1000,
+        "holding": info["pending"],
+    }
+
+
+def _redis_ms(client: redis.Redis) -> int:
+    """Redis's clock, Unix ms: slots and tokens live on it (acquire.lua)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _limits(
+    q: QueueConfig, slots_used: object, bucket: object, waiting: object, redis_ms: int
+) -> dict[str, Any]:
+    """Usage of the queue's cluster-wide limits, and the consumers waiting for them."""
+    result: dict[str, Any] = {}
+    if q.slots is not None:
+        result["slots"] = {
+            "limit": q.slots,
+            "used": slots_used if isinstance(slots_used, int) else None,
+        }
+    if q.rate is not None:
+        tokens = None
+        if isinstance(bucket, dict) and b"tokens" in bucket:
+            elapsed_ms = max(0.0, redis_ms - float(bucket[b"at"]))
+            tokens = min(q.rate.burst, float(bucket[b"tokens"]) + elapsed_ms * q.rate.per_ms)
+        result["rate"] = {
+            "count": q.rate.count, "per": q.rate.per, "burst": q.rate.burst,
+            "tokens": q.rate.burst if tokens is None else round(tokens, 2),
+        }  # fmt: skip
+    if isinstance(waiting, dict) and waiting:
+        parsed = {k.decode("utf-8", "replace"): _waiting(v) for k, v in waiting.items()}
+        result["waiting"] = {k: v for k, v in parsed.items() if v is not None}
+    return result
+
+
+def _waiting(value: bytes) -> dict[str, Any] | None:
+    """A waiting consumer's "REASON SINCE_MS" (acquire.lua); None for anything else."""
+    reason, _, since = value.decode("utf-8", "replace").partition(" ")
+    return {"for": reason, "since": int(since) / 1000} if since.isdigit() else None
+
+
+def count_after(client: redis.Redis, stream: str, last_delivered: bytes) -> int:
+    """Entries after ``last_delivered`` (what lag means), counted, up to LAG_COUNT_CAP."""
+    start = f"({last_delivered.decode()}"
+    counted = 0
+    while counted < LAG_COUNT_CAP:
+        rows = client.xrange(stream, start, "+", count=10_000)
+        counted += len(rows)
+        if len(rows) < 10_000:
+            break
+        start = f"({rows[-1][0].decode()}"
+    return counted
+
+
+def _counters(raw: object) -> dict[str, int]:
+    counts = {"done": 0, "failed": 0, "retried": 0, "dead": 0, "deduped": 0}
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            with contextlib.suppress(ValueError):  # a counter someone else wrote into
+                counts[key.decode("utf-8", "replace")] = int(value)
+    return counts
+
+
+def gather(client: redis.Redis, config: Config) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "redis": config.redis.describe(),
+        "time": now,
+        "queues": {name: with_levels(client, q, now) for name, q in config.queues.items()},
+    }
+
+
+def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, Any]:
+    """A queue's status; with priority levels, each level's backlog too (its own stream)."""
+    result = queue_status(client, q, now)
+    if q.levels:
+        result["levels"] = {}
+        for level in q.levels:
+            s = result if level.stream == q.stream else queue_status(client, level, now)
+            result["levels"][level.priority] = {
+                k: s[k] for k in ("stream", "length", "lag", "pending", "delayed")
+            }
+    return result

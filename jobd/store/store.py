@@ -1,0 +1,20 @@
+"""``Store``: every operation jobd makes on Redis, on one client (see the package docstring).
+
+Each area is a mixin of its own module, all on ``StoreBase`` (the client, its scripts, the
+consumer): ``reading`` (the group, reads, reclaims), ``leases`` (renewal, cluster-wide limits),
+``outcomes`` (a batch of outcomes), ``delayed`` (the delayed set), ``upkeep`` (trim, consumer
+sweep, periodic ticks) and ``admin`` (dead letters, enqueue).
+"""
+
+from __future__ import annotations
+
+from jobd.store.admin import AdminOps
+from jobd.store.delayed import DelayedOps
+from jobd.store.leases import LeaseOps
+from jobd.store.outcomes import OutcomeOps
+from jobd.store.reading import ReadingOps
+from jobd.store.upkeep import UpkeepOps
+
+
+class Store(ReadingOps, LeaseOps, OutcomeOps, DelayedOps, UpkeepOps, AdminOps):
+    """One client, every script registered on it, one typed method per operation."""

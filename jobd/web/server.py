@@ -1,0 +1,261 @@
+"""The HTTP server the metrics, /healthz and the dashboard are served by (``serve_app``).
+
+waitress: one thread reads every connection (a request reaches a worker thread only once it
+has arrived whole, and a connection's next request only once the answer is written), a few
+workers answer. Bounded on every side, so clients that connect and stall, or send and read
+nothing, can neither take the daemon's descriptors (its handlers need them) nor keep the
+page, /metrics and /healthz from answering. Every request must name this server in its Host
+header (``host_allowed``: DNS rebinding), else it gets 421. What is served on it, and behind
+which token, is the app's business (``metrics.serve``, ``dashboard.Dashboard``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import re
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+from waitress import wasyncore
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.server import TcpWSGIServer
+
+WSGIApp = Callable[..., Any]
+
+MAX_CONNECTIONS = 64  # open at once; at the cap, a new one closes the one waiting longest
+# Seconds for a request to arrive whole, for a connection to sit idle, and for an answer the
+# client reads nothing of.
+TIMEOUT = 10
+WORKERS = 4  # requests answered at once
+MAX_HEADERS = 32 * 1024  # bytes of a request's line and headers
+MAX_BODY = 64 * 1024  # bytes of a request's body (the dashboard's actions are small)
+# Bytes of an answer waiting unsent past which a worker writing more waits for the client (the
+# answers here are written in one piece, so a worker never waits: a bound all the same).
+OUTBUF_HIGH = 256 * 1024
+RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset
+# A Host header: a name or IPv4 address, or an [IPv6] address, and an optional port.
+HOST = re.compile(r"(?:\[(?P<ip6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9_.-]+))(?::[0-9]{1,5})?")
+MISDIRECTED = orjson.dumps(
+    {"error": "misdirected request: this server does not answer that Host name "
+              "(names it answers: its listen address, localhost, dashboard.allowed_hosts)"}
+)  # fmt: skip
+
+
+class Server:
+    """A server running on a daemon thread: its address, and a way to stop it."""
+
+    def __init__(self, server: _WSGIServer, thread: threading.Thread) -> None:
+        self._server, self._thread = server, thread
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        return self._server.effective_host, int(self._server.effective_port)
+
+    def shutdown(self) -> None:
+        """Let the workers finish (they wake the loop through its trigger when done), then
+        close every connection and the listening socket from the server's own thread."""
+        self._server.task_dispatcher.shutdown(timeout=TIMEOUT)
+        self._server.trigger.pull_trigger(lambda: wasyncore.close_all(self._server._map))
+        self._thread.join(TIMEOUT)
+
+
+def serve_app(
+    app: WSGIApp, listen: str, name: str, allowed_hosts: Iterable[str] | None = None
+) -> Server:
+    """Serve ``app`` on ``listen`` (HOST:PORT) from a daemon thread, answering only the Host
+    names ``host_allowed`` lets through (``allowed_hosts``: by default the app's own)."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if allowed_hosts is None:
+        allowed_hosts = getattr(app, "allowed_hosts", ())
+    names = host_names(host, allowed_hosts)
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "queue depth" on every burst
+    server = _WSGIServer(host_check(app, names), _socket_info(host, int(port)))
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    return Server(server, thread)
+
+
+def host_names(listen_host: str, allowed: Iterable[str]) -> frozenset[str]:
+    """The names a request's Host may carry: localhost, the listen host, and ``allowed``."""
+    return frozenset(n.strip().lower().rstrip(".") for n in ("localhost", listen_host, *allowed))
+
+
+def host_allowed(header: str, names: frozenset[str]) -> bool:
+    """Whether to answer a request whose Host header is ``header``. A browser sends the name
+    it resolved, so a page of another site whose name was made to resolve to this address
+    (DNS rebinding) carries that name, and is refused. An IP address (any port) or no Host
+    at all cannot be such a name: the page's origin would then be this server itself."""
+    if not header:
+        return True
+    match = HOST.fullmatch(header.strip().lower())
+    if match is None:
+        return False
+    name = match["ip6"] or match["name"].rstrip(".")
+    return name in names or _is_ip(name)
+
+
+def host_check(app: WSGIApp, names: frozenset[str]) -> WSGIApp:
+    """``app``, answering 421 Misdirected Request to a Host not in ``names``."""
+
+    def checked(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if host_allowed(environ.get("HTTP_HOST", ""), names):
+            return app(environ, start_response)
+        headers = [("Content-Type", "application/json"), ("X-Content-Type-Options", "nosniff")]
+        start_response("421 Misdirected Request", [*headers, ("Cache-Control", "no-store")])
+        return [MISDIRECTED]
+
+    return checked
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _socket_info(host: str, port: int) -> tuple[int, int, int, Any]:
+    """What waitress binds: IPv6 for an address with a colon, else IPv4 (an empty host:
+    every IPv4 address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    kind = socket.SOCK_STREAM
+    found = socket.getaddrinfo(host or None, port, family, kind, 0, socket.AI_PASSIVE)
+    return family, kind, found[0][2], found[0][4]
+
+
+class _Channel(HTTPChannel):
+    """A connection that takes one request at a time and knows since when it has held its
+    place without a worker answering it.
+
+    waitress parses every request in what it reads at once, so one 8 KiB read of pipelined
+    requests queues hundreds of answers on the connection, and a client that reads none of
+    them keeps a worker writing until 16 MiB wait unsent, then blocked. Here the bytes past
+    the first whole request are held back (``held``) and parsed only once its answer has been
+    written (``readable``): a connection costs at most one answer, and a worker never waits on
+    a client that does not read."""
+
+    began = 0.0  # when the request now arriving began
+    held = b""  # bytes past the request being answered, parsed once its answer is written
+
+    def received(self, data: bytes) -> bool:
+        """Parse ``data`` up to the end of the first whole request; hold back the rest."""
+        if not data:
+            return False
+        with self.requests_lock:
+            if self.will_close or self.close_when_flushed:
+                return False
+            while data and not self.requests:
+                data = self._parse(data)
+            self.held = data
+        return True
+
+    def _parse(self, data: bytes) -> bytes:
+        """Feed ``data`` to the request arriving (queueing it once whole, as waitress does);
+        returns the bytes past its end."""
+        if self.request is None:
+            self.request = self.parser_class(self.adj)
+            self.began = time.time()
+        request = self.request
+        used = request.received(data)
+        if request.expect_continue and request.headers_finished and not self.sent_continue:
+            self.send_continue()
+        if request.completed:
+            self.sent_continue = False
+            self.request = None
+            if not request.empty:
+                self.requests.append(request)
+                self.server.add_task(self)
+        return data[used:]
+
+    def readable(self) -> bool:
+        """waitress reads once the answers are written; the bytes held back go first."""
+        if not super().readable():
+            return False
+        if self.held:
+            self.received(self.held)
+            return bool(super().readable())
+        return True
+
+    def waiting_since(self) -> float | None:
+        """None while a worker answers a request and nothing of the answer waits to be sent;
+        else when the request still arriving began, or the last byte received or sent (an
+        answer the client does not read counts from then too)."""
+        if self.requests and not self.total_outbufs_len:
+            return None
+        if self.request is not None:
+            return self.began
+        return self.last_activity
+
+
+class _WSGIServer(TcpWSGIServer):
+    """waitress's server, with a request timeout and a cap on connections that never stops
+    accepting while a connection merely waits: at the cap, the one waiting longest is
+    closed for the newcomer. Only when every connection has a request being answered do
+    new ones wait in the listen backlog."""
+
+    channel_class = _Channel
+
+    def __init__(self, app: WSGIApp, sockinfo: tuple[int, int, int, Any]) -> None:
+        adj = Adjustments(
+            threads=WORKERS, connection_limit=MAX_CONNECTIONS, channel_timeout=TIMEOUT,
+            cleanup_interval=1, max_request_header_size=MAX_HEADERS,
+            max_request_body_size=MAX_BODY, outbuf_high_watermark=OUTBUF_HIGH,
+            asyncore_use_poll=True, ident="jobd", log_socket_errors=False,
+        )  # fmt: skip
+        self.closing: set[_Channel] = set()
+        super().__init__(app, map={}, adj=adj, sockinfo=sockinfo)
+
+    def run(self) -> None:
+        """waitress's loop, closing the connections picked to go between two turns: one
+        whose client reads nothing never turns writable, so ``will_close`` alone (waitress's
+        way) would leave it open."""
+        while self._map:
+            wasyncore.poll2(self.adj.asyncore_loop_timeout, self._map)
+            while self.closing:
+                self.closing.pop().handle_close()
+
+    def readable(self) -> bool:
+        now = time.time()
+        if now >= self.next_channel_cleanup:
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        return bool(self.accepting) and self._room()
+
+    def maintenance(self, now: float) -> None:
+        """Close every connection that has waited longer than TIMEOUT."""
+        for channel in list(self.active_channels.values()):
+            since = channel.waiting_since()
+            if since is not None and since < now - TIMEOUT:
+                self._close(channel)
+
+    def _room(self) -> bool:
+        """Whether a new connection may be taken now, closing the one waiting longest at the
+        cap."""
+        channels = [c for c in self.active_channels.values() if c not in self.closing]
+        if len(channels) < MAX_CONNECTIONS:
+            return True
+        waiting = [(since, c) for c in channels if (since := c.waiting_since()) is not None]
+        if not waiting:
+            return False
+        self._close(min(waiting, key=lambda pair: pair[0])[1])
+        return True
+
+    def _close(self, channel: _Channel) -> None:
+        """Close ``channel`` after this turn of the loop; it reads nothing more meanwhile.
+        One with an answer unsent is reset: a graceful close would leave the answer and the
+        connection to the kernel for as long as the client keeps reading nothing."""
+        channel.will_close = True
+        self.closing.add(channel)
+        if channel.total_outbufs_len:
+            with contextlib.suppress(OSError):
+                channel.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
