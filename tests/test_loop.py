@@ -24,18 +24,18 @@ STREAM = "jobd:q"
 
 
 class Loop:
-    """A Daemon opened in this process; every outcome it hands the recorder is kept."""
+    """A Daemon opened in this process; every outcome the loop settles is kept."""
 
     def __init__(self, config_path: Path) -> None:
         self.daemon = Daemon(load(str(config_path)))
         self.outcomes: list[Outcome] = []
-        record = self.daemon.recorder.record
+        settle = self.daemon.settle
 
-        def spy(outcomes: list[Outcome]) -> None:
-            self.outcomes += outcomes
-            record(outcomes)
+        def spy(outcome: Outcome) -> None:
+            self.outcomes.append(outcome)
+            settle(outcome)
 
-        self.daemon.recorder.record = spy  # type: ignore[method-assign]
+        self.daemon.settle = spy  # type: ignore[method-assign]
         self.daemon.open()
 
     def until(self, predicate: Callable[[], object], what: str) -> None:
@@ -116,8 +116,7 @@ def test_a_lost_lease_stops_the_handler_and_records_nothing(r: redis.Redis, loop
     outcome = lp.outcome()
     assert handler.stop_reason is StopReason.LEASE_LOST and handler.lease_lost
     assert outcome.verb is Verb.RELEASE
-    holdings = lp.daemon.holdings
-    lp.until(lambda: mid not in holdings.snapshot(key(q)), "the entry to be forgotten")
+    assert mid not in lp.daemon.holdings.snapshot(key(q)), "forgotten when settled"
     assert pending_count(r, STREAM) == 1, "the entry is the new owner's to settle"
 
 

@@ -345,9 +345,14 @@ class Daemon:
         self.settle(outcome)
 
     def settle(self, outcome: Outcome) -> None:
-        """Count an outcome, pass it on to the recorder with this pass's others, free its slot."""
+        """Count an outcome, pass it on to the recorder with this pass's others, free its slot.
+        A release is forgotten at once: the entry is someone else's, and a reader may claim it
+        back later as a new delivery, which must stay held."""
         self.metrics.count(outcome)
-        self.outcomes.append(outcome)
+        if outcome.verb is Verb.RELEASE:
+            self.holdings.discard(lease.key(outcome.queue), [outcome.message_id])
+        else:
+            self.outcomes.append(outcome)
         self.freed[outcome.queue.name] += 1
 
     # -- deadlines and stopping -----------------------------------------------------------

@@ -290,7 +290,6 @@ class Reader(threading.Thread):
 
     def poisoned(self, q: QueueConfig, job: Job, deliveries: int) -> Outcome:
         """The outcome of an entry delivered more than ``max_deliveries`` times: never run."""
-        self.metrics.dead_lettered.labels(queue=q.name, error=POISON).inc()
         log.error(
             "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
             "dead-lettered as poison",
@@ -299,7 +298,9 @@ class Reader(threading.Thread):
             deliveries,
             q.max_deliveries,
         )
-        return Outcome(Verb.DEAD_LETTER, q, job, error=POISON, attempts=deliveries)
+        outcome = Outcome(Verb.DEAD_LETTER, q, job, error=POISON, attempts=deliveries)
+        self.metrics.count(outcome)
+        return outcome
 
     def dead_letter(self, q: QueueConfig, outcomes: list[Outcome]) -> None:
         """Hand poison entries to the recorder, held (their leases renewed) until their dead

@@ -5,8 +5,8 @@ entries they found, through this thread's inbox; both go on at once. This thread
 everything queued since its last pass in one round trip (``Store.settle``), and keeps the
 batch to try again when Redis is away: an outcome is never dropped. Each write checks, in the
 same script, that this daemon still holds the entry: an entry another daemon took over is
-theirs to settle. Once written (or, for a release, at once), the entries are no longer held,
-and their leases are no longer renewed.
+theirs to settle. Once written, the entries are no longer held, and their leases are no longer
+renewed. (A release never comes here: the loop forgets it at once.)
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class Recorder(threading.Thread):
             if item is None:
                 stopping = True
             else:
-                backlog += self._to_write(item)  # type: ignore[arg-type]
+                backlog += item  # type: ignore[arg-type]
             item = self._next()
         return stopping
 
@@ -162,14 +162,6 @@ class Recorder(threading.Thread):
             return self.inbox.get_nowait()
         except queue.Empty:
             return _EMPTY
-
-    def _to_write(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """What to write of what the loop or a reader decided: all but the releases, whose
-        entries are someone else's now (forgotten here, so they are no longer renewed)."""
-        released = [o for o in outcomes if o.verb is Verb.RELEASE]
-        for o in released:
-            self.holdings.discard(lease.key(o.queue), [o.message_id])
-        return [o for o in outcomes if o.verb is not Verb.RELEASE] if released else outcomes
 
     def write(self, batch: list[Outcome]) -> list[Outcome]:
         """Everything in one round trip (``Store.settle``); each write checks ownership itself.
