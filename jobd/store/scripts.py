@@ -31,9 +31,20 @@ NAMES = (
 )  # fmt: skip
 
 
+USES = "--! uses "
+
+
 @cache
 def source(name: str) -> str:
-    return resources.files("jobd.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    """The script as sent to Redis: ``lua/NAME.lua``, after the library its first line names
+    (``--! uses LIB``, from ``lua/lib/``): Redis runs each script alone, so what several share
+    is sent with each."""
+    folder = resources.files("jobd.store").joinpath("lua")
+    text = folder.joinpath(f"{name}.lua").read_text("utf-8")
+    if text.startswith(USES):
+        lib = text.split("\n", 1)[0].removeprefix(USES).strip()
+        text = folder.joinpath("lib", lib).read_text("utf-8") + text
+    return text
 
 
 class Scripts:

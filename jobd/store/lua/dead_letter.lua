@@ -1,3 +1,4 @@
+--! uses jobs.lua
 -- dead_letter.lua: write a job's dead-letter record and acknowledge its entry, in one step.
 --
 -- KEYS[1]   the queue's stream
@@ -21,7 +22,6 @@
 -- new owner decides its fate). A crash cannot split the two halves: the record exists if and
 -- only if the entry is acked. Times are Redis's own (TIME): the record's jobd_failed_at and
 -- the max_age cutoff agree whatever the clock of the daemon that sends this.
-local MAX_FIELDS = 1000 -- jobd.job.MAX_FIELDS
 local stream, dead, group, me, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local p = redis.call('XPENDING', stream, group, id, id, 1)
 if #p == 0 or p[1][2] ~= me then

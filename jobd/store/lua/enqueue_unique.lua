@@ -1,3 +1,4 @@
+--! uses jobs.lua
 -- enqueue_unique.lua: add a job unless its job id is already queued, running, or done within
 -- the queue's dedupe window (`jobd enqueue --unique`).
 --
@@ -17,27 +18,10 @@
 -- 'done') in the same step as the job's ack. It expires ARGV[1] after the due time, counted on
 -- Redis's clock (TIME), so a job due in 30 days keeps its mark 30 days plus ARGV[1]. A due time
 -- that is neither form is an error too (nothing written).
-local MAX_FIELDS = 1000 -- jobd.job.MAX_FIELDS
-local count = #ARGV - 3
-if count < 2 or count % 2 == 1 then
-  return redis.error_reply(string.format(
-    'ERR enqueue_unique.lua: the job fields must be name, value pairs, at least one: got %d ' ..
-    'argument(s)', math.max(count, 0)))
-end
-if count / 2 > MAX_FIELDS then
-  return redis.error_reply(string.format(
-    'ERR enqueue_unique.lua: %d fields, more than %d (jobd.job.MAX_FIELDS)', count / 2,
-    MAX_FIELDS))
-end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local delay = string.match(ARGV[2], '^%+(%d+)$')
-local due = delay and (now + tonumber(delay)) or tonumber(ARGV[2])
-local score = delay and string.format('%d', due) or ARGV[2]
-if not due then
-  return redis.error_reply(
-    'ERR enqueue_unique.lua: the due time must be Unix ms, or + and ms from now: got ' .. ARGV[2])
-end
+local bad = check_fields('enqueue_unique.lua', 4, '')
+if bad then return bad end
+local now, due, score = due_time(ARGV[2])
+if not due then return bad_due('enqueue_unique.lua', ARGV[2]) end
 local state = redis.call('GET', KEYS[3])
 if state then
   return {'exists', state}

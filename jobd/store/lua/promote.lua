@@ -1,3 +1,4 @@
+--! uses jobs.lua
 -- promote.lua: move due jobs from the delayed set to the stream.
 --
 -- KEYS[1]  the queue's delayed set
@@ -22,28 +23,9 @@
 -- becomes Redis's time plus ARGV[4], so it no longer stops the jobs behind it, this call or the
 -- next ones, and is tried again later (it stays visible to delayed_list.lua meanwhile): "held"
 -- counts them. A malformed member has no due time worth keeping.
-local MAX_FIELDS = 1000 -- jobd.job.MAX_FIELDS
 local delayed, stream, dead = KEYS[1], KEYS[2], KEYS[3]
 local limit, queue, maxlen = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local hold = tonumber(ARGV[4] or '60000')
-
--- The job in a member, else nil and why it is none: one cmsgpack array {unique id, name,
--- value, …} of 1 to MAX_FIELDS fields, each name and value a string (delayed_list.lua agrees).
-local function decode(member)
-  local ok, rest, job = pcall(cmsgpack.unpack_one, member)
-  if not ok or rest ~= -1 then return nil, 'not one msgpack value' end
-  if type(job) ~= 'table' then return nil, 'not an array' end
-  local n = #job
-  if n < 3 then return nil, 'no fields' end
-  if n % 2 == 0 then return nil, 'a field name without a value' end
-  if (n - 1) / 2 > MAX_FIELDS then
-    return nil, string.format('more than %d fields (jobd.job.MAX_FIELDS)', MAX_FIELDS)
-  end
-  for i = 2, n do
-    if type(job[i]) ~= 'string' then return nil, 'a field name or value is not a string' end
-  end
-  return job
-end
 
 local time = redis.call('TIME')
 local now = time[1] .. string.format('%03d', math.floor(tonumber(time[2]) / 1000))
@@ -58,7 +40,7 @@ end
 
 local moved, malformed, held, held_by = 0, 0, 0, false
 for _, member in ipairs(due) do
-  local job, why = decode(member)
+  local job, why = decode_member(member)
   if job then
     local fields = {stream, '*'}
     for i = 2, #job do fields[#fields + 1] = job[i] end

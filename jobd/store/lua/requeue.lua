@@ -1,3 +1,4 @@
+--! uses jobs.lua
 -- requeue.lua: move dead-lettered jobs back to their queue's stream, attempts reset.
 --
 -- KEYS[1]   the dead-letter stream
@@ -15,7 +16,6 @@
 -- that (dead_letter.lua keeps only its payload and job_id, and says in jobd_fields how many
 -- it had). Returns {{ids requeued}, {id, why, …} of the records left}; missing ids are
 -- skipped.
-local MAX_FIELDS = 1000 -- jobd.job.MAX_FIELDS
 local dead, stream, ttl = KEYS[1], KEYS[2], ARGV[1]
 local KEPT = {jobd_job_id = true, jobd_unique = true}
 

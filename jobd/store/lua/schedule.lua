@@ -1,3 +1,4 @@
+--! uses jobs.lua
 -- schedule.lua: add a new job to the delayed set, to be moved to the stream when due.
 --
 -- KEYS[1]   the queue's delayed set
@@ -14,33 +15,18 @@
 -- the new entry's id when it was due and went to the stream. Returns an error, and adds
 -- nothing, for no fields, an odd number of field arguments, too many, or a due time that is
 -- neither form.
-local MAX_FIELDS = 1000 -- jobd.job.MAX_FIELDS
-local count = #ARGV - 2
-if count < 2 or count % 2 == 1 then
-  return redis.error_reply(string.format(
-    'ERR schedule.lua: the job fields must be name, value pairs, at least one: got %d ' ..
-    'argument(s) after the due time and the unique id', math.max(count, 0)))
-end
-if count / 2 > MAX_FIELDS then
-  return redis.error_reply(string.format(
-    'ERR schedule.lua: %d fields, more than %d (jobd.job.MAX_FIELDS)', count / 2, MAX_FIELDS))
-end
+local bad = check_fields('schedule.lua', 3, ' after the due time and the unique id')
+if bad then return bad end
 
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local delay = string.match(ARGV[1], '^%+(%d+)$')
-local due = delay and string.format('%d', now + tonumber(delay)) or ARGV[1]
-if not tonumber(due) then
-  return redis.error_reply(
-    'ERR schedule.lua: the due time must be Unix ms, or + and ms from now: got ' .. ARGV[1])
-end
+local now, due, score = due_time(ARGV[1])
+if not due then return bad_due('schedule.lua', ARGV[1]) end
 
-if KEYS[2] and tonumber(due) <= now then
+if KEYS[2] and due <= now then
   local args = {KEYS[2], '*'}
   for i = 3, #ARGV do args[#args + 1] = ARGV[i] end
   return redis.call('XADD', unpack(args))
 end
 local member = {ARGV[2]}
 for i = 3, #ARGV do member[#member + 1] = ARGV[i] end
-redis.call('ZADD', KEYS[1], due, cmsgpack.pack(member))
+redis.call('ZADD', KEYS[1], score, cmsgpack.pack(member))
 return 1
