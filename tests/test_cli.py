@@ -187,3 +187,19 @@ def test_enqueue_unknown_queue_and_unreachable_redis(write_config: Callable[...,
     down = jobd_cli("enqueue", "-c", str(path), "a", "x")
     assert down.returncode == 69 and b"cannot reach Redis" in down.stderr
     assert b"Traceback" not in down.stderr
+
+
+def test_a_script_loaded_from_jobd_script_schedules_a_job_another_language_would(
+    r: redis.Redis,
+) -> None:
+    """Another language loads what `jobd script schedule` prints (the file alone lacks the
+    library it names) and calls it as the README says: the job lands in the delayed set."""
+    printed = jobd_cli("script", "schedule")
+    assert printed.returncode == 0 and b"local MAX_FIELDS" in printed.stdout
+    sha = r.script_load(printed.stdout)
+    assert r.evalsha(sha, 1, "{jobd:q}:delayed", "+60000", "token-1", "payload", "hi") == 1
+    assert r.zcard("{jobd:q}:delayed") == 1
+    with pytest.raises(redis.ResponseError, match="name, value pairs"):
+        r.evalsha(sha, 1, "{jobd:q}:delayed", "+0", "token-2", "payload")
+    missing = jobd_cli("script", "nope")
+    assert missing.returncode == 2 and b"scripts: acquire" in missing.stderr

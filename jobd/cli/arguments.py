@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands)
     _add_dlq(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (Draft 2020-12)")
+    script = commands.add_parser(
+        "script", help="print a Lua script as jobd sends it, to call from other languages"
+    )
+    script.add_argument("name", metavar="NAME", help="e.g. schedule (jobd/store/lua/NAME.lua)")
     return parser
 
 

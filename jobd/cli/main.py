@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         sys.stdout.write(schema_text())
         return exitcodes.OK
+    if args.command == "script":
+        return print_script(args.name, parser)
     path = config_path(args, parser)
     if args.command == "validate":
         return validate(path, args.format)
@@ -249,6 +251,17 @@ def when_to_run(args: argparse.Namespace) -> tuple[float | None, float | None]:
             f"--at {args.at!r}: write ISO 8601 (2026-12-01T09:00:00+00:00) or Unix seconds"
         ) from None
     return moment.timestamp(), None  # a time without an offset is local time
+
+
+def print_script(name: str, parser: argparse.ArgumentParser) -> int:
+    """`jobd script NAME`: the script with the library its first line names, as SCRIPT LOAD
+    wants it (a caller from another language needs the library too)."""
+    from jobd.store.scripts import NAMES, source
+
+    if name not in NAMES:
+        parser.error(f"no script {name!r}; scripts: {', '.join(sorted(NAMES))}")
+    sys.stdout.write(source(name))
+    return exitcodes.OK
 
 
 def show_status(config: Config, args: argparse.Namespace) -> int:
