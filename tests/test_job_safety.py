@@ -137,11 +137,11 @@ def test_an_outcome_that_cannot_be_written_is_bounded_and_harms_no_other(
         pipe.xadd("jobd:q", {"payload": "ok", "job_id": f"good-{i}"})
     pipe.execute()
     d = daemon(tmp_path / "jobd.yaml")
-    wait_until(lambda: "dead-lettered as poison" in d.log(), 30, "the poison attempt")
+    wait_until(lambda: "dead-lettering it as poison" in d.log(), 30, "the poison attempt")
     for i in range(3):
         r.xadd("jobd:q", {"payload": "ok", "job_id": f"later-{i}"})
     wait_until(lambda: len(lines(tmp_path / "ran")) == 10, 20, "the jobs enqueued later")
-    wait_until(lambda: d.log().count("dead-lettered as poison") >= 2, 20, "another pass")
+    wait_until(lambda: d.log().count("dead-lettering it as poison") >= 2, 20, "another pass")
     ran = lines(tmp_path / "ran")
     assert ran.pop("bad") <= 2, "runs at most max_deliveries times"
     assert ran == Counter({f"{p}-{i}": 1 for p, n in (("good", 6), ("later", 3)) for i in range(n)})
@@ -584,3 +584,54 @@ def test_a_hand_back_whose_reply_was_lost_is_not_sent_again(
 def idle_of(r: redis.Redis, mid: str) -> int:
     (entry,) = r.xpending_range("jobd:q", "jobd", mid, mid, 1)
     return int(entry["time_since_delivered"])
+
+
+def poison_metric(port: int) -> float | None:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        if line.startswith('jobd_jobs_dead_lettered_total{error="poison",queue="q"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_a_poison_entry_takes_no_slot_and_counts_only_once_written(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A poison entry whose dead letter cannot be written yet is not held: it never takes one
+    of its queue's cluster-wide slots (a held entry's renewal would add it to {S}:running),
+    and it is counted as dead-lettered only once its record is written (from the review of
+    issue 18: the reader held it and counted it when it decided)."""
+    from support import free_port
+
+    port = free_port()
+    write_config(
+        "redis: {url: '{redis}'}\n"
+        f"metrics: {{listen: '127.0.0.1:{port}'}}\n"
+        "queues:\n  q:\n    command: [/bin/true]\n    max_deliveries: 1\n"
+        "    limits: {concurrency: 1}\n"
+        "    lease: {renew_every: 100ms, reclaim_after: 500ms}\n"
+    )
+    r.set("{jobd:q}:dead", "not a stream")  # every dead letter of the queue fails for now
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    mid = r.xadd("jobd:q", {"payload": "x", "job_id": "poison"}).decode()
+    r.xreadgroup("jobd", "gone", {"jobd:q": ">"})  # delivered once, by a consumer now dead
+    d = daemon(tmp_path / "jobd.yaml")
+    member = f"|jobd:q|{mid}"
+
+    def slot_taken() -> bool:
+        return any(m.decode().endswith(member) for m in r.zrange("{jobd:q}:running", 0, -1))
+
+    def failed_for_good() -> bool:
+        assert not slot_taken(), "the poison entry took a cluster-wide slot"
+        return "cannot record its outcome (dead-letter) after 5 tries" in d.log()
+
+    wait_until(failed_for_good, 30, "the dead letter to fail 5 times")
+    assert "dead-lettering it as poison" in d.log()
+    assert not poison_metric(port), "counted though no record was written"
+    r.delete("{jobd:q}:dead")  # the next claim's dead letter can be written
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, 30, "the dead letter")
+    wait_until(lambda: poison_metric(port) == 1, 10, "the poison counted once written")
+    assert "dead-lettered as poison" in d.log()

@@ -87,7 +87,7 @@ class Daemon:
         self.holdings = Holdings()
         self.queues = queues.QueueSet(config, self.start_reader)
         self.renewals: dict[lease.LeaseKey, Renewal] = {}  # kept while anything is held there
-        self.recorder = Recorder(config.redis, self.consumer, self.holdings)
+        self.recorder = Recorder(config.redis, self.consumer, self.holdings, self.metrics)
         self.store = Store.open(config.redis, "ticker", self.consumer)  # the ticker's
         self.ticker = Ticker([])
         self.embedded = EmbeddedServer(config.redis.embedded) if config.redis.embedded else None
@@ -285,7 +285,8 @@ class Daemon:
                 continue
             to = f"consumer {lost.owner}" if lost.owner else "nobody (acked elsewhere, or trimmed)"
             self.metrics.of(handler.queue.name).leases_lost.inc()
-            handler.log(logging.WARNING, "lease lost: the entry now belongs to %s; stopping it", to)
+            what = "lease lost: the entry now belongs to %s; stopping the handler"
+            handler.log(logging.WARNING, what, to)
             self.running.stop(handler, StopReason.LEASE_LOST, now)
 
     # -- starting and ending handlers -----------------------------------------------------

@@ -7,7 +7,7 @@ main loop gives a slot back when a handler ends. Reads stay off the main loop, s
 round trip never delays a spawn or a reap.
 
 An entry delivered more than ``max_deliveries`` times (poison) is never run: its dead letter
-goes to the recorder like any outcome, and the entry is held until it is written. Every Redis
+goes to the recorder like any outcome (not held meanwhile: see ``dead_letter``). Every Redis
 call is the reader's own store's (``jobd.store.reading``, ``leases``).
 """
 
@@ -290,23 +290,22 @@ class Reader(threading.Thread):
 
     def poisoned(self, q: QueueConfig, job: Job, deliveries: int) -> Outcome:
         """The outcome of an entry delivered more than ``max_deliveries`` times: never run."""
-        log.error(
+        log.warning(
             "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
-            "dead-lettered as poison",
+            "dead-lettering it as poison",
             q.name,
             job.job_id,
             deliveries,
             q.max_deliveries,
         )
-        outcome = Outcome(Verb.DEAD_LETTER, q, job, error=POISON, attempts=deliveries)
-        self.metrics.count(outcome)
-        return outcome
+        return Outcome(Verb.DEAD_LETTER, q, job, error=POISON, attempts=deliveries)
 
     def dead_letter(self, q: QueueConfig, outcomes: list[Outcome]) -> None:
-        """Hand poison entries to the recorder, held (their leases renewed) until their dead
-        letters are written, like any entry delivered."""
+        """Hand poison entries to the recorder, which counts and logs each once written. They
+        are not held: a held entry's renewal would take it a cluster-wide slot (limits) it
+        never acquired; one whose dead letter cannot be written is claimed again after
+        reclaim_after, like before."""
         if outcomes:
-            self.holdings.add(key(q), [o.message_id for o in outcomes])
             self.record(outcomes)
 
     def hand_over(self, q: QueueConfig, jobs: list[Job]) -> int:

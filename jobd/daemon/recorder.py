@@ -22,9 +22,10 @@ import redis
 from jobd.config import RedisConfig
 from jobd.daemon import lease
 from jobd.daemon.lease import Holdings
-from jobd.outcome import Outcome, Verb
+from jobd.outcome import POISON, Outcome, Verb
 from jobd.store import connection
 from jobd.store.store import Store
+from jobd.web.metrics import Metrics
 
 log = logging.getLogger("jobd.recorder")
 
@@ -49,10 +50,14 @@ class Away(redis.ConnectionError):
 
 
 class Recorder(threading.Thread):
-    def __init__(self, redis_config: RedisConfig, consumer: str, holdings: Holdings) -> None:
+    def __init__(
+        self, redis_config: RedisConfig, consumer: str, holdings: Holdings,
+        metrics: Metrics | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(name="recorder", daemon=True)
         self.store = Store.open(redis_config, "recorder", consumer)
         self.holdings = holdings
+        self.metrics = metrics  # counts poison entries once written
         self.inbox: queue.SimpleQueue[list[Outcome] | None] = queue.SimpleQueue()
         self.outage = connection.Outage(log)
         self._stop_deadline: float | None = None
@@ -184,6 +189,7 @@ class Recorder(threading.Thread):
                     again += self._failed(outcomes, result)
                 continue
             self._report(outcomes, result)
+            self._poison_written(outcomes, result)
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
             if self.failures:
                 for o in outcomes:
@@ -202,6 +208,19 @@ class Recorder(threading.Thread):
                 job_id,
                 f" to {owner}" if owner else " (entry gone)",
             )
+
+    def _poison_written(self, outcomes: list[Outcome], not_held: list[tuple[str, str]]) -> None:
+        """A poison entry is counted and logged once its dead letter is written (a reader
+        decided it; the loop counts what it decides itself)."""
+        for o in outcomes:
+            if o.error == POISON and o.verb is Verb.DEAD_LETTER and not not_held:
+                if self.metrics is not None:
+                    self.metrics.count(o)
+                log.error(
+                    "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
+                    "dead-lettered as poison",
+                    o.queue.name, o.job.job_id, o.attempts, o.queue.max_deliveries,
+                )  # fmt: skip
 
     def _give_up(self, backlog: list[Outcome]) -> bool:
         if self._stop_deadline is None:
