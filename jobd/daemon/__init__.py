@@ -1,2 +1,13 @@
 """The daemon: the loop (``loop``), the threads that feed it (``reader``) and record what it
-decided (``recorder``), and the periodic duties (``duties`` and the modules that own one)."""
+decided (``recorder``), and the periodic duties (``duties`` and the modules that own one).
+
+Redis stays off the loop: reader threads fetch jobs (``reader``), a recorder thread writes
+outcomes (``recorder``), a ticker thread renews leases and runs the other periodic duties
+(``duties``). Each thread owns its state; work crosses threads through queues only: readers put
+jobs in the loop's inbox (``inbox``), the lease renewal puts lost entries there too (both wake
+the loop), the loop puts outcomes in the recorder's inbox and freed slots in each queue's
+``Slots``. The one structure several threads touch is the lease ledger (``lease.Holdings``):
+an entry must be renewed from the instant a reader gets it until its outcome is written,
+whichever thread has it then, so it is one lock-guarded set, not a message. Signals only leave
+a byte in a pipe; the loop acts on them (``poller``).
+"""

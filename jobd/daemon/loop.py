@@ -11,15 +11,8 @@ The loop, as an algorithm:
         pass this pass's outcomes to the recorder and its freed slots to the readers, at once
         tell systemd the loop is alive (watchdog)
 
-Redis stays off this loop: reader threads fetch jobs (``reader``), a recorder thread writes
-outcomes (``recorder``), a ticker thread renews leases and runs the other periodic duties
-(``duties``). Each thread owns its state; work crosses threads through queues only: readers put
-jobs in the loop's ``delivered`` queue, the lease renewal puts lost entries in ``lost`` (both
-wake the loop), the loop puts outcomes in the recorder's inbox and freed slots in each queue's
-``Slots``. The one structure several threads touch is the lease ledger (``lease.Holdings``):
-an entry must be renewed from the instant a reader gets it until its outcome is written,
-whichever thread has it then, so it is one lock-guarded set, not a message.
-Signals only leave a byte in a pipe; the loop acts on them.
+Redis stays off this loop, and work reaches it and leaves it through queues only: see the
+package docstring (``jobd.daemon``) for the threads and their hand-offs.
 
 The loop starts handlers itself. A vfork-based spawn returns once the child has called exec
 (a few hundred microseconds for a small binary on a busy machine; the GIL is released
