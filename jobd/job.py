@@ -1,14 +1,43 @@
-"""A job as delivered from the stream: its ids, its attempt, and the bytes for stdin."""
+"""A job as delivered from the stream: its ids, its attempt, its own limits, and the bytes
+for stdin.
+
+A producer may set three reserved fields on a job (issue 19); each is read once per delivery:
+
+| field               | value                               | effect                          |
+|---------------------|-------------------------------------|---------------------------------|
+| jobd_timeout        | seconds, a decimal ("2.5")          | this attempt's timeout          |
+| jobd_max_attempts   | a positive integer ("3")            | attempts in all                 |
+| jobd_expires_at     | Unix milliseconds ("1796000000000") | not started by then: expired    |
+
+Each is capped by the queue's own (``timeout``, ``retry.max_attempts``): a producer can ask
+for less than the operator allows, never more. An expired job is dead-lettered unrun
+(``policy.refusal``), decided on Redis's clock.
+
+A value jobd cannot use (not a number, negative or zero, NaN, infinite, too long, an
+``expires_at`` before 1973 or after the year 9999: seconds sent as milliseconds, most likely)
+is ignored with one warning for the delivery, and the job runs under the queue's limits: a
+producer's typo never crashes the daemon, never wedges the job, never drops it. A retry
+carries the usable values to the next attempt and leaves the unusable ones behind, so the
+warning is not repeated for every attempt.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import orjson
 
 from jobd.store.keys import QueueKeys
+
+if TYPE_CHECKING:
+    from jobd.config import QueueConfig
 
 log = logging.getLogger("jobd.job")
 
@@ -22,7 +51,34 @@ UNIQUE = b"jobd_unique"  # set by `jobd enqueue --unique`: the job holds its job
 # entry (retry, promote, dead letter, requeue) could not copy a wider one: such an entry is
 # dead-lettered unrun as `malformed`. The scripts that copy fields name the same number.
 MAX_FIELDS = 1000
-KEPT = (RESERVED_JOB_ID, RESERVED_ATTEMPT, UNIQUE)  # jobd's fields that a retry carries
+TIMEOUT = b"jobd_timeout"  # the producer's limits on this job (see the module docstring)
+MAX_ATTEMPTS = b"jobd_max_attempts"
+EXPIRES_AT = b"jobd_expires_at"
+LIMIT_FIELDS = (TIMEOUT, MAX_ATTEMPTS, EXPIRES_AT)
+# jobd's fields that a retry carries (the limits only when usable: see next_attempt_fields)
+KEPT = (RESERVED_JOB_ID, RESERVED_ATTEMPT, UNIQUE, *LIMIT_FIELDS)
+
+# What Python's repr of a float, a printf %g or a hand write: 2.5, 30, 2., 1e+06; no sign, no
+# nan or inf, no spaces or underscores (float() alone would take those).
+_DECIMAL = re.compile(rb"[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][+-]?[0-9]{1,3})?")
+_INTEGER = re.compile(rb"[0-9]{1,18}")
+# jobd_expires_at outside these (Unix ms) is no moment a producer meant: before 1973-03-03 it is
+# most likely Unix seconds sent as milliseconds (every job would expire), after 9999 absurd.
+EXPIRES_MIN_MS, EXPIRES_MAX_MS = 10**11, 253_402_300_800_000
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The limits a producer set on one job, as read from its reserved fields; None where the
+    field is absent or its value unusable (then the queue's own limit applies)."""
+
+    timeout: float | None = None  # seconds, > 0
+    max_attempts: int | None = None  # >= 1
+    expires_at: float | None = None  # Unix seconds (the field is milliseconds)
+
+
+NO_LIMITS = Limits()
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +90,19 @@ class Job:
     # surrogateescape (os.fsdecode): os.fsencode gives the exact bytes back, for Redis and exec.
     job_id: str
     attempt: int  # 1 for the first attempt
+    limits: Limits = NO_LIMITS  # the producer's own, from the reserved fields
+    # Redis's clock minus this host's, seconds, measured by the reader that delivered the job
+    # when it had an expiry to check (jobd_expires_at, or the queue's max_wait); None when not
+    # measured. Expiry is decided on Redis's clock: see ``redis_now``.
+    clock_offset: float | None = None
 
     @classmethod
     def from_entry(cls, queue: str, message_id: bytes, fields: dict[bytes, bytes]) -> Job:
         mid = message_id.decode("ascii")
-        return cls(queue, mid, fields, _job_id(queue, mid, fields), _attempt(queue, mid, fields))
+        return cls(
+            queue, mid, fields, _job_id(queue, mid, fields), _attempt(queue, mid, fields),
+            _limits(queue, mid, fields),
+        )  # fmt: skip
 
     def tag(self, queue: str) -> str:
         """How log lines name this job."""
@@ -49,6 +113,34 @@ class Job:
     def enqueued_at(self) -> float:
         """Unix time of this entry's stream id: when it was added (or re-added for a retry)."""
         return int(self.message_id.split("-", 1)[0]) / 1000
+
+    def timeout(self, queue: QueueConfig) -> float:
+        """Seconds this attempt may run: the job's own ``jobd_timeout``, capped by the queue's."""
+        own = self.limits.timeout
+        return queue.timeout if own is None else min(own, queue.timeout)
+
+    def max_attempts(self, queue: QueueConfig) -> int:
+        """Attempts in all: the job's own ``jobd_max_attempts``, capped by the queue's."""
+        own = self.limits.max_attempts
+        cap = queue.retry.max_attempts
+        return cap if own is None else min(own, cap)
+
+    @property
+    def expires_at(self) -> float | None:
+        """Unix time (seconds, Redis's clock) after which this job must not start, if any."""
+        return self.limits.expires_at
+
+    def needs_clock(self, queue: QueueConfig) -> bool:
+        """Whether starting this job depends on the time: it expires, or its queue has a
+        ``max_wait``; the reader then measures ``clock_offset``."""
+        return self.limits.expires_at is not None or queue.max_wait is not None
+
+    def redis_now(self, now: float | None = None) -> float | None:
+        """Redis's clock now (Unix seconds), from this host's ``now`` and the offset measured
+        when the job was read; None when it was not measured."""
+        if self.clock_offset is None:
+            return None
+        return (time.time() if now is None else now) + self.clock_offset
 
     def payload_size(self) -> int:
         payload = self.fields.get(PAYLOAD)
@@ -61,6 +153,10 @@ class Job:
         fields[RESERVED_ATTEMPT] = str(self.attempt + 1).encode()
         if UNIQUE in self.fields:
             fields[UNIQUE] = self.fields[UNIQUE]
+        usable = (self.limits.timeout, self.limits.max_attempts, self.limits.expires_at)
+        for name, value in zip(LIMIT_FIELDS, usable, strict=True):
+            if value is not None and name in self.fields:  # as written; unusable ones stay behind
+                fields[name] = self.fields[name]
         return fields
 
     def too_wide(self) -> int | None:
@@ -120,3 +216,50 @@ def _attempt(queue: str, message_id: str, fields: dict[bytes, bytes]) -> int:
         log.warning("queue=%s message=%s: bad jobd_attempt %r; using 1", queue, message_id, raw)
         return 1
     return attempt
+
+
+def _limits(queue: str, message_id: str, fields: dict[bytes, bytes]) -> Limits:
+    """The producer's limits on this job; each unusable one is warned about once and ignored."""
+    if TIMEOUT not in fields and MAX_ATTEMPTS not in fields and EXPIRES_AT not in fields:
+        return NO_LIMITS  # nearly every job: three lookups, on the spawn path
+    timeout = _field(queue, message_id, fields, TIMEOUT, _seconds)
+    attempts = _field(queue, message_id, fields, MAX_ATTEMPTS, _positive_int)
+    expires = _field(queue, message_id, fields, EXPIRES_AT, _unix_ms)
+    return Limits(timeout, attempts, expires)
+
+
+def _field(
+    queue: str, message_id: str, fields: dict[bytes, bytes], name: bytes,
+    parse: Callable[[bytes], T | None],
+) -> T | None:  # fmt: skip
+    """``parse`` of the field ``name``; None when absent, or unusable (then with a warning)."""
+    raw = fields.get(name)
+    if raw is None:
+        return None
+    value = parse(raw)
+    if value is None:
+        log.warning(
+            "queue=%s message=%s: ignoring %s %r, not a usable value: the queue's limits apply",
+            queue, message_id, name.decode(), raw[:40],
+        )  # fmt: skip
+    return value
+
+
+def _seconds(raw: bytes) -> float | None:
+    """A positive, finite number of seconds written as a decimal ("2.5", "30", "1e3")."""
+    if not _DECIMAL.fullmatch(raw):
+        return None
+    value = float(raw)
+    return value if value > 0 and math.isfinite(value) else None
+
+
+def _positive_int(raw: bytes) -> int | None:
+    """An integer of at least 1, digits only."""
+    return int(raw) if _INTEGER.fullmatch(raw) and int(raw) >= 1 else None
+
+
+def _unix_ms(raw: bytes) -> float | None:
+    """Unix milliseconds (digits only), between 1973 and 9999, as Unix seconds."""
+    if not _INTEGER.fullmatch(raw) or not EXPIRES_MIN_MS <= int(raw) <= EXPIRES_MAX_MS:
+        return None
+    return int(raw) / 1000

@@ -11,6 +11,7 @@ store (``store.outcomes``), where each verb is one script. Nothing on the way ch
 | ``RETRY``     | into the delayed set with the next attempt's fields, acked |
 | ``DEAD_LETTER`` | a dead-letter record, acked, in one script               |
 | ``HAND_BACK`` | left pending, made to look idle: any consumer takes it now |
+| ``CANCEL``    | XACK, counted as cancelled, its cancellation mark removed |
 | ``RELEASE``   | nothing: the entry is someone else's to settle             |
 """
 
@@ -31,6 +32,7 @@ EXIT, SIGNAL, TIMEOUT, SPAWN, POISON, MALFORMED = (
     "poison",
     "malformed",
 )
+EXPIRED = "expired"  # not started by its jobd_expires_at, or within its queue's max_wait
 
 
 class Verb(enum.Enum):
@@ -38,6 +40,7 @@ class Verb(enum.Enum):
     RETRY = "retry"
     DEAD_LETTER = "dead-letter"
     HAND_BACK = "hand back"
+    CANCEL = "cancelled"  # `jobd cancel`: acknowledged, not retried, not dead-lettered
     RELEASE = "release"  # record nothing, renew no more: the entry is someone else's to settle
 
 

@@ -1,23 +1,40 @@
-"""Adding jobs: what `jobd enqueue` does, usable from Python too. The write, and the wait for
-its durability in the same round trip, are the store's (``Store.enqueue``); this module decides
-the job's fields and due time, and what the replies mean."""
+"""Adding jobs: what `jobd enqueue` does, usable from Python too. The writes, and the wait for
+their durability in the same round trip, are the store's (``Store.enqueue``,
+``Store.enqueue_batch``); this module decides each job's fields and due time, and what the
+replies mean.
+
+One job: ``enqueue(config, queue, payload, job_id=..., delay=...)``, or ``enqueue_job`` with a
+``NewJob``. Many: ``enqueue_many(config, queue, jobs)`` takes any iterable of ``NewJob`` and
+sends them ``BATCH`` to a round trip (a timed or unique job through its script, in the same
+pipeline); it returns a ``Bulk``: the job ids of the jobs added, in input order, and a
+``Refused`` (its index in the input, why) for each job not added; or, with ``on_batch``, hands
+each batch's outcomes over as they come, for inputs too large to hold.
+
+``NewJob`` (``jobd.newjob``) says what a job is: payload, job id, extra fields, delay or
+time, uniqueness, and the per-job limits (``jobd_timeout``, ``jobd_max_attempts``,
+``jobd_expires_at``); its docstring lists them. A job refused (by its own checks or by Redis)
+is never half-written, and in a bulk enqueue does not stop the others.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import uuid
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import redis
 from redis.exceptions import AskError, MovedError
 
 from jobd.config import Config, QueueConfig
-from jobd.job import JOB_ID, MAX_FIELDS, PAYLOAD, UNIQUE
+from jobd.job import MAX_FIELDS
+from jobd.newjob import Clock, NewJob, prepare
 from jobd.store import connection as redisconn
-from jobd.store.admin import Durability, Enqueued
-from jobd.store.delayed import after
+from jobd.store.admin import Durability, Enqueued, NewEntry
 from jobd.store.store import Store
+
+BATCH = 1000  # jobs per round trip in enqueue_many: ~1 ms of Redis's time for small jobs
+BATCH_BYTES = 16 * 2**20  # and payload bytes per round trip, at most (one job may be larger)
 
 
 class ProducerError(Exception):
@@ -42,6 +59,61 @@ class Duplicate(ProducerError):
         what = "queued or running" if state == "queued" else "done within the dedupe window"
         super().__init__(f"job id {job_id!r} is already {what} in queue {queue!r}: not added")
         self.job_id, self.state = job_id, state
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A job of a bulk enqueue that was not added: its index in the input, and why. A
+    ``duplicate`` is a unique job whose job id was there already; a ``temporary`` refusal is
+    Redis's state (a failover, out of memory…), not the job's: sending it again may work."""
+
+    index: int
+    reason: str
+    duplicate: bool = False
+    temporary: bool = False
+
+
+Outcome = str | Refused  # a job's job id when it was added
+
+
+@dataclass(slots=True)
+class Bulk:
+    """What ``enqueue_many`` did: the ids of the jobs added, in input order, and the rest."""
+
+    job_ids: list[str] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
+
+    def add(self, outcomes: list[Outcome]) -> None:
+        for outcome in outcomes:
+            if isinstance(outcome, Refused):
+                self.refused.append(outcome)
+            else:
+                self.job_ids.append(outcome)
+
+
+class Interrupted(ProducerError):
+    """Redis went away during ``enqueue_many``: ``done`` says what was settled before, and
+    the jobs at the input indexes ``unsure`` were being sent: they may or may not be added."""
+
+    def __init__(self, message: str, done: Bulk, unsure: range) -> None:
+        super().__init__(message)
+        self.done, self.unsure = done, unsure
+
+
+class RedisClock:
+    """Redis's clock (TIME), read once when first needed and then advanced by this host's
+    monotonic clock: expiries are counted on the clock the daemons judge them by, for one
+    round trip per enqueue, not per job."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._base: tuple[int, float] | None = None
+
+    def now_ms(self) -> int:
+        if self._base is None:
+            self._base = (self._store.clock_ms(), time.monotonic())
+        redis_ms, then = self._base
+        return redis_ms + int((time.monotonic() - then) * 1000)
 
 
 def enqueue(
@@ -72,24 +144,117 @@ def enqueue(
     case the job is lost.
     A job has at most ``job.MAX_FIELDS`` fields (ProducerError otherwise).
     With ``priority``: into that level's stream (the queue's own stream is its default level).
+    Per-job limits and extra fields: ``enqueue_job``.
     """
-    if unique and job_id is None:
-        raise ValueError("a unique job needs a job_id")
-    if at is not None and delay is not None:
-        raise ValueError("give at or delay, not both")
+    job = NewJob(payload, job_id, delay=delay, at=at, unique=unique)
+    return enqueue_job(config, queue, job, priority, client, durability)
+
+
+def enqueue_job(
+    config: Config,
+    queue: str,
+    job: NewJob,
+    priority: str | None = None,
+    client: redis.Redis | None = None,
+    durability: Durability | None = None,
+) -> str:
+    """Add ``job`` to ``queue`` (as ``enqueue`` does, with its fields and per-job limits);
+    returns its job id. ValueError, before anything is written, for a job refused."""
     q = _target(config, queue, priority)
-    due = due_arg(at, delay)
-    if due is not None and job_id is None:
-        job_id = uuid.uuid4().hex
-    fields = job_fields(payload, job_id, unique)
     with _store(config, client) as store:
-        added = store.enqueue(q, fields, due, job_id if unique else None, durability)
+        entry, job_id = _prepare(job, RedisClock(store))
+        added = store.enqueue(q, entry.fields, entry.due, entry.unique_id, durability)
     if isinstance(added.error, (MovedError, AskError)) and client is not None:
         store.refresh()  # not written: the slot moved
     job_id = _added(added, queue, job_id)
     if durability is not None:
         _check(job_id, durability, added.wait)
     return job_id
+
+
+def enqueue_many(
+    config: Config,
+    queue: str,
+    jobs: Iterable[NewJob],
+    priority: str | None = None,
+    client: redis.Redis | None = None,
+    batch: int = BATCH,
+    on_batch: Callable[[list[Outcome]], None] | None = None,
+) -> Bulk:
+    """Add ``jobs`` to ``queue``, ``batch`` to a round trip, holding one batch at a time. A
+    job refused (by its own checks or by Redis) does not stop the others. With ``on_batch``,
+    each batch's outcomes (one a job, in order) go to it as they come, and the Bulk returned
+    stays empty: for inputs too large to hold (``jobd enqueue --lines`` uses it). Raises
+    Interrupted when Redis cannot be reached: the batch being sent may or may not be written."""
+    done = Bulk()
+    keep = on_batch or done.add
+    q = _target(config, queue, priority)
+    source, start, chunk = iter(jobs), 0, []
+    try:
+        with _store(config, client) as store:
+            clock = RedisClock(store)
+            while chunk := _chunk(source, batch):
+                keep(_send(store, q, queue, chunk, start, clock))
+                start += len(chunk)
+    except ProducerError as exc:
+        raise Interrupted(str(exc), done, range(start, start + len(chunk))) from exc
+    return done
+
+
+def _chunk(source: Iterator[NewJob], batch: int) -> list[NewJob]:
+    """The next jobs to send together: up to ``batch`` of them, and payloads of no more than
+    BATCH_BYTES in all (large payloads would otherwise fill this process's memory and Redis's
+    query buffer, whose default limit of 1 GiB closes the connection)."""
+    chunk: list[NewJob] = []
+    size = 0
+    for job in source:
+        chunk.append(job)
+        size += len(job.payload)
+        if len(chunk) >= batch or size >= BATCH_BYTES:
+            break
+    return chunk
+
+
+def _send(
+    store: Store, q: QueueConfig, queue: str, chunk: list[NewJob], start: int, clock: Clock
+) -> list[Outcome]:
+    """One batch: each job prepared (or refused), the rest written in one pipeline."""
+    prepared: list[tuple[NewEntry, str | None] | Refused] = []
+    for index, job in enumerate(chunk, start):
+        try:
+            prepared.append(_prepare(job, clock))
+        except (ValueError, ProducerError) as exc:
+            prepared.append(Refused(index, str(exc)))
+    entries = [p[0] for p in prepared if not isinstance(p, Refused)]
+    replies = iter(store.enqueue_batch(q, entries) if entries else [])
+    outcomes = [
+        p if isinstance(p, Refused) else _outcome(index, next(replies), p[1], queue)
+        for index, p in enumerate(prepared, start)
+    ]
+    if any(isinstance(o, Refused) and o.temporary for o in outcomes):
+        store.refresh()  # on a cluster, the slot may have moved
+    return outcomes
+
+
+def _prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
+    """``newjob.prepare``, and a job no wider than jobd runs."""
+    entry, job_id = prepare(job, clock)
+    check_width(entry.fields)
+    return entry, job_id
+
+
+def _outcome(index: int, added: Enqueued, job_id: str | None, queue: str) -> Outcome:
+    """One job's outcome from the store's reply."""
+    try:
+        return _added(added, queue, job_id)
+    except Duplicate as exc:
+        return Refused(index, str(exc), duplicate=True)
+    except ProducerError as exc:
+        error = added.error
+        away = isinstance(error, (MovedError, AskError)) or (
+            error is not None and redisconn.away(error)
+        )
+        return Refused(index, str(exc), temporary=away)
 
 
 def _target(config: Config, queue: str, priority: str | None) -> QueueConfig:
@@ -101,17 +266,6 @@ def _target(config: Config, queue: str, priority: str | None) -> QueueConfig:
         return q.level(priority)
     except ValueError as exc:
         raise ProducerError(str(exc)) from None
-
-
-def job_fields(payload: bytes, job_id: str | None, unique: bool) -> dict[bytes, bytes]:
-    """The fields of the job's entry; ProducerError when they are more than jobd runs."""
-    fields: dict[bytes, bytes] = {PAYLOAD: payload}
-    if job_id is not None:
-        fields[JOB_ID] = os.fsencode(job_id)  # any bytes: see Job.job_id
-    if unique:
-        fields[UNIQUE] = b"1"
-    check_width(fields)
-    return fields
 
 
 @contextlib.contextmanager
@@ -144,14 +298,6 @@ def _added(added: Enqueued, queue: str, job_id: str | None) -> str:
     if added.exists is not None:
         raise Duplicate(job_id, queue, added.exists)  # type: ignore[arg-type]
     return job_id if job_id is not None else added.entry_id  # type: ignore[return-value]
-
-
-def due_arg(at: float | None, delay: float | None) -> int | str | None:
-    """The scripts' due time: ``at`` in Unix ms, or ``delay`` as ms after Redis's clock
-    (``store.delayed.after``); None for now."""
-    if delay is not None:
-        return after(round(delay * 1000))
-    return None if at is None else int(at * 1000)
 
 
 def check_width(fields: dict[bytes, bytes]) -> None:

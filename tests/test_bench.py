@@ -36,3 +36,8 @@ def test_compare_bench_runs() -> None:
     tree = str(BENCH.parent)
     out = run(str(BENCH / "compare.py"), tree, tree, "--jobs", "60", "--rounds", "2")
     assert "new/old, median of the rounds:" in out and "old: median" in out
+
+
+def test_enqueue_bench_runs() -> None:
+    out = run(str(BENCH / "enqueue.py"), "--quick")
+    assert "median ratio jobd/raw: " in out and out.count("\nround ") == 2, out

@@ -498,3 +498,27 @@ def test_scheduling_controls_are_parsed(tmp_path: Path) -> None:
 def test_bad_scheduling_controls(tmp_path: Path, queue: str, expected: str) -> None:
     path = write(tmp_path, f"queues:\n  a:\n    command: [/bin/true]\n    {queue}\n")
     assert problems(path) == [expected]
+
+
+# -- max_wait (issue 19) -----------------------------------------------------------------------
+
+
+def test_max_wait_is_an_optional_duration(tmp_path: Path) -> None:
+    path = write(tmp_path, "defaults: {max_wait: 90s}\nqueues:\n  a: {command: [/bin/true]}\n")
+    assert load(str(path), {}).queues["a"].max_wait == 90
+    path = write(tmp_path, "queues:\n  a: {command: [/bin/true]}\n")
+    assert load(str(path), {}).queues["a"].max_wait is None, "default: no max_wait"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0s", "f:4:15: error: queues.a.max_wait: must be longer than zero"),
+        ("soon", "f:4:15: error: queues.a.max_wait: 'soon' is not valid here; "),
+        ("-5s", "f:4:15: error: queues.a.max_wait: '-5s' is not valid here; "),
+    ],
+)
+def test_bad_max_wait(tmp_path: Path, value: str, expected: str) -> None:
+    path = write(tmp_path, f"queues:\n  a:\n    command: [/bin/true]\n    max_wait: {value}\n")
+    [line] = problems(path)
+    assert line.startswith(expected)

@@ -18,7 +18,8 @@ from support import words as lines
 
 from jobd.config import QueueConfig, load
 from jobd.daemon.lease import Holdings, key
-from jobd.daemon.reader import Reader, Slots
+from jobd.daemon.reader import Reader
+from jobd.daemon.slots import Slots
 from jobd.store.reading import Reclaimed
 from jobd.store.scripts import Scripts, source
 from jobd.web.metrics import Metrics
@@ -193,7 +194,8 @@ def test_a_job_claimed_back_by_its_own_daemon_is_not_a_new_delivery(
     job came closer to poison with every outage)."""
     from jobd.config import load
     from jobd.daemon.lease import Holdings, key
-    from jobd.daemon.reader import Reader, Slots
+    from jobd.daemon.reader import Reader
+    from jobd.daemon.slots import Slots
     from jobd.web.metrics import Metrics
 
     config = load(
@@ -346,7 +348,7 @@ def test_a_lost_lease_is_handled_while_readers_deliver(r: redis.Redis, write_con
     # A later delivery of the same entry (claimed back after its new owner died) runs.
     d.inbox.report_lost([Lost(key(q), "1-1", "someone")])
     d.on_lost()
-    assert not d.inbox.lost_before(("jobd:q", "jobd", "1-1"), time.monotonic())
+    assert d.inbox.lost_before(q, doomed, time.monotonic()) is None
 
 
 def test_a_group_recreated_under_a_running_daemon_is_said_loudly_and_counted(

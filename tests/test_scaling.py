@@ -338,3 +338,47 @@ def test_every_control_and_the_dashboard_work_on_a_cluster(
     rc.close()
     errors = [line for line in d.log().splitlines() if " ERROR " in line]
     assert not errors, errors
+
+
+def test_pause_resume_and_cancel_on_a_cluster(
+    cluster: LocalCluster, daemon: Daemon, tmp_path: Path
+) -> None:
+    """`jobd pause`, `resume` and `cancel` on a three-master cluster, with two daemons and a
+    queue on each of two masters (each script in its queue's slot): a paused queue starts
+    nothing while the other runs; a running job on either daemon is cancelled through the lease
+    renewal's reply; a delayed one is removed."""
+    handler(tmp_path)
+    queues = dict(list(spread_streams(cluster, 1).items())[:2])
+    config = tmp_path / "cluster-controls.yaml"
+    config.write_text(
+        "redis:\n  cluster:\n    nodes: [" + ", ".join(cluster.nodes) + "]\n" + QUEUE_SETTINGS
+        + "queues:\n" + "".join(f"  {n}: {{stream: '{s}'}}\n" for n, s in queues.items())
+    )  # fmt: skip
+    (held, held_stream), (other, other_stream) = queues.items()
+    daemons = [daemon(config), daemon(config)]
+    c = str(config)
+    assert jobd_cli("pause", "-c", c, held).returncode == 0
+    for d in daemons:
+        d.wait_log(f"queue={held} paused by ")
+    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.servers[0].port)])
+    rc.xadd(held_stream, {"payload": "ok-held"})
+    rc.xadd(other_stream, {"payload": "slow-other", "job_id": "slow-1"})
+    starts = tmp_path / "starts"
+    wait_until(lambda: f"{other} slow-other 1" in starts.read_text() if starts.exists() else False,
+               what="the slow job of the queue not paused to start")  # fmt: skip
+    assert f"{held} ok-held" not in starts.read_text()
+    out = jobd_cli("cancel", "-c", c, other, "slow-1")
+    assert out.returncode == 0 and b"slow-1: running on " in out.stdout, out
+    wait_until(lambda: rc.xpending(other_stream, "jobd")["pending"] == 0, what="the cancellation")
+    assert (
+        jobd_cli("enqueue", "-c", c, held, "later", "--job-id", "d-1", "--delay", "1h").returncode
+        == 0
+    )
+    out = jobd_cli("cancel", "-c", c, held, "d-1")
+    assert out.returncode == 0 and b"d-1: delayed (due " in out.stdout, out
+    assert jobd_cli("resume", "-c", c, held).returncode == 0
+    done = tmp_path / "done"
+    wait_until(lambda: f"{held} ok-held" in set(lines(done)), what="the paused job, resumed")
+    assert f"{other} slow-other" not in set(lines(done)), "cancelled: stopped, never done"
+    assert "later" not in starts.read_text()
+    rc.close()

@@ -55,8 +55,9 @@ from jobd.config import load
 from jobd.daemon import lease
 from jobd.daemon.delayed import Forwarder
 from jobd.daemon.lease import Holdings, Renewal
-from jobd.daemon.reader import Reader, Slots
+from jobd.daemon.reader import Reader
 from jobd.daemon.recorder import Recorder
+from jobd.daemon.slots import Slots
 from jobd.job import Job
 from jobd.outcome import EXIT, Outcome, Verb
 from jobd.store import connection as redisconn

@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_status(commands)
     _add_dlq(commands)
+    _add_control(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (Draft 2020-12)")
     script = commands.add_parser(
         "script", help="print a Lua script as jobd sends it, to call from other languages"
@@ -67,13 +68,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+ENQUEUE_EPILOG = """\
+exit status: 0 enqueued; 2 a bad command line; 3 --unique and the job id is already there
+(one job); 65 (EX_DATAERR) --lines/--ndjson: some line was refused (each is named on stderr as
+FILE:LINE: why; the others are enqueued); 69 Redis cannot be reached, or could not take some
+lines now; 75 --wait-*: enqueued, but not confirmed durable.
+"""
+
+
 def _add_enqueue(commands: argparse._SubParsersAction) -> None:
-    enqueue = commands.add_parser("enqueue", help="add one job to a queue")
+    enqueue = commands.add_parser(
+        "enqueue",
+        help="add jobs to a queue: one, or one per line of a file",
+        epilog=ENQUEUE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _config_arg(enqueue, positional=False)
     enqueue.add_argument("queue", metavar="QUEUE")
     enqueue.add_argument("payload", nargs="?", metavar="PAYLOAD")
     enqueue.add_argument("--payload-file", metavar="F", help="read the payload from file F")
     enqueue.add_argument("--job-id", metavar="ID", help="the job's stable id (default: stream id)")
+    _add_bulk(enqueue)
     when = enqueue.add_mutually_exclusive_group()
     when.add_argument(
         "--delay", metavar="DURATION", help="run it this long from now (e.g. 30s, 5m)"
@@ -92,9 +107,67 @@ def _add_enqueue(commands: argparse._SubParsersAction) -> None:
         "--unique",
         action="store_true",
         help="add it only if its --job-id is not already queued, running, or done within the "
-        "queue's dedupe window (exit 3 otherwise)",
+        "queue's dedupe window (exit 3 otherwise; with --ndjson, each line's job_id, and a "
+        "line already there is skipped, said on stderr)",
     )
+    _add_limits(enqueue)
     _add_durability(enqueue)
+
+
+def _add_bulk(enqueue: argparse.ArgumentParser) -> None:
+    source = enqueue.add_mutually_exclusive_group()
+    source.add_argument(
+        "--lines",
+        metavar="FILE",
+        help="one job per line of FILE (- for stdin): the line is the payload, without its "
+        "newline; blank lines are skipped",
+    )
+    source.add_argument(
+        "--ndjson",
+        metavar="FILE",
+        help="one job per line of FILE (- for stdin), a JSON object: payload (or payload_b64), "
+        "job_id, fields, delay, at, unique, timeout, max_attempts, expires_in, expires_at",
+    )
+    enqueue.add_argument(
+        "--print-ids",
+        action="store_true",
+        help="with --lines/--ndjson: print the job ids added, one per line, in input order",
+    )
+    enqueue.add_argument(
+        "--batch",
+        metavar="N",
+        type=int,
+        default=1000,
+        help="with --lines/--ndjson: jobs sent per round trip (default 1000); a batch goes "
+        "when full or at the input's end, so 1 sends each line of a slow stream at once",
+    )
+
+
+def _add_limits(enqueue: argparse.ArgumentParser) -> None:
+    enqueue.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        help="an attempt may run this long (field jobd_timeout; capped by the queue's timeout)",
+    )
+    enqueue.add_argument(
+        "--max-attempts",
+        metavar="N",
+        type=int,
+        help="attempts in all, the first included (field jobd_max_attempts; capped by the "
+        "queue's retry.max_attempts)",
+    )
+    expiry = enqueue.add_mutually_exclusive_group()
+    expiry.add_argument(
+        "--expires-in",
+        metavar="DURATION",
+        help="not started within DURATION (on Redis's clock), it is not run "
+        "(field jobd_expires_at)",
+    )
+    expiry.add_argument(
+        "--expires-at",
+        metavar="TIME",
+        help="not started by TIME (as --at), it is not run (field jobd_expires_at)",
+    )
 
 
 def _add_durability(enqueue: argparse.ArgumentParser) -> None:
@@ -130,6 +203,32 @@ def _add_status(commands: argparse._SubParsersAction) -> None:
         const=2.0,
         metavar="SECONDS",
         help="refresh every SECONDS (default 2) until interrupted",
+    )
+
+
+def _add_control(commands: argparse._SubParsersAction) -> None:
+    """Operator controls, obeyed by every daemon on every host (the state lives in Redis)."""
+    for name, what in (
+        ("pause", "no daemon starts a new job of these queues (within a second) until resumed"),
+        ("resume", "let paused queues run again"),
+    ):
+        command = commands.add_parser(name, help=what)
+        _config_arg(command, positional=False)
+        command.add_argument("queues", nargs="*", metavar="QUEUE")
+        command.add_argument("--all", action="store_true", help="every queue of the config")
+    cancel = commands.add_parser(
+        "cancel",
+        help="stop jobs wherever they are: running on any daemon, waiting, or delayed "
+        "(exit 3 when none is found)",
+    )
+    _config_arg(cancel, positional=False)
+    cancel.add_argument("queue", metavar="QUEUE")
+    cancel.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+    cancel.add_argument(
+        "--wait",
+        default="1h",
+        metavar="DURATION",
+        help="how long a job not found yet stays cancelled if it is read later (default 1h)",
     )
 
 

@@ -7,9 +7,9 @@ import datetime
 import sys
 
 from jobd import dlq, exitcodes
+from jobd.cli.common import Unreachable, store_for
 from jobd.config import Config, QueueConfig
 from jobd.logs import printable
-from jobd.store import connection as redisconn
 from jobd.store.store import Store
 
 
@@ -19,33 +19,29 @@ def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
             f"no queue {args.queue!r} in {config.path}; queues: {', '.join(config.queues)}"
         )
     queue = config.queues[args.queue]
-    store = Store.open(config.redis, "dlq")
     try:
-        if args.action == "list":
-            for record in dlq.records(store, queue, args.limit):
-                print(summary_line(record))
-        elif args.action == "show":
-            record = dlq.find(store, queue, args.ref)
-            if record is None:
-                print(
-                    f"jobd: no dead letter {args.ref!r} in {queue.dead_letter.stream}",
-                    file=sys.stderr,
-                )
-                return exitcodes.FAILURE
-            show(record)
-        elif args.action == "requeue":
-            if args.all == bool(args.refs):
-                parser.error("requeue: give record or job ids, or --all")
-            return requeue(store, queue, args)
-        elif args.action == "purge":
-            print(
-                f"purged {dlq.purge(store, queue)} dead letter(s) from {queue.dead_letter.stream}"
-            )
-    except redisconn.UNAVAILABLE as exc:
-        print(f"jobd: cannot reach Redis at {config.redis.describe()}: {exc}", file=sys.stderr)
+        with store_for(config, "dlq") as store:
+            if args.action == "list":
+                for record in dlq.records(store, queue, args.limit):
+                    print(summary_line(record))
+            elif args.action == "show":
+                record = dlq.find(store, queue, args.ref)
+                if record is None:
+                    print(
+                        f"jobd: no dead letter {args.ref!r} in {queue.dead_letter.stream}",
+                        file=sys.stderr,
+                    )
+                    return exitcodes.FAILURE
+                show(record)
+            elif args.action == "requeue":
+                if args.all == bool(args.refs):
+                    parser.error("requeue: give record or job ids, or --all")
+                return requeue(store, queue, args)
+            elif args.action == "purge":
+                purged = dlq.purge(store, queue)
+                print(f"purged {purged} dead letter(s) from {queue.dead_letter.stream}")
+    except Unreachable:
         return exitcodes.UNAVAILABLE
-    finally:
-        store.close()
     return exitcodes.OK
 
 

@@ -1,27 +1,22 @@
 """The jobd command line: what each command does (``main`` runs the one asked for).
 
-``run`` hands over to the daemon, ``status`` and ``dlq`` to their own modules; validate,
-enqueue, schema and the dashboard on its own are here. The arguments each command takes are
+``run`` hands over to the daemon, ``status``, ``dlq`` and ``enqueue`` to their own modules;
+validate, schema and the dashboard on its own are here. The arguments each command takes are
 in ``arguments``."""
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import orjson
 
 from jobd import exitcodes
 from jobd.cli.arguments import build_parser
-from jobd.config import DEFAULT_CONFIG, Config, ConfigError, durations, load
-
-if TYPE_CHECKING:
-    from jobd.producer import Durability
+from jobd.config import DEFAULT_CONFIG, Config, ConfigError, load
 
 
 def config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
@@ -72,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return run_dlq(config, args, parser)
             if args.command == "dashboard":
                 return serve_dashboard(config, args.listen)
+            if args.command in ("pause", "resume", "cancel"):
+                from jobd.cli.control import run_control
+
+                return run_control(config, args, parser)
     except RuntimeError as exc:  # the embedded server could not be started
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
@@ -127,84 +126,10 @@ def validate(path: str, fmt: str) -> int:
 
 
 def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from jobd import producer
+    """`jobd enqueue`: ``jobd.cli.enqueue``, imported only for it (it brings the producer)."""
+    from jobd.cli.enqueue import run_enqueue
 
-    if args.queue not in config.queues:
-        parser.error(
-            f"no queue {args.queue!r} in {config.path}; queues: {', '.join(config.queues)}"
-        )
-    payload = read_payload(args, parser)
-    if payload is None:
-        return exitcodes.USAGE
-    try:
-        at, delay = when_to_run(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.priority is not None:
-        try:
-            config.queues[args.queue].level(args.priority)
-        except ValueError as exc:
-            parser.error(f"--priority {args.priority}: {exc}")
-    if args.unique and args.job_id is None:
-        parser.error("--unique needs --job-id: uniqueness is per job id")
-    durability = durability_of(args, parser)
-    try:
-        job_id = producer.enqueue(
-            config,
-            args.queue,
-            payload,
-            job_id=args.job_id,
-            at=at,
-            delay=delay,
-            durability=durability,
-            unique=args.unique,
-            priority=args.priority,
-        )
-    except producer.Duplicate as exc:
-        print(f"jobd: {exc}", file=sys.stderr)
-        return exitcodes.DUPLICATE
-    except producer.NotDurable as exc:
-        print(exc.job_id)
-        print(f"jobd: {exc}", file=sys.stderr)
-        return exitcodes.TEMPFAIL
-    except producer.ProducerError as exc:
-        print(f"jobd: {exc}", file=sys.stderr)
-        return exitcodes.UNAVAILABLE
-    print(job_id)
-    return exitcodes.OK
-
-
-def read_payload(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bytes | None:
-    """The payload: PAYLOAD, the file --payload-file names, else stdin; None (said on stderr)
-    when the file cannot be read."""
-    if args.payload is not None and args.payload_file:
-        parser.error("give the payload once: PAYLOAD or --payload-file")
-    if args.payload is not None:
-        return os.fsencode(args.payload)
-    if not args.payload_file:
-        return sys.stdin.buffer.read()
-    try:
-        with open(args.payload_file, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        print(f"jobd: cannot read {args.payload_file}: {exc.strerror}", file=sys.stderr)
-        return None
-
-
-def durability_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Durability | None:
-    """What --wait-replicas / --wait-aof ask to wait for after the write; None for nothing."""
-    from jobd import producer
-
-    if args.wait_replicas is None and not args.wait_aof:
-        return None
-    replicas = args.wait_replicas or 0
-    if replicas < 0:
-        parser.error("--wait-replicas: give 0 or more")
-    try:
-        timeout = durations.parse(args.wait_timeout)
-    except ValueError as exc:
-        parser.error(f"--wait-timeout: {exc}")
-    return producer.Durability(replicas, args.wait_aof, timeout)
+    return run_enqueue(config, args, parser)
 
 
 def serve_dashboard(config: Config, listen: str) -> int:
@@ -231,26 +156,6 @@ def serve_dashboard(config: Config, listen: str) -> int:
     done.wait()
     server.shutdown()
     return exitcodes.OK
-
-
-def when_to_run(args: argparse.Namespace) -> tuple[float | None, float | None]:
-    """(Unix time from --at, seconds from --delay); (None, None) for now. A delay is sent as
-    such: Redis's clock, not this host's, decides when it ends."""
-    if args.delay is not None:
-        return None, durations.parse(args.delay)
-    if args.at is None:
-        return None, None
-    try:
-        return float(args.at), None
-    except ValueError:
-        pass
-    try:
-        moment = datetime.datetime.fromisoformat(args.at)
-    except ValueError:
-        raise ValueError(
-            f"--at {args.at!r}: write ISO 8601 (2026-12-01T09:00:00+00:00) or Unix seconds"
-        ) from None
-    return moment.timestamp(), None  # a time without an offset is local time
 
 
 def print_script(name: str, parser: argparse.ArgumentParser) -> int:

@@ -24,6 +24,10 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"queue {name}  (stream {s['stream']}, group {s['group']})")
         if not s["exists"]:
             lines.append("  no consumer group yet: no daemon has run this queue")
+        if s.get("paused"):
+            p = s["paused"]
+            lines.append(f"  PAUSED since {_when(p['since'])} by {p['by']}: "
+                         "no new job starts until `jobd resume`")  # fmt: skip
         last, this = s["last_minute"], s["this_minute"]
         lines += [
             f"  length {s['length']}  lag {s['lag'] if s['lag'] is not None else '-'}  "
@@ -62,3 +66,7 @@ def render(report: dict[str, Any]) -> str:
                 f"next tick {at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
             )
     return "\n".join(printable(line) for line in lines)  # names others wrote: escaped
+
+
+def _when(unix: float) -> str:
+    return datetime.datetime.fromtimestamp(unix, datetime.UTC).isoformat(timespec="seconds")

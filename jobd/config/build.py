@@ -153,6 +153,7 @@ def build_queue(q: QueueSettings) -> QueueConfig:
         slots=q.get("limits", "concurrency", default=None),
         rate=q.rate(),
         starvation_after=q.optional_duration("starvation_after"),
+        max_wait=q.optional_duration("max_wait"),
         keys=queue_keys,
     )
     return with_levels(queue, *q.priorities())

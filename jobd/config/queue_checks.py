@@ -198,6 +198,7 @@ CHECKS: tuple[Check, ...] = (
     _positive("dedupe", "window"),
     _positive_rate,
     _positive("starvation_after"),
+    _positive("max_wait"),
     _lease,
     _backoff,
     _dead_letter_not_own_stream,

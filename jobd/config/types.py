@@ -96,6 +96,7 @@ class QueueConfig:
     slots: int | None  # limits.concurrency: handlers across all daemons; None: no limit
     rate: Rate | None  # limits.rate and limits.burst; None: no limit
     starvation_after: float | None  # priorities: a lower level's job waiting this long goes first
+    max_wait: float | None  # a job not started this long after it was enqueued expires
     keys: QueueKeys  # every Redis key of the queue, derived in jobd/store/keys.py
     # Priority levels: this config's level (None without priorities), and on the queue's own
     # config every level's, highest first, each with its stream and delayed set (the default

@@ -7,6 +7,7 @@ int the loop replaces whole).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterator
 
@@ -14,6 +15,8 @@ from jobd.config import QueueConfig
 from jobd.daemon.poller import Poller
 from jobd.job import Job
 from jobd.process.handler import Handler, StopReason
+from jobd.store.leases import Lost
+from jobd.web.metrics import Metrics
 
 EntryKey = tuple[str, str, str]  # (stream, group, message id)
 
@@ -61,6 +64,25 @@ class Handlers:
         elif handler.read_output(fd):
             self.poller.unregister(fd)
             handler.close_output(fd)
+
+    def told(self, lost: Lost, now: float, metrics: Metrics) -> bool:
+        """The lease renewal's report on one entry: its lease was lost (stop the handler and
+        never settle the entry), or ``jobd cancel`` asks for it (stop the handler; the outcome
+        is 'cancelled'). False when no handler runs the entry."""
+        handler = self.by_entry.get((*lost.key, lost.message_id))
+        if handler is None:
+            return False
+        if lost.cancelled:
+            if not handler.cancelled:  # reported again at every renewal until it is settled
+                handler.log(logging.WARNING, "cancelled (jobd cancel); stopping the handler")
+            self.stop(handler, StopReason.CANCEL, now)
+            return True
+        to = f"consumer {lost.owner}" if lost.owner else "nobody (acked elsewhere, or trimmed)"
+        metrics.of(handler.queue.name).leases_lost.inc()
+        what = "lease lost: the entry now belongs to %s; stopping the handler"
+        handler.log(logging.WARNING, what, to)
+        self.stop(handler, StopReason.LEASE_LOST, now)
+        return True
 
     def stop(self, handler: Handler, reason: StopReason, now: float) -> None:
         handler.stop(reason, now)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 from jobd.config import QueueConfig
-from jobd.daemon.handlers import EntryKey
+from jobd.daemon.handlers import EntryKey, entry_key
 from jobd.daemon.lease import Lost
 from jobd.daemon.poller import Wakeup
 from jobd.job import Job
@@ -25,7 +25,7 @@ class Inbox:
         self.delivered: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
         self.lost: queue.SimpleQueue[Lost] = queue.SimpleQueue()
         # Entries reported lost that no handler runs: if still to be started, they are not.
-        self.lost_unstarted: dict[EntryKey, float] = {}
+        self.lost_unstarted: dict[EntryKey, tuple[float, Lost]] = {}
 
     # -- other threads --------------------------------------------------------------------
 
@@ -56,18 +56,19 @@ class Inbox:
         while not self.lost.empty():
             yield self.lost.get_nowait()
 
-    def lost_unstarted_at(self, key: EntryKey, now: float) -> None:
-        """A lost entry no handler runs: maybe delivered and not started yet."""
-        self.lost_unstarted[key] = now
+    def lost_unstarted_at(self, lost: Lost, now: float) -> None:
+        """A lost (or cancelled) entry no handler runs: maybe delivered and not started yet."""
+        self.lost_unstarted[(*lost.key, lost.message_id)] = (now, lost)
         cutoff = now - LOST_MEMORY
-        for old in [k for k, at in self.lost_unstarted.items() if at < cutoff]:
+        for old in [k for k, (at, _) in self.lost_unstarted.items() if at < cutoff]:
             del self.lost_unstarted[old]  # settled before the report came: nothing to skip
 
-    def lost_before(self, key: EntryKey, delivered_at: float) -> bool:
-        """Whether this delivery of the entry was reported lost (a later delivery of the same
-        entry, claimed back after its new owner died, is not)."""
-        lost_at = self.lost_unstarted.get(key)
-        if lost_at is None or delivered_at > lost_at:
-            return False
+    def lost_before(self, queue: QueueConfig, job: Job, delivered_at: float) -> Lost | None:
+        """The report on this delivery of the entry, if it was reported lost or cancelled (a
+        later delivery of the same entry, claimed back after its new owner died, was not)."""
+        key = entry_key(queue, job)
+        at, lost = self.lost_unstarted.get(key, (None, None))
+        if at is None or delivered_at > at:
+            return None
         del self.lost_unstarted[key]
-        return True
+        return lost

@@ -85,8 +85,8 @@ class Renewal:
         if not ids:
             return
         lost = self.store.renew(self.queue, ids)
-        if lost:
-            self.holdings.discard(key(self.queue), [x.message_id for x in lost])
+        if lost:  # a cancelled entry is still held: its outcome ('cancelled') is to be written
+            self.holdings.discard(key(self.queue), [x.message_id for x in lost if not x.cancelled])
             self.on_lost(lost)
 
 

@@ -44,17 +44,18 @@ from jobd import exitcodes, hardening, logs
 from jobd.config import Config, QueueConfig
 from jobd.daemon import delayed, janitor, lease, periodic, queues, retention
 from jobd.daemon.duties import Duty, Ticker
-from jobd.daemon.handlers import Handlers, entry_key
+from jobd.daemon.handlers import Handlers
 from jobd.daemon.inbox import Inbox
 from jobd.daemon.lease import Holdings, Renewal
 from jobd.daemon.notify import Notifier
 from jobd.daemon.poller import STOP_SIGNALS, Poller, Signals
-from jobd.daemon.reader import Reader, Slots
+from jobd.daemon.reader import Reader
 from jobd.daemon.recorder import Recorder
 from jobd.daemon.report import LoopView, StatusReport, status_line
+from jobd.daemon.slots import Slots
 from jobd.embedded import EmbeddedServer
 from jobd.job import Job
-from jobd.outcome import MALFORMED, Outcome, Verb
+from jobd.outcome import Outcome, Verb
 from jobd.process import policy, spawn
 from jobd.process.handler import Handler, SpawnError, StopReason
 from jobd.store.store import Store
@@ -268,36 +269,32 @@ class Daemon:
                 self.reload()
 
     def on_lost(self) -> None:
-        """Stop the handler of each entry whose lease was lost; never settle those entries."""
+        """Stop the handler of each entry whose lease was lost (never settling it) or that was
+        cancelled; one not started yet is remembered, for start_delivered."""
         now = time.monotonic()
         for lost in self.inbox.losses():
-            key = (*lost.key, lost.message_id)
-            handler = self.running.by_entry.get(key)
-            if handler is None:  # start_delivered skips its delivery, if it is one
-                self.inbox.lost_unstarted_at(key, now)
-                continue
-            to = f"consumer {lost.owner}" if lost.owner else "nobody (acked elsewhere, or trimmed)"
-            self.metrics.of(handler.queue.name).leases_lost.inc()
-            what = "lease lost: the entry now belongs to %s; stopping the handler"
-            handler.log(logging.WARNING, what, to)
-            self.running.stop(handler, StopReason.LEASE_LOST, now)
+            if not self.running.told(lost, now, self.metrics):
+                self.inbox.lost_unstarted_at(lost, now)
 
     # -- starting and ending handlers -----------------------------------------------------
 
     def start_delivered(self) -> None:
         for queue, job, at in self.inbox.deliveries():
             current = self.queues.current_level(queue)
-            if self.inbox.lost_unstarted and self.inbox.lost_before(entry_key(queue, job), at):
-                log.warning("%s lease lost before it started; not starting it", job.tag(queue.name))
-                self.freed[queue.name] += 1
+            if self.inbox.lost_unstarted and (lost := self.inbox.lost_before(queue, job, at)):
+                log.warning("%s %s before it started: not started", job.tag(queue.name),
+                            "cancelled" if lost.cancelled else "lease lost")  # fmt: skip
+                if lost.cancelled:
+                    self.settle(Outcome(Verb.CANCEL, queue, job))
+                else:
+                    self.freed[queue.name] += 1
             elif self.stopping or current is None:
                 why = "jobd stopped" if self.stopping else "its queue was removed or moved"
                 log.info("%s read as %s: handed back", job.tag(queue.name), why)
                 self.settle(Outcome(Verb.HAND_BACK, queue, job))
-            elif (reason := policy.refused(current, job)) is not None:
-                log.error("%s %s: dead-lettered unrun", job.tag(queue.name), reason)
-                self.settle(Outcome(Verb.DEAD_LETTER, current, job, MALFORMED,
-                                    attempts=job.attempt, detail=reason.encode()))  # fmt: skip
+            elif (dead := policy.refusal(current, job)) is not None:  # malformed, expired
+                log.error("%s %s: dead-lettered unrun", job.tag(queue.name), dead.detail.decode())
+                self.settle(dead)
             else:
                 self.start(current, job)
 

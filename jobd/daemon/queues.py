@@ -1,6 +1,6 @@
 """The queues a daemon serves: their readers and slots, and how a reload (SIGHUP) changes them.
 
-Each queue has one reader thread and its free slots (``reader.Slots``). A reload reads the file
+Each queue has one reader thread and its free slots (``slots.Slots``). A reload reads the file
 again and applies it only if it is valid and changes nothing read once at start (Redis, the
 metrics listener, the dashboard): a removed queue's reader stops, a changed queue's reader is
 replaced, an added queue gets one. Running handlers keep the queue definition they started with;
@@ -16,7 +16,8 @@ from collections.abc import Callable
 from jobd import hardening
 from jobd.config import Config, ConfigError, QueueConfig, load
 from jobd.daemon import lease
-from jobd.daemon.reader import Reader, Slots
+from jobd.daemon.reader import Reader
+from jobd.daemon.slots import Slots
 from jobd.store import connection
 from jobd.store.store import Store
 

@@ -17,12 +17,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import redis
 
 from jobd.config import QueueConfig, RedisConfig
 from jobd.daemon import limits
 from jobd.daemon.lease import Holdings
+from jobd.daemon.slots import Slots
 from jobd.job import Job
 from jobd.outcome import POISON, Outcome, Verb
 from jobd.store import connection as redisconn
@@ -35,37 +37,9 @@ from jobd.web.metrics import Metrics
 log = logging.getLogger("jobd.reader")
 
 RECLAIM_EVERY = 1.0  # seconds between reclaim passes at most (a quarter of reclaim_after if less)
-
-
-class Slots:
-    """A queue's free handler slots, shared by its reader and the main loop."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self._free = total
-        self._cond = threading.Condition()
-
-    def resize(self, total: int) -> None:
-        """A reload changed the concurrency. Free slots may go below zero for a while: handlers
-        already running finish, and only then is a new one started."""
-        with self._cond:
-            self._free += total - self.total
-            self.total = total
-            self._cond.notify()
-
-    def take_all(self, timeout: float) -> int:
-        """Wait up to ``timeout`` for a free slot; take every free slot and return how many."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._free > 0, timeout):
-                return 0
-            taken, self._free = self._free, 0
-            return taken
-
-    def give(self, n: int = 1) -> None:
-        if n:
-            with self._cond:
-                self._free += n
-                self._cond.notify()
+# Seconds between two askings whether the queue is paused (`jobd pause`); no read blocks past
+# the next one, so no job of a paused queue is read later than this after the pause.
+PAUSE_POLL = 0.5
 
 
 class Reader(threading.Thread):
@@ -100,6 +74,8 @@ class Reader(threading.Thread):
         self.ready = threading.Event()  # set once Redis answered and the group exists
         self.reclaim_every = min(RECLAIM_EVERY, queue.lease.reclaim_after / 4)
         self.next_reclaim = 0.0
+        self.paused = False  # as last asked of Redis
+        self.next_pause_check = 0.0
         self._group_ok = False
         self.outage = redisconn.Outage(log, f"queue={queue.name} ")
 
@@ -150,6 +126,8 @@ class Reader(threading.Thread):
                         self.group_recreated(level)
             self._group_ok = True
             self.ready.set()
+        if self.held_by_pause():
+            return
         free = self.slots.take_all(timeout=0.5)
         if not free:
             return
@@ -208,14 +186,30 @@ class Reader(threading.Thread):
         return max(0.0, self.next_reclaim - time.monotonic())
 
     def block_ms(self) -> int:
-        return max(1, min(redisconn.BLOCK_MS, int(self.until_reclaim() * 1000)))
+        until = min(self.until_reclaim(), self.next_pause_check - time.monotonic())
+        return max(1, min(redisconn.BLOCK_MS, int(until * 1000)))
+
+    def held_by_pause(self) -> bool:
+        """While the queue is paused (``jobd pause``) read nothing and reclaim nothing, holding
+        no slot: asked of Redis every PAUSE_POLL."""
+        now = time.monotonic()
+        if now >= self.next_pause_check:
+            paused = self.store.paused(self.queue)
+            if (paused is not None) != self.paused:
+                what = f"paused by {paused.by}: reading nothing" if paused else "resumed"
+                log.warning("queue=%s %s", self.queue.name, what)
+            self.paused = paused is not None
+            self.next_pause_check = now + PAUSE_POLL
+        if self.paused:
+            self.stopping.wait(max(0.0, self.next_pause_check - time.monotonic()))
+        return self.paused
 
     def read_new(self, count: int, block: bool = True) -> int:
         """XREADGROUP at most ``count`` new entries; blocks (with ``block``) until the next
         reclaim at most."""
         q = self.queue
-        entries = self.store.read_new(q, count, self.block_ms() if block else None)
-        return self.hand_over(q, jobs_of(q, entries))
+        entries, cancels = self.store.read_new(q, count, self.block_ms() if block else None)
+        return self.hand_over(q, jobs_of(q, entries), cancels)
 
     def read_levels(self, count: int) -> tuple[int, dict[str, str]]:
         """At most ``count`` new entries, highest level first, in one script call (it never
@@ -308,15 +302,20 @@ class Reader(threading.Thread):
         if outcomes:
             self.record(outcomes)
 
-    def hand_over(self, q: QueueConfig, jobs: list[Job]) -> int:
+    def hand_over(self, q: QueueConfig, jobs: list[Job], cancels: bool | None = None) -> int:
         """Hold the jobs' leases from now on, and pass them to the main loop with ``q``, the
-        queue or the level they were read from; returns how many (the slots they take)."""
+        queue or the level they were read from; returns how many (the slots they take). Jobs
+        cancelled (``jobd cancel``) are acknowledged unrun first; ``cancels``: whether the queue
+        has cancellation marks, when the read said (else asked when there are jobs)."""
+        if jobs and (cancels if cancels is not None else self.store.has_cancels(q)):
+            jobs = self.drop_cancelled(q, jobs)
         if jobs and q.dedupe_window is not None:
             try:
                 jobs = self.drop_done(q, jobs)
             except redis.ResponseError as exc:  # never a reason to leave the batch unrun
                 log.error("queue=%s dedupe check failed (%s); running the batch", q.name, exc)
         if jobs:
+            jobs = self.clocked(q, jobs)
             ids = [job.message_id for job in jobs]
             self.holdings.add(key(q), ids)
             if self.limiter is not None:
@@ -324,6 +323,34 @@ class Reader(threading.Thread):
             self.deliver(q, jobs)
             self.filled += len(jobs)
         return len(jobs)
+
+    def clocked(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
+        """The jobs, each with Redis's clock offset when one of them can expire (its own
+        jobd_expires_at, or the queue's max_wait): one TIME per read pass that needs it, none
+        otherwise. Not measured (Redis did not answer), they are not expired: they run."""
+        if not any(job.needs_clock(q) for job in jobs):
+            return jobs
+        try:
+            offset = clock_offset(self.store.client)
+        except redis.RedisError as exc:
+            log.warning("queue=%s cannot read Redis's clock (%s): not checking expiry", q.name, exc)
+            return jobs
+        return [replace(job, clock_offset=offset) for job in jobs]
+
+    def drop_cancelled(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
+        """Acknowledge, unrun, the jobs ``jobd cancel`` marked (one script call); the others.
+        A check that fails (a marks key someone else wrote) runs the batch: never a wedge."""
+        try:
+            gone = self.store.cancelled(q, [job.message_id for job in jobs])
+        except redis.ResponseError as exc:
+            log.error("queue=%s cancellation check failed (%s); running the batch", q.name, exc)
+            return jobs
+        for job in jobs:
+            if job.message_id in gone:
+                log.warning("%s cancelled (jobd cancel) before it started: acked unrun",
+                            job.tag(q.name))  # fmt: skip
+                self.metrics.cancelled.labels(queue=q.name).inc()
+        return [job for job in jobs if job.message_id not in gone]
 
     def drop_done(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
         """Acknowledge, unrun, the jobs whose job id completed within the dedupe window (one
@@ -340,3 +367,11 @@ class Reader(threading.Thread):
 def jobs_of(q: QueueConfig, entries: list[Entry]) -> list[Job]:
     """The jobs of entries read from ``q`` (the queue, or one of its levels)."""
     return [Job.from_entry(q.name, mid, fields) for mid, fields in entries]
+
+
+def clock_offset(client: redis.Redis) -> float:
+    """Redis's clock (TIME) minus this host's, seconds, to within half a round trip: what turns
+    this host's time into Redis's, which stamped every entry's id (see policy.expired)."""
+    before = time.time()
+    seconds, micros = client.time()
+    return int(seconds) + int(micros) / 1e6 - (before + time.time()) / 2

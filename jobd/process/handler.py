@@ -50,6 +50,7 @@ class StopReason(enum.Enum):
     TIMEOUT = "timed out"
     SHUTDOWN = "still running at the end of shutdown_grace"
     LEASE_LOST = "lease lost"
+    CANCEL = "cancelled (jobd cancel)"
 
 
 class SpawnError(Exception):
@@ -133,10 +134,13 @@ class Handler:
         self.state = State.RUNNING
         self.started = time.monotonic()
         self.waited = max(0.0, time.time() - job.enqueued_at())  # enqueue (its stream id) to start
+        # This attempt's timeout: the queue's, or the job's own jobd_timeout when shorter.
+        self.timeout = job.timeout(queue)
         # When the loop must act on it next: at its timeout, then (once SIGTERMed) SIGKILL.
-        self.due = self.started + queue.timeout
+        self.due = self.started + self.timeout
         self.stop_reason: StopReason | None = None  # why jobd SIGTERMed it, if it did
         self.lease_lost = False  # its entry is someone else's now, whenever that was learnt
+        self.cancelled = False  # `jobd cancel` asked for it, whenever that was learnt
         self.stdout = Output(self, "stdout", keep_tail=False)
         self.stderr = Output(self, "stderr", keep_tail=True)
         self.stdin_fd = stdin  # our end of its stdin pipe, until all is written
@@ -165,7 +169,7 @@ class Handler:
             JOBD_JOB_ID=job.job_id,
             JOBD_MESSAGE_ID=job.message_id,
             JOBD_ATTEMPT=str(job.attempt),
-            JOBD_DEADLINE=str(int(time.time() + queue.timeout)),
+            JOBD_DEADLINE=str(int(time.time() + job.timeout(queue))),  # the job's own, if less
             # A handler whose daemon dies while the payload is still being written reads a
             # short stdin then EOF; this tells it so (extension of the contract, see README).
             JOBD_PAYLOAD_BYTES=str(len(payload)),
@@ -254,11 +258,12 @@ class Handler:
         already stopping keeps its reason and its SIGKILL time; a lost lease is noted whatever
         the state."""
         self.lease_lost |= reason is StopReason.LEASE_LOST
+        self.cancelled |= reason is StopReason.CANCEL
         if self.state is not State.RUNNING:
             return
         self.stop_reason = reason
         if reason is StopReason.TIMEOUT:
-            self.log(logging.WARNING, "timed out after %gs; SIGTERM", self.queue.timeout)
+            self.log(logging.WARNING, "timed out after %gs; SIGTERM", self.timeout)
         elif reason is StopReason.SHUTDOWN:
             self.log(logging.WARNING, "still running at the end of shutdown_grace; stopping it")
         self.state = State.TERMINATING
@@ -279,8 +284,11 @@ class Handler:
         return self.due
 
     def ending(self) -> StopReason | None:
-        """Why jobd ended it, for the policy: a lost lease above all, else why it was stopped."""
-        return StopReason.LEASE_LOST if self.lease_lost else self.stop_reason
+        """Why jobd ended it, for the policy: a lost lease above all, then a cancellation, else
+        why it was stopped."""
+        if self.lease_lost:
+            return StopReason.LEASE_LOST
+        return StopReason.CANCEL if self.cancelled else self.stop_reason
 
     def kill(self) -> None:
         if self.state is not State.EXITED:

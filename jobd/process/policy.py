@@ -11,11 +11,23 @@
 | could not be started (missing, not executable, …)  | retry, then dead letter (``spawn``)      |
 | stopped because jobd is shutting down              | handed back at once; not an attempt      |
 | its lease was lost to another consumer             | nothing: the new owner settles the job   |
+| stopped by ``jobd cancel`` (and not exit 0)        | cancelled: acked, no retry, no dead letter |
 
-"Retry" means: while attempts remain (``retry.max_attempts`` in all, the first included), the
-job waits in the delayed set for ``backoff × 2^(n−1)`` (capped at ``max_backoff``, ± ``jitter``)
-after attempt n, then runs again with ``JOBD_ATTEMPT`` n+1; after the last attempt it is
-dead-lettered.
+"Retry" means: while attempts remain (``retry.max_attempts`` in all, the first included, or the
+job's own ``jobd_max_attempts`` when lower), the job waits in the delayed set for
+``backoff × 2^(n−1)`` (capped at ``max_backoff``, ± ``jitter``) after attempt n, then runs
+again with ``JOBD_ATTEMPT`` n+1; after the last attempt it is dead-lettered. A job whose next
+attempt would be due after its ``jobd_expires_at`` is dead-lettered at once instead, with its
+failure's own ``jobd_error`` (that failure's stderr is kept; an ``expired`` record would hide it).
+
+Some jobs must not run at all (``refusal``, before a handler starts): too wide to retry or
+with a payload above ``max_payload`` (``malformed``), or too late (``expired``): its
+``jobd_expires_at`` has passed, or it waited longer than the queue's ``max_wait`` since its
+entry was added (a retry: since it was due again and re-added). "Now" is Redis's clock, the
+one that stamped the entry's id: this host's clock plus the offset to Redis's ``TIME`` that
+the reader measured when it read the job (``Job.clock_offset``), so a daemon whose clock is
+off neither expires fresh jobs nor runs expired ones. When that offset could not be measured
+(Redis answered the read, then not ``TIME``), the job is not expired: it runs.
 """
 
 from __future__ import annotations
@@ -23,8 +35,8 @@ from __future__ import annotations
 import random
 
 from jobd.config import QueueConfig, Retry
-from jobd.job import MAX_FIELDS, Job
-from jobd.outcome import EXIT, SIGNAL, SPAWN, TIMEOUT, Outcome, Verb
+from jobd.job import EXPIRES_MIN_MS, MAX_FIELDS, Job
+from jobd.outcome import EXIT, EXPIRED, MALFORMED, SIGNAL, SPAWN, TIMEOUT, Outcome, Verb
 from jobd.process.handler import ExitStatus, StopReason
 
 _RNG = random.Random()
@@ -46,18 +58,62 @@ def decide(
         return Outcome(Verb.RELEASE, queue, job)
     if status is not None and status.ok:
         return Outcome(Verb.ACK, queue, job, timing=timing)
+    if stopped is StopReason.CANCEL:
+        return Outcome(Verb.CANCEL, queue, job, timing=timing)
     if stopped is StopReason.SHUTDOWN:
         return Outcome(Verb.HAND_BACK, queue, job, timing=timing)
     error = failure_kind(status)
     permanent = status is not None and status.code in queue.fail_exit_codes and not status.timed_out
-    if permanent or job.attempt >= queue.retry.max_attempts:
-        return Outcome(
-            Verb.DEAD_LETTER, queue, job, error, attempts=job.attempt, detail=detail,
-            exit_code=status.code if status else None, signal=status.signal if status else None,
-            timing=timing,
-        )  # fmt: skip
+    dead = Outcome(
+        Verb.DEAD_LETTER, queue, job, error, attempts=job.attempt, detail=detail,
+        exit_code=status.code if status else None, signal=status.signal if status else None,
+        timing=timing,
+    )  # fmt: skip
+    if permanent or job.attempt >= job.max_attempts(queue):
+        return dead
     delay = backoff_delay(queue.retry, job.attempt, rng or _RNG)
+    if expires_before(job, delay):
+        return dead
     return Outcome(Verb.RETRY, queue, job, error, delay=delay, timing=timing)
+
+
+def expires_before(job: Job, delay: float, now: float | None = None) -> bool:
+    """Whether the job's ``jobd_expires_at`` comes before its next attempt, ``delay`` seconds
+    from ``now`` (on Redis's clock): then that attempt would only be dead-lettered as expired."""
+    redis_now = job.redis_now(now)
+    return (
+        job.expires_at is not None and redis_now is not None and redis_now + delay >= job.expires_at
+    )
+
+
+def refusal(queue: QueueConfig, job: Job, now: float | None = None) -> Outcome | None:
+    """The dead letter of a job that must not run at all, if it must not: ``malformed`` (see
+    ``refused``) or ``expired`` (see ``expired``); ``now`` is this host's clock (default: read)."""
+    if (reason := refused(queue, job)) is not None:
+        error, attempts = MALFORMED, job.attempt
+    elif (reason := expired(queue, job, now)) is not None:
+        error, attempts = EXPIRED, job.attempt - 1  # the attempts that ran: this one did not
+    else:
+        return None
+    return Outcome(Verb.DEAD_LETTER, queue, job, error, attempts=attempts, detail=reason.encode())
+
+
+def expired(queue: QueueConfig, job: Job, now: float | None = None) -> str | None:
+    """Why this job is too late to start, if it is: its ``jobd_expires_at`` has passed, or it
+    waited longer than the queue's ``max_wait`` since its entry was added. Both on Redis's
+    clock (``Job.redis_now``); a job whose clock offset is unknown never expires here."""
+    redis_now = job.redis_now(now)
+    if redis_now is None:
+        return None
+    if job.expires_at is not None and redis_now >= job.expires_at:
+        late = redis_now - job.expires_at
+        return f"expired: not started by its jobd_expires_at ({late:.1f}s ago)"
+    waited = redis_now - job.enqueued_at()
+    # An id a producer chose by hand ("1-1") says nothing of when it was added: no max_wait.
+    timed = job.enqueued_at() * 1000 >= EXPIRES_MIN_MS
+    if queue.max_wait is not None and timed and waited > queue.max_wait:
+        return f"expired: waited {waited:.1f}s to start, more than max_wait ({queue.max_wait:g}s)"
+    return None
 
 
 def refused(queue: QueueConfig, job: Job) -> str | None:

@@ -2,8 +2,9 @@
 dashboard's cut view, ``lua/dead_letters_shown.lua``), moved back to their queue
 (``lua/requeue.lua``) and purged (``lua/purge.lua``); a job added to its queue now (XADD), for
 later (``lua/schedule.lua``) or only if its job id is not there already
-(``lua/enqueue_unique.lua``), with the wait for its durability in the same round trip. What the
-commands around them decide: ``jobd.dlq`` and ``jobd.producer``.
+(``lua/enqueue_unique.lua``), with the wait for its durability in the same round trip, or many
+jobs in one pipeline (``enqueue_batch``). What the commands around them decide: ``jobd.dlq``
+and ``jobd.producer``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,16 @@ class Durability:
     replicas: int = 0
     aof: bool = False
     timeout: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class NewEntry:
+    """A job to add: its fields, when it is due (None: now; Unix ms, or ``delayed.after``)
+    and, for a unique job, its job id (added only if that id is not there already)."""
+
+    fields: dict[bytes, bytes]
+    due: Due | None = None
+    unique_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,20 +159,45 @@ class AdminOps(StoreBase):
         or WAITAOF, in the same pipeline on the same connection) covers this write."""
         node = connection.node_for(self.client, queue.stream)
         pipe = node.pipeline(transaction=False)
-        if unique_id is not None:
-            keys = [queue.stream, queue.keys.delayed, queue.keys.job_mark(unique_id)]
-            args = [UNIQUE_TTL * 1000, due or 0, uuid.uuid4().hex, *flatten(fields)]
-            self.scripts.enqueue_unique(keys=keys, args=args, client=pipe)
-        elif due is not None:
-            keys, args = schedule_call(queue, fields, due, to_stream=True)
-            self.scripts.schedule(keys=keys, args=args, client=pipe)
-        else:
-            pipe.xadd(queue.stream, fields)  # type: ignore[arg-type]
+        self._add(pipe, queue, NewEntry(fields, due, unique_id))
         if durability is not None:
             _wait(pipe, durability)
         replies = pipe.execute(raise_on_error=False)
         wait = replies[-1] if durability is not None else None
         return _enqueued(replies[0], unique_id is not None, wait)
+
+    def enqueue_batch(self, queue: QueueConfig, entries: Sequence[NewEntry]) -> list[Enqueued]:
+        """Add many jobs in one round trip (``jobd enqueue --lines``/``--ndjson``): each as
+        ``enqueue`` adds one (XADD, or its script for a timed or unique job), all in one
+        pipeline to the node of the queue's slot (every key of a queue is in that slot). A
+        batch with a script in it costs one more round trip (redis-py's SCRIPT EXISTS, which
+        loads a script the server lacks). What each write did, in order; an error refuses its
+        own job only."""
+        pipe = connection.node_for(self.client, queue.stream).pipeline(transaction=False)
+        for entry in entries:
+            self._add(pipe, queue, entry)
+        replies = pipe.execute(raise_on_error=False)
+        return [
+            _enqueued(reply, entry.unique_id is not None, None)
+            for reply, entry in zip(replies, entries, strict=True)
+        ]
+
+    def clock_ms(self) -> int:
+        """Redis's clock (TIME), Unix ms: what a job's expiry is counted on."""
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _add(self, pipe: redis.client.Pipeline, queue: QueueConfig, entry: NewEntry) -> None:
+        """Queue on ``pipe`` the write that adds ``entry``'s job."""
+        if entry.unique_id is not None:
+            keys = [queue.stream, queue.keys.delayed, queue.keys.job_mark(entry.unique_id)]
+            args = [UNIQUE_TTL * 1000, entry.due or 0, uuid.uuid4().hex, *flatten(entry.fields)]
+            self.scripts.enqueue_unique(keys=keys, args=args, client=pipe)
+        elif entry.due is not None:
+            keys, args = schedule_call(queue, entry.fields, entry.due, to_stream=True)
+            self.scripts.schedule(keys=keys, args=args, client=pipe)
+        else:
+            pipe.xadd(queue.stream, entry.fields)  # type: ignore[arg-type]
 
 
 def _requeue_call(queue: QueueConfig, chunk: list[Record]) -> tuple[list, list]:

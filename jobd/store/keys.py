@@ -32,6 +32,12 @@ Layout of a queue whose stream is S:
                        (see limits.py)
   derive(S, "rate")    limits.rate: the token bucket, a hash: tokens, at (Unix ms)
   derive(S, "waiting") consumers waiting for a slot or a token: a hash, consumer -> reason
+  derive(S, "paused")  `jobd pause`: a hash, since (Redis ms) and by (user@host); while it
+                       exists no reader of the queue reads (resume deletes it)
+  derive(S, "cancels") `jobd cancel`: a sorted set of cancellation marks, "id:MESSAGE_ID" (an
+                       entry found pending: its handler is stopped at its next lease renewal)
+                       or "job:JOB_ID" (not found: acked unrun when read), scored by when the
+                       mark expires (Redis ms)
   derive(S, "priority:L") the stream of priority level L (queues with `priorities`; the
                        default level's stream is S), with its own delayed set
                        derive(derive(S, "priority:L"), "delayed"); every other key is the queue's
@@ -83,6 +89,8 @@ class QueueKeys:
     running: str
     rate: str
     waiting: str
+    paused: str
+    cancels: str
 
     @classmethod
     def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
@@ -94,6 +102,8 @@ class QueueKeys:
             running=derive(stream, "running"),
             rate=derive(stream, "rate"),
             waiting=derive(stream, "waiting"),
+            paused=derive(stream, "paused"),
+            cancels=derive(stream, "cancels"),
         )
 
     def level(self, name: str) -> QueueKeys:

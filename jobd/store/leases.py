@@ -37,6 +37,7 @@ class Lost:
     key: LeaseKey
     message_id: str
     owner: str  # the consumer holding it now; '' when none (acknowledged, trimmed, handed back)
+    cancelled: bool = False  # not lost: still ours, and `jobd cancel` asks for it to stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,8 @@ class LeaseOps(StoreBase):
         """Renew ``ids`` in one script call, with their cluster-wide slots when the queue has
         a limit; returns the ones this consumer no longer holds (all of them when the group or
         its stream was deleted)."""
-        keys = [queue.stream, queue.keys.running] if queue.slots else [queue.stream]
+        keys = [queue.stream, queue.keys.cancels]
+        keys += [queue.keys.running] if queue.slots else []
         args = [queue.group, self.consumer, slot_lease_ms(queue), *ids]
         try:
             reply = self.scripts.renew(keys=keys, args=args)
@@ -72,10 +74,11 @@ class LeaseOps(StoreBase):
             if "NOGROUP" not in str(exc):
                 raise
             return [Lost(key(queue), mid, "") for mid in ids]
+        lost, cancelled = reply
         return [
-            Lost(key(queue), reply[i].decode(), os.fsdecode(reply[i + 1]))  # owner: any bytes
-            for i in range(0, len(reply), 2)
-        ]
+            Lost(key(queue), lost[i].decode(), os.fsdecode(lost[i + 1]))  # owner: any bytes
+            for i in range(0, len(lost), 2)
+        ] + [Lost(key(queue), mid.decode(), self.consumer, cancelled=True) for mid in cancelled]
 
     def acquire(self, queue: QueueConfig, want: int) -> Grant:
         """Take up to ``want`` slots and rate tokens before a read."""

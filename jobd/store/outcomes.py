@@ -21,6 +21,7 @@ from jobd.store.base import StoreBase
 from jobd.store.keys import STATS_TTL, flatten, slot_member
 from jobd.store.scripts import Batch
 
+SETTLE_OPS = {Verb.ACK: "ack", Verb.HAND_BACK: "back", Verb.CANCEL: "cancel"}  # settle.lua's
 STDERR_LIMIT = 4096  # bytes of a handler's stderr a dead-letter record keeps (its tail)
 
 # One write's outcomes and what came of it: the (message id, owner now) pairs of the entries
@@ -35,7 +36,7 @@ class OutcomeOps(StoreBase):
         calls: list[list[Outcome]] = []
         acks: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
         for o in outcomes:
-            if o.verb in (Verb.ACK, Verb.HAND_BACK):
+            if o.verb in SETTLE_OPS:
                 acks[(o.queue.stream, o.queue.group)].append(o)
             elif o.verb is Verb.RETRY:
                 sent.add(*self._retry(o))
@@ -55,18 +56,18 @@ class OutcomeOps(StoreBase):
         ]
 
     def _settle(self, outcomes: list[Outcome]) -> tuple:
-        """settle.lua for one queue's acks and hand-backs; an acked job's mark (its job id's)
-        is set or cleared in the same step."""
+        """settle.lua for one queue's acks, hand-backs and cancellations; an acked job's mark
+        (its job id's) is set or cleared in the same step."""
         q = outcomes[0].queue
-        keys: list[str | bytes] = [q.stream, q.keys.stats()]
+        keys: list[str | bytes] = [q.stream, q.keys.stats(), q.keys.cancels]
         ops: list[object] = []
         for o in outcomes:
             mark_index = 0  # where settle.lua finds the job's mark in KEYS; 0: none
             mark = _mark(o)
-            if mark is not None and o.verb is Verb.ACK:
+            if mark is not None and o.verb in (Verb.ACK, Verb.CANCEL):
                 keys.append(mark)
                 mark_index = len(keys)
-            ops += ["ack" if o.verb is Verb.ACK else "back", o.message_id, mark_index]
+            ops += [SETTLE_OPS[o.verb], o.message_id, mark_index]
         window_ms = int((q.dedupe_window or 0) * 1000)
         return self.scripts.settle, keys, [q.group, self.consumer, STATS_TTL, window_ms, *ops]
 

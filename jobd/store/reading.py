@@ -73,12 +73,20 @@ class ReadingOps(StoreBase):
                 raise
             return False
 
-    def read_new(self, queue: QueueConfig, count: int, block_ms: int | None) -> list[Entry]:
-        """At most ``count`` new entries (XREADGROUP), waiting up to ``block_ms`` for one."""
-        reply = self.client.xreadgroup(
+    def read_new(
+        self, queue: QueueConfig, count: int, block_ms: int | None
+    ) -> tuple[list[Entry], bool]:
+        """At most ``count`` new entries (XREADGROUP), waiting up to ``block_ms`` for one; and,
+        in the same round trip and after the read, whether the queue has cancellation marks
+        (then the reader asks which of these are cancelled: a job cancelled before this read
+        is caught there, one cancelled after it was pending, which cancel.lua sees)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xreadgroup(
             queue.group, self.consumer, {queue.stream: ">"}, count=count, block=block_ms
         )
-        return [(mid, fields) for mid, fields in reply[0][1]] if reply else []
+        pipe.exists(queue.keys.cancels)
+        reply, cancels = pipe.execute()
+        return ([(mid, fields) for mid, fields in reply[0][1]] if reply else []), bool(cancels)
 
     def read_levels(self, queue: QueueConfig, count: int) -> Levels:
         """At most ``count`` new entries of the queue's levels, highest first, in one script

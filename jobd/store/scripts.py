@@ -27,7 +27,7 @@ NAMES = (
     "renew", "settle", "reclaim", "dead_letter", "drop_consumer",
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
     "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe", "keep",
-    "purge", "dead_letters_shown",
+    "purge", "dead_letters_shown", "pause", "resume", "cancel", "cancel_delayed", "cancelled",
 )  # fmt: skip
 
 
@@ -72,6 +72,11 @@ class Scripts:
     observe: Script
     keep: Script
     purge: Script
+    pause: Script
+    resume: Script
+    cancel: Script
+    cancel_delayed: Script
+    cancelled: Script
     dead_letters_shown: Script
 
     def __init__(self, client: redis.Redis) -> None:

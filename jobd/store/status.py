@@ -15,6 +15,7 @@ import redis
 
 from jobd import cron
 from jobd.config import Config, QueueConfig
+from jobd.store.control import paused_from
 
 LAG_COUNT_CAP = 100_000  # when Redis reports lag as null, count at most this many entries
 
@@ -31,7 +32,7 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
     redis_ms = _redis_ms(client) if q.slots is not None or q.rate is not None else 0
     replies = _read(client, q, minute, redis_ms)
     length, groups, pending, consumers, delayed, dead, last, this = replies[:8]
-    slots_used, bucket, waiting = replies[8:]
+    slots_used, bucket, waiting, paused = replies[8:]
     group = None
     if not isinstance(groups, Exception):
         group = next((g for g in groups if os.fsdecode(g["name"]) == q.group), None)
@@ -49,6 +50,7 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         "this_minute": _counters(this),
         "consumers": [],
         "limits": _limits(q, slots_used, bucket, waiting, redis_ms),
+        "paused": _pause(paused),
         "schedule": [
             {"name": s.name, "cron": s.cron, "timezone": s.timezone,
              "next_tick": cron.next_tick(s, now)}
@@ -83,7 +85,14 @@ def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> li
     pipe.zcount(q.keys.running, redis_ms, "+inf")
     pipe.hgetall(q.keys.rate)
     pipe.hgetall(q.keys.waiting)
+    pipe.hgetall(q.keys.paused)
     return pipe.execute(raise_on_error=False)
+
+
+def _pause(fields: object) -> dict[str, Any] | None:
+    """``jobd pause``: since when (Unix seconds, Redis's clock) and by whom; None: running."""
+    found = None if isinstance(fields, Exception) else paused_from(fields)  # type: ignore[arg-type]
+    return None if found is None else {"since": found.since_ms / 1000, "by": found.by}
 
 
 def _consumer(info: dict[str, Any]) -> dict[str, Any]:

@@ -3,12 +3,13 @@
 Each area is a mixin of its own module, all on ``StoreBase`` (the client, its scripts, the
 consumer): ``reading`` (the group, reads, reclaims), ``leases`` (renewal, cluster-wide limits),
 ``outcomes`` (a batch of outcomes), ``delayed`` (the delayed set), ``upkeep`` (trim, consumer
-sweep, periodic ticks) and ``admin`` (dead letters, enqueue).
+sweep, periodic ticks), ``admin`` (dead letters, enqueue) and ``control`` (pause, resume, cancel).
 """
 
 from __future__ import annotations
 
 from jobd.store.admin import AdminOps
+from jobd.store.control import CancelOps, ControlOps
 from jobd.store.delayed import DelayedOps
 from jobd.store.leases import LeaseOps
 from jobd.store.outcomes import OutcomeOps
@@ -16,5 +17,7 @@ from jobd.store.reading import ReadingOps
 from jobd.store.upkeep import UpkeepOps
 
 
-class Store(ReadingOps, LeaseOps, OutcomeOps, DelayedOps, UpkeepOps, AdminOps):
+class Store(
+    ReadingOps, LeaseOps, OutcomeOps, DelayedOps, UpkeepOps, AdminOps, ControlOps, CancelOps
+):
     """One client, every script registered on it, one typed method per operation."""

@@ -48,6 +48,10 @@ class Metrics:
         self.started = self._counter("jobd_jobs_started", "Handlers started.")
         self.succeeded = self._counter("jobd_jobs_succeeded", "Jobs acknowledged after exit 0.")
         self.retried = self._counter("jobd_jobs_retried", "Failed attempts scheduled again.")
+        self.cancelled = self._counter(
+            "jobd_jobs_cancelled",
+            "Jobs cancelled by jobd cancel, running or not yet.",
+        )
         self.dead_lettered = Counter(
             "jobd_jobs_dead_lettered",
             "Jobs dead-lettered, by jobd_error.",
@@ -83,6 +87,10 @@ class Metrics:
         )
         self.delayed = self._gauge("jobd_queue_delayed", "Jobs waiting in the delayed set.")
         self.dead = self._gauge("jobd_queue_dead_lettered", "Records on the dead-letter stream.")
+        self.paused = self._gauge(
+            "jobd_queue_paused_since_seconds",
+            "When the queue was paused (jobd pause), Unix seconds on Redis's clock; 0: running.",
+        )
         self.heartbeat = time.monotonic()
         self._queues: dict[str, QueueMetrics] = {}
 
@@ -113,6 +121,8 @@ class Metrics:
         self.oldest.labels(queue=queue).set(report["oldest_pending_age"] or 0)
         self.delayed.labels(queue=queue).set(report["delayed"])
         self.dead.labels(queue=queue).set(report["dead_lettered"])
+        paused = report.get("paused")
+        self.paused.labels(queue=queue).set(paused["since"] if paused else 0)
 
     def watch(self, queue: str, running: Callable[[], float], free: Callable[[], float]) -> None:
         self.running.labels(queue=queue).set_function(running)
@@ -126,6 +136,8 @@ class Metrics:
             self.of(outcome.queue.name).retried.inc()
         elif outcome.verb is Verb.DEAD_LETTER:
             self.dead_lettered.labels(queue=outcome.queue.name, error=outcome.error).inc()
+        elif outcome.verb is Verb.CANCEL:
+            self.cancelled.labels(queue=outcome.queue.name).inc()
 
     def beat(self) -> None:
         """The main loop turned over."""

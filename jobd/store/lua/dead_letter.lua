@@ -13,9 +13,10 @@
 -- ARGV[6]   seconds the counters are kept
 -- ARGV[7..] the record's jobd_* fields, as name, value pairs
 --
--- The record is the job's own fields (those not starting with jobd_, and jobd_unique, so that a
--- requeue keeps the job unique) followed by the jobd_*
--- fields given and jobd_failed_at. An entry with more than MAX_FIELDS own fields cannot be copied (a
+-- The record is the job's own fields (those not starting with jobd_, plus jobd_unique, so that a
+-- requeue keeps the job unique, and the producer's limits jobd_timeout, jobd_max_attempts and
+-- jobd_expires_at: jobd.job.LIMIT_FIELDS) followed by the jobd_* fields given and
+-- jobd_failed_at. An entry with more than MAX_FIELDS own fields cannot be copied (a
 -- script passes at most ~8000 values to a command): its record keeps only its payload and
 -- job_id, and jobd_fields says how many it had. Returns the record's id, or {'not held',
 -- owner} when this consumer no longer holds the entry (then nothing is written: the entry's
@@ -23,6 +24,8 @@
 -- only if the entry is acked. Times are Redis's own (TIME): the record's jobd_failed_at and
 -- the max_age cutoff agree whatever the clock of the daemon that sends this.
 local stream, dead, group, me, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+local KEPT = {jobd_unique = true, jobd_timeout = true, jobd_max_attempts = true,
+  jobd_expires_at = true}
 local p = redis.call('XPENDING', stream, group, id, id, 1)
 if #p == 0 or p[1][2] ~= me then
   return {'not held', (#p == 0) and '' or p[1][2]}
@@ -35,7 +38,7 @@ if #entry == 1 then
   local fields, own = entry[1][2], {}
   for i = 1, #fields, 2 do
     local name = fields[i]
-    if string.sub(name, 1, 5) ~= 'jobd_' or name == 'jobd_unique' then own[#own + 1] = i end
+    if string.sub(name, 1, 5) ~= 'jobd_' or KEPT[name] then own[#own + 1] = i end
   end
   -- Counted as pairs, duplicate names included (an entry may repeat a name): too wide, only
   -- the first payload and the first job_id are kept.

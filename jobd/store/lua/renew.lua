@@ -1,16 +1,20 @@
 -- renew.lua: renew this consumer's lease on every entry it holds; report the ones it lost.
 --
 -- KEYS[1]   the queue's stream
--- KEYS[2]   optional: the queue's running set (limits.concurrency), whose slots of the entries
+-- KEYS[2]   the queue's cancellation marks (cancel.lua)
+-- KEYS[3]   optional: the queue's running set (limits.concurrency), whose slots of the entries
 --           still held are renewed with them
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the slots' lease, ms: they expire that long after now by Redis's clock (TIME),
---           one clock for every host (ignored without KEYS[2])
+--           one clock for every host (ignored without KEYS[3])
 -- ARGV[4..] ids of the entries this consumer believes it holds
 --
--- Returns a flat list of pairs for the entries it no longer holds: id, owner now ('' when no
--- one: acknowledged, its data trimmed, or handed back).
+-- Returns {lost, cancelled}: lost is a flat list of pairs for the entries it no longer holds:
+-- id, owner now ('' when no one: acknowledged, its data trimmed, or handed back); cancelled
+-- lists the entries it holds that `jobd cancel` marked ('id:ENTRY'): the daemon stops their
+-- handlers (the heartbeat's reply carries the cancellation, so it reaches any host, through a
+-- cluster or Sentinel, with no pub/sub). The marks stay until the outcome is written.
 --
 -- Redis counts an entry's idle time from its last delivery or claim. XCLAIM with min-idle 0 and
 -- JUSTID resets that time without counting a delivery; but min-idle 0 also takes an entry from
@@ -49,7 +53,7 @@ for i = 4, #ARGV do
   end
 end
 local expiry = 0
-if KEYS[2] then
+if KEYS[3] then
   local t = redis.call('TIME')
   expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 end
@@ -65,9 +69,15 @@ for first = 1, #mine, CHUNK do
     if not kept[mine[i]] then
       lost[#lost + 1] = mine[i]
       lost[#lost + 1] = ''
-    elseif KEYS[2] then
-      redis.call('ZADD', KEYS[2], expiry, me .. '|' .. stream .. '|' .. mine[i])
+    elseif KEYS[3] then
+      redis.call('ZADD', KEYS[3], expiry, me .. '|' .. stream .. '|' .. mine[i])
     end
   end
 end
-return lost
+local cancelled = {}
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  for _, id in ipairs(mine) do
+    if redis.call('ZSCORE', KEYS[2], 'id:' .. id) then cancelled[#cancelled + 1] = id end
+  end
+end
+return {lost, cancelled}

@@ -9,15 +9,18 @@
 --
 -- Each record's job goes back as a new entry: its own fields plus jobd_job_id (kept, so the
 -- job id stays stable) and jobd_unique (kept, so a --unique job stays unique: its mark, which
--- dead_letter.lua deleted, is set to 'queued' again unless the job id has one), and no
--- jobd_attempt (so attempts start again at 1); the record is deleted in the same script.
+-- dead_letter.lua deleted, is set to 'queued' again unless the job id has one), the producer's
+-- jobd_timeout and jobd_max_attempts (kept: the job's own limits), and no jobd_attempt (so
+-- attempts start again at 1) and no jobd_expires_at (a requeue is an operator's "run it now":
+-- an expired job would only expire again); the record is deleted in the same script.
 -- Others may XADD records too: one whose entry could not be added (no job fields of its own,
 -- or more than MAX_FIELDS fields) is left in place, and so is the record of a job wider than
 -- that (dead_letter.lua keeps only its payload and job_id, and says in jobd_fields how many
 -- it had). Returns {{ids requeued}, {id, why, …} of the records left}; missing ids are
 -- skipped.
 local dead, stream, ttl = KEYS[1], KEYS[2], ARGV[1]
-local KEPT = {jobd_job_id = true, jobd_unique = true}
+local KEPT = {jobd_job_id = true, jobd_unique = true, jobd_timeout = true,
+  jobd_max_attempts = true}
 
 -- The XADD arguments of a record's job and whether it is unique, else nil, false and why not.
 local function entry_of(fields)

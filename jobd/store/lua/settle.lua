@@ -2,7 +2,8 @@
 --
 -- KEYS[1]   the queue's stream
 -- KEYS[2]   the queue's counters for this minute (a hash; see jobd/store/keys.py)
--- KEYS[3..] the job id marks of the jobs that keep one (jobd/store/keys.py, "job:J"), referred to
+-- KEYS[3]   the queue's cancellation marks (cancel.lua)
+-- KEYS[4..] the job id marks of the jobs that keep one (jobd/store/keys.py, "job:J"), referred to
 --           by index from ARGV
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
@@ -12,7 +13,9 @@
 --           'ack': XACK, and the mark set to 'done' or deleted in the same step. Operation
 --           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
---           it now), its delivery count one less: see below.
+--           it now), its delivery count one less: see below. Operation 'cancel' (`jobd
+--           cancel` stopped it): XACK, counted as cancelled, its cancellation mark removed, and
+--           a --unique job's mark deleted if it still says 'queued'.
 --
 -- Returns a flat list of pairs for the entries left alone: id, owner now ('' when no one).
 -- An entry another consumer took over is being run there: acknowledging or handing it back
@@ -20,7 +23,7 @@
 local stream, stats, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local window = tonumber(ARGV[4])
 local HANDED_BACK = 10 * 365 * 86400 * 1000 -- idle ms beyond which an entry was handed back
-local skipped, done = {}, 0
+local skipped, done, cancelled = {}, 0, 0
 for i = 5, #ARGV, 3 do
   local op, id, mark = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local p = redis.call('XPENDING', stream, group, id, id, 1)
@@ -37,6 +40,12 @@ for i = 5, #ARGV, 3 do
         redis.call('DEL', KEYS[mark])
       end
     end
+  elseif op == 'cancel' then
+    cancelled = cancelled + redis.call('XACK', stream, group, id)
+    redis.call('ZREM', KEYS[3], 'id:' .. id)
+    if mark > 0 and redis.call('GET', KEYS[mark]) == 'queued' then
+      redis.call('DEL', KEYS[mark])
+    end
   elseif tonumber(p[1][3]) < HANDED_BACK then
     -- A hand-back ends this delivery with an outcome: it must not count toward poison
     -- (max_deliveries), and the next consumer's XAUTOCLAIM counts one; so one less here.
@@ -48,6 +57,10 @@ for i = 5, #ARGV, 3 do
 end
 if done > 0 then
   redis.call('HINCRBY', stats, 'done', done)
+  redis.call('EXPIRE', stats, ARGV[3])
+end
+if cancelled > 0 then
+  redis.call('HINCRBY', stats, 'cancelled', cancelled)
   redis.call('EXPIRE', stats, ARGV[3])
 end
 return skipped

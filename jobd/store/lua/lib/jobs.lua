@@ -57,3 +57,22 @@ local function bad_due(script, arg)
     'ERR ' .. script .. ': the due time must be Unix ms, or + and ms from now: got ' .. arg)
 end
 
+-- The job id of entry ``id`` with flat fields {name, value, …}, as jobd.job reads it: the
+-- producer's job_id, else jobd's jobd_job_id (a retry's), each only when not empty and without a
+-- NUL byte, else the entry's id.
+local function job_id_of(id, fields)
+  local found = {}
+  for i = 1, #fields, 2 do found[fields[i]] = fields[i + 1] end
+  for _, name in ipairs({'job_id', 'jobd_job_id'}) do
+    local v = found[name]
+    if v and v ~= '' and not string.find(v, '\0', 1, true) then return v end
+  end
+  return id
+end
+
+-- Redis's time, Unix ms.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+

@@ -1,0 +1,317 @@
+"""`jobd enqueue --lines FILE|-` and `--ndjson FILE|-`: one job per line of a file or of stdin,
+sent ``--batch`` to a round trip (``producer.enqueue_many``).
+
+``--lines``: the line is the payload, without its newline (``\\n``, or ``\\r\\n``). A blank line
+(empty, or only spaces and tabs) is skipped, not refused: an operator's file has them by
+accident. An empty payload is given with ``--ndjson`` (``{"payload": ""}``).
+``--ndjson``: each line is a JSON object (``NDJSON_KEYS``): ``payload`` (a string, sent as
+its UTF-8 bytes; any other JSON value is sent as compact JSON) or ``payload_b64`` (base64, for
+binary); ``job_id``; ``fields`` (an object of string values); ``delay``, ``timeout``,
+``expires_in`` (a duration: "30s", or seconds); ``at``, ``expires_at`` (ISO 8601 or Unix
+seconds); ``unique`` (true/false); ``max_attempts``. A key on a line overrides the flag of the
+same kind (``delay`` or ``at`` both of --delay and --at).
+
+A line that cannot be a job is named on stderr as ``FILE:LINE: why`` and the others are still
+enqueued; so is a job Redis refused. A progress line (count, rate) is drawn on stderr only
+when it is a terminal; a summary line ends the run. ``--print-ids`` prints the ids of the jobs
+added, one a line, in input order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import dataclasses
+import difflib
+import math
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, TextIO
+
+import orjson
+
+from jobd import exitcodes, producer
+from jobd.config import Config, durations
+from jobd.logs import printable
+from jobd.newjob import NewJob, parse_time
+
+PROGRESS_EVERY = 0.2  # seconds between redraws of the progress line
+
+
+class StreamError(Exception):
+    """The input could not be read to its end, or the job ids not written: not Redis's
+    failure (the producer takes an OSError for one), nor a line's."""
+
+
+def run_bulk(
+    config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser, template: NewJob
+) -> int:
+    """Enqueue every line of the input; exit 0, 65 when a line was refused, 69 when Redis
+    could not be reached (or could not take some lines now)."""
+    _check_args(args, parser)
+    path = args.lines if args.lines is not None else args.ndjson
+    try:
+        stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        print(f"jobd: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return exitcodes.USAGE
+    report = Report("<stdin>" if path == "-" else path, args.print_ids)
+    reader = Reader(stream, template, report, ndjson=args.ndjson is not None)
+    try:
+        producer.enqueue_many(
+            config, args.queue, reader.jobs(), args.priority, None, args.batch,
+            on_batch=lambda outcomes: report.batch(outcomes, reader.pending),
+        )  # fmt: skip
+    except StreamError as exc:
+        report.say(f"jobd: {exc}")
+        report.finish()
+        return exitcodes.FAILURE
+    except producer.ProducerError as exc:
+        report.interrupted(exc, reader.pending)
+        return exitcodes.UNAVAILABLE
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    return report.finish()
+
+
+def _check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse what does not go with a bulk enqueue."""
+    flag = "--lines" if args.lines is not None else "--ndjson"
+    if args.payload is not None or args.payload_file:
+        parser.error(f"{flag} reads the payloads: give no PAYLOAD nor --payload-file")
+    if args.job_id is not None:
+        parser.error(f"{flag}: each job has its own job id (--ndjson: the job_id key)")
+    if args.wait_replicas is not None or args.wait_aof:
+        parser.error(f"--wait-replicas/--wait-aof are for one job, not with {flag}")
+    if args.unique and args.lines is not None:
+        parser.error("--unique needs job ids: use --ndjson, with a job_id on each line")
+    if args.batch < 1:
+        parser.error("--batch: give 1 or more")
+
+
+class Reader:
+    """The jobs of an input, one a line; a line refused is reported, not yielded. The line
+    numbers of the jobs yielded and not yet settled wait in ``pending``, in order."""
+
+    def __init__(self, stream: BinaryIO, template: NewJob, report: Report, ndjson: bool) -> None:
+        self.stream, self.template, self.report = stream, template, report
+        self.parse: Callable[[bytes], NewJob] = self._from_json if ndjson else self._from_line
+        self.pending: deque[int] = deque()
+
+    def jobs(self) -> Iterator[NewJob]:
+        number = 0
+        try:
+            for number, line in enumerate(self.stream, 1):
+                body = line[:-1] if line.endswith(b"\n") else line
+                body = body[:-1] if body.endswith(b"\r") else body
+                if not body.strip(b" \t"):
+                    continue
+                try:
+                    job = self.parse(body)
+                except ValueError as exc:
+                    self.report.refused_line(number, str(exc))
+                    continue
+                self.pending.append(number)
+                yield job
+        except OSError as exc:
+            raise StreamError(f"cannot read line {number + 1}: {exc.strerror or exc}") from exc
+
+    def _from_line(self, body: bytes) -> NewJob:
+        return dataclasses.replace(self.template, payload=body)
+
+    def _from_json(self, body: bytes) -> NewJob:
+        return job_from_json(body, self.template)
+
+
+# --ndjson: each key of a line, and what reads its value (a ValueError says what is wrong).
+def _text(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key}: give a non-empty string")
+    return value
+
+
+def _fields(key: str, value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{key}: give an object of string values")
+    return value
+
+
+def _duration(key: str, value: object) -> float:
+    if not isinstance(value, str | int | float):
+        raise ValueError(f"{key}: give a duration (30s, 5m) or seconds")
+    try:
+        return durations.parse(value)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+
+
+def _time(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{key}: give ISO 8601 or Unix seconds")
+    return parse_time(str(value), key)
+
+
+def _flag(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: give true or false")
+    return value
+
+
+def _count(key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key}: give a whole number")
+    return value
+
+
+READERS: dict[str, Callable[[str, object], object]] = {
+    "job_id": _text, "fields": _fields, "delay": _duration, "at": _time, "unique": _flag,
+    "timeout": _duration, "max_attempts": _count, "expires_in": _duration, "expires_at": _time,
+}  # fmt: skip
+PAYLOAD_KEYS = ("payload", "payload_b64")
+NDJSON_KEYS = (*PAYLOAD_KEYS, *READERS)
+EITHER = {"delay": "at", "at": "delay", "expires_in": "expires_at", "expires_at": "expires_in"}
+
+
+def job_from_json(body: bytes, template: NewJob) -> NewJob:
+    """The job of one --ndjson line: ``template`` with what the line says; ValueError."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    changes: dict[str, object] = {"payload": _payload(obj)}
+    for key, value in obj.items():
+        if key in PAYLOAD_KEYS:
+            continue
+        read = READERS.get(key)
+        if read is None:
+            close = difflib.get_close_matches(key, NDJSON_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown key {key!r}{hint}; keys: {', '.join(NDJSON_KEYS)}")
+        changes[key] = read(key, value)
+        other = EITHER.get(key)
+        if other is not None and other not in obj:
+            changes[other] = None  # the line's key replaces the flag of the same kind
+    return dataclasses.replace(template, **changes)  # type: ignore[arg-type]
+
+
+def _payload(obj: dict[str, object]) -> bytes:
+    """The payload a line gives: ``payload`` or ``payload_b64``, exactly one of them."""
+    if ("payload" in obj) == ("payload_b64" in obj):
+        raise ValueError("give payload (a string or any JSON) or payload_b64 (base64), once")
+    if "payload_b64" in obj:
+        try:
+            return base64.b64decode(_text("payload_b64", obj["payload_b64"]), validate=True)
+        except binascii.Error:
+            raise ValueError("payload_b64: not base64") from None
+    payload = obj["payload"]
+    return payload.encode() if isinstance(payload, str) else orjson.dumps(payload)
+
+
+class Report:
+    """What the run tells: each line not added (stderr), the ids added (stdout, with
+    ``print_ids``), a progress line while stderr is a terminal, a summary at the end."""
+
+    def __init__(self, name: str, print_ids: bool, err: TextIO | None = None) -> None:
+        self.name, self.print_ids = name, print_ids
+        self.err = err or sys.stderr
+        self.added = self.refused = self.duplicates = self.temporary = 0
+        self.started = time.monotonic()
+        self.held: deque[tuple[int, str]] = deque()  # lines refused, not yet said
+        self.progress = Progress(self.err) if self.err.isatty() else None
+
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress.clear()
+        print(printable(line), file=self.err)
+
+    def refused_line(self, number: int, why: str) -> None:
+        """A line that is no job: said when the jobs before it are settled (lines in order)."""
+        self.refused += 1
+        self.held.append((number, why))
+
+    def _said_up_to(self, number: float) -> None:
+        while self.held and self.held[0][0] < number:
+            line, why = self.held.popleft()
+            self.say(f"{self.name}:{line}: {why}")
+
+    def batch(self, outcomes: list[producer.Outcome], pending: deque[int]) -> None:
+        """A batch's outcomes, in the order of ``pending``'s line numbers."""
+        ids = []
+        for outcome in outcomes:
+            number = pending.popleft()
+            self._said_up_to(number)
+            if isinstance(outcome, str):
+                ids.append(outcome)
+                continue
+            if outcome.duplicate:
+                self.duplicates += 1
+            elif outcome.temporary:
+                self.temporary += 1
+            else:
+                self.refused += 1
+            self.say(f"{self.name}:{number}: {outcome.reason}")
+        self.added += len(ids)
+        if self.print_ids and ids:
+            try:
+                sys.stdout.buffer.write(b"".join(os.fsencode(i) + b"\n" for i in ids))
+                sys.stdout.buffer.flush()
+            except OSError as exc:
+                raise StreamError(f"cannot write the job ids: {exc.strerror or exc}") from exc
+        if self.progress is not None:
+            self.progress.show(self.added, self.started)
+
+    def interrupted(self, exc: Exception, pending: deque[int]) -> None:
+        """Redis went away: say which lines may or may not be enqueued, then the summary."""
+        self._said_up_to(pending[0] if pending else math.inf)
+        self.say(f"jobd: {exc}")
+        if pending:
+            self.say(
+                f"jobd: {self.name}: lines {pending[0]} to {pending[-1]} were being sent: they "
+                f"may or may not be enqueued; the lines before them are settled"
+            )
+        self.finish()
+
+    def finish(self) -> int:
+        """The summary line; the exit status the counts make."""
+        self._said_up_to(math.inf)
+        seconds = time.monotonic() - self.started
+        parts = [f"{self.added} enqueued", f"{self.refused} refused"]
+        if self.duplicates:
+            parts.append(f"{self.duplicates} already there (--unique)")
+        if self.temporary:
+            parts.append(f"{self.temporary} not taken by Redis now (send them again)")
+        rate = self.added / seconds if seconds > 0 else 0.0
+        self.say(f"jobd: {', '.join(parts)} in {seconds:.1f}s ({rate:,.0f} jobs/s)")
+        if self.refused:
+            return exitcodes.DATAERR
+        return exitcodes.UNAVAILABLE if self.temporary else exitcodes.OK
+
+
+class Progress:
+    """A count and a rate on one line of a terminal, redrawn at most every PROGRESS_EVERY."""
+
+    def __init__(self, err: TextIO) -> None:
+        self.err = err
+        self.drawn_at = 0.0
+        self.visible = False
+
+    def show(self, added: int, started: float) -> None:
+        now = time.monotonic()
+        if now - self.drawn_at < PROGRESS_EVERY:
+            return
+        rate = added / (now - started) if now > started else 0.0
+        self.err.write(f"\r\x1b[K{added:,} enqueued, {rate:,.0f} jobs/s")
+        self.err.flush()
+        self.drawn_at, self.visible = now, True
+
+    def clear(self) -> None:
+        if self.visible:
+            self.err.write("\r\x1b[K")
+            self.visible = False

@@ -1,0 +1,116 @@
+"""`jobd pause` and `jobd resume`: operator controls every daemon obeys, kept in Redis (one
+script each, in the queue's slot), so they hold across hosts and restarts."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import getpass
+import os
+import socket
+
+from jobd import exitcodes
+from jobd.cli.common import Unreachable, store_for
+from jobd.config import Config, QueueConfig, durations
+from jobd.logs import printable
+from jobd.store.control import Found, Paused
+from jobd.store.store import Store
+
+
+def operator() -> str:
+    """Who runs this command, as the audit trail names them: user@host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container without /etc/passwd)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+Parser = argparse.ArgumentParser
+
+
+def chosen(config: Config, args: argparse.Namespace, parser: Parser) -> list[QueueConfig]:
+    """The queues named, or every queue with --all."""
+    if args.all == bool(args.queues):
+        parser.error(f"{args.command}: name queues, or --all")
+    unknown = [name for name in args.queues if name not in config.queues]
+    if unknown:
+        names = ", ".join(config.queues)
+        parser.error(f"no queue {unknown[0]!r} in {config.path}; queues: {names}")
+    return list(config.queues.values()) if args.all else [config.queues[n] for n in args.queues]
+
+
+def run_control(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.command == "cancel":
+        return run_cancel(config, args, parser)
+    queues = chosen(config, args, parser)
+    try:
+        with store_for(config, args.command) as store:
+            for q in queues:
+                print(pause(store, q) if args.command == "pause" else resume(store, q))
+    except Unreachable:
+        return exitcodes.UNAVAILABLE
+    return exitcodes.OK
+
+
+def pause(store: Store, q: QueueConfig) -> str:
+    state, made = store.pause(q, operator())
+    if made:
+        return f"paused {q.name}: no daemon starts a new job of it until `jobd resume`"
+    return f"{q.name} was already paused ({describe(state)})"
+
+
+def resume(store: Store, q: QueueConfig) -> str:
+    ended = store.resume(q)
+    return f"resumed {q.name} ({describe(ended)})" if ended else f"{q.name} was not paused"
+
+
+def describe(state: Paused) -> str:
+    since = datetime.datetime.fromtimestamp(state.since_ms / 1000, datetime.UTC)
+    return f"paused since {since.isoformat(timespec='seconds')} by {state.by}"
+
+
+def run_cancel(config: Config, args: argparse.Namespace, parser: Parser) -> int:
+    """`jobd cancel`: where each job was found; exit 3 when none was found anywhere."""
+    if args.queue not in config.queues:
+        names = ", ".join(config.queues)
+        parser.error(f"no queue {args.queue!r} in {config.path}; queues: {names}")
+    try:
+        wait = durations.parse(args.wait)
+    except ValueError as exc:
+        parser.error(f"--wait: {exc}")
+    try:
+        with store_for(config, "cancel") as store:
+            found = cancel(store, config.queues[args.queue], args.job_ids, int(wait * 1000))
+    except Unreachable:
+        return exitcodes.UNAVAILABLE
+    for f in found:
+        print(printable(f"{f.job_id}: {where(f, args.wait)}"))
+    return exitcodes.NOT_FOUND if all(f.where == "marked" for f in found) else exitcodes.OK
+
+
+def cancel(store: Store, q: QueueConfig, job_ids: list[str], wait_ms: int) -> list[Found]:
+    """Cancel on every stream of the queue (its priority levels'); the delayed sets are walked
+    only for the jobs found nowhere else."""
+    best: dict[str, Found] = {}
+    for level in q.all_levels():
+        for f in store.cancel(level, job_ids, wait_ms):
+            if best.get(f.job_id) is None or best[f.job_id].where == "marked":
+                best[f.job_id] = f
+    missing = [j for j in job_ids if best[j].where == "marked"]
+    for level in q.all_levels() if missing else ():
+        for f in store.cancel_delayed(level, missing):
+            best[f.job_id] = f
+    return [best[j] for j in dict.fromkeys(job_ids)]
+
+
+def where(f: Found, wait: str) -> str:
+    if f.where == "running":
+        return (f"running on {f.consumer} (entry {f.entry}): stopped at that daemon's next "
+                "lease renewal; outcome cancelled")  # fmt: skip
+    if f.where == "waiting":
+        return f"waiting (entry {f.entry}): acknowledged unrun when it is read"
+    if f.where == "delayed":
+        due = datetime.datetime.fromtimestamp(f.due_ms / 1000, datetime.UTC)
+        return f"delayed (due {due.isoformat(timespec='seconds')}): removed"
+    return f"not found running or delayed; cancelled if it is read within {wait}"

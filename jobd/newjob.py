@@ -1,0 +1,223 @@
+"""A job before it is added: ``NewJob``, what a producer gives, and the entry it becomes (its
+fields, its due time), checked before anything is written. ``jobd.producer`` writes it.
+
+``NewJob`` (every attribute but ``payload`` optional)::
+
+    payload        bytes, handed to the handler on stdin
+    job_id         the job's stable id (default: the stream id; a generated one for a timed job)
+    fields         extra fields, name -> str or bytes. Names starting ``jobd_`` are jobd's and
+                   refused, except the three per-job limits below; ``payload`` and ``job_id``
+                   too (they are the attributes above)
+    delay / at     seconds from now on Redis's clock / Unix seconds (not both)
+    unique         only if ``job_id`` (required) is not queued, running or done already
+    timeout        seconds an attempt may run                -> field jobd_timeout ("2.5")
+    max_attempts   attempts in all, the first included       -> field jobd_max_attempts ("3")
+    expires_in / expires_at   seconds from now on Redis's clock / Unix seconds (not both): a
+                   job not started by then is not run         -> field jobd_expires_at (Unix ms)
+
+The three ``jobd_`` fields are the ones a producer in any language may write; the daemon caps
+them by the queue's own values. A value given as a field is checked like the attribute. They
+are refused unless sane: a timeout from 1 ms to 365 days (kept to the millisecond), 1 to
+1 000 000 attempts, an expiry later than now and than the job's due time, at most ten years
+ahead (Redis's clock).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from jobd.job import EXPIRES_AT, JOB_ID, LIMIT_FIELDS, MAX_ATTEMPTS, PAYLOAD, TIMEOUT, UNIQUE
+from jobd.store.admin import NewEntry
+from jobd.store.delayed import Due, after
+
+# What a producer may ask for (the daemon reads the fields in ``jobd.job``, capped by the queue).
+MAX_TIMEOUT = 365 * 86400  # seconds: a longer one is a mistake (a unit), not a job
+MOST_ATTEMPTS = 1_000_000
+MAX_EXPIRY_MS = 10 * 365 * 86400 * 1000  # how far ahead an expiry may be
+
+_DECIMAL = re.compile(rb"[0-9]+(\.[0-9]+)?")
+_COUNT = re.compile(rb"[1-9][0-9]*")
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to add (the module docstring says what each attribute means)."""
+
+    payload: bytes = b""
+    job_id: str | None = None
+    fields: Mapping[str, str | bytes] = field(default_factory=dict)
+    delay: float | None = None
+    at: float | None = None
+    unique: bool = False
+    timeout: float | None = None
+    max_attempts: int | None = None
+    expires_in: float | None = None
+    expires_at: float | None = None
+
+
+class Clock(Protocol):
+    """Where "now" comes from, in Unix ms."""
+
+    def now_ms(self) -> int: ...
+
+
+class HostClock:
+    """This host's clock: for checking a job before Redis is asked (``check_limits``)."""
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+
+def prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
+    """The entry that adds ``job``, and its job id when known before the write (given, or
+    generated for a timed job); ValueError, saying why, when the job is refused."""
+    if job.unique and job.job_id is None:
+        raise ValueError("a unique job needs a job_id")
+    if job.at is not None and job.delay is not None:
+        raise ValueError("give at or delay, not both")
+    due = due_arg(job.at, job.delay)
+    job_id = uuid.uuid4().hex if due is not None and job.job_id is None else job.job_id
+    fields = job_fields(job.payload, job_id, job.unique)
+    if job.fields:
+        fields.update(_own_fields(job.fields))
+    for name, value in _limit_fields(job, clock).items():
+        if name in fields:
+            raise ValueError(f"{name.decode()} given twice: as an argument and as a field")
+        fields[name] = value
+    if any(name in fields for name in LIMIT_FIELDS):
+        _check_limits(fields, due, clock)
+    return NewEntry(fields, due, job_id if job.unique else None), job_id
+
+
+def check_limits(job: NewJob) -> None:
+    """ValueError when ``job``'s per-job limits are not sane, for a command line to refuse a
+    bad flag before any job is sent. Whether an expiry is past, or before the due time, is
+    left to ``prepare``: only Redis's clock says (this host's may be off)."""
+    _check_limits(_limit_fields(job, HostClock()), None, None)
+
+
+def job_fields(payload: bytes, job_id: str | None, unique: bool) -> dict[bytes, bytes]:
+    """The fields jobd itself gives a job's entry."""
+    fields: dict[bytes, bytes] = {PAYLOAD: payload}
+    if job_id is not None:
+        fields[JOB_ID] = os.fsencode(job_id)  # any bytes: see Job.job_id
+    if unique:
+        fields[UNIQUE] = b"1"
+    return fields
+
+
+def due_arg(at: float | None, delay: float | None) -> Due | None:
+    """The scripts' due time: ``at`` in Unix ms, or ``delay`` as ms after Redis's clock
+    (``store.delayed.after``); None for now."""
+    if delay is not None:
+        return after(round(_seconds("delay", delay) * 1000))
+    return None if at is None else int(at * 1000)
+
+
+def _own_fields(fields: Mapping[str, str | bytes]) -> dict[bytes, bytes]:
+    """A producer's extra fields as bytes; ValueError for a name that is not its to set."""
+    own: dict[bytes, bytes] = {}
+    for name, value in fields.items():
+        key = os.fsencode(name)
+        if key in (PAYLOAD, JOB_ID):
+            raise ValueError(f"field {name!r}: give it as the job's {name}, not as a field")
+        if key.startswith(b"jobd_") and key not in LIMIT_FIELDS:
+            allowed = ", ".join(limit.decode() for limit in LIMIT_FIELDS)
+            raise ValueError(f"field {name!r}: names starting jobd_ are jobd's ({allowed} only)")
+        if not isinstance(value, str | bytes):
+            raise ValueError(f"field {name!r}: a value is a string, not {type(value).__name__}")
+        own[key] = value.encode() if isinstance(value, str) else value
+    return own
+
+
+def _limit_fields(job: NewJob, clock: Clock) -> dict[bytes, bytes]:
+    """The fields of ``job``'s per-job limit attributes, unchecked but for their type."""
+    limits: dict[bytes, bytes] = {}
+    if job.timeout is not None:
+        limits[TIMEOUT] = f"{_seconds('timeout', job.timeout):.3f}".rstrip("0").rstrip(".").encode()
+    if job.max_attempts is not None:
+        if isinstance(job.max_attempts, bool) or not isinstance(job.max_attempts, int):
+            raise ValueError(f"max_attempts {job.max_attempts!r}: give a whole number")
+        limits[MAX_ATTEMPTS] = str(job.max_attempts).encode()
+    if job.expires_in is not None and job.expires_at is not None:
+        raise ValueError("give expires_in or expires_at, not both")
+    if job.expires_in is not None:
+        ms = clock.now_ms() + round(_seconds("expires_in", job.expires_in) * 1000)
+        limits[EXPIRES_AT] = str(ms).encode()
+    elif job.expires_at is not None:
+        limits[EXPIRES_AT] = str(round(_seconds("expires_at", job.expires_at) * 1000)).encode()
+    return limits
+
+
+def _check_limits(fields: Mapping[bytes, bytes], due: Due | None, clock: Clock | None) -> None:
+    """ValueError when a per-job limit field holds what the daemon cannot use; an expiry is
+    compared with now and ``due`` only given the ``clock``."""
+    timeout = fields.get(TIMEOUT)
+    if timeout is not None and not (
+        _DECIMAL.fullmatch(timeout) and 0.001 <= float(timeout) <= MAX_TIMEOUT
+    ):
+        raise ValueError(
+            f"timeout (jobd_timeout) {timeout.decode(errors='replace')!r}: give from 1ms to "
+            f"365d (as the field: seconds, a decimal string from 0.001 to {MAX_TIMEOUT})"
+        )
+    attempts = fields.get(MAX_ATTEMPTS)
+    if attempts is not None and not (_COUNT.fullmatch(attempts) and int(attempts) <= MOST_ATTEMPTS):
+        raise ValueError(
+            f"max_attempts (jobd_max_attempts) {attempts.decode(errors='replace')!r}: give a "
+            f"whole number from 1 to {MOST_ATTEMPTS}"
+        )
+    expires = fields.get(EXPIRES_AT)
+    if expires is not None:
+        _check_expiry(expires, due, clock)
+
+
+def _check_expiry(expires: bytes, due: Due | None, clock: Clock | None) -> None:
+    """ValueError unless ``expires`` is Unix ms after now and after ``due``, within reach."""
+    shown = f"expiry (jobd_expires_at) {expires.decode(errors='replace')!r}"
+    if not _COUNT.fullmatch(expires):
+        raise ValueError(f"{shown}: give Unix milliseconds, a whole number")
+    if clock is None:
+        return
+    now = clock.now_ms()
+    if int(expires) <= now:
+        raise ValueError(f"{shown}: already past (now is {now})")
+    if int(expires) > now + MAX_EXPIRY_MS:
+        raise ValueError(f"{shown}: more than ten years ahead")
+    if due is not None:
+        due_ms = now + int(due[1:]) if isinstance(due, str) else int(due)
+        if int(expires) <= due_ms:
+            raise ValueError(f"{shown}: the job would expire before it is due ({due_ms})")
+
+
+def _seconds(name: str, value: float) -> float:
+    """``value`` when it is a finite number of seconds, not negative; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} {value!r}: give a number of seconds")
+    if value < 0:
+        raise ValueError(f"{name} {value!r}: negative")
+    return float(value)
+
+
+def parse_time(text: str, what: str) -> float:
+    """Unix seconds from ISO 8601 (a time without an offset is local time) or Unix seconds;
+    ValueError saying which forms are meant (``what`` names the value)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            seconds = datetime.datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            raise ValueError(
+                f"{what} {text!r}: write ISO 8601 (2026-12-01T09:00:00+00:00) or Unix seconds"
+            ) from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what} {text!r}: not a time")
+    return seconds

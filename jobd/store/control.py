@@ -1,0 +1,112 @@
+"""Operator controls held in Redis, so every daemon on every host obeys them and they survive
+restarts: a queue's pause (``lua/pause.lua``, ``lua/resume.lua``; readers ask ``paused``), and
+cancellations (``lua/cancel.lua`` marks, ``lua/cancel_delayed.lua``; readers drop what is
+cancelled with ``lua/cancelled.lua``, lease renewals report it: ``lua/renew.lua``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from jobd.config import QueueConfig
+from jobd.store.base import StoreBase
+from jobd.store.keys import STATS_TTL
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    since_ms: int  # Redis's time when it was paused
+    by: str  # user@host of who paused it
+
+
+def _paused(since: object, by: object) -> Paused | None:
+    try:
+        since_ms = int(since)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None if since is None else Paused(0, os.fsdecode(by or b""))  # type: ignore[arg-type]
+    return Paused(since_ms, os.fsdecode(by or b""))  # type: ignore[arg-type]
+
+
+class ControlOps(StoreBase):
+    def pause(self, queue: QueueConfig, by: str) -> tuple[Paused, bool]:
+        """Pause ``queue`` (all its priority levels); the pause in force, and whether this call
+        made it (False: it was paused already, since then)."""
+        since, who, made = self.scripts.pause(keys=[queue.keys.paused], args=[by])
+        return _paused(since, who) or Paused(0, ""), bool(made)
+
+    def resume(self, queue: QueueConfig) -> Paused | None:
+        """Resume ``queue``; the pause it ended, or None when it was not paused."""
+        reply = self.scripts.resume(keys=[queue.keys.paused])
+        return _paused(*reply) if reply else None
+
+    def paused(self, queue: QueueConfig) -> Paused | None:
+        """The queue's pause, if it is paused (a pause key someone else wrote counts, since 0)."""
+        return paused_from(self.client.hgetall(queue.keys.paused))
+
+
+def paused_from(fields: dict[bytes, bytes]) -> Paused | None:
+    """A pause key's fields as read (HGETALL): None when there is no key."""
+    if not fields:
+        return None
+    return _paused(fields.get(b"since"), fields.get(b"by")) or Paused(0, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """Where ``jobd cancel`` found a job: 'running' (on ``consumer``, entry ``entry``),
+    'waiting' (in the stream, not delivered), 'delayed' (removed from the delayed set, due at
+    ``due_ms``) or 'marked' (nowhere yet: a mark waits for it)."""
+
+    job_id: str
+    where: str
+    consumer: str = ""
+    entry: str = ""
+    due_ms: int = 0
+
+
+DELAYED_PAGE = 1000  # members of a delayed set cancel_delayed.lua looks at per call
+
+
+class CancelOps(StoreBase):
+    def cancel(self, level: QueueConfig, job_ids: list[str], wait_ms: int) -> list[Found]:
+        """Mark ``job_ids`` cancelled on one stream (the queue's or a level's): a pending one is
+        stopped by its daemon at its next lease renewal, any other is acked unrun when read;
+        marks last ``wait_ms``."""
+        ids = [os.fsencode(j) for j in job_ids]
+        reply = self.scripts.cancel(
+            keys=[level.stream, level.keys.cancels], args=[level.group, wait_ms, *ids]
+        )
+        found = []
+        for row in reply:
+            jid, where = os.fsdecode(row[0]), row[1].decode()
+            if where == "running":
+                found.append(Found(jid, where, os.fsdecode(row[2]), row[3].decode()))
+            else:
+                found.append(Found(jid, where, entry=row[2].decode() if len(row) > 2 else ""))
+        return found
+
+    def cancel_delayed(self, level: QueueConfig, job_ids: list[str]) -> list[Found]:
+        """Remove the delayed jobs of ``job_ids`` from the level's delayed set, walking it a
+        bounded page per call (never one long script)."""
+        ids = [os.fsencode(j) for j in job_ids]
+        found: list[Found] = []
+        start = 0
+        while start >= 0:
+            start, removed = self.scripts.cancel_delayed(
+                keys=[level.keys.delayed, level.keys.stats()],
+                args=[start, DELAYED_PAGE, STATS_TTL, *ids],
+            )
+            found += [Found(os.fsdecode(j), "delayed", due_ms=int(due)) for j, due in removed]
+        return found
+
+    def cancelled(self, level: QueueConfig, ids: list[str]) -> set[str]:
+        """Of entries this consumer just read, acknowledge unrun those cancelled; their ids."""
+        acked = self.scripts.cancelled(
+            keys=[level.stream, level.keys.cancels, level.keys.stats()],
+            args=[level.group, self.consumer, STATS_TTL, *ids],
+        )
+        return {mid.decode() for mid in acked}
+
+    def has_cancels(self, queue: QueueConfig) -> bool:
+        """Whether any cancellation mark of the queue exists (expired ones included)."""
+        return bool(self.client.exists(queue.keys.cancels))

@@ -1,0 +1,76 @@
+--! uses jobs.lua
+-- cancel.lua: cancel jobs by job id on one stream of a queue (its own, or a priority level's).
+--
+-- KEYS[1]   the stream
+-- KEYS[2]   the queue's cancellation marks (a sorted set scored by expiry, Redis ms)
+-- ARGV[1]   the consumer group
+-- ARGV[2]   how long a mark lasts, ms
+-- ARGV[3..] job ids
+--
+-- A job delivered and not settled (in the group's pending list: running, or about to start) gets
+-- the mark 'id:ENTRY'; the daemon holding it finds the mark at its next lease renewal
+-- (renew.lua) and stops the handler; the outcome is 'cancelled'. Every job id gets the mark
+-- 'job:JOB_ID', which a reader finds when it reads the job (cancelled.lua) and acknowledges the
+-- job unrun. A job id that is an entry of this stream not delivered yet is reported 'waiting'.
+-- The pending list is walked once for all the ids (a few pages: it holds only what is in flight);
+-- the stream is never scanned.
+--
+-- Returns, per job id in order: {job id, 'running', consumer, entry id}, {job id, 'waiting',
+-- entry id} or {job id, 'marked'}.
+local stream, marks, group = KEYS[1], KEYS[2], ARGV[1]
+local expiry = now_ms() + tonumber(ARGV[2])
+local wanted = {}
+for i = 3, #ARGV do wanted[ARGV[i]] = true end
+-- The group's last delivered id: an entry after it is waiting, one before it was delivered. No
+-- stream or no group yet: nothing was delivered.
+local delivered, exists = '0-0', false
+local groups = redis.pcall('XINFO', 'GROUPS', stream)
+if type(groups) == 'table' and not groups.err then
+  for _, g in ipairs(groups) do
+    local name, last = nil, nil
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == group then delivered, exists = last, true end
+  end
+end
+local running = {}
+local start = '-'
+while exists do
+  local page = redis.call('XPENDING', stream, group, start, '+', 1000)
+  for _, p in ipairs(page) do
+    local entry = redis.call('XRANGE', stream, p[1], p[1])
+    if #entry == 1 then
+      local jid = job_id_of(p[1], entry[1][2])
+      if wanted[jid] then running[jid] = {p[1], p[2]} end
+    end
+  end
+  if #page < 1000 then break end
+  start = '(' .. page[#page][1]
+end
+local function after(a, b)
+  local ams, aseq = string.match(a, '^(%d+)%-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)%-(%d+)$')
+  if tonumber(ams) ~= tonumber(bms) then return tonumber(ams) > tonumber(bms) end
+  return tonumber(aseq) > tonumber(bseq)
+end
+local out = {}
+for i = 3, #ARGV do
+  local jid = ARGV[i]
+  local found = running[jid]
+  -- The job's mark is set in every case: a copy of it read later (its retry, promoted from
+  -- the delayed set; a duplicate enqueued meanwhile) is cancelled too.
+  redis.call('ZADD', marks, expiry, 'job:' .. jid)
+  if found then
+    redis.call('ZADD', marks, expiry, 'id:' .. found[1])
+    out[#out + 1] = {jid, 'running', found[2], found[1]}
+  else
+    local waiting = false
+    if string.match(jid, '^%d+%-%d+$') then
+      local entry = redis.call('XRANGE', stream, jid, jid)
+      waiting = #entry == 1 and job_id_of(jid, entry[1][2]) == jid and after(jid, delivered)
+    end
+    out[#out + 1] = waiting and {jid, 'waiting', jid} or {jid, 'marked'}
+  end
+end
+return out

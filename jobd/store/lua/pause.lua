@@ -1,0 +1,15 @@
+-- pause.lua: pause a queue: while its pause key exists, no daemon's reader reads from it, so no
+-- new job of the queue starts (running ones finish; the delayed set and periodic ticks go on).
+--
+-- KEYS[1]   the queue's pause key (a hash: since, by)
+-- ARGV[1]   who pauses it (user@host)
+--
+-- Returns {since (Redis ms), by, 1} when this call paused it, or the pause in force with 0.
+local cur = redis.call('HMGET', KEYS[1], 'since', 'by')
+if cur[1] then
+  return {cur[1], cur[2] or '', 0}
+end
+local t = redis.call('TIME')
+local since = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('HSET', KEYS[1], 'since', since, 'by', ARGV[1])
+return {since, ARGV[1], 1}

@@ -1,0 +1,311 @@
+"""Bulk enqueue and per-job limits (issue 19, the producer's side): `jobd enqueue --lines` and
+`--ndjson` from a file and from stdin, lines refused by number with the others enqueued,
+unique and timed jobs in bulk, the jobd_timeout / jobd_max_attempts / jobd_expires_at fields
+written exactly, `producer.enqueue_many` from Python, and batches pipelined. A real private
+Redis (the session's server, flushed per test)."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import pty
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from support import LocalCluster, jobd_cli, skewed
+
+from jobd import producer
+from jobd.config import Config, load
+from jobd.newjob import NewJob
+
+CONFIG = "redis: {url: '{redis}'}\nqueues:\n  a: {command: [/bin/true]}\n"
+STREAM, DELAYED = "jobd:a", "{jobd:a}:delayed"
+
+
+@pytest.fixture
+def config_path(write_config: Callable[..., Path], r: redis.Redis) -> str:
+    return str(write_config(CONFIG))
+
+
+def entries(r: redis.Redis) -> list[dict[bytes, bytes]]:
+    return [fields for _, fields in r.xrange(STREAM)]
+
+
+def redis_ms(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def ndjson(*lines: object) -> bytes:
+    return b"".join((x if isinstance(x, bytes) else json.dumps(x).encode()) + b"\n" for x in lines)
+
+
+def test_lines_from_a_file_and_from_stdin(config_path: str, r: redis.Redis, tmp_path: Path) -> None:
+    source = tmp_path / "jobs.txt"
+    source.write_bytes(b"one\ntwo\n\n \t\nthree\r\n\x00\xffbinary\nlast, no newline")
+    out = jobd_cli("enqueue", "-c", config_path, "a", "--lines", str(source), "--print-ids")
+    assert out.returncode == 0, out.stderr
+    payloads = [b"one", b"two", b"three", b"\x00\xffbinary", b"last, no newline"]
+    assert entries(r) == [{b"payload": p} for p in payloads], "blank lines skipped, no newline"
+    assert out.stdout.decode().split() == [mid.decode() for mid, _ in r.xrange(STREAM)]
+    assert out.stderr.decode().startswith("jobd: 5 enqueued, 0 refused in ")
+    piped = jobd_cli("enqueue", "-c", config_path, "a", "--lines", "-", stdin=b"four\nfive\n")
+    assert piped.returncode == 0 and piped.stdout == b"", "no ids without --print-ids"
+    assert [e[b"payload"] for e in entries(r)[-2:]] == [b"four", b"five"]
+
+
+def test_ndjson_from_a_file_and_from_stdin(
+    config_path: str, r: redis.Redis, tmp_path: Path
+) -> None:
+    source = tmp_path / "jobs.ndjson"
+    binary = base64.b64encode(b"\x00\xff").decode()
+    source.write_bytes(
+        ndjson({"payload": "héllo", "job_id": "j-1", "fields": {"tenant": "acme"}})
+        + ndjson({"payload_b64": binary}, {"payload": {"title": "sales", "numbers": [3, 4.5]}})
+        + ndjson({"payload": ""})
+    )
+    out = jobd_cli("enqueue", "-c", config_path, "a", "--ndjson", str(source), "--print-ids")
+    assert out.returncode == 0, out.stderr
+    assert entries(r) == [
+        {b"payload": "héllo".encode(), b"job_id": b"j-1", b"tenant": b"acme"},
+        {b"payload": b"\x00\xff"},
+        {b"payload": b'{"title":"sales","numbers":[3,4.5]}'},
+        {b"payload": b""},
+    ]
+    assert out.stdout.decode().split()[0] == "j-1"
+    piped = jobd_cli("enqueue", "-c", config_path, "a", "--ndjson", "-",
+                     stdin=ndjson({"payload": "x", "job_id": "j-2"}))  # fmt: skip
+    assert piped.returncode == 0 and entries(r)[-1] == {b"payload": b"x", b"job_id": b"j-2"}
+
+
+def test_refused_lines_are_named_by_number_and_the_others_enqueued(
+    config_path: str, r: redis.Redis, tmp_path: Path
+) -> None:
+    source = tmp_path / "jobs.ndjson"
+    source.write_bytes(
+        ndjson(
+            {"payload": "ok-1"},
+            b"not json",
+            {"payload": "x", "delai": "3s"},
+            b"",
+            {"payload": "x", "fields": {"jobd_attempt": "2"}},
+            {"payload": "x", "timeout": "0"},
+            {"payload": "x", "expires_at": 1},
+            {"payload": "ok-2"},
+            b"[1, 2]",
+            {"job_id": "no payload"},
+        )
+    )
+    out = jobd_cli("enqueue", "-c", config_path, "a", "--ndjson", str(source))
+    assert out.returncode == 65, out.stderr
+    assert [e[b"payload"] for e in entries(r)] == [b"ok-1", b"ok-2"]
+    said = out.stderr.decode().splitlines()
+    assert [line.split(": ", 1)[0] for line in said[:-1]] == [
+        f"{source}:{n}" for n in (2, 3, 5, 6, 7, 9, 10)
+    ], "in line order, the blank line 4 skipped"
+    assert "unknown key 'delai' (did you mean 'delay'?)" in said[1]
+    assert "names starting jobd_ are jobd's" in said[2]
+    assert "timeout (jobd_timeout) '0'" in said[3] and "already past" in said[4]
+    assert said[-1].startswith("jobd: 2 enqueued, 7 refused in ")
+    help_text = jobd_cli("enqueue", "--help").stdout.decode()
+    assert "65 (EX_DATAERR)" in help_text
+
+
+def test_unique_and_timed_jobs_in_bulk(config_path: str, r: redis.Redis) -> None:
+    lines = ndjson(
+        {"payload": "u", "job_id": "u-1"},
+        {"payload": "u again", "job_id": "u-1"},
+        {"payload": "later", "job_id": "d-1", "delay": "1h"},
+        {"payload": "past", "at": 1_000_000_000, "unique": False},
+        {"payload": "now", "job_id": "n-1", "unique": False},
+    )
+    args = ("enqueue", "-c", config_path, "a", "--ndjson", "-", "--unique", "--print-ids")
+    out = jobd_cli(*args, stdin=lines)
+    assert out.returncode == 0, out.stderr
+    assert "<stdin>:2: job id 'u-1' is already queued or running" in out.stderr.decode()
+    assert "already there (--unique)" in out.stderr.decode().splitlines()[-1]
+    printed = out.stdout.decode().split()
+    assert printed[:2] == ["u-1", "d-1"] and len(printed) == 4, "ids of the jobs added only"
+    assert [e[b"payload"] for e in entries(r)] == [b"u", b"past", b"now"]
+    assert entries(r)[0][b"jobd_unique"] == b"1" and b"jobd_unique" not in entries(r)[2]
+    assert r.zcard(DELAYED) == 1 and r.get("{jobd:a}:job:u-1") == b"queued"
+    again = jobd_cli(*args, stdin=lines[: lines.index(b"\n") + 1])
+    assert again.returncode == 0 and "1 already there" in again.stderr.decode()
+    # --unique with --lines has no job ids to be unique by
+    bad = jobd_cli("enqueue", "-c", config_path, "a", "--lines", "-", "--unique", stdin=b"x\n")
+    assert bad.returncode == 2 and b"--unique needs job ids" in bad.stderr
+
+
+def test_per_job_limit_fields_are_written_exactly(config_path: str, r: redis.Redis) -> None:
+    before = redis_ms(r)
+    single = jobd_cli("enqueue", "-c", config_path, "a", "one", "--timeout", "2.5s",
+                      "--max-attempts", "3", "--expires-in", "10m")  # fmt: skip
+    assert single.returncode == 0, single.stderr
+    fields = entries(r)[0]
+    assert fields[b"jobd_timeout"] == b"2.5" and fields[b"jobd_max_attempts"] == b"3"
+    expires = int(fields[b"jobd_expires_at"])
+    assert before + 600_000 <= expires <= redis_ms(r) + 600_000, "on Redis's clock"
+    soon = redis_ms(r) // 1000 + 86400  # Unix seconds, a day ahead
+    iso = datetime.datetime.fromtimestamp(soon, datetime.UTC).isoformat()
+    at = jobd_cli("enqueue", "-c", config_path, "a", "two", "--timeout", "250ms",
+                  "--expires-at", iso)  # fmt: skip
+    assert at.returncode == 0, at.stderr
+    assert entries(r)[1] == {b"payload": b"two", b"jobd_timeout": b"0.25",
+                             b"jobd_expires_at": b"%d000" % soon}  # fmt: skip
+    bulk = jobd_cli(
+        "enqueue", "-c", config_path, "a", "--ndjson", "-", "--timeout", "1m", "--max-attempts", "2",
+        stdin=ndjson(
+            {"payload": "flags"},
+            {"payload": "own", "timeout": 1.5, "max_attempts": 7, "expires_at": soon + 0.5},
+            {"payload": "raw", "fields": {"jobd_expires_at": f"{soon}000"}},
+        ),
+    )  # fmt: skip
+    assert bulk.returncode == 0, bulk.stderr
+    assert [{k: v for k, v in e.items() if k.startswith(b"jobd_")} for e in entries(r)[2:]] == [
+        {b"jobd_timeout": b"60", b"jobd_max_attempts": b"2"},
+        {b"jobd_timeout": b"1.5", b"jobd_max_attempts": b"7", b"jobd_expires_at": b"%d500" % soon},
+        {b"jobd_timeout": b"60", b"jobd_max_attempts": b"2", b"jobd_expires_at": b"%d000" % soon},
+    ]
+    for flags, said in [
+        (("--timeout", "0"), b"timeout (jobd_timeout) '0'"),
+        (("--max-attempts", "0"), b"max_attempts (jobd_max_attempts) '0'"),
+        (("--expires-at", "2001-01-01T00:00:00+00:00"), b"already past"),
+        (("--expires-in", "1m", "--delay", "1h"), b"would expire before it is due"),
+        (("--timeout", "400d"), b"give from 1ms to 365d"),
+    ]:
+        refused = jobd_cli("enqueue", "-c", config_path, "a", "x", *flags)
+        assert refused.returncode == 2 and said in refused.stderr, (flags, refused.stderr)
+    assert len(entries(r)) == 5, "nothing written for a refused flag"
+
+
+def test_expiry_counts_on_redis_clock_on_a_host_an_hour_ahead(
+    config_path: str, r: redis.Redis
+) -> None:
+    """The host's clock plays no part: --expires-in counts from Redis's TIME, and an
+    --expires-at ten minutes ahead for Redis (fifty minutes ago for the host) is taken."""
+    before, at = redis_ms(r), r.time()[0] + 600
+    args = ("enqueue", "-c", config_path, "a", "--ndjson", "-")
+    lines = ndjson({"payload": "in", "expires_in": "10m"}, {"payload": "at", "expires_at": at})
+    out = jobd_cli(*args, stdin=lines, env=skewed("+1h"))
+    single = jobd_cli("enqueue", "-c", config_path, "a", "x", "--expires-at", str(at),
+                      env=skewed("+1h"))  # fmt: skip
+    assert out.returncode == 0 and single.returncode == 0, out.stderr + single.stderr
+    expiries = [int(e[b"jobd_expires_at"]) for e in entries(r)]
+    assert before + 600_000 <= expiries[0] <= redis_ms(r) + 600_000
+    assert expiries[1:] == [at * 1000, at * 1000]
+
+
+def test_enqueue_many_from_python(config_path: str, r: redis.Redis) -> None:
+    config = load(config_path)
+    jobs = [
+        NewJob(b"a"),
+        NewJob(b"b", job_id="b-1", fields={"tenant": b"acme"}, timeout=30),
+        NewJob(b"c", fields={"payload": "no"}),
+        NewJob(b"d", job_id="d-1", unique=True, delay=3600),
+        NewJob(b"e", job_id="d-1", unique=True),
+        NewJob(b"f", max_attempts=0),
+    ]
+    done = producer.enqueue_many(config, "a", jobs)
+    assert [(x.index, x.duplicate) for x in done.refused] == [(2, False), (4, True), (5, False)]
+    assert "field 'payload': give it as the job's payload" in done.refused[0].reason
+    assert done.job_ids[1:] == ["b-1", "d-1"] and done.job_ids[0] == r.xrange(STREAM)[0][0].decode()
+    assert entries(r)[1] == {b"payload": b"b", b"job_id": b"b-1", b"tenant": b"acme",
+                             b"jobd_timeout": b"30"}  # fmt: skip
+    assert r.zcard(DELAYED) == 1
+    assert producer.enqueue_many(config, "a", iter([])).job_ids == []
+
+
+def test_a_large_batch_is_pipelined(
+    config_path: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """50 000 jobs in 50 round trips of 1000 (one TIME for the expiry first), and 1 MiB
+    payloads 16 to a round trip: counted at redis-py's pipeline, the way a batch is sent."""
+    config: Config = load(config_path)
+    sent: list[int] = []
+    execute = redis.client.Pipeline.execute
+
+    def counted(self: redis.client.Pipeline, *args: object, **kwargs: object) -> object:
+        sent.append(len(self.command_stack))
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    jobs = (NewJob(b"%d" % i, expires_in=3600) for i in range(50_000))
+    done = producer.enqueue_many(config, "a", jobs)
+    assert len(done.job_ids) == 50_000 and not done.refused
+    assert sent == [1000] * 50
+    assert r.xlen(STREAM) == 50_000 and entries(r)[-1][b"payload"] == b"49999"
+    sent.clear()  # large payloads: a batch ends at BATCH_BYTES too
+    large = [NewJob(b"%d" % i + b"x" * 2**20) for i in range(40)]
+    assert len(producer.enqueue_many(config, "a", large).job_ids) == 40
+    assert sent == [16, 16, 8] and producer.BATCH_BYTES == 16 * 2**20
+
+
+def test_the_progress_line_is_drawn_only_on_a_terminal(
+    config_path: str, r: redis.Redis, tmp_path: Path
+) -> None:
+    source = tmp_path / "jobs.txt"
+    source.write_bytes(b"".join(b"job %d\n" % i for i in range(3000)))
+    args = ("enqueue", "-c", config_path, "a", "--lines", str(source), "--batch", "500")
+    piped = jobd_cli(*args)
+    assert piped.returncode == 0 and b"\r" not in piped.stderr and b"\x1b[" not in piped.stderr
+    assert piped.stderr.count(b"\n") == 1, "the summary line alone"
+    leader, follower = pty.openpty()
+    proc = subprocess.run([sys.executable, "-m", "jobd", *args], stderr=follower,
+                          stdout=subprocess.DEVNULL, timeout=60)  # fmt: skip
+    os.close(follower)
+    drawn = os.read(leader, 65536)
+    os.close(leader)
+    assert proc.returncode == 0 and b"\r\x1b[K" in drawn and b" enqueued, " in drawn
+    assert r.xlen(STREAM) == 6000
+
+
+def test_bulk_enqueue_on_a_cluster(tmp_path: Path) -> None:
+    """Each batch goes to the node of the queue's slot, scripts and priority levels too: the
+    queue's keys all share its stream's slot."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.start()
+    try:
+        config = tmp_path / "cluster.yaml"
+        config.write_text(
+            "redis:\n  cluster:\n    nodes: [" + ", ".join(cluster.nodes) + "]\n"
+            "queues:\n  a:\n    command: [/bin/true]\n    priorities: [high, low]\n"
+        )
+        lines = ndjson(
+            *({"payload": f"p-{i}"} for i in range(2500)),
+            {"payload": "u", "job_id": "u-1", "unique": True},
+            {"payload": "u", "job_id": "u-1", "unique": True},
+            {"payload": "later", "delay": "1h"},
+        )
+        out = jobd_cli("enqueue", "-c", str(config), "a", "--ndjson", "-", stdin=lines)
+        high = jobd_cli("enqueue", "-c", str(config), "a", "--lines", "-", "--priority", "high",
+                        stdin=b"h-1\nh-2\n")  # fmt: skip
+        assert out.returncode == 0 and high.returncode == 0, out.stderr + high.stderr
+        assert b"2502 enqueued, 0 refused, 1 already there" in out.stderr
+        rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.servers[0].port)])
+        levels = load(str(config)).queues["a"]
+        assert rc.xlen(STREAM) == 2501 and rc.zcard(DELAYED) == 1
+        assert rc.xlen(levels.level("high").stream) == 2
+        rc.close()
+    finally:
+        cluster.stop()
+
+
+def test_bulk_usage_errors_and_unreachable_redis(
+    config_path: str, write_config: Callable[..., Path], tmp_path: Path
+) -> None:
+    for extra in (("x",), ("--job-id", "j"), ("--wait-replicas", "1"), ("--batch", "0")):
+        out = jobd_cli("enqueue", "-c", config_path, "a", "--lines", "-", *extra, stdin=b"x\n")
+        assert out.returncode == 2, extra
+    missing = jobd_cli("enqueue", "-c", config_path, "a", "--lines", str(tmp_path / "none"))
+    assert missing.returncode == 2 and b"cannot read" in missing.stderr
+    down = write_config(CONFIG.replace("{redis}", "redis://127.0.0.1:1/0"), "down.yaml")
+    out = jobd_cli("enqueue", "-c", str(down), "a", "--lines", "-", stdin=b"x\ny\n")
+    assert out.returncode == 69 and b"cannot reach Redis" in out.stderr
+    assert b"lines 1 to 2 were being sent" in out.stderr and b"Traceback" not in out.stderr

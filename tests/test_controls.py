@@ -1,0 +1,196 @@
+"""Operator controls across daemons, kept in Redis: `jobd pause` / `jobd resume`.
+
+Real daemons on the session's private Redis; each claim is shown against a queue that is not
+paused, enqueued after the paused one: once that one is done, the daemons were reading, so a
+paused job that has not started did not start because of the pause.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from support import DaemonProcess, jobd_cli, wait_group, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+CONFIG = """\
+redis: {{url: '{{redis}}'}}
+shutdown_grace: 2s
+defaults:
+  command: [/bin/sh, -c, 'echo "$JOBD_QUEUE $JOBD_JOB_ID" >> {ran}']
+  lease: {{renew_every: 200ms, reclaim_after: 1s}}
+queues:
+  held: {{concurrency: 2}}
+  other: {{concurrency: 2}}
+"""
+
+
+def setup(write_config, tmp_path: Path) -> Path:
+    return write_config(CONFIG.format(ran=tmp_path / "ran"))
+
+
+def ran(tmp_path: Path) -> list[str]:
+    path = tmp_path / "ran"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def control(*args: str) -> str:
+    done = jobd_cli(*args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode()
+
+
+def test_a_paused_queue_starts_nothing_on_any_daemon_until_resumed_even_across_restarts(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+) -> None:
+    config = setup(write_config, tmp_path)
+    daemons = [daemon(config) for _ in range(3)]
+    out = control("pause", "-c", str(config), "held")
+    assert "paused held" in out
+    assert "already paused" in control("pause", "-c", str(config), "held")
+    time.sleep(1.0)  # the claim: a second after `jobd pause` returns, no daemon starts a job
+    r.xadd("jobd:held", {"payload": "x", "job_id": "h1"})
+    r.xadd("jobd:other", {"payload": "x", "job_id": "o1"})
+    wait_until(lambda: "other o1" in ran(tmp_path), what="the queue not paused to run")
+    for d in daemons:  # and every daemon has had a reader pass since: the pause held there
+        d.wait_log("queue=held paused by ")
+    assert "held h1" not in ran(tmp_path)
+
+    report = json.loads(jobd_cli("status", "-c", str(config), "--json").stdout)
+    paused = report["queues"]["held"]["paused"]
+    assert paused["by"].endswith("@" + __import__("socket").gethostname())
+    assert abs(paused["since"] - time.time()) < 60 and report["queues"]["other"]["paused"] is None
+    assert "PAUSED since" in jobd_cli("status", "-c", str(config)).stdout.decode()
+
+    for d in daemons:
+        assert d.stop() == 0
+    fresh = daemon(config)
+    r.xadd("jobd:other", {"payload": "x", "job_id": "o2"})
+    wait_until(lambda: "other o2" in ran(tmp_path), what="the restarted daemon to run")
+    fresh.wait_log("queue=held paused by ")
+    assert "held h1" not in ran(tmp_path), "the pause lives in Redis: it survives restarts"
+
+    assert "resumed held" in control("resume", "-c", str(config), "held")
+    wait_until(lambda: "held h1" in ran(tmp_path), what="the paused job to run once resumed")
+    assert "was not paused" in control("resume", "-c", str(config), "held")
+    assert r.exists("{jobd:held}:paused") == 0
+
+
+def test_running_jobs_finish_and_delayed_jobs_keep_their_time_while_paused(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    slow = script("slow.sh", f'#!/bin/sh\nsleep 1\necho "$JOBD_JOB_ID" >> {tmp_path}/ran\n')
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        f"queues:\n  held:\n    command: [{slow}]\n    concurrency: 2\n"
+    )
+    d = daemon(config)
+    wait_group(r, "jobd:held")
+    r.xadd("jobd:held", {"payload": "x", "job_id": "running"})
+    wait_until(lambda: r.xpending("jobd:held", "jobd")["pending"] == 1, what="the job to start")
+    control("pause", "-c", str(config), "--all")
+    control_at = time.time()
+    later = ("enqueue", "-c", str(config), "held", "x", "--job-id", "later", "--delay", "1s")
+    assert jobd_cli(*later).returncode == 0
+    wait_until(lambda: "running" in ran(tmp_path), what="the running job to finish")
+    # The delayed job is promoted to the stream at its time, paused or not, and waits there.
+    wait_until(lambda: r.zcard("{jobd:held}:delayed") == 0, what="the delayed job's promotion")
+    assert time.time() - control_at < 10
+    d.wait_log("queue=held paused by ")
+    assert "later" not in ran(tmp_path)
+    assert r.xinfo_groups("jobd:held")[0]["lag"] == 1, "waiting in the stream, undelivered"
+    control("resume", "-c", str(config), "--all")
+    wait_until(lambda: "later" in ran(tmp_path), what="the delayed job to run once resumed")
+
+
+def test_pause_needs_queues_or_all_and_names_unknown_ones(write_config, tmp_path: Path) -> None:
+    config = setup(write_config, tmp_path)
+    neither = jobd_cli("pause", "-c", str(config))
+    assert neither.returncode == 2 and b"name queues, or --all" in neither.stderr
+    unknown = jobd_cli("resume", "-c", str(config), "nope")
+    assert unknown.returncode == 2 and b"no queue 'nope'" in unknown.stderr
+
+
+# -- jobd cancel ---------------------------------------------------------------------------------
+
+CANCEL_CONFIG = """\
+redis: {{url: '{{redis}}'}}
+shutdown_grace: 2s
+queues:
+  q:
+    command: [{handler}]
+    concurrency: 2
+    lease: {{renew_every: 200ms, reclaim_after: 2s}}
+    retry: {{max_attempts: 3, backoff: 100ms}}
+"""
+HANDLER = """\
+#!/bin/sh
+echo "start $JOBD_JOB_ID" >> {dir}/ran
+trap 'echo "term $JOBD_JOB_ID" >> {dir}/ran; exit 143' TERM
+case "$JOBD_JOB_ID" in long*) sleep 60 & wait ;; esac
+echo "done $JOBD_JOB_ID" >> {dir}/ran
+"""
+
+
+def cancel_setup(write_config, script, tmp_path: Path) -> Path:
+    handler = script("h.sh", HANDLER.format(dir=tmp_path))
+    return write_config(CANCEL_CONFIG.format(handler=handler))
+
+
+def test_cancel_stops_a_job_running_on_another_daemon_within_a_renewal(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    config = cancel_setup(write_config, script, tmp_path)
+    daemons = [daemon(config) for _ in range(3)]
+    wait_group(r, "jobd:q")
+    r.xadd("jobd:q", {"payload": "x", "job_id": "long-1"})
+    wait_until(lambda: "start long-1" in ran(tmp_path), what="the long job to start")
+    asked = time.monotonic()
+    out = jobd_cli("cancel", "-c", str(config), "q", "long-1")
+    assert out.returncode == 0 and b"long-1: running on " in out.stdout, out
+    wait_until(lambda: "term long-1" in ran(tmp_path), 5, "the handler to get SIGTERM")
+    assert time.monotonic() - asked < 0.2 + 1 + 1, "within renew_every + 1 s"
+    wait_until(lambda: r.xpending("jobd:q", "jobd")["pending"] == 0, what="the cancelled ack")
+    assert "done long-1" not in ran(tmp_path) and ran(tmp_path).count("start long-1") == 1
+    assert r.zcard("{jobd:q}:delayed") == 0 and r.xlen("{jobd:q}:dead") == 0, "no retry, no DLQ"
+    report = json.loads(jobd_cli("status", "-c", str(config), "--json").stdout)
+    counts = report["queues"]["q"]
+    assert (
+        counts["this_minute"].get("cancelled", 0) + counts["last_minute"].get("cancelled", 0) == 1
+    )
+    assert any("cancelled (jobd cancel); stopping the handler" in d.log() for d in daemons)
+
+
+def test_cancel_removes_a_delayed_job_and_a_waiting_one_never_starts(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    config = cancel_setup(write_config, script, tmp_path)
+    enqueue = ("enqueue", "-c", str(config), "q", "x")
+    assert jobd_cli(*enqueue, "--job-id", "later", "--delay", "1h").returncode == 0
+    waiting = r.xadd("jobd:q", {"payload": "x"}).decode()  # its job id is its entry id
+    r.xadd("jobd:q", {"payload": "x", "job_id": "named"})  # waiting, found by no scan
+    out = jobd_cli("cancel", "-c", str(config), "q", "later", waiting, "named", "nowhere")
+    text = out.stdout.decode()
+    assert out.returncode == 0, out
+    assert "later: delayed (due " in text and f"{waiting}: waiting (entry {waiting})" in text
+    assert "named: not found" in text and "nowhere: not found" in text
+    assert r.zcard("{jobd:q}:delayed") == 0
+    d = daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "after"})
+    wait_until(lambda: "done after" in ran(tmp_path), what="the job after them to run")
+    wait_until(lambda: r.xpending("jobd:q", "jobd")["pending"] == 0, what="every ack")
+    assert not any(waiting in line or "named" in line for line in ran(tmp_path)), ran(tmp_path)
+    assert d.log().count("cancelled (jobd cancel) before it started: acked unrun") == 2
+
+
+def test_cancel_finds_nothing_anywhere_exits_3(
+    r: redis.Redis, write_config, script, tmp_path: Path
+) -> None:
+    config = cancel_setup(write_config, script, tmp_path)
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    out = jobd_cli("cancel", "-c", str(config), "q", "ghost", "--wait", "1s")
+    assert out.returncode == 3 and b"ghost: not found" in out.stdout
