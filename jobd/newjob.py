@@ -3,12 +3,16 @@ fields, its due time), checked before anything is written. ``jobd.producer`` wri
 
 ``NewJob`` (every attribute but ``payload`` optional)::
 
-    payload        bytes, handed to the handler on stdin
-    job_id         the job's stable id (default: the stream id; a generated one for a timed job)
+    payload        bytes, handed to the handler on stdin; at most the queue's max_payload
+                   (``jobd.producer`` refuses a larger one: the daemon would not run it)
+    job_id         the job's stable id (default: the stream id; a generated one for a timed job);
+                   not empty, no NUL byte (the daemon could not use it: it would run the job
+                   under its stream id, and a unique job's mark would stay behind)
     fields         extra fields, name -> str or bytes. Names starting ``jobd_`` are jobd's and
                    refused, except the three per-job limits below; ``payload`` and ``job_id``
                    too (they are the attributes above)
-    delay / at     seconds from now on Redis's clock / Unix seconds (not both)
+    delay / at     seconds from now on Redis's clock / Unix seconds (not both); at most ten
+                   years ahead (Redis's clock), not negative
     unique         only if ``job_id`` (required) is not queued, running or done already
     timeout        seconds an attempt may run                -> field jobd_timeout ("2.5")
     max_attempts   attempts in all, the first included       -> field jobd_max_attempts ("3")
@@ -41,7 +45,11 @@ from jobd.store.delayed import Due, after
 # What a producer may ask for (the daemon reads the fields in ``jobd.job``, capped by the queue).
 MAX_TIMEOUT = 365 * 86400  # seconds: a longer one is a mistake (a unit), not a job
 MOST_ATTEMPTS = 1_000_000
-MAX_EXPIRY_MS = 10 * 365 * 86400 * 1000  # how far ahead an expiry may be
+MAX_AHEAD_MS = 10 * 365 * 86400 * 1000  # how far ahead a due time or an expiry may be
+# How far apart this host's clock and Redis's may be for the coarse check of ``at``: a time
+# within ten years of this host's clock, less this, is taken without asking Redis the time
+# (one round trip saved per job; a host more than this ahead could pass a little beyond).
+SKEW_MS = 86400 * 1000
 
 _DECIMAL = re.compile(rb"[0-9]+(\.[0-9]+)?")
 _COUNT = re.compile(rb"[1-9][0-9]*")
@@ -70,7 +78,8 @@ class Clock(Protocol):
 
 
 class HostClock:
-    """This host's clock: for checking a job before Redis is asked (``check_limits``)."""
+    """This host's clock: for checking a job before Redis is asked (``check_limits``), and
+    for taking an ``at`` surely within ten years without asking (``prepare``)."""
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
@@ -84,6 +93,8 @@ def prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
     if job.at is not None and job.delay is not None:
         raise ValueError("give at or delay, not both")
     due = due_arg(job.at, job.delay)
+    if isinstance(due, int) and due > HostClock().now_ms() + MAX_AHEAD_MS - SKEW_MS:
+        _check_ahead(f"at {job.at!r}", due, clock.now_ms())
     job_id = uuid.uuid4().hex if due is not None and job.job_id is None else job.job_id
     fields = job_fields(job.payload, job_id, job.unique)
     if job.fields:
@@ -98,9 +109,11 @@ def prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
 
 
 def check_limits(job: NewJob) -> None:
-    """ValueError when ``job``'s per-job limits are not sane, for a command line to refuse a
-    bad flag before any job is sent. Whether an expiry is past, or before the due time, is
-    left to ``prepare``: only Redis's clock says (this host's may be off)."""
+    """ValueError when ``job``'s due time or per-job limits are not sane, for a command line to
+    refuse a bad flag before any job is sent. Whether an expiry is past, or before the due
+    time, and whether an ``at`` is more than ten years ahead, are left to ``prepare``: only
+    Redis's clock says (this host's may be off)."""
+    due_arg(job.at, job.delay)
     _check_limits(_limit_fields(job, HostClock()), None, None)
 
 
@@ -108,7 +121,7 @@ def job_fields(payload: bytes, job_id: str | None, unique: bool) -> dict[bytes, 
     """The fields jobd itself gives a job's entry."""
     fields: dict[bytes, bytes] = {PAYLOAD: payload}
     if job_id is not None:
-        fields[JOB_ID] = os.fsencode(job_id)  # any bytes: see Job.job_id
+        fields[JOB_ID] = _job_id_bytes(job_id)
     if unique:
         fields[UNIQUE] = b"1"
     return fields
@@ -116,10 +129,35 @@ def job_fields(payload: bytes, job_id: str | None, unique: bool) -> dict[bytes, 
 
 def due_arg(at: float | None, delay: float | None) -> Due | None:
     """The scripts' due time: ``at`` in Unix ms, or ``delay`` as ms after Redis's clock
-    (``store.delayed.after``); None for now."""
+    (``store.delayed.after``); None for now. ValueError for a delay more than ten years long,
+    or an ``at`` not a time (how far ahead it is, only a clock says: ``_check_ahead``)."""
     if delay is not None:
-        return after(round(_seconds("delay", delay) * 1000))
-    return None if at is None else int(at * 1000)
+        ms = round(_seconds("delay", delay) * 1000)
+        if ms > MAX_AHEAD_MS:
+            raise ValueError(f"delay {delay!r}: more than ten years")
+        return after(ms)
+    return None if at is None else int(_seconds("at", at) * 1000)
+
+
+def _check_ahead(shown: str, due_ms: int, now_ms: int) -> None:
+    """ValueError when ``due_ms`` is more than ten years after ``now_ms``: a mistake (a unit),
+    and beyond what the scripts can count (their due times are 64-bit milliseconds)."""
+    if due_ms > now_ms + MAX_AHEAD_MS:
+        raise ValueError(f"{shown}: more than ten years ahead")
+
+
+def _job_id_bytes(job_id: str) -> bytes:
+    """``job_id`` as the field holds it (any bytes: see Job.job_id); ValueError for one the
+    daemon cannot use (``jobd.job._job_id``: it would run the job under its stream id)."""
+    try:
+        raw = os.fsencode(job_id)
+    except (TypeError, UnicodeError):
+        raise ValueError(f"job_id {job_id!r}: give a string (UTF-8)") from None
+    if not raw:
+        raise ValueError("job_id '': give a non-empty job id (or none: the stream id)")
+    if b"\0" in raw:
+        raise ValueError(f"job_id {job_id!r}: holds a NUL byte, which no job id may hold")
+    return raw
 
 
 def _own_fields(fields: Mapping[str, str | bytes]) -> dict[bytes, bytes]:
@@ -189,8 +227,7 @@ def _check_expiry(expires: bytes, due: Due | None, clock: Clock | None) -> None:
     now = clock.now_ms()
     if int(expires) <= now:
         raise ValueError(f"{shown}: already past (now is {now})")
-    if int(expires) > now + MAX_EXPIRY_MS:
-        raise ValueError(f"{shown}: more than ten years ahead")
+    _check_ahead(shown, int(expires), now)
     if due is not None:
         due_ms = now + int(due[1:]) if isinstance(due, str) else int(due)
         if int(expires) <= due_ms:

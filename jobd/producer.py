@@ -12,8 +12,9 @@ each batch's outcomes over as they come, for inputs too large to hold.
 
 ``NewJob`` (``jobd.newjob``) says what a job is: payload, job id, extra fields, delay or
 time, uniqueness, and the per-job limits (``jobd_timeout``, ``jobd_max_attempts``,
-``jobd_expires_at``); its docstring lists them. A job refused (by its own checks or by Redis)
-is never half-written, and in a bulk enqueue does not stop the others.
+``jobd_expires_at``); its docstring lists them. A payload above the queue's ``max_payload`` is
+refused (the daemon would not run it). A job refused (by its own checks or by Redis) is never
+half-written, and in a bulk enqueue does not stop the others.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def enqueue_job(
     returns its job id. ValueError, before anything is written, for a job refused."""
     q = _target(config, queue, priority)
     with _store(config, client) as store:
-        entry, job_id = _prepare(job, RedisClock(store))
+        entry, job_id = _prepare(job, RedisClock(store), q)
         added = store.enqueue(q, entry.fields, entry.due, entry.unique_id, durability)
     if isinstance(added.error, (MovedError, AskError)) and client is not None:
         store.refresh()  # not written: the slot moved
@@ -222,7 +223,7 @@ def _send(
     prepared: list[tuple[NewEntry, str | None] | Refused] = []
     for index, job in enumerate(chunk, start):
         try:
-            prepared.append(_prepare(job, clock))
+            prepared.append(_prepare(job, clock, q))
         except (ValueError, ProducerError) as exc:
             prepared.append(Refused(index, str(exc)))
     entries = [p[0] for p in prepared if not isinstance(p, Refused)]
@@ -236,8 +237,15 @@ def _send(
     return outcomes
 
 
-def _prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
-    """``newjob.prepare``, and a job no wider than jobd runs."""
+def _prepare(job: NewJob, clock: Clock, q: QueueConfig) -> tuple[NewEntry, str | None]:
+    """``newjob.prepare``, and a job jobd runs: its payload within the queue's max_payload
+    (ValueError: a larger one would be dead-lettered unrun, or be more than Redis takes in
+    one bulk string and lose the connection), no wider than ``job.MAX_FIELDS``."""
+    if len(job.payload) > q.max_payload:
+        raise ValueError(
+            f"payload of {len(job.payload)} bytes is above the queue's max_payload "
+            f"({q.max_payload}): jobd would not run it"
+        )
     entry, job_id = prepare(job, clock)
     check_width(entry.fields)
     return entry, job_id

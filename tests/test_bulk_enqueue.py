@@ -6,8 +6,11 @@ Redis (the session's server, flushed per test)."""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime
+import errno
+import io
 import json
 import os
 import pty
@@ -309,3 +312,157 @@ def test_bulk_usage_errors_and_unreachable_redis(
     out = jobd_cli("enqueue", "-c", str(down), "a", "--lines", "-", stdin=b"x\ny\n")
     assert out.returncode == 69 and b"cannot reach Redis" in out.stderr
     assert b"lines 1 to 2 were being sent" in out.stderr and b"Traceback" not in out.stderr
+
+
+def test_an_empty_or_nul_job_id_is_refused(config_path: str, r: redis.Redis) -> None:
+    """Review finding 12: the daemon runs such a job under its stream id (jobd.job._job_id),
+    and a --unique mark under the bad id would stay for the dedupe window."""
+    lines = ndjson({"payload": "x", "job_id": "a\0b", "unique": True}, {"payload": "ok"})
+    out = jobd_cli("enqueue", "-c", config_path, "a", "--ndjson", "-", stdin=lines)
+    assert out.returncode == 65, out.stderr
+    assert "<stdin>:1: job_id 'a\\x00b': holds a NUL byte" in out.stderr.decode()
+    assert entries(r) == [{b"payload": b"ok"}] and r.keys("{jobd:a}:job:*") == []
+    config = load(config_path)
+    for bad in ("", "a\0b"):
+        with pytest.raises(ValueError, match="job_id"):
+            producer.enqueue_job(config, "a", NewJob(b"x", job_id=bad, unique=True))
+    refused = producer.enqueue_many(config, "a", [NewJob(b"x", job_id="")]).refused
+    assert [x.reason for x in refused] == ["job_id '': give a non-empty job id (or none: the "
+                                           "stream id)"]  # fmt: skip
+    single = jobd_cli("enqueue", "-c", config_path, "a", "x", "--job-id", "")
+    assert single.returncode == 2 and b"give a non-empty job id" in single.stderr
+    assert len(entries(r)) == 1 and r.keys("{jobd:a}:job:*") == []
+
+
+def test_a_due_time_more_than_ten_years_ahead_is_refused(config_path: str, r: redis.Redis) -> None:
+    """Review finding 15: a huge delay overflowed the scripts' string.format('%d') and the
+    job ran at once. Ten years ahead at most (Redis's clock), as an expiry."""
+    ten_years = 10 * 365 * 86400
+    for flags in (("--delay", "10000000000000000"), ("--delay", "3651d"), ("--at", "-5")):
+        out = jobd_cli("enqueue", "-c", config_path, "a", "x", *flags)
+        assert out.returncode == 2, (flags, out.stderr)
+        assert b"more than ten years" in out.stderr or b"negative" in out.stderr
+    now = int(r.time()[0])
+    far, near = now + ten_years + 3600, now + ten_years - 3600
+    lines = ndjson(
+        {"payload": "1", "delay": 1e300},
+        {"payload": "2", "at": 1e300},
+        {"payload": "3", "at": far},
+        {"payload": "4", "delay": "3649d"},
+        {"payload": "5", "at": near},
+    )
+    out = jobd_cli(
+        "enqueue", "-c", config_path, "a", "--ndjson", "-", stdin=lines, env=skewed("-1h")
+    )
+    assert out.returncode == 65, out.stderr
+    said = out.stderr.decode().splitlines()
+    assert said[:3] == [
+        "<stdin>:1: delay 1e+300: more than ten years",
+        "<stdin>:2: at 1e+300: more than ten years ahead",
+        f"<stdin>:3: at {float(far)!r}: more than ten years ahead",
+    ]
+    assert entries(r) == [] and r.zcard(DELAYED) == 2
+    assert r.zrange(DELAYED, 0, -1, withscores=True)[-1][1] == near * 1000
+    with pytest.raises(ValueError, match="more than ten years"):
+        producer.enqueue(load(config_path), "a", b"x", delay=1e300)
+    with pytest.raises(ValueError, match="give a number of seconds"):
+        producer.enqueue(load(config_path), "a", b"x", at=float("inf"))
+    assert r.zcard(DELAYED) == 2 and entries(r) == []
+
+
+def test_a_payload_above_max_payload_is_refused(
+    write_config: Callable[..., Path], r: redis.Redis, tmp_path: Path
+) -> None:
+    """Review finding 14: such a job was enqueued only to be dead-lettered as malformed (and
+    one above Redis's proto-max-bulk-len dropped the connection, stopping the run). A --lines
+    line is read through, not held, when longer than the queue takes."""
+    path = write_config(CONFIG.replace("/bin/true]}", "/bin/true], max_payload: 1KiB}"))
+    source = tmp_path / "jobs.txt"
+    source.write_bytes(b"ok-1\n" + b"x" * 1024 + b"\r\n" + b"y" * 1025 + b"\n" + b"z" * (3 * 2**20)
+                       + b"\nok-2\n" + b"w" * 1025)  # fmt: skip
+    out = jobd_cli("enqueue", "-c", str(path), "a", "--lines", str(source))
+    assert out.returncode == 65, out.stderr
+    assert [len(e[b"payload"]) for e in entries(r)] == [4, 1024, 4]
+    said = out.stderr.decode().splitlines()
+    assert (
+        said[0]
+        == f"{source}:3: payload of 1025 bytes is above the queue's max_payload (1024): jobd would not run it"
+    )
+    assert (
+        said[1]
+        == f"{source}:4: a line of {3 * 2**20 + 1} bytes: above the queue's max_payload (1024)"
+    )
+    assert said[2].startswith(f"{source}:6: payload of 1025 bytes") and len(said) == 4
+    big = base64.b64encode(b"\0" * 1025).decode()
+    lines = ndjson({"payload_b64": big}, {"payload": "ok-3"})
+    out = jobd_cli("enqueue", "-c", str(path), "a", "--ndjson", "-", stdin=lines)
+    assert out.returncode == 65 and b"<stdin>:1: payload of 1025 bytes" in out.stderr
+    config = load(str(path))
+    with pytest.raises(ValueError, match=r"above the queue's max_payload \(1024\)"):
+        producer.enqueue_job(config, "a", NewJob(b"x" * 1025))
+    done = producer.enqueue_many(config, "a", [NewJob(b"x" * 1025), NewJob(b"ok-4")])
+    assert [x.index for x in done.refused] == [0] and len(done.job_ids) == 1
+    assert [e[b"payload"] for e in entries(r)][3:] == [b"ok-3", b"ok-4"]
+
+
+def test_a_run_stopped_early_names_the_lines_not_sent(
+    config_path: str, write_config: Callable[..., Path], r: redis.Redis
+) -> None:
+    """Review finding 13: Redis gone, or stdout a closed pipe, the lines never sent were not
+    named. A closed pipe exits 1 (the input or the output failed), with no traceback."""
+    down = write_config(CONFIG.replace("{redis}", "redis://127.0.0.1:1/0"), "down.yaml")
+    out = jobd_cli("enqueue", "-c", str(down), "a", "--lines", "-", "--batch", "2",
+                   stdin=b"x\ny\nz\n")  # fmt: skip
+    assert out.returncode == 69, out.stderr
+    assert b"<stdin>: lines 1 to 2 were being sent" in out.stderr
+    assert (
+        b"<stdin>: lines 3 and after (if any) were not sent: none of them is enqueued" in out.stderr
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobd", "enqueue", "-c", config_path, "a", "--lines", "-",
+         "--print-ids", "--batch", "2"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()  # nobody reads the ids: the first write of them fails
+    _, err = proc.communicate(b"a\nb\nc\nd\ne\n", timeout=60)
+    assert proc.returncode == 1, err
+    assert err.decode().splitlines()[:2] == [
+        "jobd: cannot write the job ids of lines 1 to 2 (settled: enqueued unless named above): "
+        "Broken pipe",
+        "jobd: <stdin>: lines 3 and after (if any) were not sent: none of them is enqueued",
+    ]
+    assert b"Traceback" not in err and b"Exception ignored" not in err
+    assert [e[b"payload"] for e in entries(r)] == [b"a", b"b"]
+
+
+def test_an_input_that_fails_midway_names_the_lines_not_sent(
+    config_path: str, r: redis.Redis
+) -> None:
+    """Review finding 13, the input's side: lines read into a batch not yet sent are named."""
+    from jobd.cli import bulk
+
+    class Failing(io.RawIOBase):
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+            if not self.data:
+                raise OSError(errno.EIO, "Input/output error")
+            size = min(len(buffer), len(self.data))
+            buffer[:size], self.data = self.data[:size], self.data[size:]
+            return size
+
+    err = io.StringIO()
+    report = bulk.Report("in.txt", False, err)
+    reader = bulk.Reader(io.BufferedReader(Failing(b"a\nb\nc\n")), NewJob(), report, False, 1024)
+    args = argparse.Namespace(queue="a", priority=None, batch=2)
+    assert bulk.send(load(config_path), args, reader, report) == 1
+    assert err.getvalue().splitlines()[:2] == [
+        "jobd: cannot read line 4: Input/output error",
+        "jobd: in.txt: lines 3 and after were not sent: none of them is enqueued",
+    ]
+    assert [e[b"payload"] for e in entries(r)] == [b"a", b"b"]

@@ -192,5 +192,106 @@ def test_cancel_finds_nothing_anywhere_exits_3(
 ) -> None:
     config = cancel_setup(write_config, script, tmp_path)
     r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
-    out = jobd_cli("cancel", "-c", str(config), "q", "ghost", "--wait", "1s")
+    out = jobd_cli("cancel", "-c", str(config), "q", "ghost", "--wait", "2s")
+    short = jobd_cli("cancel", "-c", str(config), "q", "ghost", "--wait", "1s")
+    assert short.returncode == 2 and b"at least lease.renew_every + 1s" in short.stderr
     assert out.returncode == 3 and b"ghost: not found" in out.stdout
+
+
+# -- from the review of issue 19's first part -----------------------------------------------------
+
+
+def test_cancelling_one_level_s_job_never_stops_another_level_s_job_with_the_same_entry_id(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    handler = script("h.sh", HANDLER.format(dir=tmp_path))
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        f"queues:\n  pq:\n    command: [{handler}]\n    concurrency: 4\n"
+        "    priorities: [high, low]\n    lease: {renew_every: 200ms, reclaim_after: 2s}\n"
+    )
+    daemon(config)
+    wait_group(r, "{jobd:pq}:priority:high")
+    same = "1796000000000-0"
+    r.xadd("{jobd:pq}:priority:high", {"payload": "x", "job_id": "long-high"}, id=same)
+    r.xadd("jobd:pq", {"payload": "x", "job_id": "long-low"}, id=same)
+    wait_until(lambda: {"start long-high", "start long-low"} <= set(ran(tmp_path)))
+    assert jobd_cli("cancel", "-c", str(config), "pq", "long-high").returncode == 0
+    wait_until(lambda: "term long-high" in ran(tmp_path), what="the cancelled job stopped")
+    # The other level's job, same entry id, keeps running: its renewal reports nothing.
+    wait_until(lambda: r.xpending("{jobd:pq}:priority:high", "jobd")["pending"] == 0)
+    assert "term long-low" not in ran(tmp_path)
+    assert r.xpending("jobd:pq", "jobd")["pending"] == 1
+
+
+def test_a_cancelled_job_s_marks_go_with_it_and_free_its_unique_id(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    config = cancel_setup(write_config, script, tmp_path)
+    c = str(config)
+    enqueue = ("enqueue", "-c", c, "q")
+    assert (
+        jobd_cli(*enqueue, "x", "--job-id", "u-delayed", "--unique", "--delay", "1h").returncode
+        == 0
+    )
+    assert jobd_cli(*enqueue, "x", "--job-id", "u-waiting", "--unique").returncode == 0
+    assert jobd_cli("cancel", "-c", c, "q", "u-delayed", "u-waiting").returncode == 0
+    d = daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "long-r"})
+    wait_until(lambda: "start long-r" in ran(tmp_path), what="a running job")
+    assert jobd_cli("cancel", "-c", c, "q", "long-r").returncode == 0
+    wait_until(lambda: r.xpending("jobd:q", "jobd")["pending"] == 0, what="cancels settled")
+    d.wait_log("job=u-waiting attempt=1 cancelled (jobd cancel) before it started")
+    # Each --unique id is free again (its 'queued' mark went with the job), and no mark is left
+    # to cancel a later job of the same id.
+    for jid in ("u-delayed", "u-waiting"):
+        assert jobd_cli(*enqueue, "x", "--job-id", jid, "--unique").returncode == 0, jid
+    r.xadd("jobd:q", {"payload": "x", "job_id": "long-r"})
+    wait_until(lambda: {"done u-delayed", "done u-waiting"} <= set(ran(tmp_path)))
+    wait_until(lambda: ran(tmp_path).count("start long-r") == 2, what="the same id, again")
+    assert r.zcard("{jobd:q}:cancels") == 0
+
+
+def test_someone_else_s_keys_at_the_control_names_wedge_nothing(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A string at {S}:cancels: renewals still report a lost lease (the job is not run twice),
+    reads still run jobs. A string at {S}:paused: the queue counts as paused, and `jobd
+    resume` clears it."""
+    config = cancel_setup(write_config, script, tmp_path)
+    r.set("{jobd:q}:cancels", "garbage")
+    d = daemon(config)
+    wait_group(r, "jobd:q")
+    mid = r.xadd("jobd:q", {"payload": "x", "job_id": "long-t"})
+    wait_until(lambda: "start long-t" in ran(tmp_path))
+    r.xclaim("jobd:q", "jobd", "thief", 0, [mid])
+    d.wait_log("lease lost: the entry now belongs to consumer thief")
+    r.set("{jobd:q}:paused", "garbage")
+    d.wait_log("queue=q paused by ?")
+    r.xadd("jobd:q", {"payload": "x", "job_id": "held"})
+    r.xadd("jobd:q", {"payload": "x", "job_id": "long-t"})  # a read is due: none happens
+    time.sleep(1.0)  # two pause checks pass; the claim is that none of them reads
+    assert "start held" not in ran(tmp_path)
+    status = json.loads(jobd_cli("status", "-c", str(config), "--json").stdout)
+    assert status["queues"]["q"]["paused"] == {"since": 0.0, "by": "?"}
+    assert jobd_cli("resume", "-c", str(config), "q").returncode == 0
+    wait_until(lambda: "done held" in ran(tmp_path), what="the job, once resumed")
+
+
+def test_a_cancelled_poison_entry_is_cancelled_not_dead_lettered(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    handler = script("h.sh", HANDLER.format(dir=tmp_path))
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        f"queues:\n  q:\n    command: [{handler}]\n    max_deliveries: 1\n"
+        "    lease: {renew_every: 100ms, reclaim_after: 500ms}\n"
+    )
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "crashy"})
+    r.xreadgroup("jobd", "dead-daemon", {"jobd:q": ">"})  # one delivery, no outcome
+    assert b"running on dead-daemon" in jobd_cli("cancel", "-c", str(config), "q", "crashy").stdout
+    d = daemon(config)
+    wait_until(lambda: r.xpending("jobd:q", "jobd")["pending"] == 0, what="the entry settled")
+    assert r.xlen("{jobd:q}:dead") == 0, "cancelled, not dead-lettered as poison"
+    assert "crashy attempt=1 cancelled (jobd cancel) before it started" in d.log()

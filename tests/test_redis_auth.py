@@ -76,6 +76,15 @@ def test_acl_user_with_the_documented_commands_runs_everything(
     status = jobd_cli("status", "-c", c, "--json")
     assert status.returncode == 0 and not status.stderr, status
     assert json.loads(status.stdout)["queues"]["q"]["this_minute"]["done"] >= 2
+    # Operator controls under the same ACL: pause, resume, cancel (a waiting job: its mark is
+    # read by cancelled.lua; while marks exist, every renewal reads them too).
+    assert jobd_cli("pause", "-c", c, "q").returncode == 0
+    assert jobd_cli("resume", "-c", c, "q").returncode == 0
+    assert jobd_cli("cancel", "-c", c, "q", "gone", "--wait", "1h").returncode == 3
+    r.xadd("jobd:q", {"payload": "ok", "job_id": "gone"})
+    wait_until(lambda: "cancelled (jobd cancel) before it started" in d.log(), what="the cancel")
+    r.xadd("jobd:q", {"payload": "ok", "job_id": "after"})
+    wait_until(lambda: pending_count(r, "jobd:q") == 0, what="jobs run while marks exist")
     log = d.log()
     assert "NOPERM" not in log and "Traceback" not in log
     assert " ERROR " not in log, "every command of every script is allowed"  # e.g. HINCRBY

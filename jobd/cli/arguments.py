@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 ENQUEUE_EPILOG = """\
-exit status: 0 enqueued; 2 a bad command line; 3 --unique and the job id is already there
+exit status: 0 enqueued; 1 --lines/--ndjson: the input could not be read or the job ids not
+written (stdout a closed pipe; stderr names the lines not sent); 2 a bad command line; 3
+--unique and the job id is already there
 (one job); 65 (EX_DATAERR) --lines/--ndjson: some line was refused (each is named on stderr as
 FILE:LINE: why; the others are enqueued); 69 Redis cannot be reached, or could not take some
 lines now; 75 --wait-*: enqueued, but not confirmed durable.

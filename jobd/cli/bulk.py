@@ -12,9 +12,14 @@ seconds); ``unique`` (true/false); ``max_attempts``. A key on a line overrides t
 same kind (``delay`` or ``at`` both of --delay and --at).
 
 A line that cannot be a job is named on stderr as ``FILE:LINE: why`` and the others are still
-enqueued; so is a job Redis refused. A progress line (count, rate) is drawn on stderr only
-when it is a terminal; a summary line ends the run. ``--print-ids`` prints the ids of the jobs
-added, one a line, in input order.
+enqueued; so is a job Redis refused. A payload above the queue's ``max_payload`` is refused
+(``--lines`` reads such a line through without holding it). A progress line (count, rate) is
+drawn on stderr only when it is a terminal; a summary line ends the run. ``--print-ids``
+prints the ids of the jobs added, one a line, in input order.
+
+A run that stops early says which lines were not sent (``lines N and after``): exit 69 when
+Redis went away (the lines being sent are named too: they may or may not be enqueued), 1 when
+the input could not be read or the job ids could not be written (a closed pipe on stdout).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from jobd.logs import printable
 from jobd.newjob import NewJob, parse_time
 
 PROGRESS_EVERY = 0.2  # seconds between redraws of the progress line
+SKIP_CHUNK = 2**20  # bytes read at a time through a --lines line too long to hold
 
 
 class StreamError(Exception):
@@ -51,7 +57,8 @@ def run_bulk(
     config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser, template: NewJob
 ) -> int:
     """Enqueue every line of the input; exit 0, 65 when a line was refused, 69 when Redis
-    could not be reached (or could not take some lines now)."""
+    could not be reached (or could not take some lines now), 1 when the input could not be
+    read or the ids not written."""
     _check_args(args, parser)
     path = args.lines if args.lines is not None else args.ndjson
     try:
@@ -60,22 +67,28 @@ def run_bulk(
         print(f"jobd: cannot read {path}: {exc.strerror}", file=sys.stderr)
         return exitcodes.USAGE
     report = Report("<stdin>" if path == "-" else path, args.print_ids)
-    reader = Reader(stream, template, report, ndjson=args.ndjson is not None)
+    largest = config.queues[args.queue].max_payload
+    reader = Reader(stream, template, report, args.ndjson is not None, largest)
+    try:
+        return send(config, args, reader, report)
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def send(config: Config, args: argparse.Namespace, reader: Reader, report: Report) -> int:
+    """Send the jobs ``reader`` reads; the exit status (``run_bulk``)."""
     try:
         producer.enqueue_many(
             config, args.queue, reader.jobs(), args.priority, None, args.batch,
             on_batch=lambda outcomes: report.batch(outcomes, reader.pending),
         )  # fmt: skip
     except StreamError as exc:
-        report.say(f"jobd: {exc}")
-        report.finish()
+        report.stopped(exc, deque(), reader.not_sent(sending=False))
         return exitcodes.FAILURE
     except producer.ProducerError as exc:
-        report.interrupted(exc, reader.pending)
+        report.stopped(exc, reader.pending, reader.not_sent(sending=True))
         return exitcodes.UNAVAILABLE
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
     return report.finish()
 
 
@@ -96,36 +109,81 @@ def _check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> No
 
 class Reader:
     """The jobs of an input, one a line; a line refused is reported, not yielded. The line
-    numbers of the jobs yielded and not yet settled wait in ``pending``, in order."""
+    numbers of the jobs yielded and not yet settled wait in ``pending``, in order; ``read``
+    is the number of the last line read, ``ended`` whether the input was read to its end."""
 
-    def __init__(self, stream: BinaryIO, template: NewJob, report: Report, ndjson: bool) -> None:
+    def __init__(
+        self, stream: BinaryIO, template: NewJob, report: Report, ndjson: bool, largest: int
+    ) -> None:
         self.stream, self.template, self.report = stream, template, report
         self.parse: Callable[[bytes], NewJob] = self._from_json if ndjson else self._from_line
+        # --lines: a line is its payload, so one longer than this is refused unread (\r\n aside)
+        self.largest, self.longest = largest, None if ndjson else largest + 2
         self.pending: deque[int] = deque()
+        self.read, self.ended, self.failed = 0, False, False
 
     def jobs(self) -> Iterator[NewJob]:
-        number = 0
         try:
-            for number, line in enumerate(self.stream, 1):
-                body = line[:-1] if line.endswith(b"\n") else line
-                body = body[:-1] if body.endswith(b"\r") else body
-                if not body.strip(b" \t"):
-                    continue
-                try:
-                    job = self.parse(body)
-                except ValueError as exc:
-                    self.report.refused_line(number, str(exc))
-                    continue
-                self.pending.append(number)
-                yield job
+            for line in _lines(self.stream, self.longest):
+                self.read += 1
+                job = self._job(self.read, line)
+                if job is not None:
+                    self.pending.append(self.read)
+                    yield job
         except OSError as exc:
-            raise StreamError(f"cannot read line {number + 1}: {exc.strerror or exc}") from exc
+            self.failed = True
+            raise StreamError(f"cannot read line {self.read + 1}: {exc.strerror or exc}") from exc
+        self.ended = True
+
+    def _job(self, number: int, line: bytes | int) -> NewJob | None:
+        """The job of a line; None for a blank line, or one refused (said)."""
+        if isinstance(line, int):
+            self.report.refused_line(
+                number, f"a line of {line} bytes: above the queue's max_payload ({self.largest})"
+            )
+            return None
+        body = line[:-1] if line.endswith(b"\n") else line
+        body = body[:-1] if body.endswith(b"\r") else body
+        if not body.strip(b" \t"):
+            return None
+        try:
+            return self.parse(body)
+        except ValueError as exc:
+            self.report.refused_line(number, str(exc))
+            return None
+
+    def not_sent(self, sending: bool) -> str | None:
+        """The lines a run that stopped now did not send, in words; None for none. The lines
+        in ``pending`` were ``sending`` (they may be enqueued), or were not sent at all."""
+        if self.pending and not sending:
+            return f"lines {self.pending[0]} and after"
+        if self.failed:
+            return f"lines {self.read + 1} and after"
+        return None if self.ended else f"lines {self.read + 1} and after (if any)"
 
     def _from_line(self, body: bytes) -> NewJob:
         return dataclasses.replace(self.template, payload=body)
 
     def _from_json(self, body: bytes) -> NewJob:
         return job_from_json(body, self.template)
+
+
+def _lines(stream: BinaryIO, longest: int | None) -> Iterator[bytes | int]:
+    """The lines of ``stream``, each with its newline; for a line of more than ``longest``
+    bytes, its length instead: read through, never held whole."""
+    if longest is None:
+        yield from stream
+        return
+    while line := stream.readline(longest + 1):
+        if len(line) <= longest or line.endswith(b"\n"):
+            yield line
+            continue
+        size = len(line)
+        while rest := stream.readline(SKIP_CHUNK):
+            size += len(rest)
+            if rest.endswith(b"\n"):
+                break
+        yield size
 
 
 # --ndjson: each key of a line, and what reads its value (a ValueError says what is wrong).
@@ -244,6 +302,7 @@ class Report:
     def batch(self, outcomes: list[producer.Outcome], pending: deque[int]) -> None:
         """A batch's outcomes, in the order of ``pending``'s line numbers."""
         ids = []
+        first, last = pending[0], pending[len(outcomes) - 1]
         for outcome in outcomes:
             number = pending.popleft()
             self._said_up_to(number)
@@ -263,19 +322,26 @@ class Report:
                 sys.stdout.buffer.write(b"".join(os.fsencode(i) + b"\n" for i in ids))
                 sys.stdout.buffer.flush()
             except OSError as exc:
-                raise StreamError(f"cannot write the job ids: {exc.strerror or exc}") from exc
+                raise StreamError(
+                    f"cannot write the job ids of lines {first} to {last} (settled: enqueued "
+                    f"unless named above): {exc.strerror or exc}"
+                ) from exc
         if self.progress is not None:
             self.progress.show(self.added, self.started)
 
-    def interrupted(self, exc: Exception, pending: deque[int]) -> None:
-        """Redis went away: say which lines may or may not be enqueued, then the summary."""
-        self._said_up_to(pending[0] if pending else math.inf)
+    def stopped(self, exc: Exception, sending: deque[int], not_sent: str | None) -> None:
+        """The run stopped (Redis went away, or the input or output failed): say which lines
+        may or may not be enqueued (``sending``), which were not sent, then the summary."""
+        self._said_up_to(sending[0] if sending else math.inf)
         self.say(f"jobd: {exc}")
-        if pending:
+        if sending:
             self.say(
-                f"jobd: {self.name}: lines {pending[0]} to {pending[-1]} were being sent: they "
+                f"jobd: {self.name}: lines {sending[0]} to {sending[-1]} were being sent: they "
                 f"may or may not be enqueued; the lines before them are settled"
             )
+        self._said_up_to(math.inf)
+        if not_sent is not None:
+            self.say(f"jobd: {self.name}: {not_sent} were not sent: none of them is enqueued")
         self.finish()
 
     def finish(self) -> int:

@@ -79,6 +79,9 @@ def run_cancel(config: Config, args: argparse.Namespace, parser: Parser) -> int:
         wait = durations.parse(args.wait)
     except ValueError as exc:
         parser.error(f"--wait: {exc}")
+    least = config.queues[args.queue].lease.renew_every + 1
+    if wait < least:  # a mark must outlive the renewal that carries it to a running job
+        parser.error(f"--wait {args.wait}: at least lease.renew_every + 1s ({least:g}s)")
     try:
         with store_for(config, "cancel") as store:
             found = cancel(store, config.queues[args.queue], args.job_ids, int(wait * 1000))

@@ -255,7 +255,7 @@ class Reader(threading.Thread):
         one that reached no handler would count toward poison for nothing. Returns slots used."""
         held = set(self.holdings.snapshot(key(q))) if claimed else set()
         jobs: list[Job] = []
-        poison: list[Outcome] = []
+        poison: list[tuple[Job, int]] = []
         own: list[str] = []
         try:
             for raw_id, fields, deliveries in claimed:
@@ -265,7 +265,7 @@ class Reader(threading.Thread):
                     # claim renewed it. It is not a new job, and not a delivery (keep.lua).
                     own.append(job.message_id)
                 elif deliveries > q.max_deliveries:
-                    poison.append(self.poisoned(q, job, deliveries))
+                    poison.append((job, deliveries))
                 else:
                     self.metrics.of(q.name).reclaimed.inc()
                     log.warning(
@@ -276,11 +276,19 @@ class Reader(threading.Thread):
                     )
                     jobs.append(job)
         finally:
-            self.dead_letter(q, poison)
             handed = self.hand_over(q, jobs)
             if own:
                 self.store.keep(q, own)
+            self.dead_letter(q, self.poison_outcomes(q, poison))
         return handed
+
+    def poison_outcomes(self, q: QueueConfig, found: list[tuple[Job, int]]) -> list[Outcome]:
+        """Dead letters of poison entries, but for those ``jobd cancel`` marked: a cancelled job
+        is acked unrun as cancelled, never dead-lettered."""
+        if found and self.store.has_cancels(q):
+            left = {job.message_id for job in self.drop_cancelled(q, [job for job, _ in found])}
+            found = [(job, n) for job, n in found if job.message_id in left]
+        return [self.poisoned(q, job, n) for job, n in found]
 
     def poisoned(self, q: QueueConfig, job: Job, deliveries: int) -> Outcome:
         """The outcome of an entry delivered more than ``max_deliveries`` times: never run."""
@@ -341,7 +349,7 @@ class Reader(threading.Thread):
         """Acknowledge, unrun, the jobs ``jobd cancel`` marked (one script call); the others.
         A check that fails (a marks key someone else wrote) runs the batch: never a wedge."""
         try:
-            gone = self.store.cancelled(q, [job.message_id for job in jobs])
+            gone = self.store.cancelled(q, jobs)
         except redis.ResponseError as exc:
             log.error("queue=%s cancellation check failed (%s); running the batch", q.name, exc)
             return jobs

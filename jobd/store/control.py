@@ -8,7 +8,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import redis
+
 from jobd.config import QueueConfig
+from jobd.job import Job
 from jobd.store.base import StoreBase
 from jobd.store.keys import STATS_TTL
 
@@ -41,7 +44,10 @@ class ControlOps(StoreBase):
 
     def paused(self, queue: QueueConfig) -> Paused | None:
         """The queue's pause, if it is paused (a pause key someone else wrote counts, since 0)."""
-        return paused_from(self.client.hgetall(queue.keys.paused))
+        try:
+            return paused_from(self.client.hgetall(queue.keys.paused))
+        except redis.ResponseError:  # a key of another type at the pause's name: paused
+            return Paused(0, "?")
 
 
 def paused_from(fields: dict[bytes, bytes]) -> Paused | None:
@@ -93,17 +99,29 @@ class CancelOps(StoreBase):
         start = 0
         while start >= 0:
             start, removed = self.scripts.cancel_delayed(
-                keys=[level.keys.delayed, level.keys.stats()],
+                keys=[
+                    level.keys.delayed,
+                    level.keys.stats(),
+                    level.keys.cancels,
+                    *map(level.keys.job_mark, ids),
+                ],
                 args=[start, DELAYED_PAGE, STATS_TTL, *ids],
             )
             found += [Found(os.fsdecode(j), "delayed", due_ms=int(due)) for j, due in removed]
         return found
 
-    def cancelled(self, level: QueueConfig, ids: list[str]) -> set[str]:
-        """Of entries this consumer just read, acknowledge unrun those cancelled; their ids."""
+    def cancelled(self, level: QueueConfig, jobs: list[Job]) -> set[str]:
+        """Of jobs this consumer just read, acknowledge unrun those cancelled (a --unique one's
+        'queued' mark deleted with it); their message ids."""
+        keys: list[str | bytes] = [level.stream, level.keys.cancels, level.keys.stats()]
+        pairs: list[object] = []
+        for job in jobs:
+            mark = job.mark_key(level.keys, False)  # --unique jobs only
+            if mark is not None:
+                keys.append(mark)
+            pairs += [job.message_id, len(keys) if mark is not None else 0]
         acked = self.scripts.cancelled(
-            keys=[level.stream, level.keys.cancels, level.keys.stats()],
-            args=[level.group, self.consumer, STATS_TTL, *ids],
+            keys=keys, args=[level.group, self.consumer, STATS_TTL, *pairs]
         )
         return {mid.decode() for mid in acked}
 

@@ -122,7 +122,7 @@ class Metrics:
         self.delayed.labels(queue=queue).set(report["delayed"])
         self.dead.labels(queue=queue).set(report["dead_lettered"])
         paused = report.get("paused")
-        self.paused.labels(queue=queue).set(paused["since"] if paused else 0)
+        self.paused.labels(queue=queue).set(max(paused["since"], 1) if paused else 0)
 
     def watch(self, queue: str, running: Callable[[], float], free: Callable[[], float]) -> None:
         self.running.labels(queue=queue).set_function(running)

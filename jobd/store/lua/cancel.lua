@@ -8,7 +8,8 @@
 -- ARGV[3..] job ids
 --
 -- A job delivered and not settled (in the group's pending list: running, or about to start) gets
--- the mark 'id:ENTRY'; the daemon holding it finds the mark at its next lease renewal
+-- the mark 'id:STREAM|ENTRY' (entry ids are unique per stream only: a priority level's stream
+-- may hold the same id); the daemon holding it finds the mark at its next lease renewal
 -- (renew.lua) and stops the handler; the outcome is 'cancelled'. Every job id gets the mark
 -- 'job:JOB_ID', which a reader finds when it reads the job (cancelled.lua) and acknowledges the
 -- job unrun. A job id that is an entry of this stream not delivered yet is reported 'waiting'.
@@ -18,6 +19,7 @@
 -- Returns, per job id in order: {job id, 'running', consumer, entry id}, {job id, 'waiting',
 -- entry id} or {job id, 'marked'}.
 local stream, marks, group = KEYS[1], KEYS[2], ARGV[1]
+if redis.call('TYPE', marks).ok ~= 'zset' then redis.call('DEL', marks) end -- someone else's
 local expiry = now_ms() + tonumber(ARGV[2])
 local wanted = {}
 for i = 3, #ARGV do wanted[ARGV[i]] = true end
@@ -62,7 +64,7 @@ for i = 3, #ARGV do
   -- the delayed set; a duplicate enqueued meanwhile) is cancelled too.
   redis.call('ZADD', marks, expiry, 'job:' .. jid)
   if found then
-    redis.call('ZADD', marks, expiry, 'id:' .. found[1])
+    redis.call('ZADD', marks, expiry, 'id:' .. stream .. '|' .. found[1])
     out[#out + 1] = {jid, 'running', found[2], found[1]}
   else
     local waiting = false

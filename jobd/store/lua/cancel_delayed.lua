@@ -3,19 +3,23 @@
 --
 -- KEYS[1]   the delayed set
 -- KEYS[2]   the queue's counters for this minute (a hash)
--- ARGV[1]   where the page starts (a rank in the set, from 0)
+-- KEYS[3]   the queue's cancellation marks (cancel.lua): a removed job's 'job:' mark goes too
+-- KEYS[4..] the --unique marks of the job ids ({S}:job:J), in the order of ARGV[4..]
+-- ARGV[1]   where the page starts, counted from the set's end (0: the last member)
 -- ARGV[2]   how many members the page holds at most
 -- ARGV[3]   seconds the counters are kept
 -- ARGV[4..] job ids
 --
--- A member is a job of one of the ids when its jobd_job_id or job_id field is one (a member that
--- is not a job is left to promote.lua). Returns {the next page's start, or -1 at the end,
--- {job id, due (ms)}, …} for the members removed: the walk goes on where this page ended, less
--- what it removed, so a caller walks a set of any size a bounded page at a time.
+-- A member is a job of one of the ids when its job_id or jobd_job_id field is one (a member that
+-- is not a job is left to promote.lua). A removed job's --unique mark is deleted if it still
+-- says 'queued'. The walk goes from the latest due to the soonest: promote.lua removes the
+-- soonest, which moves no member's rank counted from the end, so a walk of many calls skips
+-- nothing it removes. Returns {the next page's start, or -1 at the end, {job id, due (ms)}, …}.
 local start, size = tonumber(ARGV[1]), tonumber(ARGV[2])
-local wanted = {}
-for i = 4, #ARGV do wanted[ARGV[i]] = true end
-local page = redis.call('ZRANGE', KEYS[1], start, start + size - 1, 'WITHSCORES')
+local mark_of = {}
+for i = 4, #ARGV do mark_of[ARGV[i]] = KEYS[i] end
+local marks = redis.call('TYPE', KEYS[3]).ok == 'zset' and KEYS[3] or nil
+local page = redis.call('ZRANGE', KEYS[1], -(start + size), -(start + 1), 'WITHSCORES')
 local removed = {}
 for i = 1, #page, 2 do
   local job = decode_member(page[i])
@@ -23,8 +27,10 @@ for i = 1, #page, 2 do
     local fields = {}
     for j = 2, #job do fields[#fields + 1] = job[j] end
     local jid = job_id_of('', fields)
-    if jid ~= '' and wanted[jid] then
+    if jid ~= '' and mark_of[jid] then
       redis.call('ZREM', KEYS[1], page[i])
+      if redis.call('GET', mark_of[jid]) == 'queued' then redis.call('DEL', mark_of[jid]) end
+      if marks then redis.call('ZREM', marks, 'job:' .. jid) end
       removed[#removed + 1] = {jid, page[i + 1]}
     end
   end

@@ -4,31 +4,39 @@
 -- KEYS[1]   the stream
 -- KEYS[2]   the queue's cancellation marks (see cancel.lua)
 -- KEYS[3]   the queue's counters for this minute (a hash)
+-- KEYS[4..] the marks of the --unique jobs among them ({S}:job:J), referred to by index
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   seconds the counters are kept
--- ARGV[4..] ids of the entries read (this consumer holds them)
+-- ARGV[4..] pairs: the id of an entry read (this consumer holds it), the index in KEYS of its
+--           job's --unique mark (0: none)
 --
--- An entry is cancelled when a mark 'id:ENTRY' or 'job:JOB_ID' (its job id, read from its fields
--- as jobd.job does) has not expired. Such an entry is acknowledged, its marks removed, and
--- 'cancelled' counted. Expired marks are removed on the way. Returns the ids acknowledged.
+-- An entry is cancelled when a mark 'id:STREAM|ENTRY' or 'job:JOB_ID' (its job id, read from
+-- its fields as jobd.job does) has not expired. Such an entry is acknowledged, its marks removed,
+-- a --unique job's mark deleted if it still says 'queued' (the job will not run: the id is free
+-- again), and 'cancelled' counted. Expired marks are removed on the way; a marks key of another
+-- type (someone else's) holds no mark. Returns the ids acknowledged.
 local stream, marks, stats, group, me = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
-local now = now_ms()
-redis.call('ZREMRANGEBYSCORE', marks, '-inf', now)
+if redis.call('TYPE', marks).ok ~= 'zset' then return {} end
+redis.call('ZREMRANGEBYSCORE', marks, '-inf', now_ms())
 if redis.call('ZCARD', marks) == 0 then return {} end
 local acked = {}
-for i = 4, #ARGV do
-  local id = ARGV[i]
+for i = 4, #ARGV, 2 do
+  local id, unique = ARGV[i], tonumber(ARGV[i + 1])
   local entry = redis.call('XRANGE', stream, id, id)
+  local by_id = 'id:' .. stream .. '|' .. id
   local by_job = #entry == 1 and ('job:' .. job_id_of(id, entry[1][2])) or nil
-  local mark = redis.call('ZSCORE', marks, 'id:' .. id) and ('id:' .. id)
-    or (by_job and redis.call('ZSCORE', marks, by_job) and by_job)
-  if mark then
+  local marked = redis.call('ZSCORE', marks, by_id)
+    or (by_job and redis.call('ZSCORE', marks, by_job))
+  if marked then
     local p = redis.call('XPENDING', stream, group, id, id, 1)
     if #p == 1 and p[1][2] == me then
       redis.call('XACK', stream, group, id)
-      redis.call('ZREM', marks, 'id:' .. id)
+      redis.call('ZREM', marks, by_id)
       if by_job then redis.call('ZREM', marks, by_job) end
+      if unique > 0 and redis.call('GET', KEYS[unique]) == 'queued' then
+        redis.call('DEL', KEYS[unique])
+      end
       acked[#acked + 1] = id
     end
   end

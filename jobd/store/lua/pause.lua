@@ -5,7 +5,12 @@
 -- ARGV[1]   who pauses it (user@host)
 --
 -- Returns {since (Redis ms), by, 1} when this call paused it, or the pause in force with 0.
-local cur = redis.call('HMGET', KEYS[1], 'since', 'by')
+-- A key of another type there (someone else's) is replaced: the queue is paused from now.
+local cur = redis.pcall('HMGET', KEYS[1], 'since', 'by')
+if cur.err then
+  redis.call('DEL', KEYS[1])
+  cur = {}
+end
 if cur[1] then
   return {cur[1], cur[2] or '', 0}
 end

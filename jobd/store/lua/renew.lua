@@ -12,7 +12,7 @@
 --
 -- Returns {lost, cancelled}: lost is a flat list of pairs for the entries it no longer holds:
 -- id, owner now ('' when no one: acknowledged, its data trimmed, or handed back); cancelled
--- lists the entries it holds that `jobd cancel` marked ('id:ENTRY'): the daemon stops their
+-- lists the entries it holds that `jobd cancel` marked ('id:STREAM|ENTRY'): the daemon stops their
 -- handlers (the heartbeat's reply carries the cancellation, so it reaches any host, through a
 -- cluster or Sentinel, with no pub/sub). The marks stay until the outcome is written.
 --
@@ -74,10 +74,13 @@ for first = 1, #mine, CHUNK do
     end
   end
 end
+-- A marks key of another type (someone else's) is no mark: the renewal itself must go on.
 local cancelled = {}
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('TYPE', KEYS[2]).ok == 'zset' then
   for _, id in ipairs(mine) do
-    if redis.call('ZSCORE', KEYS[2], 'id:' .. id) then cancelled[#cancelled + 1] = id end
+    if redis.call('ZSCORE', KEYS[2], 'id:' .. stream .. '|' .. id) then
+      cancelled[#cancelled + 1] = id
+    end
   end
 end
 return {lost, cancelled}

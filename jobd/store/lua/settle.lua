@@ -1,3 +1,4 @@
+--! uses jobs.lua
 -- settle.lua: acknowledge entries, or hand them back, but only those this consumer still holds.
 --
 -- KEYS[1]   the queue's stream
@@ -14,7 +15,7 @@
 --           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
 --           it now), its delivery count one less: see below. Operation 'cancel' (`jobd
---           cancel` stopped it): XACK, counted as cancelled, its cancellation mark removed, and
+--           cancel` stopped it): XACK, counted as cancelled, its cancellation marks removed, and
 --           a --unique job's mark deleted if it still says 'queued'.
 --
 -- Returns a flat list of pairs for the entries left alone: id, owner now ('' when no one).
@@ -24,6 +25,14 @@ local stream, stats, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local window = tonumber(ARGV[4])
 local HANDED_BACK = 10 * 365 * 86400 * 1000 -- idle ms beyond which an entry was handed back
 local skipped, done, cancelled = {}, 0, 0
+-- While cancellation marks exist, a job that ends here (done, or cancelled) takes its marks
+-- with it: a later job of the same id is not cancelled by a mark meant for this one.
+local marks = KEYS[3] and redis.call('TYPE', KEYS[3]).ok == 'zset' and KEYS[3] or nil
+local function unmark(id)
+  local entry = redis.call('XRANGE', stream, id, id)
+  redis.call('ZREM', marks, 'id:' .. stream .. '|' .. id)
+  if #entry == 1 then redis.call('ZREM', marks, 'job:' .. job_id_of(id, entry[1][2])) end
+end
 for i = 5, #ARGV, 3 do
   local op, id, mark = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local p = redis.call('XPENDING', stream, group, id, id, 1)
@@ -31,6 +40,7 @@ for i = 5, #ARGV, 3 do
     skipped[#skipped + 1] = id
     skipped[#skipped + 1] = (#p == 0) and '' or p[1][2]
   elseif op == 'ack' then
+    if marks then unmark(id) end
     local acked = redis.call('XACK', stream, group, id)
     done = done + acked
     if acked == 1 and mark > 0 then
@@ -41,8 +51,8 @@ for i = 5, #ARGV, 3 do
       end
     end
   elseif op == 'cancel' then
+    if marks then unmark(id) end
     cancelled = cancelled + redis.call('XACK', stream, group, id)
-    redis.call('ZREM', KEYS[3], 'id:' .. id)
     if mark > 0 and redis.call('GET', KEYS[mark]) == 'queued' then
       redis.call('DEL', KEYS[mark])
     end
