@@ -295,3 +295,41 @@ def test_a_cancelled_poison_entry_is_cancelled_not_dead_lettered(
     wait_until(lambda: r.xpending("jobd:q", "jobd")["pending"] == 0, what="the entry settled")
     assert r.xlen("{jobd:q}:dead") == 0, "cancelled, not dead-lettered as poison"
     assert "crashy attempt=1 cancelled (jobd cancel) before it started" in d.log()
+
+
+def test_reading_a_priority_queue_asks_for_cancellations_in_the_same_round_trip(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+) -> None:
+    """read_levels.lua says whether marks exist; no EXISTS round trip per read (the review
+    counted one per read of a priority queue)."""
+    config = write_config(
+        "redis: {url: '{redis}'}\n"
+        "queues:\n  pq: {command: [/bin/true], concurrency: 1, priorities: [high, low]}\n"
+    )
+    daemon(config)
+    wait_group(r, "{jobd:pq}:priority:high")
+
+    import threading
+
+    seen: list[str] = []
+    stop = threading.Event()
+    monitor_client = redis.Redis(port=r.connection_pool.connection_kwargs["port"])
+
+    def watch() -> None:  # MONITOR names a script's own commands with the client "lua"
+        with monitor_client.monitor() as m:
+            for event in m.listen():
+                if event["client_type"] != "lua" and event["command"].startswith("EXISTS"):
+                    seen.append(event["command"])
+                if stop.is_set():
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(0.2)  # MONITOR is on before the jobs come (setup, not an assertion)
+    for i in range(40):
+        r.xadd("jobd:pq" if i % 2 else "{jobd:pq}:priority:high", {"payload": "x"})
+    wait_until(lambda: r.xpending("jobd:pq", "jobd")["pending"] == 0
+               and r.xinfo_groups("jobd:pq")[0]["lag"] == 0, what="every job read")  # fmt: skip
+    stop.set()
+    r.ping()
+    assert [c for c in seen if "cancels" in c] == [], "no EXISTS round trip per read"

@@ -216,7 +216,8 @@ class Reader(threading.Thread):
         blocks); returns how many were handed over, and when none, each level's newest id."""
         read = self.store.read_levels(self.queue, count)
         used = sum(
-            self.hand_over(level, jobs_of(level, entries)) for level, entries in read.entries
+            self.hand_over(level, jobs_of(level, entries), read.cancels)
+            for level, entries in read.entries
         )
         return used, read.newest
 

@@ -34,6 +34,7 @@ class Levels:
 
     entries: list[tuple[QueueConfig, list[Entry]]]
     newest: dict[str, str]
+    cancels: bool = False  # whether the queue has cancellation marks (asked after the read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,16 +95,16 @@ class ReadingOps(StoreBase):
         Redis's clock) goes first."""
         levels = queue.all_levels()
         after_ms = int((queue.starvation_after or 0) * 1000)
-        entries, newest = self.scripts.read_levels(
-            keys=[level.stream for level in levels],
-            args=[queue.group, self.consumer, count, 0, after_ms],  # 0: aging on Redis's clock
+        entries, newest, marks = self.scripts.read_levels(
+            keys=[*(level.stream for level in levels), queue.keys.cancels],
+            args=[queue.group, self.consumer, count, 0, after_ms, len(levels)],  # 0: Redis's clock
         )
         read = [
             (level, [(mid, _fields(flat)) for i, mid, flat in entries if i == index])
             for index, level in enumerate(levels, start=1)
         ]
         ids = {level.stream: mid.decode() for level, mid in zip(levels, newest, strict=False)}
-        return Levels(read, ids)
+        return Levels(read, ids, bool(marks))
 
     def reclaim(self, queue: QueueConfig, cursor: str, count: int) -> Reclaimed:
         """One page of entries idle past the queue's ``lease.reclaim_after``, claimed by this

@@ -1,6 +1,7 @@
 -- read_levels.lua: read new entries from a queue's priority levels, highest first, in one step.
 --
--- KEYS[1..] the levels' streams, highest priority first (one consumer group on each)
+-- KEYS[1..n] the levels' streams, highest priority first (one consumer group on each)
+-- KEYS[n+1] optional: the queue's cancellation marks (cancel.lua), whether any exist is returned
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   how many entries at most (the free slots)
@@ -9,13 +10,16 @@
 --           long gives one entry first (aging), before the strict order. How long it waited is
 --           Redis's clock (TIME) minus its id's time (set by Redis's clock too, at XADD *): the
 --           same answer from every host, however far its own clock is off
+-- ARGV[6]   n, how many of KEYS are levels (default: all)
 --
--- Returns {entries, newest}: entries is a list of {level index, id, fields}, taken from the
+-- Returns {entries, newest, marks}: marks is 1 when the cancellation marks key exists (the
+-- reader then asks which entries are cancelled: cancelled.lua), after the read; entries is a list of {level index, id, fields}, taken from the
 -- highest non-empty level first and then the next; when none was read, newest lists each
 -- level's newest entry id ('0-0' when empty), for the reader to wait for entries after them
 -- (XREAD BLOCK) without holding any. Strict priority: a level is read only when every higher
 -- level had no new entry left.
 local out, left = {}, tonumber(ARGV[3])
+local levels = tonumber(ARGV[6]) or #KEYS
 local after = tonumber(ARGV[5])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -45,19 +49,20 @@ local function starving(i)
 end
 
 if after > 0 then
-  for i = 2, #KEYS do
+  for i = 2, levels do
     if left > 0 and starving(i) then read(i, 1) end
   end
 end
-for i = 1, #KEYS do
+for i = 1, levels do
   if left <= 0 then break end
   read(i, left)
 end
 local newest = {}
 if #out == 0 then
-  for i, key in ipairs(KEYS) do
-    local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+  for i = 1, levels do
+    local last = redis.call('XREVRANGE', KEYS[i], '+', '-', 'COUNT', 1)
     newest[i] = (#last == 0) and '0-0' or last[1][1]
   end
 end
-return {out, newest}
+local marks = (levels < #KEYS) and redis.call('EXISTS', KEYS[levels + 1]) or 0
+return {out, newest, marks}
