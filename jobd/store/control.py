@@ -71,24 +71,35 @@ class Found:
 
 
 DELAYED_PAGE = 1000  # members of a delayed set cancel_delayed.lua looks at per call
+PENDING_PAGE = 1000  # entries of a pending list cancel.lua looks at per call
+
+
+def _found(row: list) -> Found:
+    jid, where = os.fsdecode(row[0]), row[1].decode()
+    if where == "running":
+        return Found(jid, where, os.fsdecode(row[2]), row[3].decode())
+    return Found(jid, where, entry=row[2].decode() if len(row) > 2 else "")
 
 
 class CancelOps(StoreBase):
     def cancel(self, level: QueueConfig, job_ids: list[str], wait_ms: int) -> list[Found]:
         """Mark ``job_ids`` cancelled on one stream (the queue's or a level's): a pending one is
         stopped by its daemon at its next lease renewal, any other is acked unrun when read;
-        marks last ``wait_ms``."""
-        ids = [os.fsencode(j) for j in job_ids]
-        reply = self.scripts.cancel(
-            keys=[level.stream, level.keys.cancels], args=[level.group, wait_ms, *ids]
-        )
-        found = []
-        for row in reply:
-            jid, where = os.fsdecode(row[0]), row[1].decode()
-            if where == "running":
-                found.append(Found(jid, where, os.fsdecode(row[2]), row[3].decode()))
-            else:
-                found.append(Found(jid, where, entry=row[2].decode() if len(row) > 2 else ""))
+        marks last ``wait_ms``. The pending list is walked a page per call."""
+        left = [os.fsencode(j) for j in job_ids]
+        found: list[Found] = []
+        start = "-"
+        while start:
+            after, rows = self.scripts.cancel(
+                keys=[level.stream, level.keys.cancels],
+                args=[level.group, wait_ms, start, PENDING_PAGE, *left],
+            )
+            start = after.decode()
+            found += [_found(row) for row in rows]
+            running = {os.fsencode(f.job_id) for f in found if f.where == "running"}
+            left = [j for j in left if j not in running]
+            if not left:
+                break
         return found
 
     def cancel_delayed(self, level: QueueConfig, job_ids: list[str]) -> list[Found]:

@@ -5,7 +5,10 @@
 -- KEYS[2]   the queue's cancellation marks (a sorted set scored by expiry, Redis ms)
 -- ARGV[1]   the consumer group
 -- ARGV[2]   how long a mark lasts, ms
--- ARGV[3..] job ids
+-- ARGV[3]   where this call's page of the pending list starts: '-', or '(' and the last id of
+--           the page before
+-- ARGV[4]   how many pending entries a page holds
+-- ARGV[5..] job ids (those not found running on an earlier page)
 --
 -- A job delivered and not settled (in the group's pending list: running, or about to start) gets
 -- the mark 'id:STREAM|ENTRY' (entry ids are unique per stream only: a priority level's stream
@@ -13,16 +16,17 @@
 -- (renew.lua) and stops the handler; the outcome is 'cancelled'. Every job id gets the mark
 -- 'job:JOB_ID', which a reader finds when it reads the job (cancelled.lua) and acknowledges the
 -- job unrun. A job id that is an entry of this stream not delivered yet is reported 'waiting'.
--- The pending list is walked once for all the ids (a few pages: it holds only what is in flight);
--- the stream is never scanned.
+-- The pending list is walked a page per call (a dead daemon's backlog may make it long: no call
+-- blocks Redis for long); the stream is never scanned.
 --
--- Returns, per job id in order: {job id, 'running', consumer, entry id}, {job id, 'waiting',
--- entry id} or {job id, 'marked'}.
+-- Returns {next, rows}: next is where the following page starts, or '' after the last page;
+-- rows lists {job id, 'running', consumer, entry id} for each job found running on this page,
+-- and, on the last page, {job id, 'waiting', entry id} or {job id, 'marked'} for each other.
 local stream, marks, group = KEYS[1], KEYS[2], ARGV[1]
 if redis.call('TYPE', marks).ok ~= 'zset' then redis.call('DEL', marks) end -- someone else's
 local expiry = now_ms() + tonumber(ARGV[2])
 local wanted = {}
-for i = 3, #ARGV do wanted[ARGV[i]] = true end
+for i = 5, #ARGV do wanted[ARGV[i]] = true end
 -- The group's last delivered id: an entry after it is waiting, one before it was delivered. No
 -- stream or no group yet: nothing was delivered.
 local delivered, exists = '0-0', false
@@ -36,10 +40,9 @@ if type(groups) == 'table' and not groups.err then
     if name == group then delivered, exists = last, true end
   end
 end
-local running = {}
-local start = '-'
-while exists do
-  local page = redis.call('XPENDING', stream, group, start, '+', 1000)
+local running, size, nxt = {}, tonumber(ARGV[4]), ''
+if exists then
+  local page = redis.call('XPENDING', stream, group, ARGV[3], '+', size)
   for _, p in ipairs(page) do
     local entry = redis.call('XRANGE', stream, p[1], p[1])
     if #entry == 1 then
@@ -47,8 +50,7 @@ while exists do
       if wanted[jid] then running[jid] = {p[1], p[2]} end
     end
   end
-  if #page < 1000 then break end
-  start = '(' .. page[#page][1]
+  if #page == size then nxt = '(' .. page[#page][1] end
 end
 local function after(a, b)
   local ams, aseq = string.match(a, '^(%d+)%-(%d+)$')
@@ -57,16 +59,17 @@ local function after(a, b)
   return tonumber(aseq) > tonumber(bseq)
 end
 local out = {}
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   local jid = ARGV[i]
   local found = running[jid]
-  -- The job's mark is set in every case: a copy of it read later (its retry, promoted from
-  -- the delayed set; a duplicate enqueued meanwhile) is cancelled too.
-  redis.call('ZADD', marks, expiry, 'job:' .. jid)
   if found then
+    -- The job's mark too: a copy of it read later (a duplicate enqueued meanwhile) is
+    -- cancelled as well; it goes with the job when the job ends (settle.lua).
+    redis.call('ZADD', marks, expiry, 'job:' .. jid)
     redis.call('ZADD', marks, expiry, 'id:' .. stream .. '|' .. found[1])
     out[#out + 1] = {jid, 'running', found[2], found[1]}
-  else
+  elseif nxt == '' then
+    redis.call('ZADD', marks, expiry, 'job:' .. jid)
     local waiting = false
     if string.match(jid, '^%d+%-%d+$') then
       local entry = redis.call('XRANGE', stream, jid, jid)
@@ -75,4 +78,4 @@ for i = 3, #ARGV do
     out[#out + 1] = waiting and {jid, 'waiting', jid} or {jid, 'marked'}
   end
 end
-return out
+return {nxt, out}
