@@ -34,10 +34,10 @@ Layout of a queue whose stream is S:
   derive(S, "waiting") consumers waiting for a slot or a token: a hash, consumer -> reason
   derive(S, "paused")  `jobd pause`: a hash, since (Redis ms) and by (user@host); while it
                        exists no reader of the queue reads (resume deletes it)
-  derive(S, "cancels") `jobd cancel`: a sorted set of cancellation marks, "id:MESSAGE_ID" (an
-                       entry found pending: its handler is stopped at its next lease renewal)
-                       or "job:JOB_ID" (not found: acked unrun when read), scored by when the
-                       mark expires (Redis ms)
+  derive(S, "cancels") `jobd cancel`: a sorted set of cancellation marks, "id:STREAM|ENTRY"
+                       (an entry found pending on that stream, the queue's or a level's: its
+                       handler is stopped at its next lease renewal) and "job:JOB_ID" (acked
+                       unrun when read), scored by when the mark expires (Redis ms)
   derive(S, "priority:L") the stream of priority level L (queues with `priorities`; the
                        default level's stream is S), with its own delayed set
                        derive(derive(S, "priority:L"), "delayed"); every other key is the queue's
