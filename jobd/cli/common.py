@@ -1,15 +1,24 @@
-"""What the one-shot commands share: the store they open, and what they say when Redis cannot
-be reached (they exit ``exitcodes.UNAVAILABLE``, 69)."""
+"""What the one-shot commands share: the queue a command names, the store they open, and what
+they say when Redis cannot be reached (they exit ``exitcodes.UNAVAILABLE``, 69)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 from collections.abc import Iterator
 
-from jobd.config import Config
+from jobd.config import Config, QueueConfig
 from jobd.store import connection
 from jobd.store.store import Store
+
+
+def queue_named(config: Config, name: str, parser: argparse.ArgumentParser) -> QueueConfig:
+    """The config's queue ``name``; a usage error (exit 2) listing the queues when none is."""
+    if name not in config.queues:
+        names = ", ".join(config.queues)
+        parser.error(f"no queue {name!r} in {config.path}; queues: {names}")
+    return config.queues[name]
 
 
 class Unreachable(Exception):

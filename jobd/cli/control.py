@@ -10,7 +10,7 @@ import os
 import socket
 
 from jobd import exitcodes
-from jobd.cli.common import Unreachable, store_for
+from jobd.cli.common import Unreachable, queue_named, store_for
 from jobd.config import Config, QueueConfig, durations
 from jobd.logs import printable
 from jobd.store.control import Found, Paused
@@ -33,11 +33,9 @@ def chosen(config: Config, args: argparse.Namespace, parser: Parser) -> list[Que
     """The queues named, or every queue with --all."""
     if args.all == bool(args.queues):
         parser.error(f"{args.command}: name queues, or --all")
-    unknown = [name for name in args.queues if name not in config.queues]
-    if unknown:
-        names = ", ".join(config.queues)
-        parser.error(f"no queue {unknown[0]!r} in {config.path}; queues: {names}")
-    return list(config.queues.values()) if args.all else [config.queues[n] for n in args.queues]
+    if args.all:
+        return list(config.queues.values())
+    return [queue_named(config, name, parser) for name in args.queues]
 
 
 def run_control(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -72,19 +70,17 @@ def describe(state: Paused) -> str:
 
 def run_cancel(config: Config, args: argparse.Namespace, parser: Parser) -> int:
     """`jobd cancel`: where each job was found; exit 3 when none was found anywhere."""
-    if args.queue not in config.queues:
-        names = ", ".join(config.queues)
-        parser.error(f"no queue {args.queue!r} in {config.path}; queues: {names}")
+    queue = queue_named(config, args.queue, parser)
     try:
         wait = durations.parse(args.wait)
     except ValueError as exc:
         parser.error(f"--wait: {exc}")
-    least = config.queues[args.queue].lease.renew_every + 1
+    least = queue.lease.renew_every + 1
     if wait < least:  # a mark must outlive the renewal that carries it to a running job
         parser.error(f"--wait {args.wait}: at least lease.renew_every + 1s ({least:g}s)")
     try:
         with store_for(config, "cancel") as store:
-            found = cancel(store, config.queues[args.queue], args.job_ids, int(wait * 1000))
+            found = cancel(store, queue, args.job_ids, int(wait * 1000))
     except Unreachable:
         return exitcodes.UNAVAILABLE
     for f in found:

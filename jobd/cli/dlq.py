@@ -7,18 +7,14 @@ import datetime
 import sys
 
 from jobd import dlq, exitcodes
-from jobd.cli.common import Unreachable, store_for
+from jobd.cli.common import Unreachable, queue_named, store_for
 from jobd.config import Config, QueueConfig
 from jobd.logs import printable
 from jobd.store.store import Store
 
 
 def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if args.queue not in config.queues:
-        parser.error(
-            f"no queue {args.queue!r} in {config.path}; queues: {', '.join(config.queues)}"
-        )
-    queue = config.queues[args.queue]
+    queue = queue_named(config, args.queue, parser)
     try:
         with store_for(config, "dlq") as store:
             if args.action == "list":

@@ -9,6 +9,7 @@ import os
 import sys
 
 from jobd import exitcodes
+from jobd.cli.common import queue_named
 from jobd.config import Config, durations
 from jobd.newjob import NewJob, check_limits, parse_time
 from jobd.producer import Durability
@@ -16,10 +17,7 @@ from jobd.producer import Durability
 
 def run_enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """`jobd enqueue`: checks the command line, then adds the job or jobs it names."""
-    if args.queue not in config.queues:
-        parser.error(
-            f"no queue {args.queue!r} in {config.path}; queues: {', '.join(config.queues)}"
-        )
+    queue_named(config, args.queue, parser)
     if args.priority is not None:
         try:
             config.queues[args.queue].level(args.priority)

@@ -6,6 +6,7 @@ cancelled with ``lua/cancelled.lua``, lease renewals report it: ``lua/renew.lua`
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
@@ -22,39 +23,39 @@ class Paused:
     by: str  # user@host of who paused it
 
 
-def _paused(since: object, by: object) -> Paused | None:
-    try:
-        since_ms = int(since)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None if since is None else Paused(0, os.fsdecode(by or b""))  # type: ignore[arg-type]
-    return Paused(since_ms, os.fsdecode(by or b""))  # type: ignore[arg-type]
-
-
 class ControlOps(StoreBase):
     def pause(self, queue: QueueConfig, by: str) -> tuple[Paused, bool]:
         """Pause ``queue`` (all its priority levels); the pause in force, and whether this call
         made it (False: it was paused already, since then)."""
         since, who, made = self.scripts.pause(keys=[queue.keys.paused], args=[by])
-        return _paused(since, who) or Paused(0, ""), bool(made)
+        return paused_from({b"since": since, b"by": who}) or Paused(0, ""), bool(made)
 
     def resume(self, queue: QueueConfig) -> Paused | None:
         """Resume ``queue``; the pause it ended, or None when it was not paused."""
         reply = self.scripts.resume(keys=[queue.keys.paused])
-        return _paused(*reply) if reply else None
+        return paused_from({b"since": reply[0], b"by": reply[1]}) if reply else None
 
     def paused(self, queue: QueueConfig) -> Paused | None:
         """The queue's pause, if it is paused (a pause key someone else wrote counts, since 0)."""
         try:
-            return paused_from(self.client.hgetall(queue.keys.paused))
-        except redis.ResponseError:  # a key of another type at the pause's name: paused
-            return Paused(0, "?")
+            fields: Mapping[bytes, bytes] | Exception = self.client.hgetall(queue.keys.paused)
+        except redis.ResponseError as exc:
+            fields = exc
+        return paused_from(fields)
 
 
-def paused_from(fields: dict[bytes, bytes]) -> Paused | None:
-    """A pause key's fields as read (HGETALL): None when there is no key."""
-    if not fields:
+def paused_from(reply: Mapping[bytes, bytes] | Exception) -> Paused | None:
+    """A pause key as read (HGETALL, or the error it gave): None when there is no key. A key of
+    another type there (someone else's), or a ``since`` that is no number, still means paused."""
+    if isinstance(reply, Exception):
+        return Paused(0, "?")
+    if not reply:
         return None
-    return _paused(fields.get(b"since"), fields.get(b"by")) or Paused(0, "")
+    by = os.fsdecode(reply.get(b"by") or b"")
+    try:
+        return Paused(int(reply.get(b"since") or b""), by)
+    except ValueError:
+        return Paused(0, by)
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,8 +91,6 @@ def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> li
 
 def _pause(fields: object) -> dict[str, Any] | None:
     """``jobd pause``: since when (Unix seconds, Redis's clock) and by whom; None: running."""
-    if isinstance(fields, Exception):  # a key of another type at the pause's name: paused
-        return {"since": 0.0, "by": "?"}
     found = paused_from(fields)  # type: ignore[arg-type]
     return None if found is None else {"since": found.since_ms / 1000, "by": found.by}
 
