@@ -211,16 +211,18 @@ class Recorder(threading.Thread):
 
     def _poison_written(self, outcomes: list[Outcome], not_held: list[tuple[str, str]]) -> None:
         """A poison entry is counted and logged once its dead letter is written (a reader
-        decided it; the loop counts what it decides itself)."""
-        for o in outcomes:
-            if o.error == POISON and o.verb is Verb.DEAD_LETTER and not not_held:
-                if self.metrics is not None:
-                    self.metrics.count(o)
-                log.error(
-                    "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
-                    "dead-lettered as poison",
-                    o.queue.name, o.job.job_id, o.attempts, o.queue.max_deliveries,
-                )  # fmt: skip
+        decided it; the loop counts what it decides itself). A dead letter is a call of its
+        own: only a one-outcome write can be one, so a batch of acks costs nothing here."""
+        o = outcomes[0]
+        if o.verb is not Verb.DEAD_LETTER or o.error != POISON or not_held:
+            return
+        if self.metrics is not None:
+            self.metrics.count(o)
+        log.error(
+            "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
+            "dead-lettered as poison",
+            o.queue.name, o.job.job_id, o.attempts, o.queue.max_deliveries,
+        )  # fmt: skip
 
     def _give_up(self, backlog: list[Outcome]) -> bool:
         if self._stop_deadline is None:
