@@ -44,12 +44,13 @@ def find(store: Store, queue: QueueConfig, ref: str) -> Record | None:
         before = f"({page[-1].id}"
 
 
-def requeue_records(store: Store, queue: QueueConfig, found: list[Record]) -> Requeued:
-    """Move these records' jobs back to the queue (a record gone meanwhile is skipped)."""
-    return store.requeue(queue, found)
+def requeue_records(store: Store, queue: QueueConfig, found: list[Record], by: str) -> Requeued:
+    """Move these records' jobs back to the queue (a record gone meanwhile is skipped); ``by``
+    (who asked: user@host) is in the queue's events."""
+    return store.requeue(queue, found, by)
 
 
-def requeue_existing(store: Store, queue: QueueConfig) -> Requeued:
+def requeue_existing(store: Store, queue: QueueConfig, by: str) -> Requeued:
     """Requeue every record there is now: up to the newest when called, so jobs that fail
     again meanwhile, dead-lettered anew, wait for the next requeue instead of looping."""
     done = Requeued()
@@ -59,7 +60,7 @@ def requeue_existing(store: Store, queue: QueueConfig) -> Requeued:
     start = "-"
     while True:
         page = store.dead_letters_between(queue, start, newest[0].id, SCAN_CHUNK)
-        more = store.requeue(queue, page)
+        more = store.requeue(queue, page, by)
         done.moved += more.moved
         done.left += more.left
         if len(page) < SCAN_CHUNK:
@@ -67,17 +68,17 @@ def requeue_existing(store: Store, queue: QueueConfig) -> Requeued:
         start = f"({page[-1].id}"
 
 
-def requeue(store: Store, queue: QueueConfig, record_ids: list[str]) -> list[str]:
+def requeue(store: Store, queue: QueueConfig, record_ids: list[str], by: str) -> list[str]:
     """Move these records' jobs back to the queue; returns the record ids moved (missing or
     invalid ids, and records left in place, are not)."""
-    return store.requeue(queue, store.dead_letters_by_id(queue, record_ids)).moved
+    return store.requeue(queue, store.dead_letters_by_id(queue, record_ids), by).moved
 
 
-def requeue_all(store: Store, queue: QueueConfig) -> list[str]:
+def requeue_all(store: Store, queue: QueueConfig, by: str) -> list[str]:
     """``requeue_existing``'s record ids moved."""
-    return requeue_existing(store, queue).moved
+    return requeue_existing(store, queue, by).moved
 
 
-def purge(store: Store, queue: QueueConfig) -> int:
-    """Delete every record; returns how many there were."""
-    return store.purge(queue)
+def purge(store: Store, queue: QueueConfig, by: str) -> int:
+    """Delete every record; returns how many there were. ``by`` is in the queue's events."""
+    return store.purge(queue, by)

@@ -45,6 +45,36 @@ class Verb(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Ran:
+    """How an attempt's handler ran, for the job's history record (docs/history.md)."""
+
+    pid: int
+    started: float  # time.monotonic() when it started
+    seconds: float  # from start to exit
+    exit_code: int | None
+    signal: int | None
+    stdout: bytes  # the tails of its output
+    stderr: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A handler started: once it has run ``recorder.ACTIVE_AFTER``, the recorder writes the
+    job's active record (`jobd job`, the dashboard's running jobs); never, if its outcome
+    comes first."""
+
+    queue: QueueConfig
+    job: Job
+    pid: int
+    at: float  # time.monotonic() when it started
+    timeout: float  # seconds: this attempt's
+
+    @property
+    def message_id(self) -> str:
+        return self.job.message_id
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     verb: Verb
     queue: QueueConfig  # the queue (or priority level) the job was read from, as it was then
@@ -56,6 +86,7 @@ class Outcome:
     signal: int | None = None
     detail: bytes = b""  # the stderr tail, or why the handler could not start
     timing: tuple[float, float] | None = None  # enqueue-to-start and run time, for figures
+    ran: Ran | None = None  # how its handler ran, when one did
 
     @property
     def message_id(self) -> str:

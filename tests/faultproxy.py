@@ -9,6 +9,7 @@
                                                  # connections accepted and held
         proxy.refuse()                           # new connections refused (ECONNREFUSED)
         proxy.restore()                          # all faults off, listening again
+        proxy.requests(b"XREADGROUP", since)     # round trips of each connection that reads
 
 Loopback only. One thread accepts; each connection has one thread that owns both of its
 sockets (so a socket is only ever closed by the thread that polls it) and forwards chunks in
@@ -64,6 +65,10 @@ class _Connection:
         self.cut_after: int | None = None  # armed mid-reply cut: bytes to let through
         self.cut_reset = True
         self.closed = threading.Event()
+        # (when, first bytes) of each request: what the client sent after a reply (or first),
+        # however many chunks TCP cut it into; so one per round trip (a pipeline is one)
+        self.requests: list[tuple[float, bytes]] = []
+        self.replied = True  # the server spoke last: the client's next chunk starts a request
 
 
 def _drain(sock: socket.socket, timeout: float) -> None:
@@ -209,6 +214,16 @@ class FaultProxy:
 
     # -- threads ---------------------------------------------------------------------------
 
+    def requests(self, containing: bytes, since: float) -> list[int]:
+        """For each connection that ever sent a request containing ``containing`` (in its first
+        200 bytes): how many requests it sent after ``since`` (time.monotonic()), that is,
+        round trips (a pipeline is one)."""
+        return [
+            sum(1 for at, _ in conn.requests if at > since)
+            for conn in self._snapshot()
+            if any(containing in head for _, head in conn.requests)
+        ]
+
     def _spawn(self, target: Callable[..., object], name: str, *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         with self._lock:
@@ -337,6 +352,9 @@ class FaultProxy:
                         other.sendall(chunk)
                     return False
                 queue = to_server if sock is conn.client else to_client
+                if sock is conn.client and conn.replied:
+                    conn.requests.append((time.monotonic(), data[:200]))
+                conn.replied = sock is conn.upstream
                 with self._lock:  # read now: the setting may have changed while we waited
                     latency = self._latency
                 # order is kept: a chunk is never due before the one read before it

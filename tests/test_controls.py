@@ -365,8 +365,33 @@ def test_cancel_walks_a_long_pending_list_a_page_per_call(
 
     store = Store(r)
     store.scripts.cancel = Counting()  # type: ignore[assignment]
-    found = {f.job_id: f for f in store.cancel(q, ["j1049", "j3", waiting, "nowhere"], 60_000)}
+    found = {
+        f.job_id: f for f in store.cancel(q, ["j1049", "j3", waiting, "nowhere"], 60_000, "t@h")
+    }
     assert (found["j1049"].where, found["j1049"].consumer) == ("running", "dead-daemon")
     assert found["j3"].where == "running"
     assert (found[waiting].where, found["nowhere"].where) == ("waiting", "marked")
     assert len(calls) == 11, "1050 pending entries, 100 a call, the last call short"
+
+
+def test_an_idle_reader_asks_the_pause_in_its_read_round_trip(
+    redis_server, tmp_path: Path, daemon: Daemon
+) -> None:
+    """An idle queue's reader blocks on XREADGROUP for PAUSE_POLL at most, and the pause comes
+    back in the same round trip: with its reclaim pass (every RECLAIM_EVERY), three round trips
+    a second, where asking the pause apart made five."""
+    from faultproxy import FaultProxy
+
+    from jobd.daemon.reader import PAUSE_POLL, RECLAIM_EVERY
+
+    with FaultProxy(redis_server.port) as proxy:
+        config = tmp_path / "jobd.yaml"
+        config.write_text(
+            f"redis: {{url: '{proxy.url}'}}\nqueues:\n  q: {{command: [/bin/true]}}\n"
+        )
+        daemon(config)
+        wait_until(lambda: proxy.requests(b"XREADGROUP", 0), what="the reader's first read")
+        since = time.monotonic()
+        time.sleep(3.0)  # the measure: how many round trips an idle reader makes in 3 s
+        (trips,) = proxy.requests(b"XREADGROUP", since)
+    assert trips <= 3.0 * (1 / PAUSE_POLL + 1 / RECLAIM_EVERY) + 2, f"{trips} round trips in 3 s"

@@ -223,7 +223,7 @@ def test_requeue_all_ends_at_the_newest_record_when_it_started(
         return reply
 
     store.scripts.requeue = and_fail_again  # type: ignore[assignment]
-    moved = dlq.requeue_all(store, queue)
+    moved = dlq.requeue_all(store, queue, "t@h")
     assert len(moved) == 1200 and set(moved) == before
     assert r.xlen("jobd:q") == 1200 and r.xlen(DEAD) == 1200, "the new failures wait"
 

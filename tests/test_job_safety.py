@@ -26,6 +26,9 @@ from jobd.web.metrics import Metrics
 
 Daemon = Callable[..., DaemonProcess]
 
+# A stream s's history, history:at, active and events keys (lua/lib/jobs.lua history_at).
+HISTORY = ["{s}:history", "{s}:history:at", "{s}:active", "{s}:events"]
+
 
 def test_a_limited_queue_reads_again_after_a_redis_blip(
     durable_redis, tmp_path: Path, script, daemon: Daemon
@@ -272,8 +275,9 @@ def test_dead_letter_script_copies_no_more_than_it_can(r: redis.Redis) -> None:
     mid = r.xadd("s", {"payload": "p", **{f"f{i}": "v" for i in range(6000)}})
     r.xreadgroup("g", "me", {"s": ">"})
     scripts = Scripts(r)
-    args = ["g", "me", mid, 100, "", 60, "jobd_error", "poison"]
-    record_id = scripts.dead_letter(keys=["s", "{s}:dead", "{s}:stats:1"], args=args)
+    note = ["poison", mid, "", b'{"event":"poison"}', 0]  # lua/lib/jobs.lua note_at
+    args = ["g", "me", mid, 100, "", 60, "604800000 100 100 s", *note, "jobd_error", "poison"]
+    record_id = scripts.dead_letter(keys=["s", "{s}:dead", "{s}:stats:1", *HISTORY], args=args)
     (record,) = r.xrange("{s}:dead")
     assert record[0] == record_id and record[1][b"jobd_fields"] == b"6001"
     assert set(record[1]) == {b"payload", b"jobd_fields", b"jobd_error", b"jobd_failed_at"}
@@ -470,7 +474,9 @@ def test_a_hand_back_sent_again_lowers_the_count_once(r: redis.Redis) -> None:
     assert deliveries(r, "s", "g") == 3
     scripts = Scripts(r)
     for _ in range(2):  # the first call, and the same call sent again
-        scripts.settle(keys=["s", "{s}:stats:1"], args=["g", "me", 60, 0, "back", mid, 0])
+        note = ["handed back", mid, "", b'{"event":"handed back"}', 0]
+        args = ["g", "me", 60, 0, "604800000 100 100 s", "back", mid, 0, *note]
+        scripts.settle(keys=["s", "{s}:stats:1", "{s}:cancels", *HISTORY], args=args)
     assert deliveries(r, "s", "g") == 2
 
 

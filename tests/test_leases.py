@@ -24,6 +24,7 @@ from support import (
 from jobd.config import load
 from jobd.daemon.duties import Ticker
 from jobd.daemon.lease import Holdings, Renewal
+from jobd.store import notes
 from jobd.store.scripts import Batch, Scripts
 from jobd.store.store import Store
 
@@ -87,9 +88,10 @@ def test_a_batch_asks_nothing_before_its_calls_and_reloads_flushed_scripts(
     def settle(some: list[str]) -> list[object]:
         batch = Batch()
         for mid in some:
-            batch.add(
-                scripts.settle, ["jobd:q", queue.keys.stats()], ["jobd", "me", 60, 0, "ack", mid, 0]
-            )
+            keys = ["jobd:q", queue.keys.stats(), queue.keys.cancels, *notes.keys(queue)]
+            note = ["done", mid, "", b'{"event":"done"}', 0]  # lua/lib/jobs.lua note_at
+            args = ["jobd", "me", 60, 0, notes.settings(queue), "ack", mid, 0, *note]
+            batch.add(scripts.settle, keys, args)
         return batch.run(r)
 
     r.script_flush()

@@ -382,3 +382,12 @@ def test_pause_resume_and_cancel_on_a_cluster(
     assert f"{other} slow-other" not in set(lines(done)), "cancelled: stopped, never done"
     assert "later" not in starts.read_text()
     rc.close()
+    # `jobd job` and `jobd events` read each queue on its own master.
+    for queue, job in ((other, "slow-1"), (held, "d-1")):
+        out = jobd_cli("job", "-c", c, queue, job, "--json")
+        assert out.returncode == 0 and json.loads(out.stdout)["state"] == "cancelled", out
+    out = jobd_cli("events", "-c", c, "--json", "--count", "100")
+    said = [json.loads(line) for line in out.stdout.splitlines()]
+    kinds = {(e["queue"], e["event"]) for e in said}
+    assert {(held, "pause"), (held, "resume"), (other, "cancel"), (held, "cancel")} <= kinds
+    assert {(other, "cancelled"), (held, "cancelled"), (held, "done")} <= kinds

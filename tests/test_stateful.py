@@ -456,7 +456,7 @@ class JobdMachine(RuleBasedStateMachine):
         jid = data.draw(st.sampled_from(sorted(j for j, w in self.jobs.items() if w.place == DEAD)))
         rid = self.jobs[jid].rid
         assert rid is not None
-        assert dlq.requeue(self.store, self.q, [rid]) == [rid]
+        assert dlq.requeue(self.store, self.q, [rid], "t@h") == [rid]
         new = self.new_entries()
         assert [j for _, j in new] == [jid]
         self.jobs[jid] = Where(UNDELIVERED, mid=new[0][0])
@@ -468,7 +468,7 @@ class JobdMachine(RuleBasedStateMachine):
         """A record requeued already (an operator's second `jobd dlq requeue`): nothing."""
         rid = data.draw(st.sampled_from(self.requeued))
         before = self.snapshot()
-        assert dlq.requeue(self.store, self.q, [rid]) == []
+        assert dlq.requeue(self.store, self.q, [rid], "t@h") == []
         assert self.snapshot() == before
 
     @precondition(lambda self: any(self.held.values()))

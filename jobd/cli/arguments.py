@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands)
     _add_dlq(commands)
     _add_control(commands)
+    _add_history(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (Draft 2020-12)")
     script = commands.add_parser(
         "script", help="print a Lua script as jobd sends it, to call from other languages"
@@ -247,3 +248,56 @@ def _add_dlq(commands: argparse._SubParsersAction) -> None:
     requeue.add_argument("refs", nargs="*", metavar="ID", help="record ids or job ids")
     requeue.add_argument("--all", action="store_true", help="every record")
     actions.add_parser("purge", help="delete every record")
+
+
+JOB_EPILOG = """\
+states: running (on which daemon, host and pid, since when, its deadline), delayed (due when),
+waiting (in the stream), done, dead-lettered, expired, poison, cancelled (its last record), or
+unknown: no record of it (a job that has not run yet is found only by its entry id).
+exit status: 0 the job is known; 2 a bad command line; 3 its state is unknown; 69 Redis cannot be
+reached.
+"""
+
+EVENTS_EPILOG = """\
+events: done, retried, dead-lettered, expired, poison, cancelled, lease lost, reclaimed,
+requeued, scheduled, promoted, handed back (a job's), and pause, resume, cancel, requeue, purge
+(an operator's, with who: user@host). Each event's id is its time on Redis's clock: --json
+prints it, and --after ID goes on from it.
+exit status: 0 (a follow too, on SIGINT or SIGTERM); 2 a bad command line; 69 Redis cannot be
+reached (a follow waits for it to come back, and goes on after the last event shown).
+"""
+
+
+def _add_history(commands: argparse._SubParsersAction) -> None:
+    """What the history keeps (jobd.store.history): a job's attempts, a queue's events."""
+    job = commands.add_parser(
+        "job",
+        help="a job's state now and each of its attempts: where, how it ended, its output",
+        epilog=JOB_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _config_arg(job, positional=False)
+    job.add_argument("queue", metavar="QUEUE")
+    job.add_argument("job_id", metavar="JOB_ID", help="the job id (its entry id if none was set)")
+    job.add_argument("--json", action="store_true", help="print JSON: the state and the records")
+    events = commands.add_parser(
+        "events",
+        help="the queues' events, oldest first: outcomes and operator actions (--follow: live)",
+        epilog=EVENTS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _config_arg(events, positional=False)
+    events.add_argument("queues", nargs="*", metavar="QUEUE", help="default: every queue")
+    events.add_argument(
+        "--follow", action="store_true", help="then print each new event until interrupted"
+    )
+    events.add_argument("--json", action="store_true", help="one JSON object a line, with its id")
+    events.add_argument(
+        "--count", type=int, default=20, metavar="N",
+        help="the newest N events of them all (default 20); with --after, the first N after it",
+    )  # fmt: skip
+    events.add_argument(
+        "--after", action="append", metavar="ID",
+        help="the events after id ID (MS-SEQ, or MS: Redis ms); QUEUE=ID for one queue; "
+        "may be given again",
+    )  # fmt: skip

@@ -1,10 +1,14 @@
-"""What the one-shot commands share: the queue a command names, the store they open, and what
-they say when Redis cannot be reached (they exit ``exitcodes.UNAVAILABLE``, 69)."""
+"""What the one-shot commands share: the queue a command names, the store they open, what they
+say when Redis cannot be reached (they exit ``exitcodes.UNAVAILABLE``, 69), and who runs them
+(the events' ``by``)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
+import os
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -37,3 +41,12 @@ def store_for(config: Config, role: str) -> Iterator[Store]:
         raise Unreachable from exc
     finally:
         store.close()
+
+
+def operator() -> str:
+    """Who runs this command, as the audit trail names them: user@host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container without /etc/passwd)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"

@@ -5,26 +5,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import getpass
-import os
-import socket
 
 from jobd import exitcodes
-from jobd.cli.common import Unreachable, queue_named, store_for
+from jobd.cli.common import Unreachable, operator, queue_named, store_for
 from jobd.config import Config, QueueConfig, durations
 from jobd.logs import printable
 from jobd.store.control import Found, Paused
 from jobd.store.store import Store
-
-
-def operator() -> str:
-    """Who runs this command, as the audit trail names them: user@host."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container without /etc/passwd)
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
-
 
 Parser = argparse.ArgumentParser
 
@@ -59,7 +46,7 @@ def pause(store: Store, q: QueueConfig) -> str:
 
 
 def resume(store: Store, q: QueueConfig) -> str:
-    ended = store.resume(q)
+    ended = store.resume(q, operator())
     return f"resumed {q.name} ({describe(ended)})" if ended else f"{q.name} was not paused"
 
 
@@ -80,7 +67,7 @@ def run_cancel(config: Config, args: argparse.Namespace, parser: Parser) -> int:
         parser.error(f"--wait {args.wait}: at least lease.renew_every + 1s ({least:g}s)")
     try:
         with store_for(config, "cancel") as store:
-            found = cancel(store, queue, args.job_ids, int(wait * 1000))
+            found = cancel(store, queue, args.job_ids, int(wait * 1000), operator())
     except Unreachable:
         return exitcodes.UNAVAILABLE
     for f in found:
@@ -88,17 +75,17 @@ def run_cancel(config: Config, args: argparse.Namespace, parser: Parser) -> int:
     return exitcodes.NOT_FOUND if all(f.where == "marked" for f in found) else exitcodes.OK
 
 
-def cancel(store: Store, q: QueueConfig, job_ids: list[str], wait_ms: int) -> list[Found]:
+def cancel(store: Store, q: QueueConfig, job_ids: list[str], wait_ms: int, by: str) -> list[Found]:
     """Cancel on every stream of the queue (its priority levels'); the delayed sets are walked
-    only for the jobs found nowhere else."""
+    only for the jobs found nowhere else. ``by`` (user@host) is in the queue's events."""
     best: dict[str, Found] = {}
-    for level in q.all_levels():
-        for f in store.cancel(level, job_ids, wait_ms):
+    for i, level in enumerate(q.all_levels()):
+        for f in store.cancel(level, job_ids, wait_ms, by if i == 0 else ""):
             if best.get(f.job_id) is None or best[f.job_id].where == "marked":
                 best[f.job_id] = f
     missing = [j for j in job_ids if best[j].where == "marked"]
     for level in q.all_levels() if missing else ():
-        for f in store.cancel_delayed(level, missing):
+        for f in store.cancel_delayed(level, missing, by):
             best[f.job_id] = f
     return [best[j] for j in dict.fromkeys(job_ids)]
 

@@ -7,7 +7,7 @@ import datetime
 import sys
 
 from jobd import dlq, exitcodes
-from jobd.cli.common import Unreachable, queue_named, store_for
+from jobd.cli.common import Unreachable, operator, queue_named, store_for
 from jobd.config import Config, QueueConfig
 from jobd.logs import printable
 from jobd.store.store import Store
@@ -34,7 +34,7 @@ def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
                     parser.error("requeue: give record or job ids, or --all")
                 return requeue(store, queue, args)
             elif args.action == "purge":
-                purged = dlq.purge(store, queue)
+                purged = dlq.purge(store, queue, operator())
                 print(f"purged {purged} dead letter(s) from {queue.dead_letter.stream}")
     except Unreachable:
         return exitcodes.UNAVAILABLE
@@ -44,7 +44,7 @@ def run_dlq(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
 def requeue(store: Store, queue: QueueConfig, args: argparse.Namespace) -> int:
     """`jobd dlq requeue`: 1 when a record is not found, or is left in place (not a job)."""
     if args.all:
-        done = dlq.requeue_existing(store, queue)
+        done = dlq.requeue_existing(store, queue, operator())
     else:
         found = []
         for ref in args.refs:
@@ -53,7 +53,7 @@ def requeue(store: Store, queue: QueueConfig, args: argparse.Namespace) -> int:
                 print(f"jobd: no dead letter {ref!r}", file=sys.stderr)
                 return exitcodes.FAILURE
             found.append(record)
-        done = dlq.requeue_records(store, queue, found)
+        done = dlq.requeue_records(store, queue, found, operator())
     print(f"requeued {len(done.moved)} job(s) to {queue.stream}")
     for record_id, why in done.left:
         print(f"jobd: left dead letter {record_id} in place: {why}", file=sys.stderr)

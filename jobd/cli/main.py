@@ -1,8 +1,8 @@
 """The jobd command line: what each command does (``main`` runs the one asked for).
 
-``run`` hands over to the daemon, ``status``, ``dlq`` and ``enqueue`` to their own modules;
-validate, schema and the dashboard on its own are here. The arguments each command takes are
-in ``arguments``."""
+``run`` hands over to the daemon; ``status``, ``dlq``, ``enqueue``, ``job`` and ``events`` to
+their own modules; validate, schema and the dashboard on its own are here. The arguments each
+command takes are in ``arguments``."""
 
 from __future__ import annotations
 
@@ -57,23 +57,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with embedded.session(config.redis.embedded):
-            if args.command == "enqueue":
-                return enqueue(config, args, parser)
-            if args.command == "status":
-                return show_status(config, args)
-            if args.command == "dlq":
-                from jobd.cli.dlq import run_dlq
-
-                return run_dlq(config, args, parser)
-            if args.command == "dashboard":
-                return serve_dashboard(config, args.listen)
-            if args.command in ("pause", "resume", "cancel"):
-                from jobd.cli.control import run_control
-
-                return run_control(config, args, parser)
+            return dispatch(config, args, parser)
     except RuntimeError as exc:  # the embedded server could not be started
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
+
+
+def dispatch(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The commands that talk to Redis (an embedded one started around them)."""
+    if args.command == "enqueue":
+        return enqueue(config, args, parser)
+    if args.command == "status":
+        return show_status(config, args)
+    if args.command == "dlq":
+        from jobd.cli.dlq import run_dlq
+
+        return run_dlq(config, args, parser)
+    if args.command == "dashboard":
+        return serve_dashboard(config, args.listen)
+    if args.command in ("pause", "resume", "cancel"):
+        from jobd.cli.control import run_control
+
+        return run_control(config, args, parser)
+    if args.command in ("job", "events"):
+        from jobd.cli import history
+
+        run = history.run_job if args.command == "job" else history.run_events
+        return run(config, args, parser)
     parser.error(f"unknown command {args.command}")
     return exitcodes.USAGE
 

@@ -1,6 +1,6 @@
 """What a schema cannot say about one queue: its command given, durations above zero, lease
-timing, backoff, its dead-letter stream, the program on disk, the Unix user, schedules,
-priorities and the working directory.
+timing, the history's tail size, backoff, its dead-letter stream, the program on disk, the Unix
+user, schedules, priorities and the working directory.
 
 Each check reads the queue through ``QueueSettings`` and is skipped when a value it needs did
 not pass the schema (``Unchecked``), so every other check of the queue still runs.
@@ -17,13 +17,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from jobd.config import durations
+from jobd.config import durations, sizes
 from jobd.config.problems import Problem
 from jobd.config.queue_settings import QueueSettings
 from jobd.config.view import run_checks
 
 # A lease must survive this many missed renewals before another consumer may take the job.
 RENEWALS_PER_RECLAIM = 3
+OUTPUT_MAX = 16384  # history.output: bytes of a tail a record keeps, at most
 
 Check = Callable[[QueueSettings], list[Problem]]
 
@@ -68,6 +69,12 @@ def _lease(q: QueueSettings) -> list[Problem]:
         f"missed renewals; set renew_every to {limit} or less"
     )
     return [q.problem(("lease", "renew_every"), message)]
+
+
+def _history_output(q: QueueSettings) -> list[Problem]:
+    if sizes.parse(q.get("history", "output")) > OUTPUT_MAX:
+        return [q.problem(("history", "output"), "is more than 16KiB; keep a shorter tail")]
+    return []
 
 
 def _backoff(q: QueueSettings) -> list[Problem]:
@@ -199,6 +206,8 @@ CHECKS: tuple[Check, ...] = (
     _positive_rate,
     _positive("starvation_after"),
     _positive("max_wait"),
+    _positive("history", "max_age"),
+    _history_output,
     _lease,
     _backoff,
     _dead_letter_not_own_stream,

@@ -34,6 +34,16 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class History:
+    """What `jobd job` and `jobd events` can show (docs/history.md)."""
+
+    max_age: float  # seconds a job's records are kept after its latest one
+    maxlen: int  # jobs whose records are kept; 0: none
+    output: int  # bytes of each attempt's stdout and stderr tail kept
+    events: int  # about this many entries in the queue's events stream
+
+
+@dataclass(frozen=True)
 class Limits:
     """Per-handler resource limits; None: inherited from the daemon."""
 
@@ -83,6 +93,7 @@ class QueueConfig:
     fail_exit_codes: frozenset[int]
     max_deliveries: int
     dead_letter: DeadLetter
+    history: History
     retention_maxlen: int | None
     max_payload: int  # bytes
     limits: Limits

@@ -57,6 +57,10 @@ class Holdings:
         with self._lock:
             self._ids[key].difference_update(ids)
 
+    def holds(self, key: LeaseKey, message_id: str) -> bool:
+        with self._lock:
+            return message_id in self._ids.get(key, ())
+
     def snapshot(self, key: LeaseKey) -> list[str]:
         with self._lock:
             return list(self._ids[key])

@@ -55,7 +55,7 @@ from jobd.daemon.report import LoopView, StatusReport, status_line
 from jobd.daemon.slots import Slots
 from jobd.embedded import EmbeddedServer
 from jobd.job import Job
-from jobd.outcome import Outcome, Verb
+from jobd.outcome import Outcome, Started, Verb
 from jobd.process import policy, spawn
 from jobd.process.handler import Handler, SpawnError, StopReason
 from jobd.store.store import Store
@@ -76,7 +76,7 @@ class Daemon:
         self.poller = Poller()
         self.running = Handlers(self.poller)
         self.inbox = Inbox()  # jobs read, leases lost: from the readers and the ticker
-        self.outcomes: list[Outcome] = []  # decided in this pass, for the recorder
+        self.outcomes: list[Outcome | Started] = []  # this pass's, for the recorder
         self.freed: Counter[str] = Counter()  # slots freed in this pass, by queue
         self.holdings = Holdings()
         self.queues = queues.QueueSet(config, self.start_reader)
@@ -309,6 +309,7 @@ class Daemon:
             self.settle(outcome)
             return
         self.running.add(handler)
+        self.outcomes.append(Started(queue, job, handler.pid, handler.started, handler.timeout))
         series = self.metrics.of(queue.name)
         series.started.inc()
         series.latency.observe(handler.waited)
@@ -329,7 +330,8 @@ class Daemon:
             return
         took = time.monotonic() - handler.started
         outcome = policy.decide(handler.queue, handler.job, status, handler.ending(),
-                                handler.stderr_tail(), (handler.waited, took))  # fmt: skip
+                                handler.stderr_tail(), (handler.waited, took),
+                                ran=handler.ran(status, took))  # fmt: skip
         self.metrics.of(handler.queue.name).duration.observe(took)
         level = logging.INFO if outcome.verb is Verb.ACK else logging.WARNING
         handler.log(level, "%s after %.3fs: %s", status.describe(), took, outcome.describe())

@@ -28,6 +28,7 @@ from jobd.daemon.slots import Slots
 from jobd.job import Job
 from jobd.outcome import POISON, Outcome, Verb
 from jobd.store import connection as redisconn
+from jobd.store.control import Paused
 from jobd.store.keys import slot_member
 from jobd.store.leases import key
 from jobd.store.reading import Claimed, Entry, UnsupportedServer
@@ -192,24 +193,27 @@ class Reader(threading.Thread):
     def held_by_pause(self) -> bool:
         """While the queue is paused (``jobd pause``) read nothing and reclaim nothing, holding
         no slot: asked of Redis every PAUSE_POLL."""
-        now = time.monotonic()
-        if now >= self.next_pause_check:
-            paused = self.store.paused(self.queue)
-            if (paused is not None) != self.paused:
-                what = f"paused by {paused.by}: reading nothing" if paused else "resumed"
-                log.warning("queue=%s %s", self.queue.name, what)
-            self.paused = paused is not None
-            self.next_pause_check = now + PAUSE_POLL
+        if time.monotonic() >= self.next_pause_check:
+            self.learn_pause(self.store.paused(self.queue))
         if self.paused:
             self.stopping.wait(max(0.0, self.next_pause_check - time.monotonic()))
         return self.paused
 
+    def learn_pause(self, paused: Paused | None) -> None:
+        """The queue's pause as just read: asked again PAUSE_POLL from now."""
+        if (paused is not None) != self.paused:
+            what = f"paused by {paused.by}: reading nothing" if paused else "resumed"
+            log.warning("queue=%s %s", self.queue.name, what)
+        self.paused = paused is not None
+        self.next_pause_check = time.monotonic() + PAUSE_POLL
+
     def read_new(self, count: int, block: bool = True) -> int:
         """XREADGROUP at most ``count`` new entries; blocks (with ``block``) until the next
-        reclaim at most."""
+        reclaim or pause check at most; the pause comes back with it (one round trip)."""
         q = self.queue
-        entries, cancels = self.store.read_new(q, count, self.block_ms() if block else None)
-        return self.hand_over(q, jobs_of(q, entries), cancels)
+        read = self.store.read_new(q, count, self.block_ms() if block else None)
+        self.learn_pause(read.paused)
+        return self.hand_over(q, jobs_of(q, read.entries), read.cancels)
 
     def read_levels(self, count: int) -> tuple[int, dict[str, str]]:
         """At most ``count`` new entries, highest level first, in one script call (it never

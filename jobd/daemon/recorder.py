@@ -1,4 +1,5 @@
-"""Recording outcomes in Redis, off the main loop, batched: one round trip per pass.
+"""Recording outcomes in Redis, off the main loop, batched: one round trip per pass; and which
+jobs run here (their active records), for those that run long enough to be looked at.
 
 The main loop hands over the outcomes it decided (``jobd.outcome``), and the readers the poison
 entries they found, through this thread's inbox; both go on at once. This thread writes
@@ -7,6 +8,12 @@ batch to try again when Redis is away: an outcome is never dropped. Each write c
 same script, that this daemon still holds the entry: an entry another daemon took over is
 theirs to settle. Once written, the entries are no longer held, and their leases are no longer
 renewed. (A release never comes here: the loop forgets it at once.)
+
+The loop also hands over each handler it starts (``Started``). Once one has run ACTIVE_AFTER,
+and its outcome has not come, its job's active record is written (``Store.started``): a job
+that ends sooner costs nothing more, so short jobs run as fast as before. An active record is
+only informative: one that cannot be written is tried again a second later, while its job
+runs here, and never holds up an outcome.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import redis
 from jobd.config import RedisConfig
 from jobd.daemon import lease
 from jobd.daemon.lease import Holdings
-from jobd.outcome import POISON, Outcome, Verb
+from jobd.outcome import POISON, Outcome, Started, Verb
 from jobd.store import connection
 from jobd.store.store import Store
 from jobd.web.metrics import Metrics
@@ -37,6 +44,8 @@ STOP_PATIENCE = 10.0  # at exit, how long to keep trying an unreachable Redis
 LINGER = 0.005
 WRITE_TRIES = 5  # times one outcome's write may fail (Redis answering) before it is left pending
 RETRY_DELAY = 0.2  # seconds between those tries
+ACTIVE_AFTER = 0.5  # seconds a handler runs before its job's active record is written
+RETRY_ACTIVE = 1.0  # seconds before an active record that could not be written is tried again
 _EMPTY = object()
 
 
@@ -58,13 +67,16 @@ class Recorder(threading.Thread):
         self.store = Store.open(redis_config, "recorder", consumer)
         self.holdings = holdings
         self.metrics = metrics  # counts poison entries once written
-        self.inbox: queue.SimpleQueue[list[Outcome] | None] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[list[Outcome | Started] | None] = queue.SimpleQueue()
+        # Handlers started whose active record is not written yet, by (stream, message id):
+        # each with when to write it (time.monotonic()).
+        self.starts: dict[tuple[str, str], tuple[Started, float]] = {}
         self.outage = connection.Outage(log)
         self._stop_deadline: float | None = None
         # Outcomes whose write failed though Redis answered: how often, by entry (see _failed).
         self.failures: dict[tuple[str, str, str], int] = {}
 
-    def record(self, outcomes: list[Outcome]) -> None:
+    def record(self, outcomes: list[Outcome | Started]) -> None:
         self.inbox.put(outcomes)
 
     def stop(self) -> None:
@@ -76,6 +88,7 @@ class Recorder(threading.Thread):
         stopping = False
         while True:
             stopping |= self._collect(backlog, wait=not backlog)
+            self._write_starts()
             if backlog:
                 try:
                     backlog[:] = self.write_isolated(backlog)
@@ -148,19 +161,55 @@ class Recorder(threading.Thread):
         return []
 
     def _collect(self, backlog: list[Outcome], wait: bool) -> bool:
-        """Move what is in the inbox to ``backlog``; True when asked to stop. Waiting, it gives
-        the first outcomes LINGER to be joined by more before the batch goes out."""
+        """Move what is in the inbox to ``backlog`` (and starts to ``starts``); True when asked
+        to stop. Waiting (until a start's record is due, at most), it gives the first outcomes
+        LINGER to be joined by more before the batch goes out."""
         stopping = False
-        item = self.inbox.get() if wait else self._next()
-        if wait and item is not None:
+        item = self._wait() if wait else self._next()
+        if wait and item is not None and item is not _EMPTY:
             time.sleep(LINGER)
         while item is not _EMPTY:
             if item is None:
                 stopping = True
             else:
-                backlog += item  # type: ignore[arg-type]
+                for o in item:  # type: ignore[attr-defined]
+                    if isinstance(o, Started):
+                        self.starts[(o.queue.stream, o.message_id)] = (o, o.at + ACTIVE_AFTER)
+                    else:
+                        backlog.append(o)
+                        if self.starts:
+                            self.starts.pop((o.queue.stream, o.message_id), None)
             item = self._next()
         return stopping
+
+    def _wait(self) -> list[Outcome | Started] | object | None:
+        """The inbox's next item; _EMPTY when the oldest start's record is due first."""
+        if not self.starts:
+            return self.inbox.get()
+        soonest = min(due for _, due in self.starts.values())
+        try:
+            return self.inbox.get(timeout=max(0.0, soonest - time.monotonic()))
+        except queue.Empty:
+            return _EMPTY
+
+    def _write_starts(self) -> None:
+        """The active records of the jobs started ACTIVE_AFTER ago or more that still run here
+        (held: not lost, not settled). Those that cannot be written now are tried again
+        RETRY_ACTIVE later, while their jobs run here."""
+        if not self.starts:
+            return
+        now = time.monotonic()
+        ripe = [k for k, (_, due) in self.starts.items() if due <= now]
+        started = [self.starts.pop(k)[0] for k in ripe]
+        held = [s for s in started if self.holdings.holds(lease.key(s.queue), s.message_id)]
+        if not held:
+            return
+        try:
+            self.store.started(held)
+        except Exception as exc:  # informative only: the jobs run on regardless
+            log.debug("cannot write %d active record(s) now: %r", len(held), exc)
+            for s in held:
+                self.starts[(s.queue.stream, s.message_id)] = (s, now + RETRY_ACTIVE)
 
     def _next(self) -> list[Outcome] | object | None:
         try:

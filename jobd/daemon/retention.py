@@ -7,6 +7,10 @@ behind long-running pending jobs, acknowledged entries one by one. That second s
 from a cursor kept in Redis (``{S}:trim``), so however many pending entries come first, each call
 gets further. Any number of daemons may run it at once (they share the cursor). Each call removes at
 most ``BATCH`` entries and looks at most at ``BATCH``, so Redis is never blocked long.
+
+Every queue's history (``jobd job``) is trimmed by its caps as each outcome is written; a queue
+that no longer settles anything has it trimmed here (``Store.forget``) once a minute, or twice a
+``history.max_age`` when that is shorter, so its records still age out.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from jobd.store.store import Store
 log = logging.getLogger("jobd.retention")
 
 TRIM_EVERY = 1.0
+FORGET_EVERY = 60.0  # seconds between two trims of a queue's history (half max_age if less)
 BATCH = 1000
 MAX_CALLS_PER_TICK = 10
 
@@ -40,7 +45,23 @@ class Trimmer:
                 return
 
 
-def duties(store: Store, queue: QueueConfig) -> list[Trimmer]:
-    """A queue's trimmers, when it keeps a retention.maxlen: one per stream."""
-    return [Trimmer(store, q, q.retention_maxlen) for q in queue.all_levels()
-            if q.retention_maxlen is not None]  # fmt: skip
+class Forgetter:
+    """The duty that ages out one queue's history when nothing is written to it."""
+
+    def __init__(self, store: Store, queue: QueueConfig) -> None:
+        self.name = f"history of queue {queue.name}"
+        self.interval = min(FORGET_EVERY, max(queue.history.max_age / 2, 1.0))
+        self.store, self.queue = store, queue
+
+    def tick(self) -> None:
+        self.store.forget(self.queue)
+
+
+def duties(store: Store, queue: QueueConfig) -> list[Trimmer | Forgetter]:
+    """A queue's trimmers, when it keeps a retention.maxlen: one per stream; and its history's."""
+    trimmers: list[Trimmer | Forgetter] = [
+        Trimmer(store, q, q.retention_maxlen)
+        for q in queue.all_levels()
+        if q.retention_maxlen is not None
+    ]
+    return [*trimmers, Forgetter(store, queue)]

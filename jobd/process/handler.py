@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from jobd import logs
 from jobd.config import QueueConfig
 from jobd.job import Job
+from jobd.outcome import Ran
 from jobd.process import spawn
 
 log = logging.getLogger("jobd.handler")
@@ -60,18 +61,19 @@ class SpawnError(Exception):
 class Output:
     """One of a handler's output streams: logged line by line up to a limit, tail kept."""
 
-    def __init__(self, handler: Handler, name: str, keep_tail: bool) -> None:
+    def __init__(self, handler: Handler, name: str, keep: int) -> None:
         self.handler = handler
         self.name = name
         self.partial = b""
         self.logged = 0
         self.dropped = 0
-        self.tail = bytearray() if keep_tail else None
+        self.keep = keep  # bytes of its tail kept
+        self.tail = bytearray()
 
     def feed(self, data: bytes) -> None:
-        if self.tail is not None:
+        if self.keep:
             self.tail += data
-            del self.tail[:-STDERR_TAIL]
+            del self.tail[: -self.keep]
         if self.logged >= LOG_LIMIT:
             self.dropped += len(data)
             return
@@ -141,8 +143,8 @@ class Handler:
         self.stop_reason: StopReason | None = None  # why jobd SIGTERMed it, if it did
         self.lease_lost = False  # its entry is someone else's now, whenever that was learnt
         self.cancelled = False  # `jobd cancel` asked for it, whenever that was learnt
-        self.stdout = Output(self, "stdout", keep_tail=False)
-        self.stderr = Output(self, "stderr", keep_tail=True)
+        self.stdout = Output(self, "stdout", queue.history.output)
+        self.stderr = Output(self, "stderr", max(queue.history.output, STDERR_TAIL))
         self.stdin_fd = stdin  # our end of its stdin pipe, until all is written
         self.pending_input = memoryview(b"")
         self.status: ExitStatus | None = None
@@ -334,7 +336,12 @@ class Handler:
         return self.status
 
     def stderr_tail(self) -> bytes:
-        return bytes(self.stderr.tail or b"")
+        return bytes(self.stderr.tail)
+
+    def ran(self, status: ExitStatus, seconds: float) -> Ran:
+        """How it ran, for the job's history record."""
+        return Ran(self.pid, self.started, seconds, status.code, status.signal,
+                   bytes(self.stdout.tail), bytes(self.stderr.tail))  # fmt: skip
 
     def log(self, level: int, message: str, *args: object) -> None:
         if log.isEnabledFor(level):  # the tag is built for every job: not for nothing

@@ -36,7 +36,7 @@ import random
 
 from jobd.config import QueueConfig, Retry
 from jobd.job import EXPIRES_MIN_MS, MAX_FIELDS, Job
-from jobd.outcome import EXIT, EXPIRED, MALFORMED, SIGNAL, SPAWN, TIMEOUT, Outcome, Verb
+from jobd.outcome import EXIT, EXPIRED, MALFORMED, SIGNAL, SPAWN, TIMEOUT, Outcome, Ran, Verb
 from jobd.process.handler import ExitStatus, StopReason
 
 _RNG = random.Random()
@@ -50,31 +50,33 @@ def decide(
     detail: bytes = b"",
     timing: tuple[float, float] | None = None,
     rng: random.Random | None = None,
+    ran: Ran | None = None,
 ) -> Outcome:
     """The outcome of one attempt. ``status`` is None when the handler could not be started;
     ``stopped`` is why jobd stopped it, if it did (``Handler.ending``); ``detail`` the stderr
-    tail or why it could not start; ``timing`` its enqueue-to-start and run time."""
+    tail or why it could not start; ``timing`` its enqueue-to-start and run time; ``ran`` how it
+    ran, for its history."""
     if stopped is StopReason.LEASE_LOST:
         return Outcome(Verb.RELEASE, queue, job)
     if status is not None and status.ok:
-        return Outcome(Verb.ACK, queue, job, timing=timing)
+        return Outcome(Verb.ACK, queue, job, timing=timing, ran=ran)
     if stopped is StopReason.CANCEL:
-        return Outcome(Verb.CANCEL, queue, job, timing=timing)
+        return Outcome(Verb.CANCEL, queue, job, timing=timing, ran=ran)
     if stopped is StopReason.SHUTDOWN:
-        return Outcome(Verb.HAND_BACK, queue, job, timing=timing)
+        return Outcome(Verb.HAND_BACK, queue, job, timing=timing, ran=ran)
     error = failure_kind(status)
     permanent = status is not None and status.code in queue.fail_exit_codes and not status.timed_out
     dead = Outcome(
         Verb.DEAD_LETTER, queue, job, error, attempts=job.attempt, detail=detail,
         exit_code=status.code if status else None, signal=status.signal if status else None,
-        timing=timing,
+        timing=timing, ran=ran,
     )  # fmt: skip
     if permanent or job.attempt >= job.max_attempts(queue):
         return dead
     delay = backoff_delay(queue.retry, job.attempt, rng or _RNG)
     if expires_before(job, delay):
         return dead
-    return Outcome(Verb.RETRY, queue, job, error, delay=delay, timing=timing)
+    return Outcome(Verb.RETRY, queue, job, error, delay=delay, timing=timing, ran=ran)
 
 
 def expires_before(job: Job, delay: float, now: float | None = None) -> bool:

@@ -18,7 +18,7 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.job import JOB_ID, RESERVED_JOB_ID, Job
-from jobd.store import connection
+from jobd.store import connection, notes
 from jobd.store.base import StoreBase
 from jobd.store.delayed import Due, schedule_call
 from jobd.store.keys import UNIQUE_TTL, flatten
@@ -113,22 +113,24 @@ class AdminOps(StoreBase):
         replies = pipe.execute(raise_on_error=False)
         return [_records(rows)[0] for rows in replies if isinstance(rows, list) and rows]
 
-    def requeue(self, queue: QueueConfig, records: list[Record]) -> Requeued:
+    def requeue(self, queue: QueueConfig, records: list[Record], by: str) -> Requeued:
         """Move these records' jobs back to the queue, attempts reset, and delete the records
         (one script call per ``REQUEUE_CHUNK``); a record gone meanwhile is skipped, one that
-        holds no job jobd could run is left in place."""
+        holds no job jobd could run is left in place. ``by`` (user@host) is in the events."""
         done = Requeued()
         for i in range(0, len(records), REQUEUE_CHUNK):
-            keys, args = _requeue_call(queue, records[i : i + REQUEUE_CHUNK])
+            keys, args = _requeue_call(queue, records[i : i + REQUEUE_CHUNK], by)
             moved, left = self.scripts.requeue(keys=keys, args=args)
             done.moved += [x.decode() for x in moved]
             pairs = zip(left[::2], left[1::2], strict=True)
             done.left += [(x.decode(), why.decode()) for x, why in pairs]
         return done
 
-    def purge(self, queue: QueueConfig) -> int:
-        """Delete every record; returns how many there were."""
-        return int(self.scripts.purge(keys=[queue.dead_letter.stream]))
+    def purge(self, queue: QueueConfig, by: str) -> int:
+        """Delete every record; returns how many there were. ``by`` (user@host) is in the
+        queue's events."""
+        keys = [queue.dead_letter.stream, *notes.keys(queue)]
+        return int(self.scripts.purge(keys=keys, args=[notes.settings(queue), by]))
 
     def dead_letters_shown(
         self, queue: QueueConfig, count: int, fields: Sequence[tuple[str, int]]
@@ -160,10 +162,11 @@ class AdminOps(StoreBase):
         node = connection.node_for(self.client, queue.stream)
         pipe = node.pipeline(transaction=False)
         self._add(pipe, queue, NewEntry(fields, due, unique_id))
+        writes = len(pipe)
         if durability is not None:
             _wait(pipe, durability)
         replies = pipe.execute(raise_on_error=False)
-        wait = replies[-1] if durability is not None else None
+        wait = replies[writes] if durability is not None else None
         return _enqueued(replies[0], unique_id is not None, wait)
 
     def enqueue_batch(self, queue: QueueConfig, entries: Sequence[NewEntry]) -> list[Enqueued]:
@@ -174,12 +177,14 @@ class AdminOps(StoreBase):
         loads a script the server lacks). What each write did, in order; an error refuses its
         own job only."""
         pipe = connection.node_for(self.client, queue.stream).pipeline(transaction=False)
+        first: list[int] = []  # where each entry's write is among the pipeline's commands
         for entry in entries:
+            first.append(len(pipe))
             self._add(pipe, queue, entry)
         replies = pipe.execute(raise_on_error=False)
         return [
-            _enqueued(reply, entry.unique_id is not None, None)
-            for reply, entry in zip(replies, entries, strict=True)
+            _enqueued(replies[i], entry.unique_id is not None, None)
+            for i, entry in zip(first, entries, strict=True)
         ]
 
     def clock_ms(self) -> int:
@@ -188,7 +193,8 @@ class AdminOps(StoreBase):
         return int(seconds) * 1000 + int(micros) // 1000
 
     def _add(self, pipe: redis.client.Pipeline, queue: QueueConfig, entry: NewEntry) -> None:
-        """Queue on ``pipe`` the write that adds ``entry``'s job."""
+        """Queue on ``pipe`` the write that adds ``entry``'s job (its reply comes first), and
+        for a delayed job with a job id its record (scheduled.lua)."""
         if entry.unique_id is not None:
             keys = [queue.stream, queue.keys.delayed, queue.keys.job_mark(entry.unique_id)]
             args = [UNIQUE_TTL * 1000, entry.due or 0, uuid.uuid4().hex, *flatten(entry.fields)]
@@ -196,14 +202,18 @@ class AdminOps(StoreBase):
         elif entry.due is not None:
             keys, args = schedule_call(queue, entry.fields, entry.due, to_stream=True)
             self.scripts.schedule(keys=keys, args=args, client=pipe)
+            job_id = entry.fields.get(JOB_ID)
+            if job_id:  # its history says it is delayed (scheduled.lua)
+                args = [notes.settings(queue), job_id, entry.due]
+                self.scripts.scheduled(keys=notes.keys(queue), args=args, client=pipe)
         else:
             pipe.xadd(queue.stream, entry.fields)  # type: ignore[arg-type]
 
 
-def _requeue_call(queue: QueueConfig, chunk: list[Record]) -> tuple[list, list]:
+def _requeue_call(queue: QueueConfig, chunk: list[Record], by: str) -> tuple[list, list]:
     """KEYS and ARGV of ``lua/requeue.lua``, with the mark of each --unique job."""
-    keys: list[str | bytes] = [queue.dead_letter.stream, queue.stream]
-    args: list[str | int] = [UNIQUE_TTL * 1000]
+    keys: list[str | bytes] = [queue.dead_letter.stream, queue.stream, *notes.keys(queue)]
+    args: list[str | int] = [UNIQUE_TTL * 1000, notes.settings(queue), by]
     for record in chunk:
         mark = _mark(queue, record)
         if mark is not None and mark not in keys:

@@ -13,6 +13,7 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.job import Job
+from jobd.store import notes
 from jobd.store.base import StoreBase
 from jobd.store.keys import STATS_TTL
 
@@ -27,12 +28,17 @@ class ControlOps(StoreBase):
     def pause(self, queue: QueueConfig, by: str) -> tuple[Paused, bool]:
         """Pause ``queue`` (all its priority levels); the pause in force, and whether this call
         made it (False: it was paused already, since then)."""
-        since, who, made = self.scripts.pause(keys=[queue.keys.paused], args=[by])
+        since, who, made = self.scripts.pause(
+            keys=[queue.keys.paused, *notes.keys(queue)], args=[by, notes.settings(queue)]
+        )
         return paused_from({b"since": since, b"by": who}) or Paused(0, ""), bool(made)
 
-    def resume(self, queue: QueueConfig) -> Paused | None:
-        """Resume ``queue``; the pause it ended, or None when it was not paused."""
-        reply = self.scripts.resume(keys=[queue.keys.paused])
+    def resume(self, queue: QueueConfig, by: str) -> Paused | None:
+        """Resume ``queue`` (``by``: user@host, for the events); the pause it ended, or None
+        when it was not paused."""
+        reply = self.scripts.resume(
+            keys=[queue.keys.paused, *notes.keys(queue)], args=[by, notes.settings(queue)]
+        )
         return paused_from({b"since": reply[0], b"by": reply[1]}) if reply else None
 
     def paused(self, queue: QueueConfig) -> Paused | None:
@@ -83,17 +89,18 @@ def _found(row: list) -> Found:
 
 
 class CancelOps(StoreBase):
-    def cancel(self, level: QueueConfig, job_ids: list[str], wait_ms: int) -> list[Found]:
+    def cancel(self, level: QueueConfig, job_ids: list[str], wait_ms: int, by: str) -> list[Found]:
         """Mark ``job_ids`` cancelled on one stream (the queue's or a level's): a pending one is
         stopped by its daemon at its next lease renewal, any other is acked unrun when read;
-        marks last ``wait_ms``. The pending list is walked a page per call."""
+        marks last ``wait_ms``. The pending list is walked a page per call. ``by`` (user@host)
+        asked: each job id is in the queue's events with it ('': none, for a second level)."""
         left = [os.fsencode(j) for j in job_ids]
         found: list[Found] = []
         start = "-"
         while start:
             after, rows = self.scripts.cancel(
-                keys=[level.stream, level.keys.cancels],
-                args=[level.group, wait_ms, start, PENDING_PAGE, *left],
+                keys=[level.stream, level.keys.cancels, *notes.keys(level)],
+                args=[level.group, wait_ms, start, PENDING_PAGE, notes.settings(level), by, *left],
             )
             start = after.decode()
             found += [_found(row) for row in rows]
@@ -103,9 +110,9 @@ class CancelOps(StoreBase):
                 break
         return found
 
-    def cancel_delayed(self, level: QueueConfig, job_ids: list[str]) -> list[Found]:
+    def cancel_delayed(self, level: QueueConfig, job_ids: list[str], by: str) -> list[Found]:
         """Remove the delayed jobs of ``job_ids`` from the level's delayed set, walking it a
-        bounded page per call (never one long script)."""
+        bounded page per call (never one long script); each one's history says ``by`` did."""
         ids = [os.fsencode(j) for j in job_ids]
         found: list[Found] = []
         start = 0
@@ -115,9 +122,10 @@ class CancelOps(StoreBase):
                     level.keys.delayed,
                     level.keys.stats(),
                     level.keys.cancels,
+                    *notes.keys(level),
                     *map(level.keys.job_mark, ids),
                 ],
-                args=[start, DELAYED_PAGE, STATS_TTL, *ids],
+                args=[start, DELAYED_PAGE, STATS_TTL, notes.settings(level), by, *ids],
             )
             found += [Found(os.fsdecode(j), "delayed", due_ms=int(due)) for j, due in removed]
         return found
@@ -125,7 +133,9 @@ class CancelOps(StoreBase):
     def cancelled(self, level: QueueConfig, jobs: list[Job]) -> set[str]:
         """Of jobs this consumer just read, acknowledge unrun those cancelled (a --unique one's
         'queued' mark deleted with it); their message ids."""
-        keys: list[str | bytes] = [level.stream, level.keys.cancels, level.keys.stats()]
+        keys: list[str | bytes] = [
+            level.stream, level.keys.cancels, level.keys.stats(), *notes.keys(level),
+        ]  # fmt: skip
         pairs: list[object] = []
         for job in jobs:
             mark = job.mark_key(level.keys, False)  # --unique jobs only
@@ -133,7 +143,7 @@ class CancelOps(StoreBase):
                 keys.append(mark)
             pairs += [job.message_id, len(keys) if mark is not None else 0]
         acked = self.scripts.cancelled(
-            keys=keys, args=[level.group, self.consumer, STATS_TTL, *pairs]
+            keys=keys, args=[level.group, self.consumer, STATS_TTL, notes.settings(level), *pairs]
         )
         return {mid.decode() for mid in acked}
 

@@ -11,6 +11,7 @@ import secrets
 from dataclasses import dataclass
 
 from jobd.config import QueueConfig
+from jobd.store import notes
 from jobd.store.base import StoreBase
 from jobd.store.keys import flatten
 
@@ -64,9 +65,10 @@ class DelayedOps(StoreBase):
         """Move up to ``batch`` due jobs to the stream. A member that is not a job is
         dead-lettered as malformed, or held back ``hold_malformed_ms`` when its record cannot
         be written."""
+        settings = notes.settings(queue)
         moved, _next_due, malformed, held, why = self.scripts.promote(
-            keys=[queue.keys.delayed, queue.stream, queue.dead_letter.stream],
-            args=[batch, queue.name, queue.dead_letter.maxlen, hold_malformed_ms],
+            keys=[queue.keys.delayed, queue.stream, queue.dead_letter.stream, *notes.keys(queue)],
+            args=[batch, queue.name, queue.dead_letter.maxlen, hold_malformed_ms, settings],
         )
         text = why.decode(errors="replace") if isinstance(why, bytes) else ""
         return Promoted(int(moved), int(malformed), int(held), text)

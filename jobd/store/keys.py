@@ -38,6 +38,16 @@ Layout of a queue whose stream is S:
                        (an entry found pending on that stream, the queue's or a level's: its
                        handler is stopped at its next lease renewal) and "job:JOB_ID" (acked
                        unrun when read), scored by when the mark expires (Redis ms)
+  derive(S, "history")  job history: a hash, job id -> its records, oldest first, one JSON object a
+                       line (docs/history.md has the format), written by the script that settles
+                       each attempt; at most HISTORY_BYTES a job (the oldest records go)
+  derive(S, "history:at") a sorted set, job id -> Redis ms of its latest record: history's age
+                       and length caps (history.max_age, history.maxlen) trim both keys by it
+  derive(S, "active")   the jobs running now: a hash, job id -> "STREAM|ENTRY\n" and a JSON object
+                       (consumer, host, pid, since, attempt, deadline); the settling script
+                       deletes it (a stale one, of a daemon killed -9, is checked against XPENDING)
+  derive(S, "events")   the queue's events: a stream of outcomes and operator actions (the audit
+                       trail; docs/history.md), capped at about history.events entries
   derive(S, "priority:L") the stream of priority level L (queues with `priorities`; the
                        default level's stream is S), with its own delayed set
                        derive(derive(S, "priority:L"), "delayed"); every other key is the queue's
@@ -51,6 +61,7 @@ from dataclasses import dataclass, replace
 
 STATS_TTL = 2 * 3600  # seconds a minute's counters are kept
 UNIQUE_TTL = 7 * 86400  # seconds a --unique job's "queued" mark lasts if its job is lost
+HISTORY_BYTES = 65536  # bytes of records the history keeps a job (lua/lib/jobs.lua's remember)
 
 
 def hash_tag(key: str) -> str | None:
@@ -91,6 +102,10 @@ class QueueKeys:
     waiting: str
     paused: str
     cancels: str
+    history: str
+    history_at: str
+    active: str
+    events: str
 
     @classmethod
     def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
@@ -104,6 +119,10 @@ class QueueKeys:
             waiting=derive(stream, "waiting"),
             paused=derive(stream, "paused"),
             cancels=derive(stream, "cancels"),
+            history=derive(stream, "history"),
+            history_at=derive(stream, "history:at"),
+            active=derive(stream, "active"),
+            events=derive(stream, "events"),
         )
 
     def level(self, name: str) -> QueueKeys:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import redis
 
 from jobd.config import QueueConfig
+from jobd.store import notes
 from jobd.store.base import StoreBase
 from jobd.store.connection import BLOCK_MS
 
@@ -65,9 +66,9 @@ class LeaseOps(StoreBase):
         """Renew ``ids`` in one script call, with their cluster-wide slots when the queue has
         a limit; returns the ones this consumer no longer holds (all of them when the group or
         its stream was deleted)."""
-        keys = [queue.stream, queue.keys.cancels]
+        keys = [queue.stream, queue.keys.cancels, *notes.keys(queue)]
         keys += [queue.keys.running] if queue.slots else []
-        args = [queue.group, self.consumer, slot_lease_ms(queue), *ids]
+        args = [queue.group, self.consumer, slot_lease_ms(queue), notes.settings(queue), *ids]
         try:
             reply = self.scripts.renew(keys=keys, args=args)
         except redis.ResponseError as exc:

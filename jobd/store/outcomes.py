@@ -11,12 +11,14 @@ and does nothing (a hand-back is the exception: see the recorder's ``unsent``).
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from itertools import chain
 
 from jobd.config import QueueConfig
-from jobd.outcome import Outcome, Verb
-from jobd.store import figures
+from jobd.outcome import Outcome, Started, Verb
+from jobd.store import figures, notes
 from jobd.store.base import StoreBase
 from jobd.store.keys import STATS_TTL, flatten, slot_member
 from jobd.store.scripts import Batch
@@ -59,7 +61,7 @@ class OutcomeOps(StoreBase):
         """settle.lua for one queue's acks, hand-backs and cancellations; an acked job's mark
         (its job id's) is set or cleared in the same step."""
         q = outcomes[0].queue
-        keys: list[str | bytes] = [q.stream, q.keys.stats(), q.keys.cancels]
+        keys: list[str | bytes] = [q.stream, q.keys.stats(), q.keys.cancels, *notes.keys(q)]
         ops: list[object] = []
         for o in outcomes:
             mark_index = 0  # where settle.lua finds the job's mark in KEYS; 0: none
@@ -67,9 +69,10 @@ class OutcomeOps(StoreBase):
             if mark is not None and o.verb in (Verb.ACK, Verb.CANCEL):
                 keys.append(mark)
                 mark_index = len(keys)
-            ops += [SETTLE_OPS[o.verb], o.message_id, mark_index]
+            ops += [SETTLE_OPS[o.verb], o.message_id, mark_index, *notes.note(o, self.consumer)]
         window_ms = int((q.dedupe_window or 0) * 1000)
-        return self.scripts.settle, keys, [q.group, self.consumer, STATS_TTL, window_ms, *ops]
+        args = [q.group, self.consumer, STATS_TTL, window_ms, notes.settings(q), *ops]
+        return self.scripts.settle, keys, args
 
     def _retry(self, o: Outcome) -> tuple:
         """retry.lua: the next attempt into the delayed set, due ``delay`` from now on Redis's
@@ -77,8 +80,12 @@ class OutcomeOps(StoreBase):
         q = o.queue
         delay_ms = int(o.delay * 1000)
         fields = flatten(o.job.next_attempt_fields())
-        args = [q.group, self.consumer, o.message_id, delay_ms, STATS_TTL, *fields]
-        return self.scripts.retry, [q.stream, q.keys.delayed, q.keys.stats()], args
+        args = [
+            q.group, self.consumer, o.message_id, delay_ms, STATS_TTL, notes.settings(q),
+            *notes.note(o, self.consumer), *fields,
+        ]  # fmt: skip
+        keys = [q.stream, q.keys.delayed, q.keys.stats(), *notes.keys(q)]
+        return self.scripts.retry, keys, args
 
     def _dead_letter(self, o: Outcome) -> tuple:
         """dead_letter.lua: the record and the ack in one step (and a --unique job's
@@ -88,9 +95,9 @@ class OutcomeOps(StoreBase):
         max_age = "" if dead.max_age is None else int(dead.max_age * 1000)
         args = [
             q.group, self.consumer, o.message_id, dead.maxlen, max_age, STATS_TTL,
-            *record_fields(o),
+            notes.settings(q), *notes.note(o, self.consumer), *record_fields(o),
         ]  # fmt: skip
-        keys: list[str | bytes] = [q.stream, dead.stream, q.keys.stats()]
+        keys: list[str | bytes] = [q.stream, dead.stream, q.keys.stats(), *notes.keys(q)]
         mark = _mark(o)
         return self.scripts.dead_letter, keys if mark is None else [*keys, mark], args
 
@@ -103,6 +110,20 @@ class OutcomeOps(StoreBase):
                 counts.update(figures.fields(*o.timing))
         for q, counts in by_queue.values():  # this minute's key: once per queue, not per job
             sent.add(self.scripts.observe, [q.keys.timings()], [STATS_TTL, *chain(*counts.items())])
+
+    def started(self, started: Sequence[Started]) -> None:
+        """The active records of jobs running here (start.lua, one call per queue), in one
+        round trip."""
+        sent = Batch()
+        by_queue: dict[str, list[object]] = defaultdict(list)
+        now = time.monotonic()
+        for s in started:
+            by_queue[s.queue.keys.active] += notes.active(s, self.consumer, now)
+        for active, args in by_queue.items():
+            sent.add(self.scripts.start, [active], args)
+        for reply in self.run(sent):
+            if isinstance(reply, Exception):
+                raise reply
 
     def _release_slots(self, sent: Batch, outcomes: list[Outcome]) -> None:
         """Free the cluster-wide slots of these entries (queues with limits.concurrency); a

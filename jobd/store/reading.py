@@ -13,7 +13,9 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.job import Job
+from jobd.store import notes
 from jobd.store.base import StoreBase
+from jobd.store.control import Paused, paused_from
 from jobd.store.keys import STATS_TTL
 
 Fields = dict[bytes, bytes]
@@ -52,6 +54,16 @@ def _fields(flat: list[bytes]) -> Fields:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+@dataclass(frozen=True, slots=True)
+class NewEntries:
+    """What ``read_new`` found: the entries, whether the queue has cancellation marks, and its
+    pause (None when it is not paused), asked after the read."""
+
+    entries: list[Entry]
+    cancels: bool
+    paused: Paused | None
+
+
 class ReadingOps(StoreBase):
     def check_server(self) -> None:
         """Refuse servers whose stream commands jobd cannot rely on (UnsupportedServer)."""
@@ -74,20 +86,24 @@ class ReadingOps(StoreBase):
                 raise
             return False
 
-    def read_new(
-        self, queue: QueueConfig, count: int, block_ms: int | None
-    ) -> tuple[list[Entry], bool]:
+    def read_new(self, queue: QueueConfig, count: int, block_ms: int | None) -> NewEntries:
         """At most ``count`` new entries (XREADGROUP), waiting up to ``block_ms`` for one; and,
         in the same round trip and after the read, whether the queue has cancellation marks
         (then the reader asks which of these are cancelled: a job cancelled before this read
-        is caught there, one cancelled after it was pending, which cancel.lua sees)."""
+        is caught there, one cancelled after it was pending, which cancel.lua sees) and whether
+        it is paused now (so an idle reader asks nothing more between two blocking reads)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.xreadgroup(
             queue.group, self.consumer, {queue.stream: ">"}, count=count, block=block_ms
         )
         pipe.exists(queue.keys.cancels)
-        reply, cancels = pipe.execute()
-        return ([(mid, fields) for mid, fields in reply[0][1]] if reply else []), bool(cancels)
+        pipe.hgetall(queue.keys.paused)
+        reply, cancels, pause = pipe.execute(raise_on_error=False)
+        for answer in (reply, cancels):
+            if isinstance(answer, Exception):
+                raise answer
+        entries = [(mid, fields) for mid, fields in reply[0][1]] if reply else []
+        return NewEntries(entries, bool(cancels), paused_from(pause))
 
     def read_levels(self, queue: QueueConfig, count: int) -> Levels:
         """At most ``count`` new entries of the queue's levels, highest first, in one script
@@ -111,7 +127,8 @@ class ReadingOps(StoreBase):
         consumer: at most ``count``, from ``cursor`` ('0-0' at first)."""
         min_idle = int(queue.lease.reclaim_after * 1000)
         after, claimed, deleted = self.scripts.reclaim(
-            keys=[queue.stream], args=[queue.group, self.consumer, min_idle, cursor, count]
+            keys=[queue.stream, *notes.keys(queue)],
+            args=[queue.group, self.consumer, min_idle, cursor, count, notes.settings(queue)],
         )
         return Reclaimed(
             after.decode(),

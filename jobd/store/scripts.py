@@ -28,6 +28,7 @@ NAMES = (
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
     "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe", "keep",
     "purge", "dead_letters_shown", "pause", "resume", "cancel", "cancel_delayed", "cancelled",
+    "start", "scheduled", "forget",
 )  # fmt: skip
 
 
@@ -77,6 +78,9 @@ class Scripts:
     cancel: Script
     cancel_delayed: Script
     cancelled: Script
+    start: Script
+    scheduled: Script
+    forget: Script
     dead_letters_shown: Script
 
     def __init__(self, client: redis.Redis) -> None:

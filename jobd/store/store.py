@@ -3,7 +3,8 @@
 Each area is a mixin of its own module, all on ``StoreBase`` (the client, its scripts, the
 consumer): ``reading`` (the group, reads, reclaims), ``leases`` (renewal, cluster-wide limits),
 ``outcomes`` (a batch of outcomes), ``delayed`` (the delayed set), ``upkeep`` (trim, consumer
-sweep, periodic ticks), ``admin`` (dead letters, enqueue) and ``control`` (pause, resume, cancel).
+sweep, periodic ticks), ``admin`` (dead letters, enqueue), ``control`` (pause, resume, cancel)
+and ``history`` (a job's records, the running set, the events: read only).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from jobd.store.admin import AdminOps
 from jobd.store.control import CancelOps, ControlOps
 from jobd.store.delayed import DelayedOps
+from jobd.store.history import HistoryOps
 from jobd.store.leases import LeaseOps
 from jobd.store.outcomes import OutcomeOps
 from jobd.store.reading import ReadingOps
@@ -18,6 +20,14 @@ from jobd.store.upkeep import UpkeepOps
 
 
 class Store(
-    ReadingOps, LeaseOps, OutcomeOps, DelayedOps, UpkeepOps, AdminOps, ControlOps, CancelOps
+    ReadingOps,
+    LeaseOps,
+    OutcomeOps,
+    DelayedOps,
+    UpkeepOps,
+    AdminOps,
+    ControlOps,
+    CancelOps,
+    HistoryOps,
 ):
     """One client, every script registered on it, one typed method per operation."""

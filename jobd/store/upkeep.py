@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import redis
 
 from jobd.config import QueueConfig
+from jobd.store import notes
 from jobd.store.base import StoreBase
 from jobd.store.keys import flatten
 
@@ -46,6 +47,10 @@ class UpkeepOps(StoreBase):
             args=[maxlen, batch, CURSOR_TTL * 1000],
         )
         return int(trimmed) + int(deleted), bool(more)
+
+    def forget(self, queue: QueueConfig) -> int:
+        """Trim the queue's history by its caps (forget.lua); how many jobs' records are left."""
+        return int(self.scripts.forget(keys=notes.keys(queue), args=[notes.settings(queue)]))
 
     def consumers(self, queue: QueueConfig) -> list[Consumer]:
         """The consumers of the queue's group; none while there is no stream or group yet."""

@@ -1,10 +1,12 @@
 """The dashboard: a page and its JSON API, served next to the metrics (``metrics.listen``) by
 the daemon, or by ``jobd dashboard`` without one.
 
-Everything it shows is read from Redis (``status``, ``figures``, ``dlq``), so any host's page
-shows the whole cluster; one refresh costs three round trips per queue (its status pipeline,
-the last hour of figures, its newest dead letters). The page and its script are files in the
-package (``jobd/web/static/``): no CDN, no build step, works offline.
+Everything it shows is read from Redis (``status``, ``figures``, ``dlq``, ``history``), so any
+host's page shows the whole cluster; one refresh costs a few round trips per queue (its status
+pipeline, the last hour of figures, its newest dead letters, its next delayed jobs, its running
+jobs) and one for the events feed (``/api/events``). A job is looked up by id
+(``/api/job``). The page and its script are files in the package (``jobd/web/static/``): no
+CDN, no build step, works offline.
 
 Safe by default: read-only, payloads hidden. With ``dashboard.token`` (a file or a systemd
 credential), every request for data must carry it as ``Authorization: Bearer TOKEN``
@@ -14,12 +16,13 @@ any of them may set one. The page takes the token from its address's fragment
 (``/#token=TOKEN``: no server, proxy or log sees a fragment) into sessionStorage (this origin
 only, so this port only), drops it from the address bar, and sends it with every call. A
 ``token`` in a query is refused, right or wrong, and sets nothing (``TOKEN_IN_QUERY``).
-Actions (requeue, purge) need ``dashboard.actions: true`` (which needs a token), a POST, and
-the CSRF header ``X-Jobd-CSRF`` holding a value derived from the token that the API gives. A
-request naming another host (DNS rebinding) is refused by the server (``server.host_allowed``).
-A record is read only in the fields shown, cut in Redis, and a field jobd would not have
-written is shown as such, never failing the page; a body is read to its Content-Length
-(``server.MAX_BODY`` at most) and checked.
+Actions (requeue, purge; pause, resume, cancel: ``actions``) need ``dashboard.actions: true``
+(which needs a token), a POST, and the CSRF header ``X-Jobd-CSRF`` holding a value derived
+from the token that the API gives. A request naming another host (DNS rebinding) is refused
+by the server (``server.host_allowed``). A record is read only in the fields shown, cut in
+Redis, and a field jobd would not have written is shown as such, never failing the page; a
+body is read to its Content-Length (``server.MAX_BODY`` at most) and checked. The page puts
+what Redis holds into text nodes only, never into markup.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import re
+import os
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
@@ -37,13 +40,16 @@ from typing import Any
 import orjson
 import redis
 
-from jobd import dlq
 from jobd.config import Config, QueueConfig
+from jobd.job import JOB_ID, RESERVED_ATTEMPT, RESERVED_JOB_ID
 from jobd.store import connection as redisconn
 from jobd.store import figures, status
 from jobd.store.admin import Shown
+from jobd.store.delayed import Waiting
+from jobd.store.records import Event, Record, Running
 from jobd.store.store import Store
-from jobd.web.server import MAX_BODY
+from jobd.web import actions
+from jobd.web.actions import BadRequest
 
 log = logging.getLogger("jobd.dashboard")
 
@@ -59,8 +65,14 @@ SHOWN = (
     ("attempts", "jobd_attempts", FIELD_SHOWN), ("failed_at", "jobd_failed_at", FIELD_SHOWN),
     ("stderr", "jobd_stderr", -STDERR_SHOWN), ("payload", "payload", PAYLOAD_SHOWN),
 )  # fmt: skip
-MAX_IDS = 1000  # record ids in one requeue
-RECORD_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+DELAYED_SHOWN = 5  # the next delayed jobs shown per queue
+RUNNING_SHOWN = 200  # running jobs shown per queue, oldest first
+EVENTS_SHOWN = 50  # events a feed request returns by default (at most EVENTS_MAX)
+EVENTS_MAX = 500
+RECORD_FIELDS = (  # what the page shows of a history record, besides its times
+    "event", "entry", "stream", "attempt", "consumer", "host", "pid", "duration_ms",
+    "exit_code", "signal", "error", "stdout", "stderr", "by", "new_entry", "owner",
+)  # fmt: skip
 TOKEN_IN_QUERY = (
     "a token in the query is refused: servers, proxies and the browser's history keep it "
     "(consider that one seen). Open /#token=TOKEN instead: a fragment is sent to no server"
@@ -81,7 +93,33 @@ def overview(store: Store, config: Config, now: float | None = None) -> dict[str
         queues[name] = status.with_levels(store.client, q, now)
         queues[name]["hour"] = figures.last_hour(store.client, q, now)
         queues[name]["dead_letters"] = dead_letters(store, q, config.dashboard.show_payloads)
+        queues[name]["next_delayed"] = next_delayed(store, q)
+        queues[name]["running_jobs"] = [_running(r) for r in store.running(q)[:RUNNING_SHOWN]]
     return {"redis": config.redis.describe(), "time": now, "queues": queues}
+
+
+def next_delayed(store: Store, q: QueueConfig) -> list[dict[str, Any]]:
+    """The ``DELAYED_SHOWN`` jobs due soonest, of every priority level of the queue."""
+    soonest: list[tuple[QueueConfig, Waiting]] = []
+    for level in q.all_levels():
+        soonest += [(level, w) for w in store.delayed_list(level, DELAYED_SHOWN)]
+    soonest.sort(key=lambda pair: pair[1].due_ms)
+    return [_delayed(level, w) for level, w in soonest[:DELAYED_SHOWN]]
+
+
+def _delayed(level: QueueConfig, w: Waiting) -> dict[str, Any]:
+    """A delayed job as the page shows it: when it is due, its job id and attempt (none of its
+    payload); a member that is not a job says why."""
+    job_id = w.fields.get(JOB_ID) or w.fields.get(RESERVED_JOB_ID)
+    item: dict[str, Any] = {
+        "due": w.due_ms / 1000,
+        "job_id": None if job_id is None else _text(job_id[:FIELD_SHOWN]),
+        "attempt": _text(w.fields.get(RESERVED_ATTEMPT, b"1")[:FIELD_SHOWN]) if w.fields else None,
+        "level": level.priority,
+    }
+    if w.malformed:
+        item["bad"] = w.malformed[:FIELD_SHOWN]
+    return item
 
 
 def dead_letters(store: Store, q: QueueConfig, show_payloads: bool) -> list[dict]:
@@ -128,12 +166,100 @@ def _text(value: bytes | None) -> str:
     return "" if value is None else value.decode("utf-8", "backslashreplace")
 
 
-class BadRequest(Exception):
-    """A request the dashboard refuses, with the status and why."""
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
 
-    def __init__(self, why: str, code: str = "400 Bad Request") -> None:
-        super().__init__(why)
-        self.code = code
+
+def _job_id(job_id: str) -> dict[str, Any]:
+    """A job id as the page shows it, and whether the page can name it back exactly (cancel,
+    lookup): not when it is not UTF-8 (shown with escapes) or is longer than an action takes."""
+    raw = os.fsencode(job_id)
+    text = raw.decode("utf-8", "backslashreplace")
+    exact = text == raw.decode("utf-8", "replace") and len(text) <= actions.MAX_JOB_ID
+    return {"job_id": text} if exact else {"job_id": text, "inexact": True}
+
+
+def _running(r: Running) -> dict[str, Any]:
+    """A running job as the page shows it (times: Unix seconds on Redis's clock)."""
+    return {
+        **_job_id(r.job_id), "stream": r.stream, "entry": r.entry, "consumer": r.consumer,
+        "host": r.host, "pid": r.pid, "since": _seconds(r.since_ms), "attempt": r.attempt,
+        "deadline": _seconds(r.deadline_ms),
+    }  # fmt: skip
+
+
+def job_lookup(store: Store, config: Config, query: dict[str, list[str]]) -> dict[str, Any]:
+    """GET /api/job?queue=Q&id=J: where the job is now and its history, oldest first."""
+    queue = actions.queue_of(config, {"queue": _one(query, "queue")})
+    job_id = _one(query, "id")
+    if not 0 < len(job_id) <= actions.MAX_JOB_ID:
+        raise BadRequest(f"id is a job id of 1 to {actions.MAX_JOB_ID} characters")
+    view = store.job(queue, job_id)
+    return {
+        "queue": view.queue, **_job_id(view.job_id), "state": view.state,
+        "now": view.now_ms / 1000, "due": _seconds(view.due_ms), "entry": view.entry,
+        "stream": view.stream, "consumer": view.consumer, "skipped": view.skipped,
+        "running": None if view.running is None else _running(view.running),
+        "records": [_record(rec) for rec in view.records],
+    }  # fmt: skip
+
+
+def _record(rec: Record) -> dict[str, Any]:
+    """A history record as the page shows it: what it says (times in Unix seconds)."""
+    shown = {name: getattr(rec, name) for name in RECORD_FIELDS}
+    for name in ("at", "started", "due"):
+        shown[name] = _seconds(getattr(rec, name + "_ms"))
+    return shown
+
+
+def events_feed(store: Store, config: Config, query: dict[str, list[str]]) -> dict[str, Any]:
+    """GET /api/events[?after=CURSOR][&count=N]: the newest events of every queue, or those
+    after CURSOR (a JSON object, queue -> event id, as the last reply gave it). When more than
+    ``count`` came since, the newest are given with ``skipped``: the feed stays current."""
+    count = _one(query, "count", str(EVENTS_SHOWN))
+    if not (count.isascii() and count.isdigit() and 0 < int(count) <= EVENTS_MAX):
+        raise BadRequest(f"count is a number of events, 1 to {EVENTS_MAX}")
+    queues = list(config.queues.values())
+    after = _cursor(config, query["after"][0]) if query.get("after") else None
+    found = store.events(queues, after, int(count) + 1) if after is not None else []
+    skipped = len(found) > int(count)
+    if after is None or skipped:
+        found = store.events(queues, None, int(count))
+        oldest = found[0].id if found else "0-0"
+        after = {q.name: oldest for q in queues}  # every queue's older events: all before it
+    for event in found:
+        after[event.queue] = event.id
+    return {"events": [_event(e) for e in found], "after": after, "skipped": skipped}
+
+
+def _event(event: Event) -> dict[str, Any]:
+    """An event as the page shows it: its time, queue, and (the first 32 of) its fields."""
+    fields = dict(list(event.fields.items())[:32])
+    shown = {k[:FIELD_SHOWN]: v[:FIELD_SHOWN] for k, v in fields.items()}
+    at = int(event.id.split("-", 1)[0]) / 1000
+    return {"id": event.id, "queue": event.queue, "at": at, "fields": shown}
+
+
+def _cursor(config: Config, text: str) -> dict[str, str]:
+    """A feed's cursor as the page sends it back: {queue: event id}; a queue the config no
+    longer has is left out."""
+    try:
+        cursor = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        cursor = None
+    if not isinstance(cursor, dict) or not all(
+        isinstance(i, str) and actions.RECORD_ID.fullmatch(i) for i in cursor.values()
+    ):
+        raise BadRequest("after is the cursor the last reply gave: {queue: event id}")
+    return {name: i for name, i in cursor.items() if name in config.queues}
+
+
+def _one(query: dict[str, list[str]], name: str, default: str | None = None) -> str:
+    """The one value of query parameter ``name``."""
+    values = query.get(name, [] if default is None else [default])
+    if len(values) != 1:
+        raise BadRequest(f"give {name} once")
+    return values[0]
 
 
 class Dashboard:
@@ -176,8 +302,10 @@ class Dashboard:
             report["actions"] = self.config.dashboard.actions
             report["csrf"] = self.csrf
             return _reply(start_response, "200 OK", report)
-        if path.startswith("/api/dead-letters/"):
-            return self.act(environ, path.rsplit("/", 1)[1], start_response)
+        if method == "GET" and path in READS:
+            return _reply(start_response, "200 OK", READS[path](self.store, self.config, query))
+        if path.startswith("/api/dead-letters/") or path in actions.CONTROLS:
+            return self.act(environ, path, start_response)
         return _reply(start_response, "404 Not Found", {"error": f"no page {path}"})
 
     def authorized(self, environ: dict[str, Any]) -> bool:
@@ -189,78 +317,23 @@ class Dashboard:
         return hmac.compare_digest(given.encode(), self.token)
 
     def act(
-        self, environ: dict[str, Any], action: str, start_response: StartResponse
+        self, environ: dict[str, Any], path: str, start_response: StartResponse
     ) -> Iterable[bytes]:
-        """POST /api/dead-letters/requeue {queue, ids | all} and /purge {queue}."""
-        if not self.config.dashboard.actions:
-            return _reply(start_response, "403 Forbidden", {"error": "actions are off"})
-        if environ.get("REQUEST_METHOD") != "POST":
-            return _reply(start_response, "405 Method Not Allowed", {"error": "POST only"})
-        if not hmac.compare_digest(
-            environ.get("HTTP_X_JOBD_CSRF", "").encode(), self.csrf.encode()
-        ):
-            return _reply(start_response, "403 Forbidden", {"error": "missing CSRF header"})
-        if action not in ("requeue", "purge"):
-            return _reply(start_response, "404 Not Found", {"error": f"no action {action}"})
-        body = _json_body(environ)
-        queue = self.queue(body)
-        if action == "purge":
-            count = dlq.purge(self.store, queue)
-            log.info("dashboard: purged %d dead letter(s) of queue %s", count, queue.name)
-            return _reply(start_response, "200 OK", {"purged": count})
-        moved = self.requeue(queue, body)
-        log.info("dashboard: requeued %d dead letter(s) of queue %s", len(moved), queue.name)
-        return _reply(start_response, "200 OK", {"requeued": moved})
+        """A POST action (``actions``): refused unless actions are on and the CSRF header is
+        there."""
+        reply = actions.refused(self.config, self.csrf, environ)
+        if reply is None:
+            name = path.rsplit("/", 1)[1]
+            run = actions.dead_letters if path.startswith("/api/dead-letters/") else actions.control
+            reply = run(self.store, self.config, environ, name)
+        return _reply(start_response, *reply)
 
-    def queue(self, body: dict[str, Any]) -> QueueConfig:
-        name = body.get("queue")
-        if not isinstance(name, str) or name not in self.config.queues:
-            raise BadRequest("give a known queue")
-        return self.config.queues[name]
 
-    def requeue(self, queue: QueueConfig, body: dict[str, Any]) -> list[str]:
-        every = body.get("all", False)
-        if not isinstance(every, bool):
-            raise BadRequest("all is true or false")
-        if every:
-            return dlq.requeue_all(self.store, queue)
-        return dlq.requeue(self.store, queue, _record_ids(body.get("ids", [])))
+READS = {"/api/job": job_lookup, "/api/events": events_feed}
 
 
 def _path(environ: dict[str, Any]) -> str:
     return environ.get("PATH_INFO", "/")
-
-
-def _json_body(environ: dict[str, Any]) -> dict[str, Any]:
-    """The request's JSON object, read to its Content-Length and no further."""
-    length = environ.get("CONTENT_LENGTH") or "0"
-    if not re.fullmatch("[0-9]+", length):
-        raise BadRequest("Content-Length is not a number of bytes")
-    if len(length) > 9 or int(length) > MAX_BODY:
-        raise BadRequest(f"a body is at most {MAX_BODY} bytes", "413 Content Too Large")
-    size = int(length)
-    raw = environ["wsgi.input"].read(size) if size else b""
-    if len(raw) < size:
-        raise BadRequest("the body is shorter than its Content-Length")
-    try:
-        body = orjson.loads(raw or b"{}")
-    except orjson.JSONDecodeError:
-        raise BadRequest("the body is not JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body is a JSON object: {queue, ids | all}")
-    return body
-
-
-def _record_ids(ids: object) -> list[str]:
-    if (
-        not isinstance(ids, list)
-        or len(ids) > MAX_IDS
-        or not all(isinstance(i, str) and RECORD_ID.fullmatch(i) for i in ids)
-    ):
-        raise BadRequest(
-            f"ids is a list of at most {MAX_IDS} dead-letter record ids (like 1795960000000-0)"
-        )
-    return ids
 
 
 def _static(path: str, start_response: StartResponse) -> list[bytes]:

@@ -3,12 +3,17 @@
 --
 -- KEYS[1]   the stream
 -- KEYS[2]   the queue's cancellation marks (a sorted set scored by expiry, Redis ms)
+-- KEYS[3..6] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- ARGV[1]   the consumer group
 -- ARGV[2]   how long a mark lasts, ms
 -- ARGV[3]   where this call's page of the pending list starts: '-', or '(' and the last id of
 --           the page before
 -- ARGV[4]   how many pending entries a page holds
--- ARGV[5..] job ids (those not found running on an earlier page)
+-- ARGV[5]   the history's settings (lib/jobs.lua history_at)
+-- ARGV[6]   who cancels (user@host): on the first page, each job id asked for is in the queue's
+--           events (event cancel, by) in the same step as its mark; '' writes none (the
+--           caller's other priority levels: the request is written once)
+-- ARGV[7..] job ids (those not found running on an earlier page)
 --
 -- A job delivered and not settled (in the group's pending list: running, or about to start) gets
 -- the mark 'id:STREAM|ENTRY' (entry ids are unique per stream only: a priority level's stream
@@ -26,7 +31,11 @@ local stream, marks, group = KEYS[1], KEYS[2], ARGV[1]
 if redis.call('TYPE', marks).ok ~= 'zset' then redis.call('DEL', marks) end -- someone else's
 local expiry = now_ms() + tonumber(ARGV[2])
 local wanted = {}
-for i = 5, #ARGV do wanted[ARGV[i]] = true end
+for i = 7, #ARGV do wanted[ARGV[i]] = true end
+if ARGV[3] == '-' and ARGV[6] ~= '' then
+  local h = history_at(3, ARGV[5])
+  for i = 7, #ARGV do audit(h, 'cancel', {'job', ARGV[i], 'by', ARGV[6]}) end
+end
 -- The group's last delivered id: an entry after it is waiting, one before it was delivered. No
 -- stream or no group yet: nothing was delivered.
 local delivered, exists = '0-0', false
@@ -59,7 +68,7 @@ local function after(a, b)
   return tonumber(aseq) > tonumber(bseq)
 end
 local out = {}
-for i = 5, #ARGV do
+for i = 7, #ARGV do
   local jid = ARGV[i]
   local found = running[jid]
   if found then

@@ -4,20 +4,25 @@
 -- KEYS[1]   the delayed set
 -- KEYS[2]   the queue's counters for this minute (a hash)
 -- KEYS[3]   the queue's cancellation marks (cancel.lua): a removed job's 'job:' mark goes too
--- KEYS[4..] the --unique marks of the job ids ({S}:job:J), in the order of ARGV[4..]
+-- KEYS[4..7] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
+-- KEYS[8..] the --unique marks of the job ids ({S}:job:J), in the order of ARGV[6..]
 -- ARGV[1]   where the page starts, counted from the set's end (0: the last member)
 -- ARGV[2]   how many members the page holds at most
 -- ARGV[3]   seconds the counters are kept
--- ARGV[4..] job ids
+-- ARGV[4]   the history's settings (lib/jobs.lua history_at)
+-- ARGV[5]   who cancels them (user@host)
+-- ARGV[6..] job ids
 --
 -- A member is a job of one of the ids when its job_id or jobd_job_id field is one (a member that
 -- is not a job is left to promote.lua). A removed job's --unique mark is deleted if it still
 -- says 'queued'. The walk goes from the latest due to the soonest: promote.lua removes the
 -- soonest, which moves no member's rank counted from the end, so a walk of many calls skips
--- nothing it removes. Returns {the next page's start, or -1 at the end, {job id, due (ms)}, …}.
+-- nothing it removes. Each job removed gets its history record and event (cancelled, by) in the
+-- same step. Returns {the next page's start, or -1 at the end, {job id, due (ms)}, …}.
 local start, size = tonumber(ARGV[1]), tonumber(ARGV[2])
 local mark_of = {}
-for i = 4, #ARGV do mark_of[ARGV[i]] = KEYS[i] end
+for i = 6, #ARGV do mark_of[ARGV[i]] = KEYS[i + 2] end
+local h, now = history_at(4, ARGV[4]), now_ms()
 local marks = redis.call('TYPE', KEYS[3]).ok == 'zset' and KEYS[3] or nil
 local page = redis.call('ZRANGE', KEYS[1], -(start + size), -(start + 1), 'WITHSCORES')
 local removed = {}
@@ -32,10 +37,16 @@ for i = 1, #page, 2 do
       if redis.call('GET', mark_of[jid]) == 'queued' then redis.call('DEL', mark_of[jid]) end
       if marks then redis.call('ZREM', marks, 'job:' .. jid) end
       removed[#removed + 1] = {jid, page[i + 1]}
+      local due = tonumber(page[i + 1])
+      local record = cjson.encode({event = 'cancelled', by = ARGV[5],
+        detail = 'removed from the delayed set, unrun'})
+      remember(h, {event = 'cancelled', job = jid, record = record, extras = {'by', ARGV[5]}},
+        now, nil, {'due', due})
     end
   end
 end
 if #removed > 0 then
+  trim_history(h, now)
   redis.call('HINCRBY', KEYS[2], 'cancelled', #removed)
   redis.call('EXPIRE', KEYS[2], ARGV[3])
 end

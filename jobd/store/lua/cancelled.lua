@@ -4,24 +4,28 @@
 -- KEYS[1]   the stream
 -- KEYS[2]   the queue's cancellation marks (see cancel.lua)
 -- KEYS[3]   the queue's counters for this minute (a hash)
--- KEYS[4..] the marks of the --unique jobs among them ({S}:job:J), referred to by index
+-- KEYS[4..7] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
+-- KEYS[8..] the marks of the --unique jobs among them ({S}:job:J), referred to by index
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   seconds the counters are kept
--- ARGV[4..] pairs: the id of an entry read (this consumer holds it), the index in KEYS of its
+-- ARGV[4]   the history's settings (lib/jobs.lua history_at)
+-- ARGV[5..] pairs: the id of an entry read (this consumer holds it), the index in KEYS of its
 --           job's --unique mark (0: none)
 --
 -- An entry is cancelled when a mark 'id:STREAM|ENTRY' or 'job:JOB_ID' (its job id, read from
 -- its fields as jobd.job does) has not expired. Such an entry is acknowledged, its marks removed,
 -- a --unique job's mark deleted if it still says 'queued' (the job will not run: the id is free
 -- again), and 'cancelled' counted. Expired marks are removed on the way; a marks key of another
--- type (someone else's) holds no mark. Returns the ids acknowledged.
+-- type (someone else's) holds no mark. Each one acknowledged gets its history record and event
+-- (cancelled) in the same step. Returns the ids acknowledged.
 local stream, marks, stats, group, me = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
 if redis.call('TYPE', marks).ok ~= 'zset' then return {} end
 redis.call('ZREMRANGEBYSCORE', marks, '-inf', now_ms())
 if redis.call('ZCARD', marks) == 0 then return {} end
 local acked = {}
-for i = 4, #ARGV, 2 do
+local h, now = history_at(4, ARGV[4]), now_ms()
+for i = 5, #ARGV, 2 do
   local id, unique = ARGV[i], tonumber(ARGV[i + 1])
   local entry = redis.call('XRANGE', stream, id, id)
   local by_id = 'id:' .. stream .. '|' .. id
@@ -38,10 +42,17 @@ for i = 4, #ARGV, 2 do
         redis.call('DEL', KEYS[unique])
       end
       acked[#acked + 1] = id
+      local job = #entry == 1 and job_id_of(id, entry[1][2]) or id
+      not_running(h, job, stream, id) -- a dead daemon's record, when it was reclaimed
+      local record = cjson.encode({event = 'cancelled', stream = stream, entry = id,
+        consumer = me, detail = 'cancelled before it started'})
+      remember(h, {event = 'cancelled', job = job, record = record,
+        extras = {'consumer', me}}, now, id)
     end
   end
 end
 if #acked > 0 then
+  trim_history(h, now)
   redis.call('HINCRBY', stats, 'cancelled', #acked)
   redis.call('EXPIRE', stats, ARGV[3])
 end

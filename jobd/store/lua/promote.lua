@@ -4,11 +4,12 @@
 -- KEYS[1]  the queue's delayed set
 -- KEYS[2]  the queue's stream
 -- KEYS[3]  the queue's dead-letter stream (same cluster slot: see jobd/store/keys.py)
+-- KEYS[4..7] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- ARGV[1]  move at most this many
 -- ARGV[2]  the queue's name (jobd_queue of a malformed member's record)
 -- ARGV[3]  MAXLEN of the dead-letter stream (exact, as dead_letter.lua)
--- ARGV[4]  optional: milliseconds a malformed member is held back when its record cannot be
---          written (default 60000)
+-- ARGV[4]  milliseconds a malformed member is held back when its record cannot be written
+-- ARGV[5]  the history's settings (lib/jobs.lua history_at)
 --
 -- Due means a score at or below Redis's own clock (TIME): the callers' clocks only pick when
 -- to call. Returns {moved, score of the next job still waiting or false, malformed, held,
@@ -22,10 +23,12 @@
 -- dead-letter key holds another type, say), the member stays in the set, held back: its score
 -- becomes Redis's time plus ARGV[4], so it no longer stops the jobs behind it, this call or the
 -- next ones, and is tried again later (it stays visible to delayed_list.lua meanwhile): "held"
--- counts them. A malformed member has no due time worth keeping.
+-- counts them. A malformed member has no due time worth keeping. A job moved is in its history
+-- ('promoted', new_entry: where `jobd job` finds it next) in the same step.
 local delayed, stream, dead = KEYS[1], KEYS[2], KEYS[3]
 local limit, queue, maxlen = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local hold = tonumber(ARGV[4] or '60000')
+local hold = tonumber(ARGV[4])
+local h = nil
 
 local time = redis.call('TIME')
 local now = time[1] .. string.format('%03d', math.floor(tonumber(time[2]) / 1000))
@@ -44,8 +47,14 @@ for _, member in ipairs(due) do
   if job then
     local fields = {stream, '*'}
     for i = 2, #job do fields[#fields + 1] = job[i] end
-    redis.call('XADD', unpack(fields))
+    local new = redis.call('XADD', unpack(fields))
     moved = moved + 1
+    h = h or history_at(4, ARGV[5])
+    local record = cjson.encode({event = 'promoted', stream = stream, new_entry = new})
+    local flat = {}
+    for i = 2, #job do flat[#flat + 1] = job[i] end
+    remember(h, {event = 'promoted', job = job_id_of(new, flat), record = record, extras = {},
+      quiet = true}, tonumber(now), new)
     redis.call('ZREM', delayed, member)
   else
     local written, err = dead_letter(member, why)
@@ -58,5 +67,6 @@ for _, member in ipairs(due) do
     end
   end
 end
+if h then trim_history(h, tonumber(now)) end
 local next = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 return {moved, next[2] or false, malformed, held, held_by}

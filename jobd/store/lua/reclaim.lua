@@ -1,11 +1,14 @@
+--! uses jobs.lua
 -- reclaim.lua: take over entries whose lease lapsed (idle at least min-idle), one XAUTOCLAIM step.
 --
 -- KEYS[1]  the queue's stream
+-- KEYS[2..5] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- ARGV[1]  the consumer group
 -- ARGV[2]  this consumer's name
 -- ARGV[3]  min-idle in milliseconds (the queue's lease.reclaim_after)
 -- ARGV[4]  cursor to start from ('0-0' at first)
 -- ARGV[5]  at most this many entries (this daemon's free slots)
+-- ARGV[6]  the history's settings (lib/jobs.lua history_at)
 --
 -- Returns {next cursor, {{id, {field, value, …}, times delivered}, …}, {deleted id, …}}.
 -- The caller follows the cursor until it is '0-0': XAUTOCLAIM scans at most COUNT×10 pending
@@ -13,9 +16,11 @@
 -- read in the same script, after the claim counted this delivery: it is what the poison check
 -- (max_deliveries) needs. Redis 7.0+ purges pending entries whose data was deleted and lists
 -- them third; 6.2 returns them with no data: they are acknowledged here, as nothing is left to run.
+-- Each entry claimed is in its job's history and the queue's events ('reclaimed', deliveries) in
+-- the same step.
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
 local reply = redis.call('XAUTOCLAIM', stream, group, me, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
-local claimed, deleted = {}, reply[3] or {}
+local claimed, deleted, h = {}, reply[3] or {}, nil
 for _, entry in ipairs(reply[2]) do
   local id, fields = entry[1], entry[2]
   if type(fields) ~= 'table' then
@@ -24,6 +29,12 @@ for _, entry in ipairs(reply[2]) do
   else
     local p = redis.call('XPENDING', stream, group, id, id, 1)
     claimed[#claimed + 1] = {id, fields, p[1][4]}
+    h = h or history_at(2, ARGV[6])
+    local job = job_id_of(id, fields)
+    local record = cjson.encode({event = 'reclaimed', stream = stream, entry = id, consumer = me,
+      deliveries = p[1][4]})
+    remember(h, {event = 'reclaimed', job = job, record = record,
+      extras = {'consumer', me, 'deliveries', tostring(p[1][4])}}, now_ms(), id)
   end
 end
 return {reply[1], claimed, deleted}

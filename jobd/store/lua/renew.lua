@@ -1,20 +1,26 @@
+--! uses jobs.lua
 -- renew.lua: renew this consumer's lease on every entry it holds; report the ones it lost.
 --
 -- KEYS[1]   the queue's stream
 -- KEYS[2]   the queue's cancellation marks (cancel.lua)
--- KEYS[3]   optional: the queue's running set (limits.concurrency), whose slots of the entries
+-- KEYS[3..6] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
+-- KEYS[7]   optional: the queue's running set (limits.concurrency), whose slots of the entries
 --           still held are renewed with them
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the slots' lease, ms: they expire that long after now by Redis's clock (TIME),
---           one clock for every host (ignored without KEYS[3])
--- ARGV[4..] ids of the entries this consumer believes it holds
+--           one clock for every host (ignored without KEYS[7])
+-- ARGV[4]   the history's settings (lib/jobs.lua history_at)
+-- ARGV[5..] ids of the entries this consumer believes it holds
 --
 -- Returns {lost, cancelled}: lost is a flat list of pairs for the entries it no longer holds:
 -- id, owner now ('' when no one: acknowledged, its data trimmed, or handed back); cancelled
 -- lists the entries it holds that `jobd cancel` marked ('id:STREAM|ENTRY'): the daemon stops their
 -- handlers (the heartbeat's reply carries the cancellation, so it reaches any host, through a
--- cluster or Sentinel, with no pub/sub). The marks stay until the outcome is written.
+-- cluster or Sentinel, with no pub/sub). The marks stay until the outcome is written. An entry
+-- lost to another consumer, or gone, is in the job's history and the queue's events ('lease
+-- lost', owner) in the same step (not one this consumer handed back itself, nor one pending
+-- nowhere: settled, by its own outcome most likely, since the caller listed it).
 --
 -- Redis counts an entry's idle time from its last delivery or claim. XCLAIM with min-idle 0 and
 -- JUSTID resets that time without counting a delivery; but min-idle 0 also takes an entry from
@@ -38,8 +44,19 @@ while true do
   if #page < 1000 then break end
   start = '(' .. page[#page][1]
 end
-local lost, mine = {}, {}
-for i = 4, #ARGV do
+local lost, mine, h = {}, {}, nil
+-- The job's history and the queue's events: this consumer's attempt of entry ``id`` ended here.
+local function lost_to(id, owner)
+  h = h or history_at(3, ARGV[4])
+  local entry = redis.call('XRANGE', stream, id, id)
+  local job = #entry == 1 and job_id_of(id, entry[1][2]) or id
+  if owner == '' then not_running(h, job, stream, id) end -- else the active record may be theirs
+  local record = cjson.encode({event = 'lease lost', stream = stream, entry = id, consumer = me,
+    owner = owner})
+  remember(h, {event = 'lease lost', job = job, record = record,
+    extras = {'consumer', me, 'owner', owner}}, now_ms(), id)
+end
+for i = 5, #ARGV do
   local id = ARGV[i]
   if held[id] then
     mine[#mine + 1] = id
@@ -50,10 +67,13 @@ for i = 4, #ARGV do
     local p = redis.call('XPENDING', stream, group, id, id, 1)
     lost[#lost + 1] = id
     lost[#lost + 1] = (#p == 0) and '' or p[1][2]
+    -- Pending nowhere: settled, most likely by this consumer's own outcome written since the
+    -- caller listed its entries (or acked by hand): no lease was lost to anyone, no record.
+    if #p == 1 then lost_to(id, p[1][2]) end
   end
 end
 local expiry = 0
-if KEYS[3] then
+if KEYS[7] then
   local t = redis.call('TIME')
   expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 end
@@ -69,8 +89,9 @@ for first = 1, #mine, CHUNK do
     if not kept[mine[i]] then
       lost[#lost + 1] = mine[i]
       lost[#lost + 1] = ''
-    elseif KEYS[3] then
-      redis.call('ZADD', KEYS[3], expiry, me .. '|' .. stream .. '|' .. mine[i])
+      lost_to(mine[i], '')
+    elseif KEYS[7] then
+      redis.call('ZADD', KEYS[7], expiry, me .. '|' .. stream .. '|' .. mine[i])
     end
   end
 end

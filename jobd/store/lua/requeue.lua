@@ -3,9 +3,12 @@
 --
 -- KEYS[1]   the dead-letter stream
 -- KEYS[2]   the queue's stream
--- KEYS[3..] the job id marks of the records' --unique jobs (jobd/store/keys.py, "job:J")
+-- KEYS[3..6] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
+-- KEYS[7..] the job id marks of the records' --unique jobs (jobd/store/keys.py, "job:J")
 -- ARGV[1]   milliseconds a mark set again lasts (keys.UNIQUE_TTL)
--- ARGV[2..] pairs: a dead-letter record's id, the index in KEYS of its job's mark or 0
+-- ARGV[2]   the history's settings (lib/jobs.lua history_at)
+-- ARGV[3]   who requeues (user@host)
+-- ARGV[4..] pairs: a dead-letter record's id, the index in KEYS of its job's mark or 0
 --
 -- Each record's job goes back as a new entry: its own fields plus jobd_job_id (kept, so the
 -- job id stays stable) and jobd_unique (kept, so a --unique job stays unique: its mark, which
@@ -17,7 +20,8 @@
 -- or more than MAX_FIELDS fields) is left in place, and so is the record of a job wider than
 -- that (dead_letter.lua keeps only its payload and job_id, and says in jobd_fields how many
 -- it had). Returns {{ids requeued}, {id, why, …} of the records left}; missing ids are
--- skipped.
+-- skipped. Each job requeued is in the queue's events (requeue, by, new_entry) and its
+-- history (requeued) in the same step.
 local dead, stream, ttl = KEYS[1], KEYS[2], ARGV[1]
 local KEPT = {jobd_job_id = true, jobd_unique = true, jobd_timeout = true,
   jobd_max_attempts = true}
@@ -55,14 +59,23 @@ local function entry_of(fields)
 end
 
 local done, left = {}, {}
-for i = 2, #ARGV, 2 do
+local h, now = history_at(3, ARGV[2]), now_ms()
+for i = 4, #ARGV, 2 do
   local id, mark = ARGV[i], tonumber(ARGV[i + 1])
   local rec = redis.call('XRANGE', dead, id, id)
   if #rec == 1 then
     local entry, unique, why = entry_of(rec[1][2])
     if entry then
-      redis.call('XADD', unpack(entry))
+      local new = redis.call('XADD', unpack(entry))
       redis.call('XDEL', dead, id)
+      local fields, job = rec[1][2], id
+      for j = 1, #fields, 2 do
+        if fields[j] == 'jobd_job_id' then job = fields[j + 1] end
+      end
+      local record = cjson.encode({event = 'requeued', by = ARGV[3], new_entry = new,
+        dead_letter = id, stream = stream})
+      remember(h, {event = 'requeue', job = job, record = record,
+        extras = {'by', ARGV[3], 'new_entry', new, 'dead_letter', id}}, now, nil)
       if unique and mark > 0 then
         redis.call('SET', KEYS[mark], 'queued', 'PX', ttl, 'NX')
       end
@@ -73,4 +86,5 @@ for i = 2, #ARGV, 2 do
     end
   end
 end
+trim_history(h, now)
 return {done, left}

@@ -1,17 +1,21 @@
 --! uses jobs.lua
--- settle.lua: acknowledge entries, or hand them back, but only those this consumer still holds.
+-- settle.lua: acknowledge entries, or hand them back, but only those this consumer still holds;
+-- each one's history record and event are written in the same step (lib/jobs.lua remember).
 --
 -- KEYS[1]   the queue's stream
 -- KEYS[2]   the queue's counters for this minute (a hash; see jobd/store/keys.py)
 -- KEYS[3]   the queue's cancellation marks (cancel.lua)
--- KEYS[4..] the job id marks of the jobs that keep one (jobd/store/keys.py, "job:J"), referred to
+-- KEYS[4..7] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
+-- KEYS[8..] the job id marks of the jobs that keep one (jobd/store/keys.py, "job:J"), referred to
 --           by index from ARGV
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   seconds the counters are kept
 -- ARGV[4]   milliseconds an acked job's mark says 'done' (the dedupe window); 0: deleted
--- ARGV[5..] triples: operation, id, index in KEYS of the job's mark (0: none). Operation
---           'ack': XACK, and the mark set to 'done' or deleted in the same step. Operation
+-- ARGV[5]   the history's settings (lib/jobs.lua history_at)
+-- ARGV[6..] per entry: operation, id, index in KEYS of the job's mark (0: none), then its note
+--           (lib/jobs.lua note_at). Operation 'ack': XACK, and the mark set to 'done' or
+--           deleted in the same step. Operation
 --           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
 --           it now), its delivery count one less: see below. Operation 'cancel' (`jobd
@@ -20,28 +24,35 @@
 --
 -- Returns a flat list of pairs for the entries left alone: id, owner now ('' when no one).
 -- An entry another consumer took over is being run there: acknowledging or handing it back
--- from here would end or duplicate that run.
+-- from here would end or duplicate that run, and it gets no record from here. A replay (a lost
+-- reply) finds its entries no longer pending: nothing is written twice.
 local stream, stats, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local window = tonumber(ARGV[4])
+local h, now = history_at(4, ARGV[5]), now_ms()
 local HANDED_BACK = 10 * 365 * 86400 * 1000 -- idle ms beyond which an entry was handed back
 local skipped, done, cancelled = {}, 0, 0
 -- While cancellation marks exist, a job that ends here (done, or cancelled) takes its marks
 -- with it: a later job of the same id is not cancelled by a mark meant for this one.
 local marks = KEYS[3] and redis.call('TYPE', KEYS[3]).ok == 'zset' and KEYS[3] or nil
-local function unmark(id)
-  local entry = redis.call('XRANGE', stream, id, id)
-  redis.call('ZREM', marks, 'id:' .. stream .. '|' .. id)
-  if #entry == 1 then redis.call('ZREM', marks, 'job:' .. job_id_of(id, entry[1][2])) end
+local function unmark(id, job)
+  redis.call('ZREM', marks, 'id:' .. stream .. '|' .. id, 'job:' .. job)
 end
-for i = 5, #ARGV, 3 do
+local i = 6
+while i <= #ARGV do
   local op, id, mark = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local note
+  note, i = note_at(i + 3)
   local p = redis.call('XPENDING', stream, group, id, id, 1)
   if #p == 0 or p[1][2] ~= me then
     skipped[#skipped + 1] = id
     skipped[#skipped + 1] = (#p == 0) and '' or p[1][2]
   elseif op == 'ack' then
-    if marks then unmark(id) end
+    if marks then unmark(id, note.job) end
     local acked = redis.call('XACK', stream, group, id)
+    if acked == 1 then
+      not_running(h, note.job, stream, id)
+      remember(h, note, now, id)
+    end
     done = done + acked
     if acked == 1 and mark > 0 then
       if window > 0 then
@@ -51,8 +62,13 @@ for i = 5, #ARGV, 3 do
       end
     end
   elseif op == 'cancel' then
-    if marks then unmark(id) end
-    cancelled = cancelled + redis.call('XACK', stream, group, id)
+    if marks then unmark(id, note.job) end
+    local acked = redis.call('XACK', stream, group, id)
+    cancelled = cancelled + acked
+    if acked == 1 then
+      not_running(h, note.job, stream, id)
+      remember(h, note, now, id)
+    end
     if mark > 0 and redis.call('GET', KEYS[mark]) == 'queued' then
       redis.call('DEL', KEYS[mark])
     end
@@ -63,8 +79,11 @@ for i = 5, #ARGV, 3 do
     -- after a lost reply), and must not lose a second delivery.
     local count = math.max(tonumber(p[1][4]) - 1, 0)
     redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'RETRYCOUNT', count, 'JUSTID')
+    not_running(h, note.job, stream, id)
+    remember(h, note, now, id)
   end
 end
+trim_history(h, now)
 if done > 0 then
   redis.call('HINCRBY', stats, 'done', done)
   redis.call('EXPIRE', stats, ARGV[3])

@@ -76,3 +76,117 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+
+-- History and events (docs/history.md): a job's records in the queue's history hash, and the
+-- queue's events stream, written by the script that settles each attempt, in the same step.
+-- Nothing here may fail a script half-way (Redis does not undo what a script already did): a
+-- key of another type is skipped (``history_at``), and an event's XADD is a pcall whose error
+-- is ignored (someone else's stream at the key may refuse every new id: its last id the
+-- largest there is).
+
+local HISTORY_BYTES = 65536 -- jobd.store.keys.HISTORY_BYTES: a job's records kept, at most
+local TRIM_STEP = 100 -- history entries one call trims at most (each call adds fewer)
+
+-- The history of a queue: KEYS[k .. k+3] are its history hash, history:at set, active hash and
+-- events stream; ``settings`` is "MAX_AGE_MS MAXLEN EVENTS QUEUE" (jobd.store.history_of). A key
+-- of another type there (someone else's) is left alone and not written: an outcome is never
+-- refused for want of its record.
+local function history_at(k, settings)
+  local max_age, maxlen, events, queue = string.match(settings, '^(%d+) (%d+) (%d+) (.*)$')
+  local function ours(key, kind)
+    local t = redis.call('TYPE', key).ok
+    return t == 'none' or t == kind
+  end
+  return {
+    hash = KEYS[k], at = KEYS[k + 1], active = KEYS[k + 2], events = KEYS[k + 3],
+    max_age = tonumber(max_age), maxlen = tonumber(maxlen), events_max = events, queue = queue,
+    records = tonumber(maxlen) > 0 and ours(KEYS[k], 'hash') and ours(KEYS[k + 1], 'zset'),
+    running = ours(KEYS[k + 2], 'hash'), emits = ours(KEYS[k + 3], 'stream'),
+  }
+end
+
+-- A note of what happened to a job, as sent from ARGV[i]: event, job id, ms since it started
+-- ('' when it did not run; Redis's time less this is its started_at), the record (a JSON object's text, '{' first), n, then n name, value pairs for the
+-- event. Returns the note and the index after it.
+local function note_at(i)
+  local n = tonumber(ARGV[i + 4])
+  local extras = {}
+  for j = i + 5, i + 4 + 2 * n do extras[#extras + 1] = ARGV[j] end
+  return {event = ARGV[i], job = ARGV[i + 1], ran = tonumber(ARGV[i + 2]), record = ARGV[i + 3],
+    extras = extras}, i + 5 + 2 * n
+end
+
+-- The job ``job`` no longer runs as ``entry`` of ``stream``: its active record goes, if it is
+-- that entry's (a record of the job's later delivery, elsewhere, stays).
+local function not_running(h, job, stream, entry)
+  if not h.running then return end
+  local v = redis.call('HGET', h.active, job)
+  local prefix = stream .. '|' .. entry .. '\n'
+  if v and string.sub(v, 1, #prefix) == prefix then redis.call('HDEL', h.active, job) end
+end
+
+-- The job's record and the text that goes before a new one: at most HISTORY_BYTES in all, the
+-- oldest whole records dropped; a new record alone larger than that is kept alone.
+local function appended(old, line)
+  if not old then return line end
+  local all = old .. '\n' .. line
+  if #all <= HISTORY_BYTES then return all end
+  local cut = string.find(all, '\n', #all - HISTORY_BYTES, true)
+  if cut and cut <= #old then return string.sub(all, cut + 1) end
+  return line
+end
+
+-- Write ``note`` at Redis ms ``now`` about ``entry``: the job's record (with at, started_at when
+-- it ran, and the numbers in ``more``, name, value, …) and the queue's event (none when the
+-- note is ``quiet``: a step of the job's that is no outcome, such as its promotion).
+local function remember(h, note, now, entry, more)
+  more = more or {}
+  if h.records then
+    local head = {'{"at":', string.format('%d', now)}
+    if note.ran then head[#head + 1] = string.format(',"started_at":%d', now - note.ran) end
+    for i = 1, #more, 2 do head[#head + 1] = string.format(',"%s":%d', more[i], more[i + 1]) end
+    local line = table.concat(head) .. ',' .. string.sub(note.record, 2)
+    redis.call('HSET', h.hash, note.job, appended(redis.call('HGET', h.hash, note.job), line))
+    redis.call('ZADD', h.at, now, note.job)
+    h.added = (h.added or 0) + 1
+  end
+  if h.emits and not note.quiet then
+    local event = {h.events, 'MAXLEN', '~', h.events_max, '*', 'event', note.event,
+      'queue', h.queue, 'job', note.job}
+    if entry then event[#event + 1] = 'entry'; event[#event + 1] = entry end
+    for _, v in ipairs(note.extras) do event[#event + 1] = v end
+    for i = 1, #more, 2 do
+      event[#event + 1] = more[i]; event[#event + 1] = string.format('%d', more[i + 1])
+    end
+    redis.pcall('XADD', unpack(event)) -- best effort: see above
+  end
+end
+
+-- An operator's action in the queue's events stream: pairs name, value after the event's name.
+local function audit(h, event, fields)
+  if not h.emits then return end
+  local e = {h.events, 'MAXLEN', '~', h.events_max, '*', 'event', event, 'queue', h.queue}
+  for _, v in ipairs(fields) do e[#e + 1] = v end
+  redis.pcall('XADD', unpack(e)) -- best effort: see above
+end
+
+-- History beyond max_age or maxlen goes, a bounded step a call (TRIM_STEP, plus the jobs this
+-- call recorded, so a call never leaves more than it found over the caps): once per script.
+local function trim_history(h, now)
+  if not h.records then return end
+  local step = TRIM_STEP + (h.added or 0)
+  local old = redis.call('ZRANGEBYSCORE', h.at, '-inf', '(' .. string.format('%d', now - h.max_age),
+    'LIMIT', 0, step)
+  local over = redis.call('ZCARD', h.at) - #old - h.maxlen
+  if over > 0 then
+    local popped = redis.call('ZRANGE', h.at, #old, #old + math.min(over, step) - 1)
+    for _, job in ipairs(popped) do old[#old + 1] = job end
+  end
+  if #old > 0 then
+    for first = 1, #old, 1000 do -- unpack takes a few thousand values at most
+      local last = math.min(first + 999, #old)
+      redis.call('HDEL', h.hash, unpack(old, first, last))
+      redis.call('ZREM', h.at, unpack(old, first, last))
+    end
+  end
+end

@@ -1,0 +1,146 @@
+"""The history's formats as read (docs/history.md): a job's records, an active record, an event,
+and the view of a job ``jobd job`` and the dashboard show. What is read is anyone's bytes: a line
+that is no JSON object is skipped, a value of the wrong type is not known."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # a byte that was not UTF-8, as surrogateescape has it
+
+_NUMBERS = {"at": "at_ms", "attempt": "attempt", "pid": "pid", "started_at": "started_ms",
+            "duration_ms": "duration_ms", "exit_code": "exit_code", "signal": "signal",
+            "due": "due_ms"}  # fmt: skip
+_TEXTS = ("event", "entry", "stream", "consumer", "host", "error", "stdout", "stderr", "by",
+          "new_entry", "owner")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One history record: what it does not say (or says with a value of the wrong type) is
+    None, or '' for text. ``raw`` is the JSON object as written."""
+
+    event: str = ""
+    at_ms: int | None = None
+    entry: str = ""
+    stream: str = ""
+    attempt: int | None = None
+    consumer: str = ""
+    host: str = ""
+    pid: int | None = None
+    started_ms: int | None = None
+    duration_ms: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str = ""
+    due_ms: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    by: str = ""
+    new_entry: str = ""
+    owner: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A job running now, from its active record, checked against XPENDING."""
+
+    job_id: str
+    stream: str
+    entry: str
+    consumer: str
+    host: str = ""
+    pid: int | None = None
+    since_ms: int | None = None
+    attempt: int | None = None
+    deadline_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job's records, oldest first, and its state on Redis's clock ``now_ms``: 'running'
+    (``running``), 'delayed' (``due_ms``), 'waiting' (the ``entry`` of ``stream`` that carries
+    it when known; ``consumer`` when delivered but not running: about to start, or its daemon
+    died), the last terminal record's event (done, dead-lettered, expired, poison, cancelled),
+    or 'unknown'."""
+
+    queue: str
+    job_id: str
+    state: str
+    records: tuple[Record, ...]
+    now_ms: int
+    running: Running | None = None
+    due_ms: int | None = None
+    entry: str = ""
+    stream: str = ""
+    consumer: str = ""
+    skipped: int = 0  # lines of the history that were no record (someone else's bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a queue's events stream: its id (its time on Redis's clock, where a reader
+    resumes), the queue as configured, and its fields decoded (backslashreplace)."""
+
+    id: str
+    queue: str
+    fields: dict[str, str]
+
+
+def _value(obj: dict[str, Any], name: str, number: bool) -> Any:
+    value = obj.get(name)
+    if number:
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:  # cjson: doubles
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if isinstance(value, str) else ""
+
+
+def json_object(raw: bytes) -> dict[str, Any] | None:
+    """``raw`` as a JSON object, or None; bytes that are not UTF-8 (Lua's cjson writes a job id
+    as it is) are kept in its strings as ``\\xff``."""
+    text = _NOT_UTF8.sub(_escaped, raw.decode("utf-8", "surrogateescape"))
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\\\x{ord(match.group()) - 0xDC00:02x}"  # \\\\ in JSON: one backslash
+
+
+def parse_records(blob: bytes | None) -> tuple[list[Record], int]:
+    """A history value's records, and how many of its lines were none."""
+    records, skipped = [], 0
+    for line in (blob or b"").split(b"\n"):
+        obj = json_object(line) if line.strip() else None
+        if obj is None:
+            skipped += bool(line.strip())
+            continue
+        values = {attr: _value(obj, name, True) for name, attr in _NUMBERS.items()}
+        values |= {name: _value(obj, name, False) for name in _TEXTS}
+        records.append(Record(**values, raw=obj))
+    return records, skipped
+
+
+def parse_active(job_id: str, raw: bytes) -> Running | None:
+    """An active record (b"STREAM|ENTRY\\n" and a JSON object), or None when it is none."""
+    head, newline, body = raw.partition(b"\n")
+    obj = json_object(body) if newline else None
+    if obj is None:
+        return None
+    stream, _, entry = head.decode("utf-8", "backslashreplace").rpartition("|")
+    stream, entry = _value(obj, "stream", False) or stream, _value(obj, "entry", False) or entry
+    consumer = _value(obj, "consumer", False)
+    if not (stream and entry and consumer):
+        return None
+    number = {name: _value(obj, name, True) for name in ("pid", "since", "attempt", "deadline")}
+    return Running(job_id, stream, entry, consumer, _value(obj, "host", False), number["pid"],
+                   number["since"], number["attempt"], number["deadline"])  # fmt: skip
