@@ -13,6 +13,7 @@ from support import DaemonProcess, jobd_cli, queue_config, wait_until
 
 from jobd.config import QueueConfig, load
 from jobd.daemon import limits
+from jobd.store import notes
 from jobd.store.keys import slot_member
 from jobd.store.leases import WAITING_STALE
 from jobd.store.scripts import Batch, Scripts
@@ -71,9 +72,10 @@ def test_a_renewal_after_a_hand_back_leaves_the_entry_reclaimable_at_once(
     r.zadd(queue.keys.running, {slot: redis_ms(r) + 60_000})
     snapshot = [kept, handed]
     outcome = Batch()  # what the recorder sends: settle 'back', then the slot's release
-    outcome.add(
-        scripts.settle, ["jobd:q", queue.keys.stats()], ["jobd", "me", 60, 0, "back", handed, 0]
-    )
+    keys = ["jobd:q", queue.keys.stats(), queue.keys.cancels, *notes.keys(queue)]
+    note = ["handed back", handed, "", b'{"event":"handed back"}', 0]  # lua/lib/jobs.lua note_at
+    args = ["jobd", "me", 60, 0, notes.settings(queue), "back", handed, 0, *note]
+    outcome.add(scripts.settle, keys, args)
     outcome.add(scripts.release, [queue.keys.running], [slot])
     assert outcome.run(r) == [[], 1]
     lost = Store(r, "me").renew(queue, snapshot)

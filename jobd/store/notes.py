@@ -57,7 +57,7 @@ def note(o: Outcome, consumer: str) -> list[object]:
         "event": event_of(o),
         "stream": o.queue.stream,
         "entry": o.message_id,
-        "attempt": job.attempt,
+        "attempt": _number(job.attempt),
         "consumer": consumer,
         "host": HOST,
     }
@@ -91,11 +91,17 @@ def active(s: Started, consumer: str, now: float) -> list[object]:
         "consumer": consumer,
         "host": HOST,
         "pid": s.pid,
-        "attempt": s.job.attempt,
+        "attempt": _number(s.job.attempt),
     }
     prefix = f"{s.queue.stream}|{s.message_id}\n"
     ran_ms, timeout_ms = int((now - s.at) * 1000), int(s.timeout * 1000)
     return [os.fsencode(s.job.job_id), prefix, ran_ms, timeout_ms, orjson.dumps(record)]
+
+
+def _number(n: int) -> int | str:
+    """``n`` as JSON takes it: a producer's jobd_attempt may be any digits, and JSON readers
+    (and orjson) take integers of 64 bits at most."""
+    return n if -(2**63) <= n < 2**63 else str(n)
 
 
 def _fit(record: dict[str, object]) -> bytes:
