@@ -59,9 +59,8 @@ class Ran:
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """A handler started: once it has run ``recorder.ACTIVE_AFTER``, the recorder writes the
-    job's active record (`jobd job`, the dashboard's running jobs); never, if its outcome
-    comes first."""
+    """A handler that has run ``handlers.ACTIVE_AFTER``: the recorder writes its job's active
+    record (`jobd job`, the dashboard's running jobs), unless its outcome comes with it."""
 
     queue: QueueConfig
     job: Job

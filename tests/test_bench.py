@@ -41,3 +41,10 @@ def test_compare_bench_runs() -> None:
 def test_enqueue_bench_runs() -> None:
     out = run(str(BENCH / "enqueue.py"), "--quick")
     assert "median ratio jobd/raw: " in out and out.count("\nround ") == 2, out
+
+
+def test_settle_cost_bench_runs() -> None:
+    tree = str(BENCH.parent)
+    out = run(str(BENCH / "settle_cost.py"), tree, tree, "--calls", "5", "--batch", "10",
+              "--rounds", "1")  # fmt: skip
+    assert "new - old: Redis " in out and "old: Redis " in out, out

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import DaemonProcess, jobd_cli, kill_with_handlers, queue_config, wait_until
+from support import (
+    DaemonProcess,
+    jobd_cli,
+    kill_with_handlers,
+    pending_count,
+    queue_config,
+    wait_until,
+)
 
 from jobd.config import QueueConfig, load
 from jobd.job import Job
@@ -67,7 +74,7 @@ def test_a_foreign_events_stream_that_takes_no_new_id_blocks_nothing(
     wait_until(lambda: r.get("{jobd:q}:job:u1") is None, what="the unique job done, its mark gone")
     assert records(r, "u1")[-1]["event"] == "done"
     r.xadd("jobd:q", {"payload": "x", "job_id": "orphan"})
-    wait_until(lambda: r.xpending("jobd:q", "jobd")["pending"] == 1, what="the orphan to start")
+    wait_until(lambda: pending_count(r, "jobd:q") == 1, what="the orphan to start")
     kill_with_handlers(d)
     daemon(config)
     wait_until(lambda: any(x["event"] == "done" for x in records(r, "orphan")), what="reclaimed")
@@ -136,7 +143,7 @@ def test_an_active_record_that_could_not_be_written_is_written_later(
     r.xadd("jobd:q", {"payload": "x", "job_id": "long"})
     r.config_set("maxmemory", 1)
     try:
-        wait_until(lambda: r.xpending("jobd:q", "jobd")["pending"] == 1, what="the job to start")
+        wait_until(lambda: pending_count(r, "jobd:q") == 1, what="the job to start")
         time.sleep(1.0)  # past ACTIVE_AFTER: the record is due, and refused
         assert not r.hexists(ACTIVE, "long")
     finally:

@@ -1,5 +1,6 @@
 """The handlers one loop runs: found by pid or by entry, counted by queue, their descriptors in
-the loop's poller, and when the next one must act (its timeout, or SIGKILL after SIGTERM).
+the loop's poller, when the next one must act (its timeout, or SIGKILL after SIGTERM), and which
+have run long enough (ACTIVE_AFTER) for their jobs' active records (``long_running``).
 
 Used by the loop's thread only; the metrics thread reads ``in_queue`` one key at a time (an
 int the loop replaces whole).
@@ -8,7 +9,7 @@ int the loop replaces whole).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 
 from jobd.config import QueueConfig
@@ -19,6 +20,9 @@ from jobd.store.leases import Lost
 from jobd.web.metrics import Metrics
 
 EntryKey = tuple[str, str, str]  # (stream, group, message id)
+# Seconds a handler runs before its job's active record is written (`jobd job`, the dashboard's
+# running jobs): a job that ends sooner costs nothing for it, so short jobs run as fast.
+ACTIVE_AFTER = 0.5
 
 
 def entry_key(queue: QueueConfig, job: Job) -> EntryKey:
@@ -32,6 +36,7 @@ class Handlers:
         self.by_entry: dict[EntryKey, Handler] = {}
         self.in_queue: Counter[str] = Counter()
         self.next_due = float("inf")  # earliest time a handler must act
+        self.started: deque[tuple[float, Handler]] = deque()  # by start: when ACTIVE_AFTER ends
 
     def __len__(self) -> int:
         return len(self.by_pid)
@@ -45,12 +50,22 @@ class Handlers:
         self.in_queue[handler.queue.name] += 1
         self.poller.watch_handler(handler)
         self.next_due = min(self.next_due, handler.due)
+        self.started.append((handler.started + ACTIVE_AFTER, handler))
 
     def remove(self, handler: Handler) -> None:
         del self.by_pid[handler.pid]
         del self.by_entry[entry_key(handler.queue, handler.job)]
         self.in_queue[handler.queue.name] -= 1
         self.poller.forget_handler(handler)
+
+    def long_running(self, now: float) -> list[Handler]:
+        """The handlers still running that reached ACTIVE_AFTER since the last call."""
+        found = []
+        while self.started and self.started[0][0] <= now:
+            handler = self.started.popleft()[1]
+            if self.by_pid.get(handler.pid) is handler:
+                found.append(handler)
+        return found
 
     def running_in(self, queue: str) -> int:
         return self.in_queue[queue]

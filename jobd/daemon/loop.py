@@ -209,8 +209,10 @@ class Daemon:
         self.heartbeat()
 
     def hand_over(self) -> None:
-        """This pass's outcomes to the recorder and its freed slots to the readers, in one go:
-        each wakes a thread, and the GIL round trip of a wake-up costs more than the job."""
+        """This pass's outcomes (and the jobs now long running: their active records) to the
+        recorder and its freed slots to the readers, in one go: each wakes a thread, and the GIL
+        round trip of a wake-up costs more than the job."""
+        self.outcomes += [h.noted() for h in self.running.long_running(time.monotonic())]
         if self.outcomes:
             self.recorder.record(self.outcomes)
             self.outcomes = []
@@ -309,7 +311,6 @@ class Daemon:
             self.settle(outcome)
             return
         self.running.add(handler)
-        self.outcomes.append(Started(queue, job, handler.pid, handler.started, handler.timeout))
         series = self.metrics.of(queue.name)
         series.started.inc()
         series.latency.observe(handler.waited)

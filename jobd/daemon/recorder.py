@@ -9,11 +9,10 @@ same script, that this daemon still holds the entry: an entry another daemon too
 theirs to settle. Once written, the entries are no longer held, and their leases are no longer
 renewed. (A release never comes here: the loop forgets it at once.)
 
-The loop also hands over each handler it starts (``Started``). Once one has run ACTIVE_AFTER,
-and its outcome has not come, its job's active record is written (``Store.started``): a job
-that ends sooner costs nothing more, so short jobs run as fast as before. An active record is
-only informative: one that cannot be written is tried again a second later, while its job
-runs here, and never holds up an outcome.
+The loop also hands over each handler that has run ``handlers.ACTIVE_AFTER`` (``Started``): its
+job's active record is written in this pass (``Store.started``), unless its outcome came with it.
+An active record is only informative: one that cannot be written is tried again a second later,
+while its job runs here, and never holds up an outcome.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ STOP_PATIENCE = 10.0  # at exit, how long to keep trying an unreachable Redis
 LINGER = 0.005
 WRITE_TRIES = 5  # times one outcome's write may fail (Redis answering) before it is left pending
 RETRY_DELAY = 0.2  # seconds between those tries
-ACTIVE_AFTER = 0.5  # seconds a handler runs before its job's active record is written
 RETRY_ACTIVE = 1.0  # seconds before an active record that could not be written is tried again
 _EMPTY = object()
 
@@ -173,8 +171,8 @@ class Recorder(threading.Thread):
                 stopping = True
             else:
                 for o in item:  # type: ignore[attr-defined]
-                    if isinstance(o, Started):
-                        self.starts[(o.queue.stream, o.message_id)] = (o, o.at + ACTIVE_AFTER)
+                    if isinstance(o, Started):  # its record is due now
+                        self.starts[(o.queue.stream, o.message_id)] = (o, time.monotonic())
                     else:
                         backlog.append(o)
                         if self.starts:
@@ -193,8 +191,8 @@ class Recorder(threading.Thread):
             return _EMPTY
 
     def _write_starts(self) -> None:
-        """The active records of the jobs started ACTIVE_AFTER ago or more that still run here
-        (held: not lost, not settled). Those that cannot be written now are tried again
+        """The active records due of the jobs that still run here (held: not lost, not
+        settled). Those that cannot be written now are tried again
         RETRY_ACTIVE later, while their jobs run here."""
         if not self.starts:
             return

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from jobd import logs
 from jobd.config import QueueConfig
 from jobd.job import Job
-from jobd.outcome import Ran
+from jobd.outcome import Ran, Started
 from jobd.process import spawn
 
 log = logging.getLogger("jobd.handler")
@@ -337,6 +337,10 @@ class Handler:
 
     def stderr_tail(self) -> bytes:
         return bytes(self.stderr.tail)
+
+    def noted(self) -> Started:
+        """It runs: for its job's active record."""
+        return Started(self.queue, self.job, self.pid, self.started, self.timeout)
 
     def ran(self, status: ExitStatus, seconds: float) -> Ran:
         """How it ran, for the job's history record."""

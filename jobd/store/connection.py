@@ -185,6 +185,6 @@ ACL_COMMANDS = (
     "xrevrange", "xlen", "xdel", "xtrim", "xinfo|groups", "xinfo|consumers", "xgroup|create",
     "xgroup|delconsumer", "zadd", "zrangebyscore", "zrange", "zrem", "zcard", "del",
     "hincrby", "expire", "hgetall", "wait", "get", "set", "exists", "pexpire", "hget", "hmget",
-    "hset", "hdel", "zcount", "zremrangebyscore", "xread", "time", "zscore", "type",
+    "hset", "hdel", "zcount", "zremrangebyscore", "xread", "time", "zscore", "type", "hsetnx",
 )  # fmt: skip
 # ... and on Redis 7.2+, "waitaof" for `jobd enqueue --wait-aof` (7.0 refuses the name in ACLs).

@@ -97,11 +97,12 @@ local function history_at(k, settings)
     local t = redis.call('TYPE', key).ok
     return t == 'none' or t == kind
   end
+  -- No active hash: no job runs long enough to have a record, nothing to delete (most calls).
   return {
     hash = KEYS[k], at = KEYS[k + 1], active = KEYS[k + 2], events = KEYS[k + 3],
     max_age = tonumber(max_age), maxlen = tonumber(maxlen), events_max = events, queue = queue,
     records = tonumber(maxlen) > 0 and ours(KEYS[k], 'hash') and ours(KEYS[k + 1], 'zset'),
-    running = ours(KEYS[k + 2], 'hash'), emits = ours(KEYS[k + 3], 'stream'),
+    running = redis.call('TYPE', KEYS[k + 2]).ok == 'hash', emits = ours(KEYS[k + 3], 'stream'),
   }
 end
 
@@ -146,7 +147,10 @@ local function remember(h, note, now, entry, more)
     if note.ran then head[#head + 1] = string.format(',"started_at":%d', now - note.ran) end
     for i = 1, #more, 2 do head[#head + 1] = string.format(',"%s":%d', more[i], more[i + 1]) end
     local line = table.concat(head) .. ',' .. string.sub(note.record, 2)
-    redis.call('HSET', h.hash, note.job, appended(redis.call('HGET', h.hash, note.job), line))
+    -- A job's first record (most are) costs one command; a later one reads those before it.
+    if redis.call('HSETNX', h.hash, note.job, line) == 0 then
+      redis.call('HSET', h.hash, note.job, appended(redis.call('HGET', h.hash, note.job), line))
+    end
     redis.call('ZADD', h.at, now, note.job)
     h.added = (h.added or 0) + 1
   end
