@@ -7,10 +7,11 @@ import argparse
 import datetime
 
 from jobd import exitcodes
+from jobd.cancel import cancel, where
 from jobd.cli.common import Unreachable, operator, queue_named, store_for
 from jobd.config import Config, QueueConfig, durations
 from jobd.logs import printable
-from jobd.store.control import Found, Paused
+from jobd.store.control import Paused
 from jobd.store.store import Store
 
 Parser = argparse.ArgumentParser
@@ -73,30 +74,3 @@ def run_cancel(config: Config, args: argparse.Namespace, parser: Parser) -> int:
     for f in found:
         print(printable(f"{f.job_id}: {where(f, args.wait)}"))
     return exitcodes.NOT_FOUND if all(f.where == "marked" for f in found) else exitcodes.OK
-
-
-def cancel(store: Store, q: QueueConfig, job_ids: list[str], wait_ms: int, by: str) -> list[Found]:
-    """Cancel on every stream of the queue (its priority levels'); the delayed sets are walked
-    only for the jobs found nowhere else. ``by`` (user@host) is in the queue's events."""
-    best: dict[str, Found] = {}
-    for i, level in enumerate(q.all_levels()):
-        for f in store.cancel(level, job_ids, wait_ms, by if i == 0 else ""):
-            if best.get(f.job_id) is None or best[f.job_id].where == "marked":
-                best[f.job_id] = f
-    missing = [j for j in job_ids if best[j].where == "marked"]
-    for level in q.all_levels() if missing else ():
-        for f in store.cancel_delayed(level, missing, by):
-            best[f.job_id] = f
-    return [best[j] for j in dict.fromkeys(job_ids)]
-
-
-def where(f: Found, wait: str) -> str:
-    if f.where == "running":
-        return (f"running on {f.consumer} (entry {f.entry}): stopped at that daemon's next "
-                "lease renewal; outcome cancelled")  # fmt: skip
-    if f.where == "waiting":
-        return f"waiting (entry {f.entry}): acknowledged unrun when it is read"
-    if f.where == "delayed":
-        due = datetime.datetime.fromtimestamp(f.due_ms / 1000, datetime.UTC)
-        return f"delayed (due {due.isoformat(timespec='seconds')}): removed"
-    return f"not found running or delayed; cancelled if it is read within {wait}"

@@ -2,7 +2,7 @@
 
 Dead letters: ``/api/dead-letters/requeue {queue, ids | all}`` and ``/purge {queue}``
 (``jobd.dlq``). Operator controls, as ``jobd pause``/``resume``/``cancel`` do them
-(``jobd.cli.control``): ``/api/pause {queue}``, ``/api/resume {queue}`` and ``/api/cancel
+(``jobd.cancel``): ``/api/pause {queue}``, ``/api/resume {queue}`` and ``/api/cancel
 {queue, job_ids}``, which says where each job was found (running, waiting, delayed, or nowhere
 yet: a mark then waits for it for ``CANCEL_WAIT``).
 
@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from jobd import dlq
-from jobd.cli.control import cancel, where
+from jobd.cancel import cancel, where
 from jobd.config import Config, QueueConfig
 from jobd.store.control import Found, Paused
 from jobd.store.store import Store
