@@ -36,6 +36,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from jobd.process import reaper
 from jobd.process.environment import base_environment
 from jobd.statedir import open_state_directory, secure_directory
 
@@ -137,6 +138,7 @@ class EmbeddedServer:
             env=server_environment(os.environ),
         )
         self.wait_ready()
+        reaper.protect(self.proc.pid)  # reaped by its own Popen, never by the sweep
         log.info("embedded Redis started: %s (pid %d), state in %s", binary, self.proc.pid, state)
 
     def wait_ready(self) -> None:

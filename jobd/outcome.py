@@ -33,6 +33,7 @@ EXIT, SIGNAL, TIMEOUT, SPAWN, POISON, MALFORMED = (
     "malformed",
 )
 EXPIRED = "expired"  # not started by its jobd_expires_at, or within its queue's max_wait
+MEMORY = "memory"  # stopped over resources.memory (sampled), or OOM-killed in its cgroup
 
 
 class Verb(enum.Enum):
@@ -55,6 +56,8 @@ class Ran:
     signal: int | None
     stdout: bytes  # the tails of its output
     stderr: bytes
+    cpu_seconds: float | None = None  # what it cost (wait4's rusage: see process.handler)
+    max_rss_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

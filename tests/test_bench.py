@@ -48,3 +48,8 @@ def test_settle_cost_bench_runs() -> None:
     out = run(str(BENCH / "settle_cost.py"), tree, tree, "--calls", "5", "--batch", "10",
               "--rounds", "1")  # fmt: skip
     assert "new - old: Redis " in out and "old: Redis " in out, out
+
+
+def test_memory_sampling_bench_runs() -> None:
+    out = run(str(BENCH / "memory_sampling.py"), "--handlers", "20", "--samples", "3")
+    assert "20 capped handlers, " in out and "% of one core" in out, out

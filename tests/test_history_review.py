@@ -20,6 +20,7 @@ from support import (
     kill_with_handlers,
     pending_count,
     queue_config,
+    wait_group,
     wait_until,
 )
 
@@ -140,6 +141,7 @@ def test_an_active_record_that_could_not_be_written_is_written_later(
     """Redis refuses the record's write (out of memory: it still lets a reader read and a lease
     be renewed): it is written once Redis takes writes again, while the job runs."""
     daemon(write_config(queue_config("[/bin/sh, -c, 'exec sleep 30']")))
+    wait_group(r, "jobd:q")  # created before memory runs out (XGROUP CREATE is refused then)
     r.xadd("jobd:q", {"payload": "x", "job_id": "long"})
     r.config_set("maxmemory", 1)
     try:

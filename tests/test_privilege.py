@@ -48,7 +48,7 @@ def test_resource_limits_are_applied_to_handlers(
             command: [./limited.py]
             concurrency: 3
             retry: {max_attempts: 1}
-            limits: {address_space: 256MiB, open_files: 64, cpu_time: 1s}
+            resources: {address_space: 256MiB, open_files: 64, cpu_time: 1s}
         """
     )
     daemon(config)

@@ -94,8 +94,19 @@ def report_problems(exc: ConfigError) -> None:
 
 
 def summary(config: Config) -> str:
+    """One line, and one more for the queues whose memory is capped (``containment``)."""
+    from jobd.process import containment
+
     names = ", ".join(config.queues)
-    return f"{config.path}: OK: {len(config.queues)} queue(s) ({names}) on {server(config)}"
+    first, *more = containment.describe(config.queues.values())
+    line = f"{config.path}: OK: {len(config.queues)} queue(s) ({names}) on {server(config)}"
+    return "\n".join([f"{line}; {first}", *more])
+
+
+def containment_lines(config: Config) -> list[str]:
+    from jobd.process import containment
+
+    return containment.describe(config.queues.values())
 
 
 def server(config: Config) -> str:
@@ -128,6 +139,7 @@ def validate(path: str, fmt: str) -> int:
                 name: {"stream": q.stream, "group": q.group} for name, q in config.queues.items()
             },
             "redis": server(config),
+            "containment": containment_lines(config),
         }
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
     else:

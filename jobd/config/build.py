@@ -25,9 +25,9 @@ from jobd.config.types import (
     DeadLetter,
     History,
     Lease,
-    Limits,
     QueueConfig,
     RedisConfig,
+    Resources,
     Retry,
     SentinelConfig,
 )
@@ -117,13 +117,13 @@ def _secret(view: ConfigView, section: Path, name: str) -> str | None:
 
 def build_queue(q: QueueSettings) -> QueueConfig:
     """The typed queue, with its priority levels."""
-    queue_keys, command, env, limits = q.keys(), q.command(), q.env(), q.limits()
+    queue_keys, command, env, resources = q.keys(), q.command(), q.env(), q.resources()
     queue = QueueConfig(
         name=q.name,
         stream=q.stream(),
         group=q.get("group"),
         command=command,
-        argv=_argv(command, env, limits),
+        argv=_argv(command, env, resources),
         concurrency=q.get("concurrency"),
         timeout=q.duration("timeout"),
         kill_grace=q.duration("kill_grace"),
@@ -151,7 +151,7 @@ def build_queue(q: QueueSettings) -> QueueConfig:
         ),
         retention_maxlen=q.get("retention", "maxlen", default=None),
         max_payload=sizes.parse(q.get("max_payload")),
-        limits=limits,
+        resources=resources,
         run_as_user=q.get("run_as", "user", default=None),
         run_as_group=q.get("run_as", "group", default=None),
         log_payload=q.get("log_payload"),
@@ -166,7 +166,7 @@ def build_queue(q: QueueSettings) -> QueueConfig:
     return with_levels(queue, *q.priorities())
 
 
-def _argv(command: tuple[str, ...], env: Mapping[str, str], limits: Limits) -> tuple[str, ...]:
+def _argv(command: tuple[str, ...], env: Mapping[str, str], limits: Resources) -> tuple[str, ...]:
     """What is executed: the program found on the handler's PATH now, once; behind
     prlimit(1) when there are limits."""
     program = command[0] if "/" in command[0] else shutil.which(command[0], path=env.get("PATH"))

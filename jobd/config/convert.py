@@ -20,7 +20,7 @@ import orjson
 from jobd.config import durations, sizes
 from jobd.config.redact import NOT_SHOWN
 from jobd.config.schema import SCHEDULE_DEFAULTS
-from jobd.config.types import Limits, Node, Rate, ScheduleConfig
+from jobd.config.types import Node, Rate, Resources, ScheduleConfig
 
 
 class Invalid(ValueError):
@@ -43,16 +43,18 @@ def rate(text: str, burst: int | None = None) -> Rate:
     return Rate(int(count), durations.parse(per), int(count) if burst is None else burst)
 
 
-PROCESS_LIMITS = ("address_space", "open_files", "cpu_time")  # the rest of limits: cluster-wide
+RESOURCES = ("memory", "address_space", "open_files", "cpu_time", "oom_score_adj")
 
 
-def process_limits(given: Mapping[str, Any]) -> Limits:
-    """A queue's per-handler limits from its ``limits`` keys (others there are cluster-wide)."""
-    cpu_time = given.get("cpu_time")
-    return Limits(
-        address_space=sizes.parse(given["address_space"]) if "address_space" in given else None,
+def resources(given: Mapping[str, Any]) -> Resources:
+    """A queue's ``resources`` (the keys given; the schema's default for ``oom_score_adj``)."""
+    cpu_time, memory, space = (given.get(k) for k in ("cpu_time", "memory", "address_space"))
+    return Resources(
+        memory=None if memory is None else sizes.parse(memory),
+        address_space=None if space is None else sizes.parse(space),
         open_files=given.get("open_files"),
         cpu_time=None if cpu_time is None else max(1, round(durations.parse(cpu_time))),
+        oom_score_adj=given.get("oom_score_adj", 500),
     )
 
 

@@ -147,7 +147,7 @@ def _run_as(q: QueueSettings) -> list[Problem]:
 
 
 def _prlimit(q: QueueSettings) -> list[Problem]:
-    if q.limits().prlimit_args() and shutil.which("prlimit") is None:
+    if q.resources().prlimit_args() and shutil.which("prlimit") is None:
         return [q.problem(("limits",), "limits need prlimit(1) (util-linux) on PATH")]
     return []
 

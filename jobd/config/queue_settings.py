@@ -20,7 +20,7 @@ from typing import Any
 from jobd.config import convert, durations
 from jobd.config.problems import Problem
 from jobd.config.schema import QUEUE_DEFAULTS
-from jobd.config.types import Limits, Rate, ScheduleConfig
+from jobd.config.types import Rate, Resources, ScheduleConfig
 from jobd.config.view import ABSENT, ConfigView, lookup, value_at, within
 from jobd.config.yamlsrc import Path
 from jobd.process.environment import base_environment
@@ -174,9 +174,9 @@ class QueueSettings:
         value = self.get(*sub, default=None)
         return None if value is None else durations.parse(value)
 
-    def limits(self) -> Limits:
-        given = {n: self.get("limits", n, default=None) for n in convert.PROCESS_LIMITS}
-        return convert.process_limits({n: v for n, v in given.items() if v is not None})
+    def resources(self) -> Resources:
+        given = {n: self.get("resources", n, default=None) for n in convert.RESOURCES}
+        return convert.resources({n: v for n, v in given.items() if v is not None})
 
     def rate(self) -> Rate | None:
         text = self.get("limits", "rate", default=None)

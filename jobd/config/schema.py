@@ -132,9 +132,16 @@ def _a_kind(json_type: str) -> str:
     )
 
 
+# Keys that moved: (the mapping they were in, the key) -> where they are now.
+MOVED = {("limits", k): f"resources.{k}" for k in ("address_space", "open_files", "cpu_time")}
+
+
 def _unknown_key(doc: Document, path: Path, key: str, allowed: list[str]) -> Finding:
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    if close:
+    moved = MOVED.get((str(path[-1]) if path else "", key))
+    if moved:
+        hint = f"moved to {moved} (a handler's own limits are under resources:)"
+    elif close:
         hint = f"did you mean {close[0]!r}?"
     else:
         hint = f"expected one of: {', '.join(allowed)}"

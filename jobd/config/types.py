@@ -44,12 +44,15 @@ class History:
 
 
 @dataclass(frozen=True)
-class Limits:
-    """Per-handler resource limits; None: inherited from the daemon."""
+class Resources:
+    """What one handler may use (``resources:``; see the README's Containment). None: not
+    limited by jobd (the rlimits: inherited from the daemon)."""
 
-    address_space: int | None = None  # bytes
+    memory: int | None = None  # bytes, the handler's whole tree (sampled: process.memory)
+    address_space: int | None = None  # bytes, RLIMIT_AS of each process
     open_files: int | None = None
     cpu_time: int | None = None  # seconds
+    oom_score_adj: int = 500  # the kernel's OOM killer picks handlers before jobd
 
     def prlimit_args(self) -> list[str]:
         """Options for prlimit(1), soft and hard limit alike."""
@@ -96,7 +99,7 @@ class QueueConfig:
     history: History
     retention_maxlen: int | None
     max_payload: int  # bytes
-    limits: Limits
+    resources: Resources
     run_as_user: str | None  # Unix user for handlers (queue key run_as.user)
     run_as_group: (
         str | None

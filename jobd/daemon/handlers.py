@@ -1,6 +1,7 @@
 """The handlers one loop runs: found by pid or by entry, counted by queue, their descriptors in
-the loop's poller, when the next one must act (its timeout, or SIGKILL after SIGTERM), and which
-have run long enough (ACTIVE_AFTER) for their jobs' active records (``long_running``).
+the loop's poller, when the next one must act (its timeout, or SIGKILL after SIGTERM), which
+have run long enough (ACTIVE_AFTER) for their jobs' active records (``long_running``), and the
+processes that escaped their handler's group, ended once their job has (``process.reaper``).
 
 Used by the loop's thread only; the metrics thread reads ``in_queue`` one key at a time (an
 int the loop replaces whole).
@@ -9,15 +10,19 @@ int the loop replaces whole).
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from jobd.config import QueueConfig
 from jobd.daemon.poller import Poller
 from jobd.job import Job
+from jobd.process import containment, memory, reaper
 from jobd.process.handler import Handler, StopReason
 from jobd.store.leases import Lost
 from jobd.web.metrics import Metrics
+
+log = logging.getLogger("jobd.daemon")
 
 EntryKey = tuple[str, str, str]  # (stream, group, message id)
 # Seconds a handler runs before its job's active record is written (`jobd job`, the dashboard's
@@ -37,6 +42,16 @@ class Handlers:
         self.in_queue: Counter[str] = Counter()
         self.next_due = float("inf")  # earliest time a handler must act
         self.started: deque[tuple[float, Handler]] = deque()  # by start: when ACTIVE_AFTER ends
+        self.reaper = reaper.Reaper()
+        self.next_sample = 0.0  # when resources.memory is next sampled (process.memory)
+
+    def contain(self, queues: Iterable[QueueConfig]) -> None:
+        """Become the child subreaper (a handler's escaped processes become this process's:
+        ``process.reaper``), and say which containment applies. Once, by the daemon's process
+        (an in-process test stays what it is)."""
+        subreaper = self.reaper.enabled = reaper.become_subreaper()
+        for line in containment.describe(queues, subreaper):
+            log.info("%s", line)
 
     def __len__(self) -> int:
         return len(self.by_pid)
@@ -66,6 +81,19 @@ class Handlers:
             if self.by_pid.get(handler.pid) is handler:
                 found.append(handler)
         return found
+
+    def sample_memory(self, now: float) -> None:
+        """Stop the handlers whose tree is over their queue's resources.memory (sampled: see
+        ``process.memory``); only handlers of queues that set it are looked at."""
+        self.next_sample = now + memory.SAMPLE_EVERY
+        capped = [(h.pid, h.queue.resources.memory) for h in self
+                  if h.queue.resources.memory is not None and h.stop_reason is None]  # fmt: skip
+        for pid, used in memory.over(capped):  # type: ignore[arg-type]
+            handler = self.by_pid[pid]
+            cap = handler.queue.resources.memory or 0
+            handler.log(logging.WARNING, "its processes use %.1fMiB, over resources.memory "
+                        "%.1fMiB; stopping it", used / 2**20, cap / 2**20)  # fmt: skip
+            self.stop(handler, StopReason.MEMORY, now)
 
     def running_in(self, queue: str) -> int:
         return self.in_queue[queue]
@@ -108,6 +136,12 @@ class Handlers:
             self.stop(handler, reason, now)
 
     def act(self, now: float) -> None:
-        """Each handler whose time has come acts (``Handler.act``)."""
+        """Each handler whose time has come acts (``Handler.act``); processes that escaped a
+        handler whose job has ended are ended (``Reaper.sweep``, a few times a second)."""
+        if now >= self.reaper.next_sweep:
+            running = {(os.fsencode(h.queue.stream), h.job.message_id.encode()) for h in self}
+            self.reaper.sweep(now, set(self.by_pid), running)
+        if now >= self.next_sample:
+            self.sample_memory(now)
         if now >= self.next_due:
             self.next_due = min((h.act(now) for h in self.by_pid.values()), default=float("inf"))

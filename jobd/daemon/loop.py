@@ -151,6 +151,7 @@ class Daemon:
         if inherited:
             log.info("descriptors inherited at start, kept from handlers: %s", inherited)
         os.chdir(self.folder)
+        self.running.contain(self.config.queues.values())
         self.signals.install()
         if self.embedded is not None:
             try:
@@ -335,7 +336,8 @@ class Daemon:
                                 ran=handler.ran(status, took))  # fmt: skip
         self.metrics.of(handler.queue.name).duration.observe(took)
         level = logging.INFO if outcome.verb is Verb.ACK else logging.WARNING
-        handler.log(level, "%s after %.3fs: %s", status.describe(), took, outcome.describe())
+        handler.log(level, "%s after %.3fs%s: %s", status.describe(), took, status.cost(),
+                    outcome.describe())  # fmt: skip
         self.settle(outcome)
 
     def settle(self, outcome: Outcome) -> None:

@@ -20,23 +20,22 @@ import grp
 import logging
 import os
 import pwd
+import resource
 import select
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
 
-from jobd import logs
 from jobd.config import QueueConfig
 from jobd.job import Job
 from jobd.outcome import Ran, Started
 from jobd.process import spawn
+from jobd.process.output import Output
 
 log = logging.getLogger("jobd.handler")
 
 STDERR_TAIL = 4096  # bytes of stderr kept for the dead-letter record
-LOG_LIMIT = 64 * 1024  # bytes of each output stream logged per job; the rest is counted
-LINE_LIMIT = 4096  # a longer line is logged in pieces
 
 
 class State(enum.Enum):
@@ -52,55 +51,11 @@ class StopReason(enum.Enum):
     SHUTDOWN = "still running at the end of shutdown_grace"
     LEASE_LOST = "lease lost"
     CANCEL = "cancelled (jobd cancel)"
+    MEMORY = "over resources.memory"
 
 
 class SpawnError(Exception):
     """The handler could not be started (missing, not executable, bad interpreter line)."""
-
-
-class Output:
-    """One of a handler's output streams: logged line by line up to a limit, tail kept."""
-
-    def __init__(self, handler: Handler, name: str, keep: int) -> None:
-        self.handler = handler
-        self.name = name
-        self.partial = b""
-        self.logged = 0
-        self.dropped = 0
-        self.keep = keep  # bytes of its tail kept
-        self.tail = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        if self.keep:
-            self.tail += data
-            del self.tail[: -self.keep]
-        if self.logged >= LOG_LIMIT:
-            self.dropped += len(data)
-            return
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
-        if len(self.partial) > LINE_LIMIT:
-            lines.append(self.partial)
-            self.partial = b""
-        for line in lines:
-            self._log(line)
-
-    def close(self) -> None:
-        if self.partial:
-            self._log(self.partial)
-            self.partial = b""
-        if self.dropped:
-            self.handler.log(
-                logging.WARNING, "%s: %d more bytes not logged", self.name, self.dropped
-            )
-
-    def _log(self, line: bytes) -> None:
-        if self.logged >= LOG_LIMIT or not logs.OUTPUT_LIMIT.allow():
-            self.dropped += len(line) + 1
-            return
-        self.logged += len(line) + 1
-        text = line.decode("utf-8", "backslashreplace")
-        self.handler.log(logging.INFO, "%s: %s", self.name, text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +63,9 @@ class ExitStatus:
     code: int | None  # the exit code, or None when a signal killed it
     signal: int | None
     timed_out: bool
+    # What it cost, from wait4's rusage: the leader and the descendants it waited for.
+    cpu_seconds: float | None = None  # user + system
+    max_rss_bytes: int | None = None  # the largest resident set of any one of them
 
     @property
     def ok(self) -> bool:
@@ -116,6 +74,22 @@ class ExitStatus:
     def describe(self) -> str:
         what = f"exit {self.code}" if self.code is not None else f"signal {_signame(self.signal)}"
         return f"timed out ({what})" if self.timed_out else what
+
+    def cost(self) -> str:
+        """For the log line that ends a job: ' (cpu 0.012s, max rss 93.1MiB)', or ''."""
+        if self.cpu_seconds is None:
+            return ""
+        rss = "" if self.max_rss_bytes is None else f", max rss {self.max_rss_bytes / 2**20:.1f}MiB"
+        return f" (cpu {self.cpu_seconds:.3f}s{rss})"
+
+
+def _peak(usage: resource.struct_rusage | None) -> int | None:
+    """A reaped handler's peak resident memory, in bytes, when it is known: until its exec a
+    handler shares the daemon's memory (vfork), and the kernel counts that in its peak, so a
+    peak no larger than the daemon's own says nothing of the handler (None)."""
+    if usage is None or usage.ru_maxrss <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss:
+        return None
+    return usage.ru_maxrss * 1024  # KiB on Linux
 
 
 def _signame(signum: int | None) -> str:
@@ -148,6 +122,7 @@ class Handler:
         self.stdin_fd = stdin  # our end of its stdin pipe, until all is written
         self.pending_input = memoryview(b"")
         self.status: ExitStatus | None = None
+        self.usage: resource.struct_rusage | None = None  # wait4's, once reaped
         self._outputs = {stdout: self.stdout, stderr: self.stderr}
         # Readable once the leader has exited. Watching each handler's own pidfd, never
         # waiting for "any child", leaves every other child alone (the embedded Redis, a
@@ -187,6 +162,7 @@ class Handler:
             os.close(in_w)
             in_w = None
         child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
+        taken = spawn.OOM.take(queue.resources.oom_score_adj)
         try:
             pid = _start(queue, here, job_env, in_r, out_w, err_w)
         except OSError as exc:
@@ -195,6 +171,8 @@ class Handler:
                     os.close(fd)
             raise SpawnError(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}") from exc
         finally:
+            if taken:
+                spawn.OOM.restore()
             for fd in child_ends:
                 os.close(fd)
         handler = cls(job, queue, pid, in_w, out_r, err_r)
@@ -306,10 +284,11 @@ class Handler:
 
     def reap(self) -> int:
         """The leader exited (its pidfd is readable): end what is left of its group, then
-        collect its wait status. While the leader is a zombie its pid, which is the group id,
-        cannot be reused, so SIGKILL to the group reaches only this handler's descendants."""
+        collect its wait status and its resource usage (``usage``: wait4's). While the leader
+        is a zombie its pid, which is the group id, cannot be reused, so SIGKILL to the group
+        reaches only this handler's descendants."""
         self.kill()
-        _, wait_status = os.waitpid(self.pid, 0)
+        _, wait_status, self.usage = os.wait4(self.pid, 0)
         os.close(self.pidfd)
         return wait_status
 
@@ -328,10 +307,13 @@ class Handler:
                 while not self.read_output(fd):
                     pass
             self.close_output(fd)
+        usage = self.usage
         self.status = ExitStatus(
             code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
             timed_out=self.stop_reason is StopReason.TIMEOUT,
+            cpu_seconds=None if usage is None else usage.ru_utime + usage.ru_stime,
+            max_rss_bytes=_peak(usage),
         )
         return self.status
 
@@ -345,7 +327,8 @@ class Handler:
     def ran(self, status: ExitStatus, seconds: float) -> Ran:
         """How it ran, for the job's history record."""
         return Ran(self.pid, self.started, seconds, status.code, status.signal,
-                   bytes(self.stdout.tail), bytes(self.stderr.tail))  # fmt: skip
+                   bytes(self.stdout.tail), bytes(self.stderr.tail), status.cpu_seconds,
+                   status.max_rss_bytes)  # fmt: skip
 
     def log(self, level: int, message: str, *args: object) -> None:
         if log.isEnabledFor(level):  # the tag is built for every job: not for nothing

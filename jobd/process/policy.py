@@ -36,7 +36,18 @@ import random
 
 from jobd.config import QueueConfig, Retry
 from jobd.job import EXPIRES_MIN_MS, MAX_FIELDS, Job
-from jobd.outcome import EXIT, EXPIRED, MALFORMED, SIGNAL, SPAWN, TIMEOUT, Outcome, Ran, Verb
+from jobd.outcome import (
+    EXIT,
+    EXPIRED,
+    MALFORMED,
+    MEMORY,
+    SIGNAL,
+    SPAWN,
+    TIMEOUT,
+    Outcome,
+    Ran,
+    Verb,
+)
 from jobd.process.handler import ExitStatus, StopReason
 
 _RNG = random.Random()
@@ -64,7 +75,7 @@ def decide(
         return Outcome(Verb.CANCEL, queue, job, timing=timing, ran=ran)
     if stopped is StopReason.SHUTDOWN:
         return Outcome(Verb.HAND_BACK, queue, job, timing=timing, ran=ran)
-    error = failure_kind(status)
+    error = MEMORY if stopped is StopReason.MEMORY else failure_kind(status)
     permanent = status is not None and status.code in queue.fail_exit_codes and not status.timed_out
     dead = Outcome(
         Verb.DEAD_LETTER, queue, job, error, attempts=job.attempt, detail=detail,

@@ -204,9 +204,51 @@ OPEN_FILES = 65536
 def raise_open_files_limit() -> None:
     """Each running handler costs up to three pipe ends: lift the soft limit on open files
     (1024 by default outside systemd: too few for a thousand handlers) to 65536, or the hard
-    limit if lower. Handlers inherit it; ``limits.open_files`` sets theirs explicitly."""
+    limit if lower. Handlers inherit it; ``resources.open_files`` sets theirs explicitly."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+class OomScore:
+    """Handlers get their ``resources.oom_score_adj`` from their first instruction: the daemon
+    takes that score itself for the instant of each spawn (a child inherits its parent's at
+    fork) and goes back to its own right after (``/proc/self/oom_score_adj``, kept open: two
+    writes of a microsecond). Going back is always allowed (the kernel refuses going below the
+    lowest score a privileged process set, and ours was at least that); taking a score lower
+    than ours needs CAP_SYS_RESOURCE: refused, handlers keep ours, said once in the log. During
+    a spawn the daemon competes with its handlers for the OOM killer, which picks the largest
+    of equal scores: the handlers."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.own = 0
+        self.refused = False
+        try:
+            with open("/proc/self/oom_score_adj") as f:
+                self.own = int(f.read())
+            self.fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            self.fd = None
+
+    def take(self, value: int) -> bool:
+        """Take ``value`` for a spawn; whether ``restore`` must follow."""
+        if self.fd is None or value == self.own or self.refused:
+            return False
+        try:
+            os.write(self.fd, str(value).encode())
+        except OSError as exc:
+            self.refused = True
+            log.warning("handlers cannot get oom_score_adj %d (%s): they keep the daemon's (%d)",
+                        value, exc.strerror or exc, self.own)  # fmt: skip
+            return False
+        return True
+
+    def restore(self) -> None:
+        if self.fd is not None:
+            os.write(self.fd, str(self.own).encode())
+
+
+OOM = OomScore()

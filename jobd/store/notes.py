@@ -70,6 +70,10 @@ def note(o: Outcome, consumer: str) -> list[object]:
         run_ms = int((time.monotonic() - ran.started) * 1000)  # from its start to this write
         duration = int(ran.seconds * 1000)
         record.update(pid=ran.pid, duration_ms=duration, exit_code=ran.exit_code, signal=ran.signal)
+        if ran.cpu_seconds is not None:
+            record["cpu_seconds"] = round(ran.cpu_seconds, 6)
+        if ran.max_rss_bytes is not None:
+            record["max_rss_bytes"] = ran.max_rss_bytes
         extras += ["duration_ms", duration]
         if ran.exit_code is not None:
             extras += ["exit_code", ran.exit_code]

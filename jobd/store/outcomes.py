@@ -149,7 +149,19 @@ def record_fields(o: Outcome) -> list[object]:
         "jobd_signal", "" if o.signal is None else str(o.signal),
         "jobd_attempts", str(o.attempts),
         "jobd_stderr", o.detail[-STDERR_LIMIT:],
+        *_cost(o),
     ]  # fmt: skip
+
+
+def _cost(o: Outcome) -> list[object]:
+    """What the failed attempt cost, when its handler ran (wait4's rusage)."""
+    ran = o.ran
+    cost: list[object] = []
+    if ran is not None and ran.cpu_seconds is not None:
+        cost += ["jobd_cpu_seconds", f"{ran.cpu_seconds:.6f}"]
+    if ran is not None and ran.max_rss_bytes is not None:
+        cost += ["jobd_max_rss_bytes", ran.max_rss_bytes]
+    return cost
 
 
 def _mark(o: Outcome) -> bytes | None:

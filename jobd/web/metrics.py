@@ -23,6 +23,7 @@ from jobd.web.server import Server, serve_app
 
 STUCK_AFTER = 10.0
 DURATION_BUCKETS = figures.BUCKETS  # shared with the per-minute figures in Redis
+RSS_BUCKETS = tuple(float(2**n) for n in range(20, 37, 2))  # 1 MiB to 64 GiB, ×4
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
 
 
@@ -38,11 +39,14 @@ class QueueMetrics:
     leases_lost: Any
     duration: Any
     latency: Any
+    cpu: Any
+    rss: Any
 
 
 class Metrics:
     """The daemon's series, in a registry of its own, and the main loop's heartbeat."""
 
+    # long: the list of every series, one statement each: split, it would no longer read as one
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.started = self._counter("jobd_jobs_started", "Handlers started.")
@@ -77,6 +81,16 @@ class Metrics:
             "From the entry's stream id time to handler start.",
             LATENCY_BUCKETS,
         )
+        self.cpu = self._histogram(
+            "jobd_handler_cpu_seconds",
+            "CPU time of each handler (user + system; the leader and what it waited for).",
+            DURATION_BUCKETS,
+        )
+        self.rss = self._histogram(
+            "jobd_handler_max_rss_bytes",
+            "Largest resident set of each handler (the leader or one it waited for).",
+            RSS_BUCKETS,
+        )
         self.running = self._gauge("jobd_handlers_running", "Handlers running now.")
         self.free = self._gauge("jobd_slots_free", "Free handler slots.")
         self.lag = self._gauge("jobd_queue_lag", "Entries not yet delivered to the group.")
@@ -110,7 +124,8 @@ class Metrics:
             found = self._queues[queue] = QueueMetrics(
                 *(m.labels(queue=queue) for m in (self.started, self.succeeded, self.retried,
                                                    self.reclaimed, self.leases_lost,
-                                                   self.duration, self.latency))
+                                                   self.duration, self.latency, self.cpu,
+                                                   self.rss))
             )  # fmt: skip
         return found
 
@@ -130,6 +145,12 @@ class Metrics:
 
     def count(self, outcome: Outcome) -> None:
         """An outcome decided (by the loop's policy, or a reader for poison)."""
+        ran = outcome.ran
+        if ran is not None and ran.cpu_seconds is not None:
+            series = self.of(outcome.queue.name)
+            series.cpu.observe(ran.cpu_seconds)
+            if ran.max_rss_bytes is not None:  # known only above the daemon's own (see handler)
+                series.rss.observe(ran.max_rss_bytes)
         if outcome.verb is Verb.ACK:
             self.of(outcome.queue.name).succeeded.inc()
         elif outcome.verb is Verb.RETRY:

@@ -1,0 +1,74 @@
+"""``resources.memory`` without a delegated cgroup: the resident memory of each capped handler's
+tree, sampled, and the handlers over their cap.
+
+A sample reads ``/proc/PID/stat`` of every process on the host once (its parent and its resident
+pages) and sums, for each handler of a queue that sets ``resources.memory``, the resident memory
+of its leader and every descendant of it (those still below it: one that left and was orphaned is
+jobd's child then, and the reaper's). Only when such a handler runs: a daemon whose queues set no
+memory cap never samples. The cost is one read per process on the host per sample
+(``bench/memory_sampling.py`` measures it with 1000 handlers); a tree that grows faster than the
+sampling interval can pass its cap for that long, which the kernel's own limit (a cgroup's
+memory.max) does not allow: this is the fallback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+SAMPLE_EVERY = 0.5  # seconds between two samples
+
+
+def processes() -> tuple[dict[int, list[int]], dict[int, int]]:
+    """Every process's children (by parent pid) and resident bytes, from ``/proc/PID/stat``."""
+    children: dict[int, list[int]] = defaultdict(list)
+    rss: dict[int, int] = {}
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:  # gone meanwhile
+                continue
+            # pid (comm) state ppid …: comm may hold spaces and parentheses; it ends at the last ')'
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            try:
+                parent, pages = int(fields[1]), int(fields[21])  # ppid; rss: field 24 of stat
+            except (IndexError, ValueError):  # not what Linux writes: skipped
+                continue
+            pid = int(entry.name)
+            children[parent].append(pid)
+            rss[pid] = pages * PAGE
+    return children, rss
+
+
+def tree_rss(leader: int, children: dict[int, list[int]], rss: dict[int, int]) -> int:
+    """The resident bytes of ``leader`` and all its descendants."""
+    total, stack, seen = 0, [leader], set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += rss.get(pid, 0)
+        stack += children.get(pid, ())
+    return total
+
+
+def over(capped: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Of ``capped`` (leader pid, cap in bytes), those whose tree is over its cap: (leader, its
+    tree's resident bytes)."""
+    capped = list(capped)
+    if not capped:
+        return []
+    children, rss = processes()
+    found = []
+    for leader, cap in capped:
+        used = tree_rss(leader, children, rss)
+        if used > cap:
+            found.append((leader, used))
+    return found

@@ -1,0 +1,52 @@
+"""What each job cost (issue 20, in part): CPU seconds and peak memory from the reaping itself
+(wait4's rusage), for every job at no extra round trip: in the exit log line, the metrics, the
+dead-letter record and the job's history. Real handlers, real Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+from collections.abc import Callable
+
+import redis
+from support import DaemonProcess, free_port, queue_config, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+# Touches 256 MiB (well above the daemon's own size: see handler._peak), burns 0.3 s of CPU,
+# then fails.
+HOG = (
+    "import time\n"
+    "block = b'x' * (256 << 20)\n"
+    "start = time.process_time()\n"
+    "while time.process_time() - start < 0.3:\n"
+    "    pass\n"
+    "raise SystemExit(3)\n"
+)
+
+
+def test_each_job_says_what_it_cost(r: redis.Redis, write_config, daemon: Daemon) -> None:
+    port = free_port()
+    command = json.dumps([sys.executable, "-c", HOG])
+    config = write_config(
+        queue_config(command, retry="{max_attempts: 1}")
+        + f"metrics: {{listen: '127.0.0.1:{port}'}}\n"
+    )
+    d = daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "hog"})
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the hog dead-lettered")
+    ((_, record),) = r.xrange("{jobd:q}:dead")
+    assert float(record[b"jobd_cpu_seconds"]) >= 0.25
+    assert int(record[b"jobd_max_rss_bytes"]) >= 256 << 20
+    (history,) = [json.loads(x) for x in r.hget("{jobd:q}:history", "hog").split(b"\n")]
+    assert history["cpu_seconds"] >= 0.25 and history["max_rss_bytes"] >= 256 << 20
+    d.wait_log("queue=q job=hog attempt=1 exit 3 after ")
+    line = next(x for x in d.log().splitlines() if "job=hog attempt=1 exit 3 after" in x)
+    assert "(cpu 0." in line and "max rss " in line, line
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+        metrics = page.read().decode()
+    assert 'jobd_handler_cpu_seconds_count{queue="q"} 1.0' in metrics
+    assert 'jobd_handler_max_rss_bytes_bucket{le="2.68435456e+08",queue="q"} 0.0' in metrics
+    assert 'jobd_handler_max_rss_bytes_count{queue="q"} 1.0' in metrics

@@ -1,0 +1,81 @@
+"""No escaped processes (issue 20, in part): jobd is a child subreaper, so a handler's descendant
+that leaves its process group (setsid) or daemonizes by a double fork becomes jobd's child, and is
+ended once its job has, never while it runs; another job's processes are untouched; adopted
+processes that exit are reaped; a handler's own exit status is never taken by that reaping.
+Real daemons, real processes; each process is found by a marker in its command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psutil
+import redis
+from support import DaemonProcess, queue_config, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+# Leaves its group twice over: a setsid'd sleep (re-parented to jobd when the handler exits) and
+# a double fork in a new session (re-parented at once); then exits with its payload's code.
+ESCAPES = (
+    "[/bin/sh, -c, 'setsid sleep 300.$MARK >/dev/null 2>&1 & "
+    'setsid sh -c "sleep 301.$MARK >/dev/null 2>&1 &"; sleep 0.2; exit $(cat)\']'
+)
+
+
+def alive(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        cmdline = p.info["cmdline"] or []
+        if marker in cmdline and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+def test_processes_that_leave_the_group_end_with_their_job_and_no_other(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    config = write_config(
+        queue_config(ESCAPES, env="{MARK: '1'}")
+        + "  other:\n    command: [/bin/sh, -c, 'setsid sleep 302.1 >/dev/null 2>&1 & exec sleep 60']\n"
+    )
+    d = daemon(config)
+    r.xadd("jobd:other", {"payload": "x", "job_id": "long"})
+    wait_until(lambda: alive("302.1"), what="the other job's escaped process")
+    r.xadd("jobd:q", {"payload": "0", "job_id": "escaper"})
+    wait_until(lambda: r.hexists("{jobd:q}:history", "escaper"), what="the job done")
+    wait_until(
+        lambda: not alive("300.1") and not alive("301.1"), what="its escapees ended", timeout=5
+    )
+    assert alive("302.1"), "another job's process, its job still running, untouched"
+    assert b'"exit_code":0' in r.hget("{jobd:q}:history", "escaper"), "its own exit status"
+    d.wait_log("queue=q job=escaper attempt=1 exit 0 after")
+    d.wait_log("left the handler's group outlived its job; killed")
+
+
+def test_after_a_timeout_too(r: redis.Redis, write_config, daemon: Daemon) -> None:
+    command = (
+        '[/bin/sh, -c, \'setsid sh -c "sleep 303.1 >/dev/null 2>&1 &"; '
+        "setsid sleep 304.1 >/dev/null 2>&1 & exec sleep 60']"
+    )
+    daemon(write_config(queue_config(command, timeout="1s", retry="{max_attempts: 1}")))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "slow"})
+    wait_until(lambda: alive("303.1") and alive("304.1"), what="its escapees to start")
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the timeout's dead letter")
+    wait_until(lambda: not alive("303.1") and not alive("304.1"), what="escapees ended", timeout=5)
+
+
+def test_adopted_processes_that_exit_are_reaped(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """Short-lived escapees exit on their own while their job runs: no zombie stays."""
+    command = "[/bin/sh, -c, 'for i in 1 2 3 4 5; do setsid sh -c \"sleep 0.1 &\"; done; sleep 2']"
+    d = daemon(write_config(queue_config(command)))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "j"})
+    wait_until(lambda: r.hexists("{jobd:q}:history", "j"), what="the job done")
+
+    def zombies() -> list[psutil.Process]:
+        kids = psutil.Process(d.proc.pid).children()
+        return [p for p in kids if p.status() == psutil.STATUS_ZOMBIE]
+
+    wait_until(lambda: not zombies(), what="no zombie under the daemon", timeout=5)

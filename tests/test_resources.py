@@ -1,0 +1,79 @@
+"""A handler's own resources (issue 20, in part): `resources:` (the per-handler rlimits moved there
+from `limits:`), `resources.memory` enforced by sampling the handler tree's resident memory
+(outcome `memory`), and `resources.oom_score_adj`. Real daemons, real handlers, real Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+
+import psutil
+import redis
+from support import DaemonProcess, jobd_cli, queue_config, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+# Grows to 300 MB, a child of the handler (the tree is what counts), then waits to be stopped.
+HOG = (
+    "import subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, '-c', "
+    "'import time; b = b\"x\" * (300 << 20); time.sleep(60)'])\n"
+    "child.wait()\n"
+)
+
+
+def test_a_tree_over_its_memory_cap_is_stopped_as_memory_and_others_run_on(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path
+) -> None:
+    command = json.dumps([sys.executable, "-c", HOG])
+    config = write_config(
+        queue_config(command, resources="{memory: 64MiB}", retry="{max_attempts: 1}")
+        + "  other: {command: [/bin/sh, -c, 'exit 0']}\n"
+    )
+    d = daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "hog"})
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the hog stopped and dead-lettered")
+    ((_, record),) = r.xrange("{jobd:q}:dead")
+    assert record[b"jobd_error"] == b"memory"
+    d.wait_log("over resources.memory 64.0MiB; stopping it")
+    for i in range(5):  # the daemon unharmed: other jobs run on
+        r.xadd("jobd:other", {"payload": "x", "job_id": f"o{i}"})
+    wait_until(lambda: r.hlen("{jobd:other}:history") == 5, what="the other queue's jobs")
+    assert d.proc.poll() is None
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "300 << 20" in " ".join(
+        p.info["cmdline"] or [])], "the whole tree stopped"  # fmt: skip
+
+
+def test_handlers_get_their_oom_score_adj(r: redis.Redis, write_config, daemon: Daemon) -> None:
+    """Default 500 (the OOM killer picks a handler before jobd), or the queue's own."""
+    config = write_config(
+        queue_config("[/bin/sh, -c, 'cat /proc/self/oom_score_adj; exec sleep 30']")
+        + "  own:\n    command: [/bin/sh, -c, 'cat /proc/self/oom_score_adj']\n"
+        + "    resources: {oom_score_adj: 700}\n"
+    )
+    d = daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "default"})
+    r.xadd("jobd:own", {"payload": "x", "job_id": "own"})
+    d.wait_log("queue=q job=default attempt=1 stdout: 500")
+    d.wait_log("queue=own job=own attempt=1 stdout: 700")
+
+
+def test_per_handler_limits_moved_to_resources(write_config) -> None:
+    """The old names under `limits:` are refused, saying where they went; `resources:` takes
+    them, and `jobd validate` says which containment applies."""
+    old = write_config(queue_config("[/bin/true]", limits="{address_space: 256MiB}"))
+    out = jobd_cli("validate", str(old))
+    assert out.returncode == 78
+    assert b"limits.address_space: unknown key 'address_space'; moved to resources.address_space" in (
+        out.stdout
+    )  # fmt: skip
+    new = write_config(
+        queue_config("[/bin/true]", resources="{address_space: 256MiB, memory: 1GiB}")
+    )
+    out = jobd_cli("validate", str(new))
+    assert out.returncode == 0, out
+    lines = out.stdout.decode().splitlines()
+    assert "containment: each handler in a process group of its own" in lines[0]
+    assert lines[1].startswith("resources.memory of q: ") and "sampled every 0.5s" in lines[1]
