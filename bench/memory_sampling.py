@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     sleepers = [subprocess.Popen(["sleep", "600"], process_group=0) for _ in range(args.handlers)]
     try:
-        capped = [(p.pid, 1 << 40) for p in sleepers]
+        capped = [(p.pid, 1 << 40, []) for p in sleepers]
         times = []
         for _ in range(args.samples):
             start = time.perf_counter()

@@ -79,3 +79,36 @@ def test_adopted_processes_that_exit_are_reaped(
         return [p for p in kids if p.status() == psutil.STATUS_ZOMBIE]
 
     wait_until(lambda: not zombies(), what="no zombie under the daemon", timeout=5)
+
+
+def test_nothing_a_job_started_outlives_the_daemon(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """The last handler exits just before SIGTERM reaches the daemon (the sweep has not come
+    round again): the daemon's close sweeps one last time, attributed or not."""
+    command = (
+        "[/bin/sh, -c, 'setsid sleep 305.1 >/dev/null 2>&1 & "
+        "env -i setsid sleep 306.1 >/dev/null 2>&1 & echo a; sleep 0.3; echo b; sleep 0.05']"
+    )
+    d = daemon(write_config(queue_config(command)))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "j"})
+    wait_until(lambda: alive("305.1") and alive("306.1"), what="its escapees to start")
+    d.wait_log("stdout: b")
+    d.stop()
+    left = lambda: [(p.pid, p.ppid(), p.status()) for p in alive("305.1") + alive("306.1")]  # noqa: E731
+    wait_until(lambda: not left(), what=f"none left (left at first: {left()})", timeout=10)
+
+
+def test_an_escapee_that_cleared_its_environment_ends_once_no_job_runs(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """Not attributed (`env -i`): it may be any running job's, so it is left while one runs,
+    and ended once none does."""
+    command = "[/bin/sh, -c, 'env -i setsid sleep 307.1 >/dev/null 2>&1 & sleep $(cat)']"
+    daemon(write_config(queue_config(command, concurrency=2)))
+    r.xadd("jobd:q", {"payload": "0", "job_id": "quick"})
+    r.xadd("jobd:q", {"payload": "3", "job_id": "slow"})
+    wait_until(lambda: r.hexists("{jobd:q}:history", "quick"), what="the quick job done")
+    assert alive("307.1"), "left alone while a job runs: it may be that job's"
+    wait_until(lambda: r.hexists("{jobd:q}:history", "slow"), what="the slow job done")
+    wait_until(lambda: not alive("307.1"), what="ended once no job runs", timeout=5)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 import psutil
+import pytest
 import redis
 from support import DaemonProcess, jobd_cli, queue_config, wait_until
 
@@ -77,3 +78,83 @@ def test_per_handler_limits_moved_to_resources(write_config) -> None:
     lines = out.stdout.decode().splitlines()
     assert "containment: each handler in a process group of its own" in lines[0]
     assert lines[1].startswith("resources.memory of q: ") and "sampled every 0.5s" in lines[1]
+
+
+def test_a_tree_stopped_for_memory_is_not_done_even_if_it_exits_0(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path
+) -> None:
+    """A handler that shuts down gracefully on SIGTERM (exit 0) was stopped for its memory: the
+    outcome is `memory`, never an ack."""
+    handler = tmp_path / "graceful.sh"
+    handler.write_text(
+        "#!/bin/sh\n"
+        f"{sys.executable} -c 'import time; b = b\"x\" * (300 << 20); time.sleep(60)' &\n"
+        "child=$!\ntrap 'kill $child; exit 0' TERM\nwait\n"
+    )
+    handler.chmod(0o755)
+    config = write_config(
+        queue_config(f"[{handler}]", resources="{memory: 64MiB}", retry="{max_attempts: 1}")
+    )
+    daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "graceful"})
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="dead-lettered as memory")
+    ((_, record),) = r.xrange("{jobd:q}:dead")
+    assert record[b"jobd_error"] == b"memory" and record[b"jobd_exit_code"] == b"0"
+
+
+def test_memory_that_escaped_the_group_counts_against_its_job(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path
+) -> None:
+    """The 300 MB is a daemonized grandchild (setsid, jobd's child by then): still the job's."""
+    handler = tmp_path / "sneaky.sh"
+    hog = f"{sys.executable} -c 'import time; b = b\\\"x\\\" * (300 << 20); time.sleep(60)'"
+    handler.write_text(  # a double fork: the hog is orphaned at once, adopted by jobd
+        f'#!/bin/sh\nsetsid sh -c "{hog} </dev/null >/dev/null 2>&1 &"\nsleep 30\n'
+    )
+    handler.chmod(0o755)
+    config = write_config(
+        queue_config(f"[{handler}]", resources="{memory: 64MiB}", retry="{max_attempts: 1}")
+    )
+    daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "sneaky"})
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="dead-lettered as memory", timeout=20)
+    ((_, record),) = r.xrange("{jobd:q}:dead")
+    assert record[b"jobd_error"] == b"memory"
+
+
+def test_a_score_refused_for_one_queue_leaves_the_others_and_a_changed_own_score(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """Lowering needs CAP_SYS_RESOURCE: a queue asking -100 keeps the daemon's score, and the
+    next queue still gets its 500; an operator's new score for the daemon stays."""
+    command = "[/bin/sh, -c, 'cat /proc/self/oom_score_adj']"
+    config = write_config(
+        queue_config(command) + f"  low:\n    command: {command}\n"
+        "    resources: {oom_score_adj: -100}\n"
+    )
+    d = daemon(config)
+    try:
+        with open(f"/proc/{d.proc.pid}/oom_score_adj", "w") as f:
+            f.write("-100")
+        pytest.skip("this process may lower scores (CAP_SYS_RESOURCE): nothing is refused here")
+    except PermissionError:
+        pass
+    r.xadd("jobd:low", {"payload": "x", "job_id": "low"})
+    d.wait_log("queue=low job=low attempt=1 exit 0 after")
+    r.xadd("jobd:q", {"payload": "x", "job_id": "normal"})
+    d.wait_log("queue=q job=normal attempt=1 stdout: 500")
+    with open(f"/proc/{d.proc.pid}/oom_score_adj", "w") as f:
+        f.write("300")
+    r.xadd("jobd:q", {"payload": "x", "job_id": "again"})
+    d.wait_log("queue=q job=again attempt=1 stdout: 500")
+    with open(f"/proc/{d.proc.pid}/oom_score_adj") as f:
+        assert f.read().strip() == "300", "the daemon's new score stays"
+
+
+def test_rlimits_without_prlimit_name_the_resources_key(write_config) -> None:
+    config = write_config(queue_config("[/bin/true]", resources="{open_files: 64}"))
+    out = jobd_cli("validate", str(config), env={"PATH": "/nonexistent"})
+    assert out.returncode == 78, out
+    assert b"queues.q.resources: address_space, open_files and cpu_time need prlimit(1)" in (
+        out.stdout
+    )  # fmt: skip

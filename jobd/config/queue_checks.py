@@ -148,7 +148,13 @@ def _run_as(q: QueueSettings) -> list[Problem]:
 
 def _prlimit(q: QueueSettings) -> list[Problem]:
     if q.resources().prlimit_args() and shutil.which("prlimit") is None:
-        return [q.problem(("limits",), "limits need prlimit(1) (util-linux) on PATH")]
+        return [
+            q.problem(
+                ("resources",),
+                "address_space, open_files and cpu_time need "
+                "prlimit(1) on PATH: install util-linux, or remove them",
+            )
+        ]
     return []
 
 

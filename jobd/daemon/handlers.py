@@ -34,6 +34,13 @@ def entry_key(queue: QueueConfig, job: Job) -> EntryKey:
     return (queue.stream, queue.group, job.message_id)
 
 
+def delivery(handler: Handler) -> reaper.Delivery:
+    """A handler's delivery, as its environment says it (JOBD_QUEUE, JOBD_STREAM,
+    JOBD_MESSAGE_ID): what its escaped processes are known by."""
+    q = handler.queue
+    return os.fsencode(q.name), os.fsencode(q.stream), handler.job.message_id.encode()
+
+
 class Handlers:
     def __init__(self, poller: Poller) -> None:
         self.poller = poller
@@ -86,7 +93,7 @@ class Handlers:
         """Stop the handlers whose tree is over their queue's resources.memory (sampled: see
         ``process.memory``); only handlers of queues that set it are looked at."""
         self.next_sample = now + memory.SAMPLE_EVERY
-        capped = [(h.pid, h.queue.resources.memory) for h in self
+        capped = [(h.pid, h.queue.resources.memory, self.reaper.of(delivery(h))) for h in self
                   if h.queue.resources.memory is not None and h.stop_reason is None]  # fmt: skip
         for pid, used in memory.over(capped):  # type: ignore[arg-type]
             handler = self.by_pid[pid]
@@ -94,6 +101,11 @@ class Handlers:
             handler.log(logging.WARNING, "its processes use %.1fMiB, over resources.memory "
                         "%.1fMiB; stopping it", used / 2**20, cap / 2**20)  # fmt: skip
             self.stop(handler, StopReason.MEMORY, now)
+
+    def close(self) -> None:
+        """The daemon stops: what escaped a handler's group, attributed or not, is ended (no
+        job runs any more), so nothing a job started outlives the daemon."""
+        self.reaper.sweep(0.0, set(self.by_pid), {delivery(h) for h in self}, final=True)
 
     def running_in(self, queue: str) -> int:
         return self.in_queue[queue]
@@ -139,8 +151,7 @@ class Handlers:
         """Each handler whose time has come acts (``Handler.act``); processes that escaped a
         handler whose job has ended are ended (``Reaper.sweep``, a few times a second)."""
         if now >= self.reaper.next_sweep:
-            running = {(os.fsencode(h.queue.stream), h.job.message_id.encode()) for h in self}
-            self.reaper.sweep(now, set(self.by_pid), running)
+            self.reaper.sweep(now, set(self.by_pid), {delivery(h) for h in self})
         if now >= self.next_sample:
             self.sample_memory(now)
         if now >= self.next_due:

@@ -162,8 +162,8 @@ class Daemon:
         return True
 
     def close(self) -> None:
-        """After the last pass. Leases are renewed until every outcome is written: the ticker
-        stops last."""
+        """After the last pass; the ticker (lease renewals) stops last, after every outcome."""
+        self.running.close()  # what escaped a handler's group ends with the daemon
         self.recorder.stop()
         self.recorder.join()
         self.ticker.stop()

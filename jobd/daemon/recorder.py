@@ -192,8 +192,8 @@ class Recorder(threading.Thread):
 
     def _write_starts(self) -> None:
         """The active records due of the jobs that still run here (held: not lost, not
-        settled). Those that cannot be written now are tried again
-        RETRY_ACTIVE later, while their jobs run here."""
+        settled). Those that cannot be written now are tried again RETRY_ACTIVE later, while
+        their jobs run here."""
         if not self.starts:
             return
         now = time.monotonic()

@@ -3,12 +3,12 @@ tree, sampled, and the handlers over their cap.
 
 A sample reads ``/proc/PID/stat`` of every process on the host once (its parent and its resident
 pages) and sums, for each handler of a queue that sets ``resources.memory``, the resident memory
-of its leader and every descendant of it (those still below it: one that left and was orphaned is
-jobd's child then, and the reaper's). Only when such a handler runs: a daemon whose queues set no
-memory cap never samples. The cost is one read per process on the host per sample
-(``bench/memory_sampling.py`` measures it with 1000 handlers); a tree that grows faster than the
-sampling interval can pass its cap for that long, which the kernel's own limit (a cgroup's
-memory.max) does not allow: this is the fallback.
+of its leader and every descendant of it, and of the processes that escaped its group (jobd's
+children then, attributed to it by ``process.reaper``) and theirs. Only when such a handler
+runs: a daemon whose queues set no memory cap never samples. The cost is one read per process on
+the host per sample (``bench/memory_sampling.py`` measures it with 1000 handlers); a tree that
+grows faster than the sampling interval can pass its cap for that long, which the kernel's own
+limit (a cgroup's memory.max) does not allow: this is the fallback.
 """
 
 from __future__ import annotations
@@ -59,16 +59,16 @@ def tree_rss(leader: int, children: dict[int, list[int]], rss: dict[int, int]) -
     return total
 
 
-def over(capped: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Of ``capped`` (leader pid, cap in bytes), those whose tree is over its cap: (leader, its
-    tree's resident bytes)."""
+def over(capped: Iterable[tuple[int, int, list[int]]]) -> list[tuple[int, int]]:
+    """Of ``capped`` (leader pid, cap in bytes, the processes that escaped its group: see
+    ``process.reaper``), those whose trees are over the cap: (leader, their resident bytes)."""
     capped = list(capped)
     if not capped:
         return []
     children, rss = processes()
     found = []
-    for leader, cap in capped:
-        used = tree_rss(leader, children, rss)
+    for leader, cap, escaped in capped:
+        used = sum(tree_rss(top, children, rss) for top in (leader, *escaped))
         if used > cap:
             found.append((leader, used))
     return found

@@ -69,7 +69,7 @@ def decide(
     ran, for its history."""
     if stopped is StopReason.LEASE_LOST:
         return Outcome(Verb.RELEASE, queue, job)
-    if status is not None and status.ok:
+    if status is not None and status.ok and stopped is not StopReason.MEMORY:
         return Outcome(Verb.ACK, queue, job, timing=timing, ran=ran)
     if stopped is StopReason.CANCEL:
         return Outcome(Verb.CANCEL, queue, job, timing=timing, ran=ran)

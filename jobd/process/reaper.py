@@ -33,7 +33,9 @@ log = logging.getLogger("jobd.reaper")
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 SWEEP_EVERY = 0.25  # seconds between two sweeps at most (the loop may wake later when idle)
 
-Delivery = tuple[bytes, bytes]  # (stream, message id), as in a handler's environment
+Delivery = tuple[bytes, bytes, bytes]  # (queue, stream, message id), in a handler's environment
+WANTED = (b"JOBD_QUEUE", b"JOBD_STREAM", b"JOBD_MESSAGE_ID")
+ENVIRON_BYTES = 1 << 20  # of a process's environment read at most
 
 _protected: set[int] = set()  # children jobd reaps elsewhere
 
@@ -64,42 +66,60 @@ def children() -> list[int]:
 
 
 def delivery_of(pid: int) -> Delivery | None:
-    """The delivery in a process's environment, or None (unreadable, or none there)."""
+    """The delivery in a process's environment, or None (unreadable, or none there). At most
+    ENVIRON_BYTES are read: a process's environment is anyone's size."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = f.read()
+            environ = f.read(ENVIRON_BYTES)
     except OSError:
         return None
-    found = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v)
-    stream, mid = found.get(b"JOBD_STREAM"), found.get(b"JOBD_MESSAGE_ID")
-    return (stream, mid) if stream is not None and mid is not None else None
+    found: dict[bytes, bytes] = {}
+    for item in environ.split(b"\0"):
+        name, eq, value = item.partition(b"=")
+        if eq and name in WANTED:
+            found[name] = value
+            if len(found) == len(WANTED):
+                return found[b"JOBD_QUEUE"], found[b"JOBD_STREAM"], found[b"JOBD_MESSAGE_ID"]
+    return None
 
 
 class Reaper:
     """The sweep of adopted processes, run by the loop's thread (which starts every handler, so
-    no handler starts while a sweep looks)."""
+    no handler starts while a sweep looks). Each adopted process's delivery is read once: its
+    pid cannot be another process's until it is reaped, here."""
 
     def __init__(self) -> None:
         self.next_sweep = 0.0
         self.killed = 0  # escaped processes ended, in all
         self.enabled = False  # this process is the subreaper: its children are jobd's alone
+        self.adopted: dict[int, Delivery | None] = {}  # live adopted pid -> its delivery
 
-    def sweep(self, now: float, leaders: set[int], running: set[Delivery]) -> int:
+    def sweep(
+        self, now: float, leaders: set[int], running: set[Delivery], final: bool = False
+    ) -> int:
         """Once SWEEP_EVERY: reap adopted processes that exited, end those of jobs that ended
         (``running``: the deliveries of the handlers running now; ``leaders``: their pids).
-        Returns how many were ended."""
-        if now < self.next_sweep or not self.enabled:
+        One not attributed is ended only when no handler runs (then it can be no running
+        job's), or ``final``ly, when the daemon stops. Returns how many were ended."""
+        if (now < self.next_sweep and not final) or not self.enabled:
             return 0
         self.next_sweep = now + SWEEP_EVERY
-        ended = 0
+        ended, live = 0, {}
         for pid in children():
             if pid in leaders or pid in _protected or _reaped(pid):
                 continue
-            delivery = delivery_of(pid)
-            if delivery is not None and delivery not in running:
-                ended += _kill_tree(pid, delivery)
+            delivery = live[pid] = self.adopted[pid] if pid in self.adopted else delivery_of(pid)
+            if delivery is None and (running and not final):
+                continue  # not attributed: it may be a running job's
+            if delivery is None or delivery not in running:
+                ended += _kill_tree(pid, delivery, leaders)
+        self.adopted = live
         self.killed += ended
         return ended
+
+    def of(self, delivery: Delivery) -> list[int]:
+        """The adopted processes of a delivery, as the last sweep found them."""
+        return [pid for pid, d in self.adopted.items() if d == delivery]
 
 
 def _reaped(pid: int) -> bool:
@@ -111,16 +131,27 @@ def _reaped(pid: int) -> bool:
     return done != 0
 
 
-def _kill_tree(pid: int, delivery: Delivery) -> int:
-    """SIGKILL a process and its descendants (reaped by later sweeps); how many."""
+def _kill_tree(pid: int, delivery: Delivery | None, groups_kept: set[int]) -> int:
+    """SIGKILL a process, its process group when that is no handler's nor this daemon's (the
+    kernel signals a group whole, so a process that forks and exits to change its pid is caught
+    with its children), and its descendants (reaped by later sweeps); how many processes."""
     try:
-        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
+        top = psutil.Process(pid)
+        tree = [top, *top.children(recursive=True)]
+        group = os.getpgid(pid)
+    except (psutil.Error, OSError):
         return 0
+    if group not in groups_kept and group != os.getpgrp():
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
     for p in tree:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGKILL)
-    stream, mid = (x.decode(errors="backslashreplace") for x in delivery)
-    log.warning("stream=%s entry=%s: %d process(es) that left the handler's group outlived "
-                "its job; killed", stream, mid, len(tree))  # fmt: skip
+    if delivery is None:
+        log.warning("%d process(es) that left a handler's group outlived it; killed (not "
+                    "attributed: no job of this daemon runs)", len(tree))  # fmt: skip
+    else:
+        queue, stream, mid = (x.decode(errors="backslashreplace") for x in delivery)
+        log.warning("queue=%s stream=%s entry=%s: %d process(es) that left the handler's group "
+                    "outlived its job; killed", queue, stream, mid, len(tree))  # fmt: skip
     return len(tree)

@@ -215,32 +215,34 @@ def raise_open_files_limit() -> None:
 class OomScore:
     """Handlers get their ``resources.oom_score_adj`` from their first instruction: the daemon
     takes that score itself for the instant of each spawn (a child inherits its parent's at
-    fork) and goes back to its own right after (``/proc/self/oom_score_adj``, kept open: two
-    writes of a microsecond). Going back is always allowed (the kernel refuses going below the
-    lowest score a privileged process set, and ours was at least that); taking a score lower
-    than ours needs CAP_SYS_RESOURCE: refused, handlers keep ours, said once in the log. During
-    a spawn the daemon competes with its handlers for the OOM killer, which picks the largest
-    of equal scores: the handlers."""
+    fork) and goes back to its own right after (``/proc/self/oom_score_adj``, kept open, its
+    value read again each time: an operator may change it). Going back is always allowed (the
+    kernel refuses going below the lowest score a privileged process set, and ours was at least
+    that); a score lower than ours needs CAP_SYS_RESOURCE: refused, that queue's handlers keep
+    ours, said once a value in the log. During a spawn the daemon competes with its handlers for
+    the OOM killer, which picks the largest of equal scores: the handlers."""
 
     def __init__(self) -> None:
         self.fd: int | None = None
-        self.own = 0
-        self.refused = False
-        try:
-            with open("/proc/self/oom_score_adj") as f:
-                self.own = int(f.read())
-            self.fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
-        except (OSError, ValueError):
-            self.fd = None
+        self.own = 0  # the daemon's score, as read before the last spawn
+        self.refused: set[int] = set()
+        with contextlib.suppress(OSError):
+            self.fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
 
     def take(self, value: int) -> bool:
         """Take ``value`` for a spawn; whether ``restore`` must follow."""
-        if self.fd is None or value == self.own or self.refused:
+        if self.fd is None or value in self.refused:
+            return False
+        try:
+            self.own = int(os.pread(self.fd, 16, 0))
+        except (OSError, ValueError):
+            return False
+        if value == self.own:
             return False
         try:
             os.write(self.fd, str(value).encode())
         except OSError as exc:
-            self.refused = True
+            self.refused.add(value)
             log.warning("handlers cannot get oom_score_adj %d (%s): they keep the daemon's (%d)",
                         value, exc.strerror or exc, self.own)  # fmt: skip
             return False
