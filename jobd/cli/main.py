@@ -95,10 +95,8 @@ def report_problems(exc: ConfigError) -> None:
 
 def summary(config: Config) -> str:
     """One line, and one more for the queues whose memory is capped (``containment``)."""
-    from jobd.process import containment
-
     names = ", ".join(config.queues)
-    first, *more = containment.describe(config.queues.values())
+    first, *more = containment_lines(config)
     line = f"{config.path}: OK: {len(config.queues)} queue(s) ({names}) on {server(config)}"
     return "\n".join([f"{line}; {first}", *more])
 

@@ -90,7 +90,6 @@ class Reaper:
 
     def __init__(self) -> None:
         self.next_sweep = 0.0
-        self.killed = 0  # escaped processes ended, in all
         self.enabled = False  # this process is the subreaper: its children are jobd's alone
         self.adopted: dict[int, Delivery | None] = {}  # live adopted pid -> its delivery
 
@@ -114,7 +113,6 @@ class Reaper:
             if delivery is None or delivery not in running:
                 ended += _kill_tree(pid, delivery, leaders)
         self.adopted = live
-        self.killed += ended
         return ended
 
     def of(self, delivery: Delivery) -> list[int]:

@@ -34,7 +34,7 @@ local wanted = {}
 for i = 7, #ARGV do wanted[ARGV[i]] = true end
 if ARGV[3] == '-' and ARGV[6] ~= '' then
   local h = history_at(3, ARGV[5])
-  for i = 7, #ARGV do audit(h, 'cancel', {'job', ARGV[i], 'by', ARGV[6]}) end
+  for i = 7, #ARGV do emit(h, 'cancel', {'job', ARGV[i], 'by', ARGV[6]}) end
 end
 -- The group's last delivered id: an entry after it is waiting, one before it was delivered. No
 -- stream or no group yet: nothing was delivered.

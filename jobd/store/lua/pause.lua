@@ -22,5 +22,5 @@ end
 local t = redis.call('TIME')
 local since = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 redis.call('HSET', KEYS[1], 'since', since, 'by', ARGV[1])
-audit(history_at(2, ARGV[2]), 'pause', {'by', ARGV[1]})
+emit(history_at(2, ARGV[2]), 'pause', {'by', ARGV[1]})
 return {since, ARGV[1], 1}

@@ -11,5 +11,5 @@
 -- were deleted.
 local count = redis.call('XLEN', KEYS[1])
 redis.call('DEL', KEYS[1])
-audit(history_at(2, ARGV[1]), 'purge', {'by', ARGV[2], 'count', tostring(count)})
+emit(history_at(2, ARGV[1]), 'purge', {'by', ARGV[2], 'count', tostring(count)})
 return count

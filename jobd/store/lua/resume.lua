@@ -19,6 +19,6 @@ if not existed or not cur[1] then
   if not existed then return {} end
   cur = {'0', cur[2] or '?'}
 end
-audit(history_at(2, ARGV[2]), 'resume',
+emit(history_at(2, ARGV[2]), 'resume',
   {'by', ARGV[1], 'paused_since', cur[1], 'paused_by', cur[2] or ''})
 return {cur[1], cur[2] or ''}

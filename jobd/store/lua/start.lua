@@ -1,3 +1,4 @@
+--! uses jobs.lua
 -- start.lua: jobs running now, in the queue's active hash (`jobd job`, the dashboard).
 --
 -- KEYS[1]   the queue's active hash (jobd/store/keys.py)
@@ -13,8 +14,7 @@
 -- left alone. Returns how many were written.
 local t = redis.call('TYPE', KEYS[1]).ok
 if t ~= 'hash' and t ~= 'none' then return 0 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local n = 0
 for i = 1, #ARGV, 5 do
   local since = now - tonumber(ARGV[i + 2])

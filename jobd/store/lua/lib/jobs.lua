@@ -137,6 +137,15 @@ local function appended(old, line)
   return line
 end
 
+-- An event in the queue's events stream, ``event`` then ``fields`` (name, value, …): an outcome
+-- (``remember``) or an operator's action. Best effort: see above.
+local function emit(h, event, fields)
+  if not h.emits then return end
+  local e = {h.events, 'MAXLEN', '~', h.events_max, '*', 'event', event, 'queue', h.queue}
+  for _, v in ipairs(fields) do e[#e + 1] = v end
+  redis.pcall('XADD', unpack(e))
+end
+
 -- Write ``note`` at Redis ms ``now`` about ``entry``: the job's record (with at, started_at when
 -- it ran, and the numbers in ``more``, name, value, …) and the queue's event (none when the
 -- note is ``quiet``: a step of the job's that is no outcome, such as its promotion).
@@ -154,24 +163,15 @@ local function remember(h, note, now, entry, more)
     redis.call('ZADD', h.at, now, note.job)
     h.added = (h.added or 0) + 1
   end
-  if h.emits and not note.quiet then
-    local event = {h.events, 'MAXLEN', '~', h.events_max, '*', 'event', note.event,
-      'queue', h.queue, 'job', note.job}
-    if entry then event[#event + 1] = 'entry'; event[#event + 1] = entry end
-    for _, v in ipairs(note.extras) do event[#event + 1] = v end
+  if not note.quiet then
+    local fields = {'job', note.job}
+    if entry then fields[#fields + 1] = 'entry'; fields[#fields + 1] = entry end
+    for _, v in ipairs(note.extras) do fields[#fields + 1] = v end
     for i = 1, #more, 2 do
-      event[#event + 1] = more[i]; event[#event + 1] = string.format('%d', more[i + 1])
+      fields[#fields + 1] = more[i]; fields[#fields + 1] = string.format('%d', more[i + 1])
     end
-    redis.pcall('XADD', unpack(event)) -- best effort: see above
+    emit(h, note.event, fields)
   end
-end
-
--- An operator's action in the queue's events stream: pairs name, value after the event's name.
-local function audit(h, event, fields)
-  if not h.emits then return end
-  local e = {h.events, 'MAXLEN', '~', h.events_max, '*', 'event', event, 'queue', h.queue}
-  for _, v in ipairs(fields) do e[#e + 1] = v end
-  redis.pcall('XADD', unpack(e)) -- best effort: see above
 end
 
 -- History beyond max_age or maxlen goes, a bounded step a call (TRIM_STEP, plus the jobs this
