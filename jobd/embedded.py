@@ -36,7 +36,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from jobd.process import reaper
+from jobd.process import reaper, spawn
 from jobd.process.environment import base_environment
 from jobd.statedir import open_state_directory, secure_directory
 
@@ -129,14 +129,15 @@ class EmbeddedServer:
         with contextlib.suppress(FileNotFoundError):
             (state / SOCKET).unlink()  # left by a server that died
         secure_directory(state)  # checked again: the server writes there from now on
-        self.proc = subprocess.Popen(
-            [binary, *self.arguments()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            process_group=0,  # Ctrl-C in a terminal reaches jobd, which stops the server last
-            umask=SERVER_UMASK,
-            env=server_environment(os.environ),
-        )
+        with spawn.LOCK:  # not while a handler's start lends the daemon its cgroup
+            self.proc = subprocess.Popen(
+                [binary, *self.arguments()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                process_group=0,  # Ctrl-C in a terminal reaches jobd, which stops the server last
+                umask=SERVER_UMASK,
+                env=server_environment(os.environ),
+            )
         self.wait_ready()
         reaper.protect(self.proc.pid)  # reaped by its own Popen, never by the sweep
         log.info("embedded Redis started: %s (pid %d), state in %s", binary, self.proc.pid, state)

@@ -40,6 +40,8 @@ def printable(text: str) -> str:
 
 
 class JSONFormatter(logging.Formatter):
+    process: int | None = None  # which of a supervisor's daemons logs (``setup``)
+
     def format(self, record: logging.LogRecord) -> str:
         message = printable(record.getMessage())  # bytes that were not UTF-8 as \xff
         body: dict[str, object] = {
@@ -48,6 +50,8 @@ class JSONFormatter(logging.Formatter):
             "logger": record.name,
             "message": message,
         }
+        if self.process is not None:
+            body["process"] = self.process
         tag = _TAG.match(message)
         if tag:
             body["queue"], body["job"] = tag["queue"], tag["job"]
@@ -86,16 +90,21 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
-def setup(level: str = "INFO", fmt: str = "text") -> None:
+def setup(level: str = "INFO", fmt: str = "text", process: int | None = None) -> None:
+    """Log to stderr; ``process``: this is that daemon of a supervisor's (``processes``), and
+    each line says so (``[p2]`` after the logger's name, or ``"process": 2``)."""
     # Fields no format here uses, not collected for every record (the logging HOWTO's
     # "Optimization" section): the caller's file and line, thread, process.
     logging._srcfile = None  # type: ignore[attr-defined]
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = LineHandler(sys.stderr)
     if fmt == "json":
-        handler.setFormatter(JSONFormatter())
+        formatter = JSONFormatter()
+        formatter.process = process
+        handler.setFormatter(formatter)
     else:
-        text = "%(levelname)s %(name)s: %(message)s"
+        tag = "" if process is None else f"[p{process}]"
+        text = f"%(levelname)s %(name)s{tag}: %(message)s"
         if not os.environ.get("JOURNAL_STREAM"):
             text = "%(asctime)s " + text
         handler.setFormatter(TextFormatter(text))

@@ -51,8 +51,8 @@ def test_unknown_key_without_a_close_match_lists_the_keys(tmp_path: Path) -> Non
     path = write(tmp_path, "queues:\n  a: {command: [/bin/true]}\nzzz: 1\n")
     [line] = problems(path)
     assert line == (
-        "f:3:1: error: zzz: unknown key 'zzz'; expected one of: dashboard, defaults, metrics, "
-        "queues, redis, shutdown_grace"
+        "f:3:1: error: zzz: unknown key 'zzz'; expected one of: cgroup, dashboard, defaults, "
+        "metrics, processes, queues, redis, shutdown_grace"
     )
 
 

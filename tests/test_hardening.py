@@ -677,7 +677,7 @@ def test_the_units_run_jobd_unprivileged_with_exposure_at_most_5(
     assert exposure <= 5.0, report
     assert re.search(r"✓ User=/DynamicUser=", report), report
     text = (SYSTEMD / unit).read_text()
-    for line in ("StateDirectoryMode=0700", "UMask=0077", "CapabilityBoundingSet=\n",
+    for line in ("StateDirectoryMode=0700", "UMask=0077", "CapabilityBoundingSet=\n", "Delegate=yes\n",
                  "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "SystemCallErrorNumber=EPERM"):  # fmt: skip
         assert line in text
     assert "\nMemoryDenyWriteExecute=" not in text, "it breaks JITs in handlers"

@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--log-format", default=os.environ.get("JOBD_LOG_FORMAT", "text"), choices=("text", "json")
     )
+    # Internal: one of the daemons a supervisor runs (`processes:` over 1), and which one.
+    run.add_argument("--process", type=int, metavar="INDEX", help=argparse.SUPPRESS)
 
     _add_enqueue(commands)
 

@@ -50,9 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_problems(exc)
         return exitcodes.CONFIG
     if args.command == "run":
-        from jobd.daemon.loop import run
-
-        return run(config, args.log_level, args.log_format)
+        return run_daemon(config, args)
     from jobd import embedded
 
     try:
@@ -61,6 +59,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as exc:  # the embedded server could not be started
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
+
+
+def run_daemon(config: Config, args: argparse.Namespace) -> int:
+    """`jobd run`: the daemon; with ``processes`` over 1, the supervisor of that many (each
+    started as `jobd run … --process INDEX`)."""
+    if args.process is not None:
+        from jobd.daemon.child import run_child
+
+        return run_child(config, args.process, args.log_level, args.log_format)
+    if config.processes > 1:
+        from jobd.daemon.supervisor import supervise
+
+        return supervise(config, args.log_level, args.log_format)
+    from jobd.daemon.loop import run
+
+    return run(config, args.log_level, args.log_format)
 
 
 def dispatch(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -98,13 +112,21 @@ def summary(config: Config) -> str:
     names = ", ".join(config.queues)
     first, *more = containment_lines(config)
     line = f"{config.path}: OK: {len(config.queues)} queue(s) ({names}) on {server(config)}"
+    if config.processes > 1:
+        line += f", in {config.processes} processes"
     return "\n".join([f"{line}; {first}", *more])
 
 
 def containment_lines(config: Config) -> list[str]:
-    from jobd.process import containment
+    """As the daemon would say it if started from here (under systemd with Delegate=yes it gets
+    its service's cgroup, which this process may not be in); then what it could not enforce."""
+    from jobd.process import cgroup, containment
 
-    return containment.describe(config.queues.values())
+    found = cgroup.find(config.cgroup)
+    queues = config.queues.values()
+    refused = [f"warning: {line} (the daemon refuses to start where it cannot enforce it)"
+               for line in containment.unenforced(queues, found)]  # fmt: skip
+    return [*containment.describe(queues, found=found), *refused]
 
 
 def server(config: Config) -> str:
@@ -137,6 +159,7 @@ def validate(path: str, fmt: str) -> int:
                 name: {"stream": q.stream, "group": q.group} for name, q in config.queues.items()
             },
             "redis": server(config),
+            "processes": config.processes,
             "containment": containment_lines(config),
         }
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")

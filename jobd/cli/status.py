@@ -39,8 +39,7 @@ def render(report: dict[str, Any]) -> str:
         ]
         if this["deduped"] or last["deduped"]:
             lines.append(f"  deduped: last minute {last['deduped']}, this minute {this['deduped']}")
-        for c in s["consumers"]:
-            lines.append(f"  consumer {c['name']}  idle {_age(c['idle'])}  holding {c['holding']}")
+        lines += _consumers(s["consumers"])
         for level, b in s.get("levels", {}).items():
             lag = b["lag"] if b["lag"] is not None else "-"
             lines.append(
@@ -66,6 +65,26 @@ def render(report: dict[str, Any]) -> str:
                 f"next tick {at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
             )
     return "\n".join(printable(line) for line in lines)  # names others wrote: escaped
+
+
+def _consumers(consumers: list[dict[str, Any]]) -> list[str]:
+    """One line per consumer; a host's several daemons (``processes``) under one line for
+    the host, in process order."""
+    hosts: dict[str, list[dict[str, Any]]] = {}
+    for c in sorted(consumers, key=lambda c: (c["host"] or c["name"], c["process"] or 0)):
+        hosts.setdefault(c["host"] or c["name"], []).append(c)
+    lines = []
+    for host, group in hosts.items():
+        indent = "  "
+        if len(group) > 1:
+            held = sum(c["holding"] for c in group)
+            lines.append(f"  host {host}: {len(group)} consumers, holding {held}")
+            indent = "    "
+        lines += [
+            f"{indent}consumer {c['name']}  idle {_age(c['idle'])}  holding {c['holding']}"
+            for c in group
+        ]
+    return lines
 
 
 def _when(unix: float) -> str:

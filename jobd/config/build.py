@@ -47,8 +47,15 @@ def build(view: ConfigView, queues: Mapping[str, QueueSettings]) -> Config:
             view.get(("shutdown_grace",), TOP_DEFAULTS["shutdown_grace"])
         ),
         metrics_listen=view.get(("metrics", "listen"), None),
+        cgroup=view.get(("cgroup",), "auto"),
         dashboard=build_dashboard(view),
+        processes=processes(view.get(("processes",), TOP_DEFAULTS["processes"])),
     )
+
+
+def processes(value: int | str) -> int:
+    """``processes``: a number, or ``auto``: one per CPU of the machine."""
+    return (os.cpu_count() or 1) if value == "auto" else int(value)
 
 
 def build_redis(view: ConfigView) -> RedisConfig:

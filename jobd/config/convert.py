@@ -43,7 +43,7 @@ def rate(text: str, burst: int | None = None) -> Rate:
     return Rate(int(count), durations.parse(per), int(count) if burst is None else burst)
 
 
-RESOURCES = ("memory", "address_space", "open_files", "cpu_time", "oom_score_adj")
+RESOURCES = ("memory", "pids", "cpu", "address_space", "open_files", "cpu_time", "oom_score_adj")
 
 
 def resources(given: Mapping[str, Any]) -> Resources:
@@ -51,6 +51,8 @@ def resources(given: Mapping[str, Any]) -> Resources:
     cpu_time, memory, space = (given.get(k) for k in ("cpu_time", "memory", "address_space"))
     return Resources(
         memory=None if memory is None else sizes.parse(memory),
+        pids=given.get("pids"),
+        cpu=None if given.get("cpu") is None else float(given["cpu"]),
         address_space=None if space is None else sizes.parse(space),
         open_files=given.get("open_files"),
         cpu_time=None if cpu_time is None else max(1, round(durations.parse(cpu_time))),

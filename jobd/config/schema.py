@@ -105,7 +105,7 @@ def _translate(error: jsonschema.ValidationError, doc: Document) -> list[Finding
     message = error.message
     if holds_secret(doc, path):
         message = _without_value(error)
-    elif error.validator in ("type", "pattern") and "x-hint" in error.schema:
+    elif error.validator in ("type", "pattern", "anyOf") and "x-hint" in error.schema:
         message = f"{error.instance!r} is not valid here; {error.schema['x-hint']}"
     elif "x-hint" in error.schema:
         message = f"{message}; {error.schema['x-hint']}"

@@ -48,7 +48,9 @@ class Resources:
     """What one handler may use (``resources:``; see the README's Containment). None: not
     limited by jobd (the rlimits: inherited from the daemon)."""
 
-    memory: int | None = None  # bytes, the handler's whole tree (sampled: process.memory)
+    memory: int | None = None  # bytes, the handler's whole tree (memory.max, else sampled)
+    pids: int | None = None  # processes and threads of the whole tree (pids.max)
+    cpu: float | None = None  # cores (cpu.max)
     address_space: int | None = None  # bytes, RLIMIT_AS of each process
     open_files: int | None = None
     cpu_time: int | None = None  # seconds
@@ -206,7 +208,11 @@ class Config:
     queues: Mapping[str, QueueConfig]
     shutdown_grace: float
     metrics_listen: str | None = None  # HOST:PORT for /metrics and /healthz
+    cgroup: str = "auto"  # auto, off, or a cgroup's path (process.cgroup)
     dashboard: DashboardConfig = field(default_factory=lambda: DashboardConfig())
+    # Daemon processes on this host (``auto`` resolved to the CPUs); over 1, ``jobd run`` is
+    # their supervisor (daemon.supervisor).
+    processes: int = 1
 
 
 @dataclass(frozen=True)

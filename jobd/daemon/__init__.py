@@ -10,4 +10,7 @@ the loop), the loop puts outcomes in the recorder's inbox and freed slots in eac
 an entry must be renewed from the instant a reader gets it until its outcome is written,
 whichever thread has it then, so it is one lock-guarded set, not a message. Signals only leave
 a byte in a pipe; the loop acts on them (``poller``).
+
+With ``processes`` over 1, `jobd run` is a ``supervisor`` of that many daemons, each a whole
+daemon as above, less what the supervisor does once for the host (``child``).
 """

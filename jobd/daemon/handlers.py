@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from jobd.config import QueueConfig
 from jobd.daemon.poller import Poller
 from jobd.job import Job
-from jobd.process import containment, memory, reaper
+from jobd.process import cgroup, containment, memory, reaper
 from jobd.process.handler import Handler, StopReason
 from jobd.store.leases import Lost
 from jobd.web.metrics import Metrics
@@ -51,14 +51,30 @@ class Handlers:
         self.started: deque[tuple[float, Handler]] = deque()  # by start: when ACTIVE_AFTER ends
         self.reaper = reaper.Reaper()
         self.next_sample = 0.0  # when resources.memory is next sampled (process.memory)
+        self.tree: cgroup.Tree | None = None  # where handlers get a cgroup each, if anywhere
 
-    def contain(self, queues: Iterable[QueueConfig]) -> None:
+    def contain(self, queues: Iterable[QueueConfig], setting: str) -> bool:
         """Become the child subreaper (a handler's escaped processes become this process's:
-        ``process.reaper``), and say which containment applies. Once, by the daemon's process
-        (an in-process test stays what it is)."""
+        ``process.reaper``), take the cgroup ``setting`` gives (``process.cgroup``), and say which
+        containment applies. False, said in the log, when a queue's resources cannot be
+        enforced here. Once, by the daemon's process (an in-process test stays what it is)."""
+        queues = list(queues)
         subreaper = self.reaper.enabled = reaper.become_subreaper()
-        for line in containment.describe(queues, subreaper):
+        found = cgroup.find(setting)
+        if isinstance(found, cgroup.Found):
+            try:
+                self.tree = cgroup.Tree.take(found)
+                found = self.tree.found
+            except OSError as exc:
+                found = f"{found.root}: {exc.strerror or exc}"
+                if setting != "auto":
+                    log.error("cannot use cgroup %s: %s", setting, found)
+        for line in containment.describe(queues, subreaper, found):
             log.info("%s", line)
+        refused = containment.unenforced(queues, found)
+        for line in refused:
+            log.error("%s", line)
+        return not refused
 
     def __len__(self) -> int:
         return len(self.by_pid)
@@ -94,7 +110,8 @@ class Handlers:
         ``process.memory``); only handlers of queues that set it are looked at."""
         self.next_sample = now + memory.SAMPLE_EVERY
         capped = [(h.pid, h.queue.resources.memory, self.reaper.of(delivery(h))) for h in self
-                  if h.queue.resources.memory is not None and h.stop_reason is None]  # fmt: skip
+                  if h.queue.resources.memory is not None and h.stop_reason is None
+                  and not (h.placed and h.placed[1].caps_memory)]  # fmt: skip
         for pid, used in memory.over(capped):  # type: ignore[arg-type]
             handler = self.by_pid[pid]
             cap = handler.queue.resources.memory or 0
@@ -106,6 +123,8 @@ class Handlers:
         """The daemon stops: what escaped a handler's group, attributed or not, is ended (no
         job runs any more), so nothing a job started outlives the daemon."""
         self.reaper.sweep(0.0, set(self.by_pid), {delivery(h) for h in self}, final=True)
+        if self.tree is not None:
+            self.tree.close()
 
     def running_in(self, queue: str) -> int:
         return self.in_queue[queue]
@@ -152,6 +171,8 @@ class Handlers:
         handler whose job has ended are ended (``Reaper.sweep``, a few times a second)."""
         if now >= self.reaper.next_sweep:
             self.reaper.sweep(now, set(self.by_pid), {delivery(h) for h in self})
+            if self.tree is not None:
+                self.tree.tidy()
         if now >= self.next_sample:
             self.sample_memory(now)
         if now >= self.next_due:

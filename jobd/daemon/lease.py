@@ -33,10 +33,21 @@ from jobd.store.store import Store
 log = logging.getLogger("jobd.lease")
 
 
+_process_tag = ""  # "-p2" in the second daemon of a supervisor's (``name_process``)
+
+
+def name_process(index: int) -> None:
+    """This process is daemon ``index`` of a supervisor's (``processes``): its consumer name
+    ends in ``-pINDEX``, so one host's daemons read as such. Called once, before the daemon
+    is made (``daemon.child``)."""
+    global _process_tag
+    _process_tag = f"-p{index}"
+
+
 def consumer_name() -> str:
     """A daemon's name in every consumer group, unique per process, and readable: which host
-    and pid holds a job."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+    and pid holds a job (and which of the host's daemons it is: ``name_process``)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}{_process_tag}"
 
 
 class Holdings:

@@ -147,11 +147,11 @@ class Daemon:
         """What the process needs before the loop opens: descriptors, folder, signals, the
         embedded Redis. (In-process tests skip it: ``open``, ``step``, ``close``.)"""
         spawn.raise_open_files_limit()
-        inherited = spawn.close_inherited_on_exec()
-        if inherited:
+        if inherited := spawn.close_inherited_on_exec():
             log.info("descriptors inherited at start, kept from handlers: %s", inherited)
         os.chdir(self.folder)
-        self.running.contain(self.config.queues.values())
+        if not self.running.contain(self.config.queues.values(), self.config.cgroup):
+            return False
         self.signals.install()
         if self.embedded is not None:
             try:
@@ -303,7 +303,7 @@ class Daemon:
 
     def start(self, queue: QueueConfig, job: Job) -> None:
         try:
-            handler = Handler.spawn(job, queue, self.folder)
+            handler = Handler.spawn(job, queue, self.folder, self.running.tree)
         except Exception as exc:  # the daemon never dies of a job
             if not isinstance(exc, SpawnError):
                 log.error("%s cannot start the handler", job.tag(queue.name), exc_info=exc)

@@ -5,13 +5,19 @@ newline-separated ``KEY=value`` lines: ``READY=1``, ``STATUS=…``, ``WATCHDOG=1
 ``STOPPING=1``, ``RELOADING=1`` (with ``MONOTONIC_USEC``, or ``systemctl reload`` can hang).
 Outside systemd every call is a no-op. A failed send is logged, never raised: the daemon does
 not die because systemd went away.
+
+A supervisor (``processes`` over 1) hears its daemons the same way: each is started with
+``NOTIFY_SOCKET`` naming the supervisor's ``Listener``, never systemd's, and only the
+supervisor tells systemd anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Mapping
@@ -77,3 +83,43 @@ class Notifier:
             return
         self.next_watchdog = now + self.watchdog_interval
         self.send(WATCHDOG=1)
+
+
+UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (SCM_CREDENTIALS)
+
+
+class Listener:
+    """The receiving end, for a supervisor: a datagram socket at ``path`` (in a directory only
+    this user can enter) that reads each message with its sender's pid, as the kernel vouches
+    for it (``SO_PASSCRED``), so a message is known to come from that daemon and no other."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.sock.bind(path)
+        self.sock.setblocking(False)
+        self.path = path
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def receive(self) -> list[tuple[int, dict[str, str]]]:
+        """Every message waiting: (sender's pid, its KEY=value fields)."""
+        messages = []
+        while True:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(UCRED.size))
+            except (BlockingIOError, InterruptedError):
+                return messages
+            pid = next(
+                (UCRED.unpack(d[: UCRED.size])[0] for level, kind, d in ancillary
+                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS),
+                0,
+            )  # fmt: skip
+            lines = data.decode("utf-8", "replace").splitlines()
+            messages.append((pid, dict(line.partition("=")[::2] for line in lines if line)))
+
+    def close(self) -> None:
+        self.sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)

@@ -16,21 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import grp
 import logging
 import os
-import pwd
 import resource
 import select
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 
 from jobd.config import QueueConfig
 from jobd.job import Job
 from jobd.outcome import Ran, Started
-from jobd.process import spawn
+from jobd.process import launch
+from jobd.process.cgroup import Cgroup, Tree, Usage
 from jobd.process.output import Output
 
 log = logging.getLogger("jobd.handler")
@@ -102,9 +100,11 @@ def _signame(signum: int | None) -> str:
 class Handler:
     """One attempt of one job, running as a process group led by ``pid``."""
 
-    def __init__(self, job: Job, queue: QueueConfig, pid: int, stdin: int | None,
-                 stdout: int, stderr: int) -> None:  # fmt: skip
+    def __init__(self, job: Job, queue: QueueConfig, pid: int, stdin: int | None, stdout: int,
+                 stderr: int, placed: tuple[Tree, Cgroup] | None = None) -> None:  # fmt: skip
         self.job = job
+        self.placed = placed  # its cgroup and the tree it is in (process.cgroup), if any
+        self.cgroup_usage: Usage | None = None  # what its cgroup used, once reaped
         self.queue = queue
         self.pid = pid
         self.state = State.RUNNING
@@ -132,12 +132,13 @@ class Handler:
     # -- starting -------------------------------------------------------------------------
 
     @classmethod
-    def spawn(cls, job: Job, queue: QueueConfig, here: str) -> Handler:
+    def spawn(cls, job: Job, queue: QueueConfig, here: str, tree: Tree | None = None) -> Handler:
         """Start the handler with its payload pipe filled as far as it goes.
 
         The fast path is ``spawn`` (vfork and exec, no Python in the child) when the
         handler runs in the daemon's own folder ``here`` as the daemon's user; otherwise
-        subprocess.Popen, which can change folder and identity.
+        subprocess.Popen, which can change folder and identity. With a ``tree``, in a cgroup
+        of its own (``process.cgroup``).
         """
         payload = job.stdin_bytes()
         job_env = dict(  # the job's own variables, on top of the queue's environment
@@ -162,20 +163,17 @@ class Handler:
             os.close(in_w)
             in_w = None
         child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
-        taken = spawn.OOM.take(queue.resources.oom_score_adj)
         try:
-            pid = _start(queue, here, job_env, in_r, out_w, err_w)
+            pid, placed = launch.start(queue, here, job_env, in_r, out_w, err_w, tree)
         except OSError as exc:
             for fd in (out_r, err_r, in_w):
                 if fd is not None:
                     os.close(fd)
             raise SpawnError(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}") from exc
         finally:
-            if taken:
-                spawn.OOM.restore()
             for fd in child_ends:
                 os.close(fd)
-        handler = cls(job, queue, pid, in_w, out_r, err_r)
+        handler = cls(job, queue, pid, in_w, out_r, err_r, placed)
         if in_w is not None:  # a larger payload: written as the handler reads it
             os.set_blocking(in_w, False)
             handler.pending_input = memoryview(payload)
@@ -288,8 +286,14 @@ class Handler:
         is a zombie its pid, which is the group id, cannot be reused, so SIGKILL to the group
         reaches only this handler's descendants."""
         self.kill()
+        if self.placed is not None:  # everything in its cgroup, escaped from the group or not
+            self.placed[1].kill()
         _, wait_status, self.usage = os.wait4(self.pid, 0)
         os.close(self.pidfd)
+        if self.placed is not None:
+            tree, cgroup = self.placed
+            self.cgroup_usage = cgroup.usage()
+            tree.end(cgroup)
         return wait_status
 
     def exited(self, wait_status: int) -> ExitStatus:
@@ -307,13 +311,21 @@ class Handler:
                 while not self.read_output(fd):
                     pass
             self.close_output(fd)
-        usage = self.usage
+        usage, used = self.usage, self.cgroup_usage
+        cpu = None if usage is None else usage.ru_utime + usage.ru_stime
+        peak = _peak(usage)
+        if used is not None:  # the cgroup's figures take in the whole tree, escapees too
+            cpu = cpu if used.cpu_seconds is None else used.cpu_seconds
+            peak = peak if used.peak_bytes is None else used.peak_bytes
+            if used.oom_killed and self.stop_reason is None:
+                self.log(logging.WARNING, "OOM-killed in its cgroup (resources.memory)")
+                self.stop_reason = StopReason.MEMORY
         self.status = ExitStatus(
             code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
             timed_out=self.stop_reason is StopReason.TIMEOUT,
-            cpu_seconds=None if usage is None else usage.ru_utime + usage.ru_stime,
-            max_rss_bytes=_peak(usage),
+            cpu_seconds=cpu,
+            max_rss_bytes=peak,
         )
         return self.status
 
@@ -333,44 +345,3 @@ class Handler:
     def log(self, level: int, message: str, *args: object) -> None:
         if log.isEnabledFor(level):  # the tag is built for every job: not for nothing
             log.log(level, "%s " + message, self.job.tag(self.queue.name), *args)
-
-
-def _start(
-    queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
-    stderr: int,
-) -> int:  # fmt: skip
-    """Start the process in its own group with these descriptors as 0, 1, 2, and the queue's
-    environment plus ``job_env``; its pid."""
-    if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
-        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr)
-    popen = subprocess.Popen(
-        queue.argv,
-        stdin=stdin if stdin is not None else subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=stderr,
-        cwd=queue.cwd,
-        env={**queue.env, **job_env},
-        process_group=0,
-        **identity(queue),
-    )
-    popen.returncode = 0  # reaped by the daemon's loop, not by this object
-    return popen.pid
-
-
-def identity(queue: QueueConfig) -> dict[str, object]:
-    """Popen arguments that switch user and group (this turns off the vfork fast path, so only
-    for queues that ask): the user's primary group unless one is given, and the user's own
-    supplementary groups instead of the daemon's."""
-    if not (queue.run_as_user or queue.run_as_group):
-        return {}
-    args: dict[str, object] = {}
-    gid = grp.getgrnam(queue.run_as_group).gr_gid if queue.run_as_group else None
-    if queue.run_as_user:
-        account = pwd.getpwnam(queue.run_as_user)
-        gid = account.pw_gid if gid is None else gid
-        args["user"] = account.pw_uid
-        args["extra_groups"] = os.getgrouplist(account.pw_name, gid)
-    else:
-        args["extra_groups"] = []
-    args["group"] = gid
-    return args

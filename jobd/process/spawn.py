@@ -24,6 +24,7 @@ import logging
 import os
 import resource
 import signal
+import threading
 from collections.abc import Mapping
 
 try:
@@ -32,6 +33,10 @@ except ImportError:  # not CPython on a POSIX system
     _fork_exec = None
 
 log = logging.getLogger("jobd.spawn")
+
+# Held by every thread of the daemon while it starts a process: a spawn changes what the daemon's
+# children inherit for its instant (its OOM score, its cgroup), which no other start may see.
+LOCK = threading.Lock()
 
 _devnull: int | None = None  # /dev/null, opened once, close-on-exec: an empty payload's stdin
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from typing import Any
 
@@ -95,13 +96,25 @@ def _pause(fields: object) -> dict[str, Any] | None:
     return None if found is None else {"since": found.since_ms / 1000, "by": found.by}
 
 
+# A daemon's consumer name (daemon.lease.consumer_name): host-pid-random, and -pINDEX for
+# one of a supervisor's daemons (``processes``).
+CONSUMER = re.compile(r"(?P<host>.+)-(?P<pid>[0-9]+)-[0-9a-f]{4}(?:-p(?P<process>[0-9]+))?")
+
+
 def _consumer(info: dict[str, Any]) -> dict[str, Any]:
     """A consumer of the group as XINFO CONSUMERS describes it: its name, idle seconds, and
-    how many entries it holds."""
+    how many entries it holds; and, for a daemon's name, its host, pid and process index
+    (None for another name, or a daemon on its own)."""
+    name = info["name"].decode("utf-8", "backslashreplace")
+    parts = CONSUMER.fullmatch(name)
+    process = parts["process"] if parts else None
     return {
-        "name": info["name"].decode("utf-8", "backslashreplace"),
+        "name": name,
         "idle": info["idle"] / 1000,
         "holding": info["pending"],
+        "host": parts["host"] if parts else None,
+        "pid": int(parts["pid"]) if parts else None,
+        "process": int(process) if process else None,
     }
 
 

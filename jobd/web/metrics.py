@@ -6,6 +6,13 @@ state). ``/healthz`` answers 200 while the main loop turns over, 503 once it has
 for ``STUCK_AFTER`` seconds, and says nothing else: it needs no token. ``/metrics`` needs the
 dashboard's token when one is set (``Authorization: Bearer TOKEN``). Both are served, with the
 dashboard's page when there is one, by the bounded server of ``jobd.web.server``.
+
+With ``processes`` over 1, each daemon writes its series to files in a directory its
+supervisor made (prometheus_client's multiprocess mode, on when ``PROMETHEUS_MULTIPROC_DIR``
+is in the daemon's environment at start: ``SHARED``), and the supervisor alone serves them,
+merged (``HostMetrics``): counters and histograms summed over every daemon that ran (a restart
+loses no count), running handlers and free slots summed over the live ones, the queues' state
+(which every daemon reads from Redis) the latest reading of a live one.
 """
 
 from __future__ import annotations
@@ -15,13 +22,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app, values
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from jobd.outcome import Outcome, Verb
 from jobd.store import figures
 from jobd.web.server import Server, serve_app
 
 STUCK_AFTER = 10.0
+SHOW_EVERY = 0.5  # seconds between writes of the running and free gauges, when SHARED
+# Whether this process's series are written to a directory its supervisor reads (decided by
+# prometheus_client when it was imported, from PROMETHEUS_MULTIPROC_DIR).
+SHARED: bool = getattr(values.ValueClass, "_multiprocess", False)
 DURATION_BUCKETS = figures.BUCKETS  # shared with the per-minute figures in Redis
 RSS_BUCKETS = tuple(float(2**n) for n in range(20, 37, 2))  # 1 MiB to 64 GiB, ×4
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
@@ -45,6 +57,8 @@ class QueueMetrics:
 
 class Metrics:
     """The daemon's series, in a registry of its own, and the main loop's heartbeat."""
+
+    unhealthy = b"main loop stuck\n"  # /healthz's answer when not healthy
 
     # long: the list of every series, one statement each: split, it would no longer read as one
     def __init__(self) -> None:
@@ -91,8 +105,10 @@ class Metrics:
             "Largest resident set of each handler (the leader or one it waited for).",
             RSS_BUCKETS,
         )
-        self.running = self._gauge("jobd_handlers_running", "Handlers running now.")
-        self.free = self._gauge("jobd_slots_free", "Free handler slots.")
+        # This daemon's own: summed over a supervisor's live daemons.
+        self.running = self._gauge("jobd_handlers_running", "Handlers running now.", "livesum")
+        self.free = self._gauge("jobd_slots_free", "Free handler slots.", "livesum")
+        # The queue's, read from Redis: the same for every daemon, the latest reading counts.
         self.lag = self._gauge("jobd_queue_lag", "Entries not yet delivered to the group.")
         self.pending = self._gauge("jobd_queue_pending", "Entries delivered, not yet settled.")
         self.oldest = self._gauge(
@@ -107,12 +123,15 @@ class Metrics:
         )
         self.heartbeat = time.monotonic()
         self._queues: dict[str, QueueMetrics] = {}
+        self._shown: dict[tuple[str, str], tuple[Any, Callable[[], float]]] = {}  # SHARED
+        self._show_at = 0.0
 
     def _counter(self, name: str, doc: str) -> Counter:
         return Counter(name, doc, ["queue"], registry=self.registry)
 
-    def _gauge(self, name: str, doc: str) -> Gauge:
-        return Gauge(name, doc, ["queue"], registry=self.registry)
+    def _gauge(self, name: str, doc: str, shared: str = "livemostrecent") -> Gauge:
+        """``shared``: how a supervisor merges its daemons' values (multiprocess mode)."""
+        return Gauge(name, doc, ["queue"], registry=self.registry, multiprocess_mode=shared)  # type: ignore[arg-type]
 
     def _histogram(self, name: str, doc: str, buckets: Sequence[float]) -> Histogram:
         return Histogram(name, doc, ["queue"], buckets=buckets, registry=self.registry)
@@ -140,8 +159,13 @@ class Metrics:
         self.paused.labels(queue=queue).set(max(paused["since"], 1) if paused else 0)
 
     def watch(self, queue: str, running: Callable[[], float], free: Callable[[], float]) -> None:
-        self.running.labels(queue=queue).set_function(running)
-        self.free.labels(queue=queue).set_function(free)
+        """Running handlers and free slots, as the functions say at each scrape; when SHARED,
+        written every SHOW_EVERY by the main loop (``beat``): the supervisor reads files."""
+        for gauge, value in ((self.running, running), (self.free, free)):
+            if SHARED:
+                self._shown[gauge._name, queue] = (gauge.labels(queue=queue), value)
+            else:
+                gauge.labels(queue=queue).set_function(value)
 
     def count(self, outcome: Outcome) -> None:
         """An outcome decided (by the loop's policy, or a reader for poison)."""
@@ -162,10 +186,45 @@ class Metrics:
 
     def beat(self) -> None:
         """The main loop turned over."""
-        self.heartbeat = time.monotonic()
+        self.heartbeat = now = time.monotonic()
+        if self._shown and now >= self._show_at:
+            self._show_at = now + SHOW_EVERY
+            for gauge, value in self._shown.values():
+                gauge.set(value())
 
     def healthy(self) -> bool:
         return time.monotonic() - self.heartbeat < STUCK_AFTER
+
+
+class HostMetrics:
+    """The series of a supervisor's daemons, merged from the files they write in
+    ``directory`` at each scrape (see the module's docstring), and the supervisor's own:
+    restarts. Healthy when ``healthy`` says so (every daemon running and ready)."""
+
+    unhealthy = b"not every daemon process is running and ready\n"
+
+    def __init__(self, directory: str, healthy: Callable[[], bool]) -> None:
+        self.registry = CollectorRegistry()
+        MultiProcessCollector(self.registry, path=directory)
+        self.restarts = Counter(
+            "jobd_process_restarts",
+            "Daemon processes the supervisor started again after they died.",
+            ["process"],
+            registry=self.registry,
+        )
+        self._healthy = healthy
+
+    def healthy(self) -> bool:
+        return self._healthy()
+
+
+class Served(Protocol):
+    """What ``serve`` needs of the metrics: a registry, and whether to say ok."""
+
+    registry: CollectorRegistry
+    unhealthy: bytes
+
+    def healthy(self) -> bool: ...
 
 
 class Page(Protocol):
@@ -179,7 +238,7 @@ class Page(Protocol):
     def authorized(self, environ: dict[str, Any]) -> bool: ...
 
 
-def serve(metrics: Metrics, listen: str, page: Page | None = None) -> Server:
+def serve(metrics: Served, listen: str, page: Page | None = None) -> Server:
     """Serve on ``listen`` (HOST:PORT) from a daemon thread; returns the server. ``page``
     (the dashboard) answers every path but /metrics and /healthz, and its token guards
     /metrics too; /healthz says only whether the main loop turns over."""
@@ -192,7 +251,7 @@ def serve(metrics: Metrics, listen: str, page: Page | None = None) -> Server:
             start_response(
                 "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
             )
-            return [b"ok\n" if ok else b"main loop stuck\n"]
+            return [b"ok\n" if ok else metrics.unhealthy]
         if page is not None and path != "/metrics":
             return page(environ, start_response)
         if page is not None and not page.authorized(environ):

@@ -1,0 +1,400 @@
+"""The supervisor of a host's daemons: `jobd run` when the config says ``processes`` over 1.
+
+A daemon is one main loop, and one loop uses one core at most (the GIL): a host with more
+cores runs more daemons. The supervisor starts ``processes`` of them, each by exec (`jobd run
+CONFIG --process INDEX`, never a fork of this threaded process), each its own consumer
+(``…-pINDEX``, see ``daemon.child``), and keeps them running:
+
+    start the embedded Redis, if the config has one: once, for every daemon
+    serve /metrics, /healthz and the dashboard for the host (``web.metrics.HostMetrics``)
+    start daemon 1 … N, each in a process group of its own (Ctrl-C is passed on once)
+    until stopped and every daemon has exited:
+        wait for an event: a signal, a message from a daemon, a daemon's exit (its pidfd)
+        SIGTERM/SIGINT: pass it on to every daemon, each drains (a second one: their handlers
+            are stopped at once); tell systemd STOPPING
+        SIGHUP: pass it on (each daemon reloads the file), tell systemd RELOADING
+        a message (sd_notify, to this process's ``notify.Listener``): a daemon is ready,
+            reloading or stopping, its loop turns (its watchdog), its status line
+        a daemon that exited unasked: start it again after a backoff (0.5 s, doubling up to
+            8 s, back to 0.5 s once it ran 30 s); one that refuses the config (exit 78): stop
+            them all, exit 78
+        tell systemd READY once every daemon is ready, and pet its watchdog while none is stuck
+    stop the embedded Redis; remove the private directory (metrics files, the socket)
+
+A daemon as the supervisor sees it (``Child.state``):
+
+    STARTING   started, not ready yet                       → READY, EXITED
+    READY      it said READY=1                              → RELOADING, STOPPING, EXITED
+    RELOADING  SIGHUP passed on, or it said RELOADING=1     → READY, EXITED
+    STOPPING   asked to stop, or it said STOPPING=1         → EXITED
+    EXITED     reaped: to be started again, or done         → STARTING
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from prometheus_client import multiprocess
+
+from jobd import exitcodes, hardening, logs
+from jobd.config import Config, ConfigError, load
+from jobd.daemon.notify import Listener, Notifier
+from jobd.daemon.poller import STOP_SIGNALS, Signals
+from jobd.embedded import EmbeddedServer
+from jobd.web.dashboard import Dashboard
+from jobd.web.metrics import STUCK_AFTER, HostMetrics, serve
+
+log = logging.getLogger("jobd.supervisor")
+
+BACKOFF_FIRST = 0.5  # seconds before a daemon that died is started again
+BACKOFF_MAX = 8.0
+STEADY_AFTER = 30.0  # a daemon that ran this long starts again after BACKOFF_FIRST
+CHILD_WATCHDOG_USEC = 2_000_000  # each daemon says its loop turns every second
+IDLE_WAIT = 1.0
+CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)  # how a daemon asked to stop may end
+# systemd's variables for this process alone, never for a daemon it starts
+SYSTEMD_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
+
+
+class State(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    RELOADING = "reloading"
+    STOPPING = "stopping"
+    EXITED = "exited"
+
+
+@dataclass
+class Child:
+    """One daemon: its process, and every OS call made on it (start, signal, reap)."""
+
+    index: int
+    state: State = State.EXITED
+    proc: subprocess.Popen[bytes] | None = None
+    pidfd: int = -1
+    started: float = 0.0
+    seen: float = 0.0  # when it last said anything (its watchdog: every second)
+    status: str = "starting"
+    backoff: float = BACKOFF_FIRST
+    restart_at: float = float("inf")
+    reload_owed: bool = False  # SIGHUP came while it was starting: pass it on once ready
+    code: int | None = None  # how it ended, last time
+    said_stuck: bool = False  # "stuck" logged, not heard from since
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc else 0
+
+    def start(self, argv: list[str], env: dict[str, str], lifeline: int) -> None:
+        self.proc = subprocess.Popen(argv, stdin=lifeline, env=env, process_group=0)
+        self.pidfd = os.pidfd_open(self.proc.pid)
+        self.state, self.status, self.code = State.STARTING, "starting", None
+        self.started = self.seen = time.monotonic()
+        self.restart_at, self.reload_owed = float("inf"), False  # a new one reads the file anew
+
+    def signal(self, signum: int) -> None:
+        if self.proc is not None and self.proc.returncode is None:  # not reaped: still its pid
+            self.proc.send_signal(signum)
+
+    def reap(self) -> int:
+        self.code = self.proc.wait()  # type: ignore[union-attr]
+        os.close(self.pidfd)
+        self.pidfd, self.state = -1, State.EXITED
+        return self.code
+
+    def alive(self) -> bool:
+        return self.state is not State.EXITED
+
+    def stuck(self, now: float) -> bool:
+        """Its loop has not turned (no word from it) for STUCK_AFTER seconds."""
+        return self.alive() and now - self.seen > STUCK_AFTER
+
+
+def describe(code: int) -> str:
+    """How a process ended, from its Popen returncode."""
+    if code >= 0:
+        return f"exit {code}"
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+    return f"killed by {name}"
+
+
+class Supervisor:
+    """The daemons of one host, started, watched, restarted and stopped (module docstring)."""
+
+    def __init__(self, config: Config, log_level: str, log_format: str) -> None:
+        self.config = config
+        self.options = ["--log-level", log_level, "--log-format", log_format]
+        self.children = [Child(i) for i in range(1, config.processes + 1)]
+        self.notifier = Notifier.from_environ()
+        self.signals = Signals()
+        self.epoll = select.epoll()
+        self.folder = tempfile.mkdtemp(prefix="jobd-")  # 0700: this user's alone
+        self.metrics_dir = os.path.join(self.folder, "metrics")
+        os.mkdir(self.metrics_dir, 0o700)
+        self.listener = Listener(os.path.join(self.folder, "notify.sock"))
+        self.metrics = HostMetrics(self.metrics_dir, self.healthy)
+        self.lifeline_r, self.lifeline_w = os.pipe2(os.O_CLOEXEC)  # see daemon.child
+        self.embedded = EmbeddedServer(config.redis.embedded) if config.redis.embedded else None
+        self.stopping, self.announced = False, False  # announced: READY=1 since start/reload
+        self.failed: int | None = None  # the exit status that ends the supervisor early
+        self.heartbeat, self.shown_status = time.monotonic(), ""
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.signals.install()
+        try:
+            if not self.open():
+                return exitcodes.UNAVAILABLE
+            while not self.finished():
+                try:
+                    self.step()
+                except Exception:  # a bug here must not take the daemons down
+                    log.exception("internal error in the supervisor's loop; going on")
+                    time.sleep(0.1)
+        finally:
+            self.close()
+        code = self.exit_code()
+        log.info("supervisor stopped (%s)", describe(code))
+        return code
+
+    def open(self) -> bool:
+        """The embedded Redis, the endpoint, then every daemon."""
+        if self.embedded is not None:
+            try:
+                self.embedded.run_supervised()
+            except RuntimeError as exc:
+                log.error("cannot start the embedded Redis: %s", exc)
+                return False
+        if self.config.metrics_listen and not self.serve(self.config.metrics_listen):
+            return False
+        self.epoll.register(self.signals.fd, select.EPOLLIN)
+        self.epoll.register(self.listener.fileno(), select.EPOLLIN)
+        for child in self.children:
+            self.start(child)
+        log.info("supervising %d daemon processes (%s) on %s", len(self.children),
+                 ", ".join(f"p{c.index} pid {c.pid}" for c in self.children),
+                 self.config.redis.describe())  # fmt: skip
+        return True
+
+    def serve(self, listen: str) -> bool:
+        try:
+            serve(self.metrics, listen, Dashboard(self.config))
+        except OSError as exc:
+            log.error("cannot serve metrics on %s: %s", listen, exc.strerror)
+            return False
+        return True
+
+    def step(self) -> None:
+        ready = {fd for fd, _ in self.epoll.poll(self.wait_time())}
+        if self.signals.fd in ready:
+            self.on_signals()
+        if self.listener.fileno() in ready:
+            self.on_messages()  # before exits: a daemon's last words are its own
+        for child in self.children:
+            if child.pidfd in ready:
+                self.on_exit(child)
+        now = time.monotonic()
+        for child in self.children:
+            if not child.alive() and now >= child.restart_at:
+                self.start(child)
+                self.metrics.restarts.labels(process=str(child.index)).inc()
+        self.report(now)
+
+    def wait_time(self) -> float:
+        due = min(c.restart_at for c in self.children)
+        if self.notifier.watchdog_interval is not None:
+            due = min(due, self.notifier.next_watchdog)
+        return max(0.0, min(due - time.monotonic(), IDLE_WAIT))
+
+    def finished(self) -> bool:
+        return self.stopping and not any(c.alive() for c in self.children)
+
+    def close(self) -> None:
+        """After the last daemon: the embedded Redis (after their outcomes), the files."""
+        for child in self.children:
+            child.signal(signal.SIGKILL)  # only if the loop itself failed: none is left else
+        if self.embedded is not None:
+            self.embedded.stop()
+        self.listener.close()
+        os.close(self.lifeline_w)
+        os.close(self.lifeline_r)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def exit_code(self) -> int:
+        if self.failed is not None:
+            return self.failed
+        return exitcodes.FAILURE if any(c.code not in CLEAN for c in self.children) else 0
+
+    # -- the daemons --------------------------------------------------------------------
+
+    def start(self, child: Child) -> None:
+        argv = [sys.executable, "-m", "jobd", "run", self.config.path, *self.options,
+                "--process", str(child.index)]  # fmt: skip
+        child.start(argv, self.environment(), self.lifeline_r)
+        self.epoll.register(child.pidfd, select.EPOLLIN)
+        log.info("process p%d started: pid %d", child.index, child.pid)
+
+    def environment(self) -> dict[str, str]:
+        """A daemon's: this one's, with the secrets the config expands (``hardening`` took them
+        out of this process's), talking to this process instead of systemd."""
+        env = {k: v for k, v in hardening.config_environ().items() if k not in SYSTEMD_ONLY}
+        env |= {"NOTIFY_SOCKET": self.listener.path, "WATCHDOG_USEC": str(CHILD_WATCHDOG_USEC),
+                "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir}  # fmt: skip
+        return env
+
+    def on_exit(self, child: Child) -> None:
+        pid = child.pid
+        self.epoll.unregister(child.pidfd)
+        code = child.reap()
+        multiprocess.mark_process_dead(pid, self.metrics_dir)  # its live gauges go
+        if self.stopping:
+            level = logging.INFO if code in CLEAN else logging.WARNING
+            log.log(level, "process p%d (pid %d) stopped: %s", child.index, pid, describe(code))
+            return
+        if code == exitcodes.CONFIG:
+            log.error("process p%d (pid %d) refuses the config (exit 78): stopping every "
+                      "process", child.index, pid)  # fmt: skip
+            self.failed = exitcodes.CONFIG
+            self.begin_stop(signal.SIGTERM)
+            return
+        now = time.monotonic()
+        if now - child.started >= STEADY_AFTER:
+            child.backoff = BACKOFF_FIRST
+        child.restart_at = now + child.backoff
+        log.error("process p%d (pid %d) exited unasked (%s): starting it again in %gs",
+                  child.index, pid, describe(code), child.backoff)  # fmt: skip
+        child.backoff = min(child.backoff * 2, BACKOFF_MAX)
+
+    def on_messages(self) -> None:
+        by_pid = {c.pid: c for c in self.children if c.alive()}
+        for pid, fields in self.listener.receive():
+            child = by_pid.get(pid)
+            if child is not None:
+                self.heard(child, fields)
+
+    def heard(self, child: Child, fields: dict[str, str]) -> None:
+        """What a daemon said (sd_notify): every message shows its loop turns."""
+        child.seen, child.said_stuck = time.monotonic(), False
+        if "STATUS" in fields:
+            child.status = fields["STATUS"]
+        if fields.get("STOPPING") == "1":
+            child.state = State.STOPPING
+        elif fields.get("RELOADING") == "1" and child.state is not State.STOPPING:
+            child.state = State.RELOADING
+        elif fields.get("READY") == "1" and child.state is not State.STOPPING:
+            if child.state is State.STARTING:
+                log.info("process p%d (pid %d) ready", child.index, child.pid)
+            child.state = State.READY
+            if child.reload_owed and not self.stopping:
+                child.reload_owed = False
+                child.state = State.RELOADING
+                child.signal(signal.SIGHUP)
+
+    # -- signals ------------------------------------------------------------------------
+
+    def on_signals(self) -> None:
+        for signum in self.signals.take():
+            self.begin_stop(signum) if signum in STOP_SIGNALS else self.reload()
+
+    def begin_stop(self, signum: int) -> None:
+        """Pass the stop on: each daemon drains (a second time: stops its handlers now), for
+        as long as it takes (systemd's TimeoutStopSec bounds that, as for one daemon)."""
+        name = signal.Signals(signum).name
+        if self.stopping:
+            log.warning("%s again: passed on; the daemons stop their handlers now", name)
+        else:
+            self.stopping = True
+            alive = sum(c.alive() for c in self.children)
+            self.notifier.stopping(f"stopping; waiting for {alive} daemon process(es) to drain")
+            log.info("%s: stopping; passed on to %d daemon process(es)", name, alive)
+        for child in self.children:
+            child.restart_at = float("inf")
+            if child.alive():
+                child.state = State.STOPPING
+                child.signal(signum)
+
+    def reload(self) -> None:
+        """SIGHUP: every ready daemon reloads the file now; one still starting, once ready
+        (before, SIGHUP would end it)."""
+        if self.stopping:
+            return
+        self.notifier.reloading()
+        self.announced = False  # READY=1 again once every daemon has reloaded
+        for child in self.children:
+            if child.state in (State.READY, State.RELOADING):
+                child.state = State.RELOADING
+                child.signal(signal.SIGHUP)
+            elif child.state is State.STARTING:
+                child.reload_owed = True
+        log.info("SIGHUP: passed on to the daemon processes")
+        self.note_new_count()
+
+    def note_new_count(self) -> None:
+        """``processes`` is read at start only: say so when the file now says otherwise (the
+        daemons report any problem of the file themselves)."""
+        try:
+            new = load(self.config.path, hardening.config_environ())
+        except ConfigError:
+            return
+        if new.processes != self.config.processes:
+            log.warning("processes: %d in the file, %d running: a restart applies it",
+                        new.processes, self.config.processes)  # fmt: skip
+
+    # -- what the supervisor tells --------------------------------------------------------
+
+    def report(self, now: float) -> None:
+        """READY to systemd once every daemon is; its watchdog while none is stuck; STATUS."""
+        self.heartbeat = now
+        everyone = all(c.state is State.READY for c in self.children)
+        if everyone and not self.stopping and not self.announced:
+            self.announced = True
+            self.notifier.ready(self.status_line())
+            log.info("ready: %d daemon processes", len(self.children))
+        stuck = [c for c in self.children if c.stuck(now)]
+        for child in stuck:
+            if not child.said_stuck:
+                child.said_stuck = True
+                log.error("process p%d (pid %d): no word for %gs, its main loop is stuck",
+                          child.index, child.pid, STUCK_AFTER)  # fmt: skip
+        if not stuck:
+            self.notifier.watchdog(now)  # a stuck daemon stops it: systemd restarts the lot
+        status = self.status_line()
+        if status != self.shown_status and self.announced:
+            self.shown_status = status
+            self.notifier.status(status)
+
+    def status_line(self) -> str:
+        return " | ".join(f"p{c.index}: {c.status if c.alive() else 'restarting'}"
+                         for c in self.children)  # fmt: skip
+
+    def healthy(self) -> bool:
+        """For /healthz (another thread): this loop turns, every daemon is ready and turns."""
+        now = time.monotonic()
+        return (
+            not self.stopping
+            and now - self.heartbeat < STUCK_AFTER
+            and all(c.state in (State.READY, State.RELOADING) and not c.stuck(now)
+                    for c in self.children)
+        )  # fmt: skip
+
+
+def supervise(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
+    logs.setup(log_level, log_format)
+    hardening.protect_process(config.path)  # before any daemon or embedded Redis starts
+    try:
+        supervisor = Supervisor(config, log_level, log_format)
+    except OSError as exc:  # $TMPDIR not writable, a socket path too long
+        log.error("cannot make the supervisor's private directory: %s", exc)
+        return exitcodes.UNAVAILABLE
+    return supervisor.run()

@@ -1,0 +1,75 @@
+"""How a handler's process is started: in the daemon's folder as its user by vfork and exec
+(``spawn``), or by subprocess where it needs another folder or user; with its queue's OOM score
+and, where there is a cgroup tree, in a cgroup of its own, both from its first instruction."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import subprocess
+
+from jobd.config import QueueConfig
+from jobd.process import spawn
+from jobd.process.cgroup import Cgroup, Tree
+
+
+def start(
+    queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
+    stderr: int, tree: Tree | None,
+) -> tuple[int, tuple[Tree, Cgroup] | None]:  # fmt: skip
+    """``_start`` with the handler's OOM score, and its cgroup when there is a ``tree``, from
+    its first instruction (``spawn.OomScore``, ``cgroup.Tree.spawning``); its pid and where it
+    was placed."""
+    with spawn.LOCK:
+        taken = spawn.OOM.take(queue.resources.oom_score_adj)
+        try:
+            if tree is None:
+                return _start(queue, here, job_env, stdin, stdout, stderr), None
+            with tree.spawning(queue.resources) as cgroup:
+                pid = _start(queue, here, job_env, stdin, stdout, stderr)
+            return pid, (tree, cgroup)
+        finally:
+            if taken:
+                spawn.OOM.restore()
+
+
+def _start(
+    queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
+    stderr: int,
+) -> int:  # fmt: skip
+    """Start the process in its own group with these descriptors as 0, 1, 2, and the queue's
+    environment plus ``job_env``; its pid."""
+    if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
+        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr)
+    popen = subprocess.Popen(
+        queue.argv,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=queue.cwd,
+        env={**queue.env, **job_env},
+        process_group=0,
+        **identity(queue),
+    )
+    popen.returncode = 0  # reaped by the daemon's loop, not by this object
+    return popen.pid
+
+
+def identity(queue: QueueConfig) -> dict[str, object]:
+    """Popen arguments that switch user and group (this turns off the vfork fast path, so only
+    for queues that ask): the user's primary group unless one is given, and the user's own
+    supplementary groups instead of the daemon's."""
+    if not (queue.run_as_user or queue.run_as_group):
+        return {}
+    args: dict[str, object] = {}
+    gid = grp.getgrnam(queue.run_as_group).gr_gid if queue.run_as_group else None
+    if queue.run_as_user:
+        account = pwd.getpwnam(queue.run_as_user)
+        gid = account.pw_gid if gid is None else gid
+        args["user"] = account.pw_uid
+        args["extra_groups"] = os.getgrouplist(account.pw_name, gid)
+    else:
+        args["extra_groups"] = []
+    args["group"] = gid
+    return args

@@ -1,0 +1,301 @@
+"""cgroup v2 containment (issue 20): each handler in a cgroup of its own from its first
+instruction, every process in it ended with its job (cgroup.kill) whatever its environment says,
+its CPU counted whole (cpu.stat), the cgroup removed afterwards, the cgroups of a daemon that died
+ended by the next; the limits where this host's cgroup offers their controllers (skipped with the
+reason where it does not), and a daemon that refuses to start where it cannot enforce one.
+
+Real daemons on this machine's writable cgroup v2 hierarchy (found in /proc/self/mountinfo); each
+test has a cgroup of its own under it, given to jobd as ``cgroup: PATH`` (or delegated, as
+systemd marks it, for ``cgroup: auto``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+from support import DaemonProcess, queue_config, wait_until
+
+from jobd.config import Resources, load
+from jobd.job import Job
+from jobd.outcome import Verb
+from jobd.process import cgroup, policy
+from jobd.process.handler import Handler
+
+Daemon = Callable[..., DaemonProcess]
+
+
+def alive(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+def handler_cgroups(root: Path) -> list[Path]:
+    return [p for p in root.iterdir() if p.is_dir() and p.name.startswith("jobd-")
+            and p.name != cgroup.DAEMON_LEAF]  # fmt: skip
+
+
+def offers(root: Path, controller: str) -> bool:
+    return controller in (root / "cgroup.controllers").read_text().split()
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A cgroup of this test's own under the cgroup v2 mount; removed with whatever is in it."""
+    mount = cgroup.mount_point()
+    if mount is None:
+        pytest.skip("no cgroup v2 hierarchy mounted on this machine")
+    path = Path(mount) / f"jobd-test-{uuid.uuid4().hex[:8]}"
+    try:
+        path.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup under {mount}: {exc}")
+    yield path
+    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        remove(sub)
+    remove(path)
+
+
+def remove(group: Path) -> None:
+    """A cgroup's processes killed, itself removed (a daemon may be removing it meanwhile)."""
+    with contextlib.suppress(FileNotFoundError):
+        (group / "cgroup.kill").write_text("1")
+        wait_until(lambda: not (group / "cgroup.procs").read_text(), what=f"{group} emptied")
+        group.rmdir()
+
+
+def record(r: redis.Redis, job_id: str) -> dict:
+    """The job's latest history record."""
+    return json.loads(r.hget("{jobd:q}:history", job_id).splitlines()[-1])
+
+
+def test_each_handler_runs_in_a_cgroup_of_its_own_from_its_first_instruction(
+    r: redis.Redis, write_config, daemon: Daemon, root: Path
+) -> None:
+    """The handler's first child reads its cgroup: the handler's own, every time; each cgroup is
+    removed once its job has ended."""
+    command = "[/bin/sh, -c, 'cat /proc/self/cgroup; sleep 0.3']"
+    d = daemon(write_config(f"cgroup: {root}\n" + queue_config(command, concurrency=4)))
+    d.wait_log(f"in a cgroup of its own under {root}")
+    for i in range(12):
+        r.xadd("jobd:q", {"payload": "x", "job_id": f"j{i}"})
+    wait_until(lambda: handler_cgroups(root), what="a handler's cgroup")
+    wait_until(lambda: r.hlen("{jobd:q}:history") == 12, what="every job done")
+    seen = set()
+    for i in range(12):
+        line = next(x for x in record(r, f"j{i}")["stdout"].splitlines() if x.startswith("0::"))
+        parent, _, name = line[3:].rpartition("/")
+        assert parent.endswith(f"/{root.name}") and name.startswith(f"jobd-{d.proc.pid}-")
+        seen.add(name)
+    assert len(seen) == 12, "a cgroup for each handler"
+    wait_until(lambda: not handler_cgroups(root), what="every handler's cgroup removed")
+
+
+def test_every_process_in_it_ends_with_its_job_whatever_its_environment(
+    r: redis.Redis, write_config, daemon: Daemon, root: Path
+) -> None:
+    """Escapees that cleared their environment cannot be attributed by it, and the subreaper
+    leaves them alone while any job runs (another queue's here): the cgroup ends them with their
+    own job, at its exit and at its timeout; the other job's escapee lives on."""
+    escape = (
+        "[/bin/sh, -c, 'env -i setsid sleep 310.1 >/dev/null 2>&1 & "
+        'env -i setsid sh -c "sleep 311.1 >/dev/null 2>&1 &"; sleep 0.3; exit 0\']'
+    )
+    config = (
+        f"cgroup: {root}\n"
+        + queue_config(escape)
+        + "  slow:\n    command: [/bin/sh, -c, 'env -i setsid sleep 313.1 >/dev/null 2>&1 & "
+        "exec sleep 60']\n    timeout: 1s\n    retry: {max_attempts: 1}\n"
+        + "  other:\n    command: [/bin/sh, -c, 'env -i setsid sleep 312.1 >/dev/null 2>&1 & "
+        "exec sleep 60']\n"
+    )
+    daemon(write_config(config))
+    r.xadd("jobd:other", {"payload": "x", "job_id": "long"})
+    wait_until(lambda: alive("312.1"), what="the other job's escapee")
+    r.xadd("jobd:q", {"payload": "x", "job_id": "escaper"})
+    wait_until(lambda: alive("310.1") and alive("311.1"), what="its escapees started")
+    wait_until(lambda: r.hexists("{jobd:q}:history", "escaper"), what="the job done")
+    wait_until(lambda: not alive("310.1") and not alive("311.1"), what="its escapees ended")
+    assert record(r, "escaper")["exit_code"] == 0
+    r.xadd("jobd:slow", {"payload": "x", "job_id": "slow"})
+    wait_until(lambda: alive("313.1"), what="the slow job's escapee")
+    wait_until(lambda: r.xlen("{jobd:slow}:dead") == 1, what="the timeout's dead letter")
+    wait_until(lambda: not alive("313.1"), what="the timed-out job's escapee ended")
+    assert alive("312.1"), "another job's escapee, its job still running, untouched"
+    wait_until(lambda: len(handler_cgroups(root)) == 1, what="only the running job's cgroup")
+
+
+def test_cpu_is_counted_for_the_whole_cgroup(
+    r: redis.Redis, write_config, daemon: Daemon, root: Path
+) -> None:
+    """A detached grandchild burns CPU while the handler sleeps: wait4's rusage never sees it
+    (it is not the handler's to wait for), the cgroup's cpu.stat does."""
+    burn = "'env -i setsid sh -c \"while :; do :; done\" & sleep 0.8; exit 0'"
+    daemon(write_config(f"cgroup: {root}\n" + queue_config(f"[/bin/sh, -c, {burn}]")))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "burner"})
+    wait_until(lambda: r.hexists("{jobd:q}:history", "burner"), what="the job done")
+    assert record(r, "burner")["cpu_seconds"] >= 0.3, record(r, "burner")
+
+
+def test_the_cgroups_of_a_daemon_that_died_are_ended_by_the_next(
+    r: redis.Redis, write_config, daemon: Daemon, root: Path
+) -> None:
+    config = write_config(f"cgroup: {root}\n" + queue_config("[/bin/sleep, '320.1']"))
+    first = daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "orphan"})
+    wait_until(lambda: alive("320.1"), what="the handler")
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait()
+    assert alive("320.1") and handler_cgroups(root), "the handler outlives its daemon"
+    second = daemon(config)
+    wait_until(lambda: not alive("320.1"), what="the orphan ended")
+    wait_until(lambda: all(p.name.startswith(f"jobd-{second.proc.pid}-")
+                           for p in handler_cgroups(root)), what="the dead daemon's cgroup removed")  # fmt: skip
+    second.wait_log("of a daemon that is gone: ending what is in it")
+
+
+def test_a_delegated_cgroup_is_found_and_the_daemon_leaves_it_for_a_leaf(
+    r: redis.Redis, write_config, daemon: Daemon, root: Path
+) -> None:
+    """``cgroup: auto`` under systemd's Delegate=yes: the daemon starts in a cgroup marked
+    delegated (trusted.delegate), moves itself into ``jobd-daemon`` (a cgroup with processes
+    cannot give its children controllers) and places handlers beside it."""
+    try:
+        os.setxattr(root, "trusted.delegate", b"1")
+    except OSError as exc:
+        pytest.skip(f"cannot mark a cgroup delegated here: {exc}")
+    own = Path(cgroup.own_cgroup(cgroup.mount_point()))
+    (root / "cgroup.procs").write_text("0")  # the daemon is born where this process is
+    try:
+        d = daemon(write_config(queue_config("[/bin/sh, -c, 'cat /proc/self/cgroup']")))
+    finally:
+        (own / "cgroup.procs").write_text("0")
+    d.wait_log("delegated by systemd")
+    assert str(d.proc.pid) in (root / cgroup.DAEMON_LEAF / "cgroup.procs").read_text().split()
+    r.xadd("jobd:q", {"payload": "x", "job_id": "j"})
+    wait_until(lambda: r.hexists("{jobd:q}:history", "j"), what="the job done")
+    assert f"/{root.name}/jobd-{d.proc.pid}-" in record(r, "j")["stdout"]
+    assert d.stop() == 0
+    assert not handler_cgroups(root)
+
+
+@pytest.fixture
+def needs(root: Path) -> Callable[[str], None]:
+    def check(controller: str) -> None:
+        if not offers(root.parent, controller):
+            pytest.skip(f"this host's cgroup v2 has no {controller} controller (hybrid mode: it "
+                        "is mounted on a cgroup v1 hierarchy)")  # fmt: skip
+        with contextlib.suppress(OSError):
+            (root.parent / "cgroup.subtree_control").write_text(f"+{controller}")
+        if not offers(root, controller):
+            pytest.skip(f"the {controller} controller cannot be enabled for {root}")
+
+    return check
+
+
+def test_memory_max_kills_the_handler_with_outcome_memory(
+    r: redis.Redis, write_config, daemon: Daemon, root: Path, needs
+) -> None:
+    needs("memory")
+    hog = "[python3, -c, 'x = bytearray(300 * 2**20); import time; time.sleep(5)']"
+    config = f"cgroup: {root}\n" + queue_config(
+        hog, resources="{memory: 64MiB}", retry="{max_attempts: 1}"
+    )
+    d = daemon(write_config(config))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "hog"})
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the dead letter")
+    dead = r.xrange("{jobd:q}:dead")[0][1]
+    assert dead[b"jobd_error"] == b"memory"
+    d.wait_log("OOM-killed in its cgroup")
+
+
+def test_pids_max_holds_the_tree(
+    r: redis.Redis, write_config, daemon: Daemon, root: Path, needs
+) -> None:
+    needs("pids")
+    forks = "[/bin/sh, -c, 'for i in $(seq 20); do sleep 5 & done 2>/dev/null; wait; exit 3']"
+    config = f"cgroup: {root}\n" + queue_config(forks, resources="{pids: 5}")
+    daemon(write_config(config))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "forker"})
+    wait_until(lambda: handler_cgroups(root), what="its cgroup")
+    group = handler_cgroups(root)[0]
+    assert (group / "pids.max").read_text().strip() == "5"
+
+
+def test_cpu_max_caps_the_tree(
+    r: redis.Redis, write_config, daemon: Daemon, root: Path, needs
+) -> None:
+    needs("cpu")
+    config = f"cgroup: {root}\n" + queue_config("[/bin/sleep, '5']", resources="{cpu: 0.5}")
+    daemon(write_config(config))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "j"})
+    wait_until(lambda: handler_cgroups(root), what="its cgroup")
+    assert (handler_cgroups(root)[0] / "cpu.max").read_text().split() == ["50000", "100000"]
+
+
+@pytest.mark.parametrize("key, value", [("pids", "10"), ("cpu", "0.5")])
+def test_a_daemon_refuses_to_start_where_a_resource_cannot_be_enforced(
+    write_config, daemon: Daemon, root: Path, key: str, value: str
+) -> None:
+    if offers(root, key):
+        pytest.skip(f"this host's cgroup offers the {key} controller")
+    config = f"cgroup: {root}\n" + queue_config("[/bin/true]", resources=f"{{{key}: {value}}}")
+    d = daemon(write_config(config), ready=False)
+    assert d.proc.wait(30) != 0
+    assert f"queue q: resources.{key} needs a cgroup v2 with the {key} controller" in d.log()
+
+
+# -- what is written and read where this host has no such controller ------------------------------
+# The kernel's own files are tested above where this host offers the controllers; here, the values
+# jobd writes and the figures it reads, in a folder shaped like a cgroup.
+
+
+def test_the_limits_written_and_the_usage_read(tmp_path: Path) -> None:
+    for name in ("memory.max", "memory.swap.max", "memory.oom.group", "pids.max", "cpu.max"):
+        (tmp_path / name).write_text("max\n")
+    group = cgroup.Cgroup(str(tmp_path))
+    group.limit(Resources(memory=64 << 20, pids=5, cpu=1.5), frozenset({"memory", "pids", "cpu"}))
+    assert [
+        (tmp_path / n).read_text()
+        for n in ("memory.max", "memory.swap.max", "memory.oom.group", "pids.max", "cpu.max")
+    ] == [
+        str(64 << 20),
+        "0",
+        "1",
+        "5",
+        "150000 100000",
+    ]
+    assert group.caps_memory
+    (tmp_path / "cpu.stat").write_text(
+        "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n"
+    )
+    (tmp_path / "memory.peak").write_text("12345\n")
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
+    assert group.usage() == cgroup.Usage(1.5, 12345, True)
+
+
+def test_an_oom_kill_in_its_cgroup_is_outcome_memory(tmp_path: Path) -> None:
+    """Even when the handler exits 0 (a child was killed, and it carried on)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("queues:\n  q:\n    command: [/bin/true]\n    retry: {max_attempts: 1}\n")
+    queue = load(str(path)).queues["q"]
+    job = Job("q", "1-0", {b"payload": b"x"}, "job-1", 1)
+    handler = Handler.spawn(job, queue, os.getcwd())
+    os.waitid(os.P_PID, handler.pid, os.WEXITED | os.WNOWAIT)
+    wait_status = handler.reap()
+    handler.cgroup_usage = cgroup.Usage(0.25, 1 << 20, oom_killed=True)
+    status = handler.exited(wait_status)
+    assert status.code == 0 and status.cpu_seconds == 0.25 and status.max_rss_bytes == 1 << 20
+    outcome = policy.decide(queue, job, status, handler.ending())
+    assert outcome.verb is Verb.DEAD_LETTER and outcome.error == "memory"

@@ -1,0 +1,259 @@
+"""One loop per core (issue 21): `processes: N` runs N daemons under one supervisor.
+
+Real processes, real signals, a real Redis: the supervisor is `python -m jobd run`, its daemons
+are the `jobd run … --process INDEX` it execs, and every check polls until a deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+from support import DaemonProcess, acked_all, free_port, jobd_cli, wait_until
+
+READY = "jobd.supervisor: ready: 2 daemon processes"
+
+
+def processes_of(d: DaemonProcess) -> dict[int, int]:
+    """The supervisor's daemons now: pid by process index."""
+    found = {}
+    for child in psutil.Process(d.proc.pid).children():
+        try:
+            argv = child.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        if "--process" in argv and child.status() != psutil.STATUS_ZOMBIE:
+            found[int(argv[argv.index("--process") + 1])] = child.pid
+    return found
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def sample(text: str, series: str) -> float | None:
+    """The value of one series (name and labels, as written) in Prometheus text."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def enqueue(config: Path, queue: str, n: int, prefix: str) -> list[str]:
+    lines = "".join(f"{prefix}{i}\n" for i in range(n)).encode()
+    out = jobd_cli("enqueue", "-c", str(config), queue, "--lines", "-", "--print-ids", stdin=lines)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.decode().split()
+
+
+def ran(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+@pytest.fixture
+def host(
+    write_config: Callable[..., Path], script: Callable[[str, str], Path], tmp_path: Path
+) -> tuple[Path, Path, int]:
+    """A config of two processes, its metrics port, and the file its handlers write to: each
+    job appends its id (queue q at once, queue slow after two seconds)."""
+    out = tmp_path / "ran.txt"
+    script("record.sh", f'#!/bin/sh\necho "$JOBD_JOB_ID" >> {out}\n')
+    script("slow.sh", f'#!/bin/sh\nsleep 2\necho "$JOBD_JOB_ID" >> {out}\n')
+    port = free_port()
+    config = write_config(f"""\
+        redis: {{url: '{{redis}}'}}
+        processes: 2
+        metrics: {{listen: 127.0.0.1:{port}}}
+        defaults: {{lease: {{renew_every: 1s, reclaim_after: 3s}}}}
+        queues:
+          q: {{command: [./record.sh], concurrency: 4}}
+          slow: {{command: [./slow.sh], concurrency: 1}}
+        """)  # fmt: skip
+    return config, out, port
+
+
+def test_two_processes_share_the_queues_behind_one_endpoint_and_drain_on_sigterm(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess], r: redis.Redis
+) -> None:
+    config, out, port = host
+    d = daemon(config, ready=False)
+    d.wait_log(READY)
+    assert sorted(processes_of(d)) == [1, 2]
+    ids = enqueue(config, "q", 200, "job")
+    wait_until(lambda: acked_all(r, "jobd:q", 200), what="200 jobs acknowledged")
+    assert sorted(ran(out)) == sorted(ids), "every job ran, and once"
+    consumers = [c["name"].decode() for c in r.xinfo_consumers("jobd:q", "jobd")]
+    assert sorted(name[-3:] for name in consumers) == ["-p1", "-p2"], consumers
+    log = d.log()
+    for p in ("p1", "p2"):
+        assert f"jobd.handler[{p}]: queue=q" in log, f"{p} ran jobs too"
+    # One endpoint for the host: the jobs of both daemons, summed.
+    series = 'jobd_jobs_succeeded_total{queue="q"}'
+    wait_until(lambda: sample(get(port, "/metrics")[1], series) == 200, what="200 in /metrics")
+    assert get(port, "/healthz") == (200, "ok\n")
+    slots = 'jobd_slots_free{queue="q"}'
+    wait_until(lambda: sample(get(port, "/metrics")[1], slots) == 8, what="4 + 4 free slots")
+    # SIGTERM while each daemon runs a slow job: both drain, the supervisor exits 0.
+    slow = enqueue(config, "slow", 2, "slow")
+    running = 'jobd_handlers_running{queue="slow"}'  # at most one per daemon
+    wait_until(lambda: sample(get(port, "/metrics")[1], running) == 2, what="2 slow jobs running")
+    d.signal(signal.SIGTERM)
+    assert d.proc.wait(30) == 0, d.log()
+    log = d.log()
+    for p in ("p1", "p2"):
+        assert f"jobd.daemon[{p}]: SIGTERM: stopping; 1 handler(s) running" in log
+        assert f"jobd.daemon[{p}]: jobd stopped" in log
+    assert acked_all(r, "jobd:slow", 2) and sorted(ran(out)) == sorted(ids + slow)
+
+
+def test_a_killed_process_is_started_again_and_jobs_still_run_once(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess], r: redis.Redis
+) -> None:
+    config, out, port = host
+    d = daemon(config, ready=False)
+    d.wait_log(READY)
+    first = enqueue(config, "q", 200, "a")
+    wait_until(lambda: acked_all(r, "jobd:q", 200), what="the first 200 jobs")
+    before = processes_of(d)
+    os.kill(before[1], signal.SIGKILL)
+    d.wait_log(f"process p1 (pid {before[1]}) exited unasked (killed by SIGKILL)")
+    after = wait_until(lambda: (p := processes_of(d)).get(1) not in (None, before[1]) and p)
+    assert after[2] == before[2], "the other daemon ran on"  # type: ignore[index]
+    d.wait_log(f"process p1 (pid {after[1]}) ready")  # type: ignore[index]
+    second = enqueue(config, "q", 200, "b")
+    wait_until(lambda: acked_all(r, "jobd:q", 400), what="the next 200 jobs")
+    done = ran(out)
+    assert len(done) == len(set(done)) == 400 and set(done) == set(first + second)
+    restarts = sample(get(port, "/metrics")[1], 'jobd_process_restarts_total{process="1"}')
+    assert restarts == 1
+    wait_until(lambda: get(port, "/healthz")[0] == 200, what="/healthz ok again")
+    assert d.stop() == 0
+
+
+def test_daemons_stop_by_themselves_when_the_supervisor_is_killed(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    config, _, _ = host
+    d = daemon(config, env={"TMPDIR": str(tmp_path)}, ready=False)  # what it leaves, kept here
+    d.wait_log(READY)
+    daemons = [psutil.Process(pid) for pid in processes_of(d).values()]
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait()
+    gone = lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in daemons)  # noqa: E731
+    wait_until(gone, what="the daemons to stop")
+    for p in ("p1", "p2"):
+        assert f"jobd.daemon[{p}]: the supervisor is gone: stopping" in d.log()
+        assert f"jobd.daemon[{p}]: jobd stopped" in d.log()
+
+
+def test_sighup_reaches_every_process(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess], r: redis.Redis
+) -> None:
+    config, out, _ = host
+    d = daemon(config, ready=False)
+    d.wait_log(READY)
+    config.write_text(config.read_text() + "  extra: {command: [./record.sh]}\n")
+    d.signal(signal.SIGHUP)
+    for p in ("p1", "p2"):
+        d.wait_log(f"jobd.daemon[{p}]: reload done: q, slow, extra")
+    wait_until(lambda: d.log().count(READY) == 2, what="READY again after the reload")
+    [job] = enqueue(config, "extra", 1, "x")
+    wait_until(lambda: job in ran(out), what="a job of the queue the reload added")
+    assert d.stop() == 0
+
+
+class Systemd:
+    """A notify socket as systemd's: what arrives, and from which pid (SO_PASSCRED)."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.address = str(path)
+        self.messages: list[tuple[int, dict[str, str]]] = []
+        threading.Thread(target=self._collect, daemon=True).start()
+
+    def _collect(self) -> None:
+        while self.sock.fileno() >= 0:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(12))
+            except (TimeoutError, OSError):
+                continue
+            pid = struct.unpack("3i", ancillary[0][2][:12])[0]
+            self.messages.append((pid, dict(x.split("=", 1) for x in data.decode().splitlines())))
+
+    def having(self, key: str) -> list[dict[str, str]]:
+        return [m for _, m in list(self.messages) if key in m]
+
+
+def test_systemd_hears_the_supervisor_alone(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    config, _, _ = host
+    systemd = Systemd(tmp_path / "notify.sock")
+    env = {"NOTIFY_SOCKET": systemd.address, "WATCHDOG_USEC": "400000"}
+    d = daemon(config, env=env, ready=False)
+    wait_until(lambda: systemd.having("READY"), what="READY=1")
+    pids = processes_of(d)
+    for index, pid in pids.items():
+        assert f"process p{index} (pid {pid}) ready" in d.log(), "READY after every daemon's"
+    wait_until(lambda: len(systemd.having("WATCHDOG")) >= 5, what="the supervisor's watchdog")
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: len(systemd.having("READY")) == 2, what="READY=1 after the reload")
+    d.signal(signal.SIGTERM)
+    assert d.proc.wait(30) == 0, d.log()
+    order = [k for _, m in systemd.messages for k in m if k in ("READY", "RELOADING", "STOPPING")]
+    assert order == ["READY", "RELOADING", "READY", "STOPPING"]
+    assert {pid for pid, _ in systemd.messages} == {d.proc.pid}, "no daemon talks to systemd"
+    systemd.sock.close()
+
+
+def test_embedded_redis_is_started_once_by_the_supervisor(
+    tmp_path: Path, script: Callable[[str, str], Path], daemon: Callable[..., DaemonProcess]
+) -> None:
+    out = tmp_path / "ran.txt"
+    script("record.sh", f'#!/bin/sh\necho "$JOBD_JOB_ID" >> {out}\n')
+    config = tmp_path / "embedded.yaml"
+    config.write_text("processes: 2\nqueues:\n  q: {command: [./record.sh]}\n")
+    d = daemon(config, ready=False)
+    d.wait_log(READY)
+    servers = [
+        p for p in psutil.Process(d.proc.pid).children(recursive=True)
+        if p.name() in ("redis-server", "valkey-server")
+    ]  # fmt: skip
+    assert len(servers) == 1 and servers[0].ppid() == d.proc.pid, servers
+    [job] = enqueue(config, "q", 1, "e")
+    wait_until(lambda: ran(out) == [job], what="the job run")
+    assert d.stop() == 0
+    assert not servers[0].is_running(), "stopped with the supervisor"
+
+
+def test_validate_processes(write_config: Callable[..., Path]) -> None:
+    auto = write_config("processes: auto\nqueues:\n  q: {command: [/bin/true]}\n")
+    result = jobd_cli("validate", str(auto), "--format", "json")
+    assert result.returncode == 0 and json.loads(result.stdout)["processes"] == os.cpu_count()
+    two = write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n", name="two.yaml")
+    assert ", in 2 processes" in jobd_cli("validate", str(two)).stdout.decode()
+    for value in ("0", "many", "1.5"):
+        bad = write_config(f"queues:\n  q: {{command: [/bin/true]}}\nprocesses: {value}\n")
+        result = jobd_cli("validate", str(bad))
+        assert result.returncode == 78
+        assert result.stdout.decode().splitlines() == [
+            f"{bad}:3:12: error: processes: {value if value != 'many' else repr(value)} is not "
+            "valid here; write a number of processes, 1 or more, or auto (one per CPU)"
+        ]
