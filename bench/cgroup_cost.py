@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jobd.config import load
 from jobd.job import Job
-from jobd.process import cgroup
+from jobd.process import cgroup, where
 from jobd.process.handler import Handler
 
 
@@ -50,15 +50,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=8)
     args = parser.parse_args()
-    mount = cgroup.mount_point()
+    mount = where.mount_point()
     if mount is None:
         sys.exit("no cgroup v2 hierarchy mounted")
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "c.yaml"
         config.write_text("queues:\n  q:\n    command: [/bin/true]\n")
         queue = load(str(config)).queues["q"]
-        found = cgroup.find(os.path.join(mount, f"jobd-bench-{uuid.uuid4().hex[:8]}"))
-        assert isinstance(found, cgroup.Found), found
+        found = where.find(os.path.join(mount, f"jobd-bench-{uuid.uuid4().hex[:8]}"))
+        assert isinstance(found, where.Found), found
         tree = cgroup.Tree.take(found)
         stop = threading.Event()
         for _ in range(args.threads):

@@ -15,6 +15,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,12 +24,12 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
-from support import DaemonProcess, queue_config, wait_until
+from support import DaemonProcess, jobd_cli, queue_config, wait_until
 
 from jobd.config import Resources, load
 from jobd.job import Job
 from jobd.outcome import Verb
-from jobd.process import cgroup, policy
+from jobd.process import cgroup, policy, where
 from jobd.process.handler import Handler
 
 Daemon = Callable[..., DaemonProcess]
@@ -43,7 +45,7 @@ def alive(marker: str) -> list[psutil.Process]:
 
 def handler_cgroups(root: Path) -> list[Path]:
     return [p for p in root.iterdir() if p.is_dir() and p.name.startswith("jobd-")
-            and p.name != cgroup.DAEMON_LEAF]  # fmt: skip
+            and p.name != where.DAEMON_LEAF]  # fmt: skip
 
 
 def offers(root: Path, controller: str) -> bool:
@@ -53,7 +55,7 @@ def offers(root: Path, controller: str) -> bool:
 @pytest.fixture
 def root() -> Iterator[Path]:
     """A cgroup of this test's own under the cgroup v2 mount; removed with whatever is in it."""
-    mount = cgroup.mount_point()
+    mount = where.mount_point()
     if mount is None:
         pytest.skip("no cgroup v2 hierarchy mounted on this machine")
     path = Path(mount) / f"jobd-test-{uuid.uuid4().hex[:8]}"
@@ -81,7 +83,7 @@ def record(r: redis.Redis, job_id: str) -> dict:
 
 
 def test_each_handler_runs_in_a_cgroup_of_its_own_from_its_first_instruction(
-    r: redis.Redis, write_config, daemon: Daemon, root: Path
+    root: Path, r: redis.Redis, write_config, daemon: Daemon
 ) -> None:
     """The handler's first child reads its cgroup: the handler's own, every time; each cgroup is
     removed once its job has ended."""
@@ -103,7 +105,7 @@ def test_each_handler_runs_in_a_cgroup_of_its_own_from_its_first_instruction(
 
 
 def test_every_process_in_it_ends_with_its_job_whatever_its_environment(
-    r: redis.Redis, write_config, daemon: Daemon, root: Path
+    root: Path, r: redis.Redis, write_config, daemon: Daemon
 ) -> None:
     """Escapees that cleared their environment cannot be attributed by it, and the subreaper
     leaves them alone while any job runs (another queue's here): the cgroup ends them with their
@@ -137,7 +139,7 @@ def test_every_process_in_it_ends_with_its_job_whatever_its_environment(
 
 
 def test_cpu_is_counted_for_the_whole_cgroup(
-    r: redis.Redis, write_config, daemon: Daemon, root: Path
+    root: Path, r: redis.Redis, write_config, daemon: Daemon
 ) -> None:
     """A detached grandchild burns CPU while the handler sleeps: wait4's rusage never sees it
     (it is not the handler's to wait for), the cgroup's cpu.stat does."""
@@ -149,7 +151,7 @@ def test_cpu_is_counted_for_the_whole_cgroup(
 
 
 def test_the_cgroups_of_a_daemon_that_died_are_ended_by_the_next(
-    r: redis.Redis, write_config, daemon: Daemon, root: Path
+    root: Path, r: redis.Redis, write_config, daemon: Daemon
 ) -> None:
     config = write_config(f"cgroup: {root}\n" + queue_config("[/bin/sleep, '320.1']"))
     first = daemon(config)
@@ -166,7 +168,7 @@ def test_the_cgroups_of_a_daemon_that_died_are_ended_by_the_next(
 
 
 def test_a_delegated_cgroup_is_found_and_the_daemon_leaves_it_for_a_leaf(
-    r: redis.Redis, write_config, daemon: Daemon, root: Path
+    root: Path, r: redis.Redis, write_config, daemon: Daemon
 ) -> None:
     """``cgroup: auto`` under systemd's Delegate=yes: the daemon starts in a cgroup marked
     delegated (trusted.delegate), moves itself into ``jobd-daemon`` (a cgroup with processes
@@ -175,14 +177,14 @@ def test_a_delegated_cgroup_is_found_and_the_daemon_leaves_it_for_a_leaf(
         os.setxattr(root, "trusted.delegate", b"1")
     except OSError as exc:
         pytest.skip(f"cannot mark a cgroup delegated here: {exc}")
-    own = Path(cgroup.own_cgroup(cgroup.mount_point()))
+    own = Path(where.own_cgroup(where.mount_point()))
     (root / "cgroup.procs").write_text("0")  # the daemon is born where this process is
     try:
         d = daemon(write_config(queue_config("[/bin/sh, -c, 'cat /proc/self/cgroup']")))
     finally:
         (own / "cgroup.procs").write_text("0")
     d.wait_log("delegated by systemd")
-    assert str(d.proc.pid) in (root / cgroup.DAEMON_LEAF / "cgroup.procs").read_text().split()
+    assert str(d.proc.pid) in (root / where.DAEMON_LEAF / "cgroup.procs").read_text().split()
     r.xadd("jobd:q", {"payload": "x", "job_id": "j"})
     wait_until(lambda: r.hexists("{jobd:q}:history", "j"), what="the job done")
     assert f"/{root.name}/jobd-{d.proc.pid}-" in record(r, "j")["stdout"]
@@ -205,7 +207,7 @@ def needs(root: Path) -> Callable[[str], None]:
 
 
 def test_memory_max_kills_the_handler_with_outcome_memory(
-    r: redis.Redis, write_config, daemon: Daemon, root: Path, needs
+    root: Path, r: redis.Redis, write_config, daemon: Daemon, needs
 ) -> None:
     needs("memory")
     hog = "[python3, -c, 'x = bytearray(300 * 2**20); import time; time.sleep(5)']"
@@ -221,7 +223,7 @@ def test_memory_max_kills_the_handler_with_outcome_memory(
 
 
 def test_pids_max_holds_the_tree(
-    r: redis.Redis, write_config, daemon: Daemon, root: Path, needs
+    root: Path, r: redis.Redis, write_config, daemon: Daemon, needs
 ) -> None:
     needs("pids")
     forks = "[/bin/sh, -c, 'for i in $(seq 20); do sleep 5 & done 2>/dev/null; wait; exit 3']"
@@ -234,7 +236,7 @@ def test_pids_max_holds_the_tree(
 
 
 def test_cpu_max_caps_the_tree(
-    r: redis.Redis, write_config, daemon: Daemon, root: Path, needs
+    root: Path, r: redis.Redis, write_config, daemon: Daemon, needs
 ) -> None:
     needs("cpu")
     config = f"cgroup: {root}\n" + queue_config("[/bin/sleep, '5']", resources="{cpu: 0.5}")
@@ -246,7 +248,7 @@ def test_cpu_max_caps_the_tree(
 
 @pytest.mark.parametrize("key, value", [("pids", "10"), ("cpu", "0.5")])
 def test_a_daemon_refuses_to_start_where_a_resource_cannot_be_enforced(
-    write_config, daemon: Daemon, root: Path, key: str, value: str
+    root: Path, write_config, daemon: Daemon, key: str, value: str
 ) -> None:
     if offers(root, key):
         pytest.skip(f"this host's cgroup offers the {key} controller")
@@ -283,6 +285,8 @@ def test_the_limits_written_and_the_usage_read(tmp_path: Path) -> None:
     (tmp_path / "memory.peak").write_text("12345\n")
     (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
     assert group.usage() == cgroup.Usage(1.5, 12345, True)
+    group.cpu_before = 500000  # the daemon's own, while it was in there for the spawn
+    assert group.usage().cpu_seconds == 1.0
 
 
 def test_an_oom_kill_in_its_cgroup_is_outcome_memory(tmp_path: Path) -> None:
@@ -299,3 +303,150 @@ def test_an_oom_kill_in_its_cgroup_is_outcome_memory(tmp_path: Path) -> None:
     assert status.code == 0 and status.cpu_seconds == 0.25 and status.max_rss_bytes == 1 << 20
     outcome = policy.decide(queue, job, status, handler.ending())
     assert outcome.verb is Verb.DEAD_LETTER and outcome.error == "memory"
+
+
+# -- from the review of the cgroup path -----------------------------------------------------------
+
+
+def born_in(group: Path, start: Callable[[], DaemonProcess]) -> DaemonProcess:
+    """A daemon started in ``group``: this process steps in for the instant of the start."""
+    own = Path(where.own_cgroup(where.mount_point()))
+    (group / "cgroup.procs").write_text("0")
+    try:
+        return start()
+    finally:
+        (own / "cgroup.procs").write_text("0")
+
+
+def cgroup_of(pid: int) -> str:
+    return next(x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if x[:3] == "0::")
+
+
+def test_a_daemon_whose_cgroup_is_removed_while_it_spawns_makes_it_again(
+    root: Path, r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+) -> None:
+    """The daemon's own cgroup is empty while the daemon is in a handler's for a spawn: whoever
+    may write there may remove it then. The daemon makes it again and goes back; no job is
+    blamed, and the daemon never kills the cgroup it is in (it stops with 0)."""
+    jobs, home = root / "jobs", root / "home"
+    jobs.mkdir()
+    home.mkdir()
+    config = f"cgroup: {jobs}\n" + queue_config("[/bin/true]", concurrency=4)
+    d = born_in(home, lambda: daemon(write_config(config)))
+    removed = tmp_path / "removed"
+    racer = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\nend = time.time() + 30\nwhile time.time() < end:\n"
+        f"    try:\n        os.rmdir({str(home)!r})\n        open(sys.argv[1], 'w').close()\n"
+        "        break\n    except OSError:\n        pass\n"
+    ), str(removed)])  # fmt: skip
+    try:
+        for batch in range(40):
+            pipe = r.pipeline(transaction=False)
+            for i in range(50):
+                pipe.xadd("jobd:q", {"payload": "x", "job_id": f"j{batch}-{i}"})
+            pipe.execute()
+            if removed.exists():
+                break
+        wait_until(removed.exists, what="the racer to remove the daemon's cgroup once")
+    finally:
+        racer.kill()
+        racer.wait()
+    d.wait_log("had gone (")
+    wait_until(lambda: r.xlen("jobd:q") == r.hlen("{jobd:q}:history"), what="every job done")
+    assert r.xlen("{jobd:q}:dead") == 0, r.xrange("{jobd:q}:dead", count=1)
+    assert cgroup_of(d.proc.pid).endswith(f"/{root.name}/home")
+    assert d.stop() == 0
+
+
+def test_a_cgroup_a_handler_made_inside_its_own_is_removed_with_it(
+    root: Path, r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """Container runtimes make cgroups below their own: the job's cgroup is removed all the
+    same, what ran in the one below killed with it."""
+    command = (
+        "[/bin/sh, -c, 'cg=" + where.mount_point() + '$(sed -n "s/^0:://p" /proc/self/cgroup); '
+        'mkdir $cg/sub && (sh -c "echo \\$\\$ > $cg/sub/cgroup.procs; exec sleep 360.1" &); '
+        "sleep 0.3; exit 0']"
+    )
+    daemon(write_config(f"cgroup: {root}\n" + queue_config(command)))
+    r.xadd("jobd:q", {"payload": "x", "job_id": "nested"})
+    wait_until(lambda: alive("360.1"), what="the process in the cgroup below")
+    wait_until(lambda: r.hexists("{jobd:q}:history", "nested"), what="the job done")
+    wait_until(lambda: not alive("360.1"), what="it killed")
+    wait_until(lambda: not handler_cgroups(root), what="the job's cgroup and the one below gone")
+
+
+def test_a_reload_cannot_bring_a_resource_this_host_cannot_enforce_nor_change_cgroup(
+    root: Path, r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    if offers(root, "pids"):
+        pytest.skip("this host's cgroup offers the pids controller")
+    d = daemon(write_config(f"cgroup: {root}\n" + queue_config("[/bin/true]")))
+    write_config(f"cgroup: {root}\n" + queue_config("[/bin/true]", resources="{pids: 5}"))
+    d.signal(signal.SIGHUP)
+    d.wait_log("reload refused: queue q: resources.pids needs a cgroup v2 with the pids")
+    write_config("cgroup: off\n" + queue_config("[/bin/true]"))
+    d.signal(signal.SIGHUP)
+    d.wait_log("reload refused: changing cgroup needs a restart")
+
+
+def test_a_cgroup_that_cannot_be_used_is_refused(write_config, daemon: Daemon, root: Path) -> None:
+    """The hierarchy's root (every process on the host is in it), a file, a path outside the
+    mount: `validate` says so, a daemon does not start uncontained."""
+    for path, why in (
+        (where.mount_point(), "is not a cgroup below the cgroup v2 mount"),
+        (f"{root}/cgroup.procs", "is not a cgroup v2 directory"),
+        ("/tmp/elsewhere", "is not a cgroup below the cgroup v2 mount"),
+    ):
+        config = write_config(f"cgroup: {path}\n" + queue_config("[/bin/true]"))
+        out = jobd_cli("validate", str(config))
+        assert why in out.stdout.decode(), out
+        d = daemon(config, ready=False)
+        assert d.proc.wait(30) != 0
+        assert f"cannot use cgroup: {path} (" in d.log() and why in d.log()
+
+
+def test_a_cgroup_named_in_the_config_that_holds_the_daemon_takes_it_alone(
+    root: Path, r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """Not delegated: other processes in it are not jobd's to move."""
+    decoy = subprocess.Popen(["sleep", "370.1"])
+    try:
+        (root / "cgroup.procs").write_text(str(decoy.pid))
+        config = f"cgroup: {root}\n" + queue_config("[/bin/sh, -c, 'cat /proc/self/cgroup']")
+        d = born_in(root, lambda: daemon(write_config(config)))
+        assert cgroup_of(d.proc.pid).endswith(f"/{root.name}/{where.DAEMON_LEAF}")
+        assert cgroup_of(decoy.pid).endswith(f"/{root.name}"), "the decoy stays"
+        r.xadd("jobd:q", {"payload": "x", "job_id": "j"})
+        wait_until(lambda: r.hexists("{jobd:q}:history", "j"), what="the job done")
+        assert f"/{root.name}/jobd-{d.proc.pid}-" in record(r, "j")["stdout"]
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def test_two_daemons_of_one_pid_keep_to_their_own_cgroups(root: Path) -> None:
+    """Daemons in two pid namespaces may have one pid: a token drawn at start keeps their
+    handlers' cgroups apart, and one's stop ends only its own."""
+    found = where.find(str(root))
+    assert isinstance(found, where.Found), found
+    trees = [cgroup.Tree.take(found), cgroup.Tree.take(found)]
+    sleepers = []
+    for tree in trees:
+        with tree.spawning(Resources()):
+            sleepers.append(subprocess.Popen(["sleep", "380.1"]))
+    assert trees[0].prefix != trees[1].prefix and len(handler_cgroups(root)) == 2
+    trees[0].close()
+    sleepers[0].wait(10)
+    assert sleepers[1].poll() is None, "the other daemon's handler runs on"
+    trees[1].close()
+    sleepers[1].wait(10)
+    wait_until(lambda: [t.tidy() for t in trees] and not handler_cgroups(root), what="removed")
+    for tree in trees:
+        os.close(tree.home_procs)
+
+
+def test_cpu_below_a_hundredth_of_a_core_is_refused(write_config) -> None:
+    out = jobd_cli("validate", str(write_config(queue_config("[/bin/true]",
+                                                             resources="{cpu: 0.001}"))))  # fmt: skip
+    assert out.returncode != 0 and b"resources.cpu" in out.stdout + out.stderr, out

@@ -120,9 +120,9 @@ def summary(config: Config) -> str:
 def containment_lines(config: Config) -> list[str]:
     """As the daemon would say it if started from here (under systemd with Delegate=yes it gets
     its service's cgroup, which this process may not be in); then what it could not enforce."""
-    from jobd.process import cgroup, containment
+    from jobd.process import containment, where
 
-    found = cgroup.find(config.cgroup)
+    found = where.find(config.cgroup)
     queues = config.queues.values()
     refused = [f"warning: {line} (the daemon refuses to start where it cannot enforce it)"
                for line in containment.unenforced(queues, found)]  # fmt: skip

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from jobd.config import QueueConfig
 from jobd.daemon.poller import Poller
 from jobd.job import Job
-from jobd.process import cgroup, containment, memory, reaper
+from jobd.process import cgroup, containment, memory, reaper, where
 from jobd.process.handler import Handler, StopReason
 from jobd.store.leases import Lost
 from jobd.web.metrics import Metrics
@@ -60,15 +60,17 @@ class Handlers:
         enforced here. Once, by the daemon's process (an in-process test stays what it is)."""
         queues = list(queues)
         subreaper = self.reaper.enabled = reaper.become_subreaper()
-        found = cgroup.find(setting)
-        if isinstance(found, cgroup.Found):
+        found = where.find(setting)
+        if isinstance(found, where.Found):
             try:
                 self.tree = cgroup.Tree.take(found)
                 found = self.tree.found
             except OSError as exc:
                 found = f"{found.root}: {exc.strerror or exc}"
-                if setting != "auto":
-                    log.error("cannot use cgroup %s: %s", setting, found)
+        containment.ACTIVE = found
+        if isinstance(found, str) and setting not in ("auto", "off"):
+            log.error("cannot use cgroup: %s (%s); not starting", setting, found)
+            return False
         for line in containment.describe(queues, subreaper, found):
             log.info("%s", line)
         refused = containment.unenforced(queues, found)

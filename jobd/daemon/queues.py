@@ -18,13 +18,14 @@ from jobd.config import Config, ConfigError, QueueConfig, load
 from jobd.daemon import lease
 from jobd.daemon.reader import Reader
 from jobd.daemon.slots import Slots
+from jobd.process import containment
 from jobd.store import connection
 from jobd.store.store import Store
 
 log = logging.getLogger("jobd.daemon")
 
 StartReader = Callable[[QueueConfig, Slots], Reader]
-FIXED = ("redis", "metrics_listen", "dashboard")  # read once at start, by threads started once
+FIXED = ("redis", "metrics_listen", "dashboard", "cgroup")  # read once at start
 
 
 class QueueSet:
@@ -113,6 +114,10 @@ def reloaded(config: Config) -> Config | None:
             "reload refused: changing %s needs a restart; nothing changed",
             " or ".join(name.split("_")[0] for name in changed),
         )
+        return None
+    if refused := containment.unenforced(new.queues.values(), containment.ACTIVE):
+        for line in refused:
+            log.error("reload refused: %s", line)
         return None
     return new
 

@@ -2,7 +2,7 @@
 
 Where jobd has a cgroup v2 it may manage (``cgroup: auto``: the daemon's own, when systemd
 delegated it with ``Delegate=yes``; or the path ``cgroup:`` names), every handler runs in a child
-cgroup of its own, ``jobd-<daemon pid>-<n>``, under it:
+cgroup of its own, ``jobd-<daemon pid>-<token>-<n>``, under it:
 
 - **From its first instruction.** A process is born in its parent's cgroup. For the instant of
   each spawn the daemon moves itself into the handler's new cgroup, starts the handler there, and
@@ -20,7 +20,8 @@ cgroup of its own, ``jobd-<daemon pid>-<n>``, under it:
 - **The end.** When the handler's leader exits, or it is stopped (timeout, cancel, lost lease,
   shutdown), ``cgroup.kill`` ends every process left in the cgroup — escaped from the process
   group or not, whatever its environment says; processes of another cgroup are never touched.
-  What it used is read then: CPU from ``cpu.stat`` (the whole tree, escapees included), peak
+  What it used is read then: CPU from ``cpu.stat`` (the whole tree, escapees included; less
+  what the cgroup had counted when the daemon left it, the daemon's own share), peak
   memory from ``memory.peak``, OOM kills from ``memory.events`` (outcome ``memory``). The cgroup
   is removed once empty (at once, or by a later sweep); cgroups left by a daemon that died are
   ended and removed by the next one to start under the same parent.
@@ -41,109 +42,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from jobd.config.types import Resources
+from jobd.process import where
+from jobd.process.where import DAEMON_LEAF, DELEGATED_HOW, Found
 
 log = logging.getLogger("jobd.cgroup")
 
-CONTROLLERS = ("memory", "pids", "cpu")  # the ones jobd sets limits with
 CPU_PERIOD = 100_000  # microseconds: cpu.max's period
-DELEGATED = ("trusted.delegate", "user.delegate")  # systemd marks a delegated cgroup so (v251+)
 PREFIX = "jobd-"
-DAEMON_LEAF = "jobd-daemon"  # where jobd's own processes go when the cgroup they were in is used
-
-
-@dataclass(frozen=True)
-class Found:
-    """A cgroup jobd may place handlers under: ``root``; the daemon's own ``home`` (moved into
-    ``root/jobd-daemon`` when ``root`` is where it was: a cgroup with processes cannot have
-    controllers for its children); the controllers ``root`` can give its children."""
-
-    root: str
-    home: str
-    controllers: frozenset[str]
-    how: str  # in words: "delegated by systemd", "cgroup: PATH"
-
-
-def mount_point() -> str | None:
-    """Where the cgroup v2 hierarchy is mounted (``/proc/self/mountinfo``), or None."""
-    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
-        for line in f:
-            before, _, after = line.partition(" - ")
-            if after.split(" ", 1)[0] == "cgroup2":
-                return _unescape(before.split(" ")[4])
-    return None
-
-
-def own_cgroup(mount: str) -> str | None:
-    """This process's cgroup v2 directory (``/proc/self/cgroup``'s ``0::`` line), or None."""
-    with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
-        for line in f:
-            if line.startswith("0::"):
-                path = line[3:].rstrip("\n")
-                return os.path.normpath(mount + path) if path.startswith("/") else None
-    return None
-
-
-def find(setting: str) -> Found | str:
-    """The cgroup ``setting`` (``auto``, ``off`` or a path) gives jobd, or why there is none.
-    Reads only: nothing is created or moved (``Tree.take`` does that)."""
-    if setting == "off":
-        return "cgroup: off"
-    mount = mount_point()
-    if mount is None:
-        return "no cgroup v2 hierarchy is mounted"
-    home = own_cgroup(mount)
-    if home is None:
-        return "this process is in no cgroup v2 (/proc/self/cgroup)"
-    if setting == "auto":
-        if os.path.basename(home) == DAEMON_LEAF and _delegated(os.path.dirname(home)):
-            home = os.path.dirname(home)  # another jobd of this service moved us there already
-        if not _delegated(home):
-            return (f"the daemon's cgroup {home} is not delegated to it: run it under systemd with "
-                    "Delegate=yes, or set cgroup: to a cgroup jobd may manage")  # fmt: skip
-        root, how = home, "delegated by systemd"
-    else:
-        root, how = os.path.normpath(setting), f"cgroup: {setting}"
-        if os.path.commonpath([root, mount]) != mount:
-            return f"{setting} is not a cgroup under the cgroup v2 mount {mount}"
-    if os.path.isdir(root):  # what it offers its children once enabled
-        where, offered = root, _controllers(root, "cgroup.controllers")
-    else:  # to be made: what its parent enables for it
-        where = os.path.dirname(root)
-        offered = _controllers(where, "cgroup.subtree_control")
-    if not os.path.isfile(os.path.join(where, "cgroup.procs")):
-        return f"{where} is not a cgroup v2 directory"
-    if not os.access(where, os.W_OK):
-        return f"{where} is not writable by this user"
-    return Found(root, home, offered & frozenset(CONTROLLERS), how)
-
-
-def _controllers(path: str, name: str) -> frozenset[str]:
-    """The controllers a cgroup's ``cgroup.controllers`` or ``cgroup.subtree_control`` lists."""
-    try:
-        with open(os.path.join(path, name)) as f:
-            return frozenset(f.read().split())
-    except OSError:
-        return frozenset()
-
-
-def _delegated(path: str) -> bool:
-    for name in DELEGATED:
-        with contextlib.suppress(OSError):
-            if os.getxattr(path, name).strip(b"\0") == b"1":
-                return True
-    return False
-
-
-def _unescape(text: str) -> str:
-    """mountinfo writes a space as \\040, and so on."""
-    return text.encode().decode("unicode_escape") if "\\" in text else text
-
-
-def describe(found: Found | str) -> str:
-    if isinstance(found, str):
-        return f"in no cgroup ({found})"
-    limits = ", ".join(sorted(found.controllers)) or "none of memory, pids, cpu"
-    return f"in a cgroup of its own under {found.root} ({found.how}; controllers: {limits})"
+BUSY_TRIES = 40  # removals found busy (one a sweep: 10 s) before the log says so
 
 
 @dataclass
@@ -152,6 +58,8 @@ class Cgroup:
 
     path: str
     caps_memory: bool = False  # memory.max is set: the kernel enforces resources.memory
+    cpu_before: int = 0  # usage_usec when the daemon left it: the daemon's own, not the job's
+    tries: int = 0  # removals that found it busy
 
     def write(self, name: str, value: str) -> bool:
         try:
@@ -214,17 +122,24 @@ class Cgroup:
             ):
                 peak = int(f.read())
         events = self.read("memory.events")
-        return Usage(None if cpu is None else cpu / 1e6, peak, events.get("oom_kill", 0) > 0)
+        used = None if cpu is None else max(0, cpu - self.cpu_before) / 1e6
+        return Usage(used, peak, events.get("oom_kill", 0) > 0)
 
     def remove(self) -> bool:
-        """Remove it; False while a process is still in it (ending: try again later)."""
+        """Remove it, and any cgroup a process of it made inside (deepest first); False while a
+        process is still in one of them (ending: try again later). Said once when that lasts
+        (BUSY_TRIES); anything else than busy is said, and the cgroup left."""
         try:
-            os.rmdir(self.path)
+            for folder, _, _ in os.walk(self.path, topdown=False):
+                os.rmdir(folder)
         except FileNotFoundError:
             return True
         except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                log.warning("cannot remove %s: %s", self.path, exc.strerror or exc)
+            self.tries += 1
+            busy = exc.errno == errno.EBUSY
+            if not busy or self.tries == BUSY_TRIES:
+                log.warning("cannot remove %s (%s): %s", self.path, exc.strerror or exc,
+                            "trying again" if busy else "left there")  # fmt: skip
             return exc.errno != errno.EBUSY
         return True
 
@@ -240,24 +155,29 @@ class Usage:
 
 @dataclass
 class Tree:
-    """The cgroup handlers are placed under, taken (``take``) by the daemon's process."""
+    """The cgroup handlers are placed under, taken (``take``) by the daemon's process. Its
+    handlers' cgroups are ``jobd-<pid>-<token>-<n>``: the pid says whose (a dead daemon's are
+    ended by the next), the token, drawn at start, that they are this daemon's and no other's
+    (another daemon of the same pid: a reused pid, another pid namespace)."""
 
     found: Found
     home_procs: int = -1  # the daemon's home's cgroup.procs, open for writing
     ending: list[Cgroup] = field(default_factory=list)  # killed, not yet removed
     counter: Iterator[int] = field(default_factory=itertools.count)
+    prefix: str = field(default_factory=lambda: f"{PREFIX}{os.getpid()}-{os.urandom(4).hex()}-")
 
     @classmethod
     def take(cls, found: Found) -> Tree:
-        """Make ``found.root`` ready: created if needed; the daemon's processes moved out of it
-        into ``jobd-daemon`` when they were in it; its controllers enabled for its children;
-        cgroups left by dead daemons ended and removed. OSError when the kernel refuses."""
+        """Make ``found.root`` ready: created if needed; when the daemon was in it, moved into
+        ``jobd-daemon`` (delegated: with every process of the service; a cgroup named in the
+        config: alone); its controllers enabled for its children; cgroups left by dead daemons
+        ended and removed. OSError when the kernel refuses."""
         root, home = found.root, found.home
         os.makedirs(root, exist_ok=True)
         if home == root:
             home = os.path.join(root, DAEMON_LEAF)
             os.makedirs(home, exist_ok=True)
-            _move_all(root, home)
+            _move(root, home, everyone=found.how == DELEGATED_HOW)
         enabled = _enable(root, found.controllers)
         tree = cls(Found(root, home, enabled, found.how))
         tree.home_procs = os.open(os.path.join(home, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
@@ -268,34 +188,69 @@ class Tree:
     def spawning(self, resources: Resources) -> Iterator[Cgroup]:
         """Make a handler's cgroup and hold the daemon in it while the caller starts the
         handler; the daemon goes home and the limits are written on the way out (see the module
-        docstring). The caller holds ``spawn.LOCK``."""
-        name = f"{PREFIX}{os.getpid()}-{next(self.counter)}"
-        cgroup = Cgroup(os.path.join(self.found.root, name))
-        os.mkdir(cgroup.path, 0o755)
+        docstring). The caller holds ``spawn.LOCK``. OSError, the handler not started, when the
+        cgroup cannot be made or entered."""
+        cgroup = Cgroup(os.path.join(self.found.root, f"{self.prefix}{next(self.counter)}"))
         try:
+            os.mkdir(cgroup.path, 0o755)
             fd = os.open(os.path.join(cgroup.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
             try:
                 os.write(fd, b"0")  # this process, every thread of it
             finally:
                 os.close(fd)
-        except OSError:
-            self.ending.append(cgroup)
-            raise
+        except OSError as exc:
+            self.go_home()
+            self.end(cgroup)
+            what = f"cannot make its cgroup {cgroup.path}: {exc.strerror}"
+            raise OSError(exc.errno, what) from exc
         try:
             yield cgroup
-        except BaseException:
+        except BaseException:  # not started
             self.go_home()
             self.end(cgroup)
             raise
-        self.go_home()
+        self.go_home()  # never raises: the handler runs
+        cgroup.cpu_before = cgroup.read("cpu.stat").get("usage_usec", 0)
         cgroup.limit(resources, self.found.controllers)
 
     def go_home(self) -> None:
-        os.write(self.home_procs, b"0")
+        """Back to the daemon's own cgroup. Never raises: a handler may have been started. If
+        the daemon's cgroup is gone (it was empty while the daemon was away: anyone who may
+        write there may remove it), it is made again; if that fails too, the daemon stays where
+        it is, said loudly, and ``kill`` refuses any cgroup that holds it."""
+        try:
+            os.write(self.home_procs, b"0")
+            return
+        except OSError as exc:
+            lost = exc
+        procs = os.path.join(self.found.home, "cgroup.procs")
+        try:
+            os.makedirs(self.found.home, exist_ok=True)
+            fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+            os.write(fd, b"0")
+        except OSError as exc:
+            log.critical("cannot go back to the daemon's cgroup %s (%s; made again: %s): it "
+                         "stays in a handler's", self.found.home, lost.strerror or lost,
+                         exc.strerror or exc)  # fmt: skip
+            return
+        os.close(self.home_procs)
+        self.home_procs = fd
+        log.warning("the daemon's cgroup %s had gone (%s): made again", self.found.home,
+                    lost.strerror or lost)  # fmt: skip
+
+    def kill(self, cgroup: Cgroup) -> None:
+        """Every process in ``cgroup`` killed — unless the daemon is one of them (it could not
+        go home after a spawn): then it tries again first, and kills nothing if it cannot."""
+        if os.getpid() in cgroup.members():
+            self.go_home()
+            if os.getpid() in cgroup.members():
+                log.critical("not killing %s: the daemon is in it", cgroup.path)
+                return
+        cgroup.kill()
 
     def end(self, cgroup: Cgroup) -> None:
         """The handler ended: every process left in its cgroup is killed; removed when empty."""
-        cgroup.kill()
+        self.kill(cgroup)
         if not cgroup.remove():
             self.ending.append(cgroup)
 
@@ -305,7 +260,7 @@ class Tree:
             self.ending = [c for c in self.ending if not c.remove()]
 
     def remove_stale(self) -> None:
-        """Cgroups of daemons that are gone (``jobd-<pid>-<n>``, that pid dead): ended, removed."""
+        """Cgroups of daemons that are gone (``jobd-<pid>-…``, that pid dead): ended, removed."""
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.found.root):
                 pid = _owner(entry.name)
@@ -316,19 +271,24 @@ class Tree:
 
     def close(self) -> None:
         """The daemon stops: every cgroup of its handlers ended and, once empty, removed."""
+        ending = {c.path for c in self.ending}
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.found.root):
-                if _owner(entry.name) == os.getpid():
-                    Cgroup(entry.path).kill()
+                if entry.name.startswith(self.prefix) and entry.path not in ending:
+                    self.ending.append(Cgroup(entry.path))
+        for cgroup in self.ending:
+            self.kill(cgroup)
         self.tidy()
 
 
 def _owner(name: str) -> int | None:
-    """The pid of the daemon a ``jobd-<pid>-<n>`` cgroup belongs to."""
+    """The pid of the daemon a ``jobd-<pid>-<token>-<n>`` cgroup belongs to."""
     if not name.startswith(PREFIX):
         return None
-    pid, _, n = name[len(PREFIX) :].partition("-")
-    return int(pid) if pid.isdigit() and n.isdigit() else None
+    parts = name[len(PREFIX) :].split("-")
+    if len(parts) != 3 or not (parts[0].isdigit() and parts[2].isdigit()):
+        return None
+    return int(parts[0])
 
 
 def _alive(pid: int) -> bool:
@@ -341,16 +301,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _move_all(source: str, target: str) -> None:
-    """Every process in ``source`` into ``target`` (one may be forked meanwhile: a few passes)."""
-    for _ in range(10):
+def _move(source: str, target: str, everyone: bool) -> None:
+    """This process into ``target``; with ``everyone``, every process in ``source`` too (one may
+    be forked meanwhile: a few passes; kernel threads refuse, and stay)."""
+    with open(os.path.join(target, "cgroup.procs"), "w") as f:
+        f.write("0")
+    for _ in range(10 if everyone else 0):
         with open(os.path.join(source, "cgroup.procs")) as f:
             pids = f.read().split()
         if not pids:
             return
         for pid in pids:
             with (
-                contextlib.suppress(ProcessLookupError),
+                contextlib.suppress(ProcessLookupError, OSError),
                 open(os.path.join(target, "cgroup.procs"), "w") as f,
             ):
                 f.write(pid)
@@ -366,4 +329,4 @@ def _enable(root: str, controllers: frozenset[str]) -> frozenset[str]:
         except OSError as exc:
             log.warning("cannot enable the %s controller in %s: %s", name, root,
                         exc.strerror or exc)  # fmt: skip
-    return _controllers(root, "cgroup.subtree_control") & controllers
+    return where.controllers(root, "cgroup.subtree_control") & controllers

@@ -6,27 +6,29 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from jobd.config import QueueConfig
-from jobd.process import cgroup, memory
+from jobd.process import memory, where
 
 # resources.X -> the cgroup controller that enforces it (memory has a fallback: sampling)
 NEEDS = {"pids": "pids", "cpu": "cpu"}
+# What this daemon process found at its start (``daemon.handlers``): a reload is judged by it.
+ACTIVE: where.Found | str = "not looked for"
 
 
 def describe(
-    queues: Iterable[QueueConfig], subreaper: bool = True, found: cgroup.Found | str = "unknown"
+    queues: Iterable[QueueConfig], subreaper: bool = True, found: where.Found | str = "unknown"
 ) -> list[str]:
     """The summary first; then a line for the queues whose memory is capped by sampling."""
-    if isinstance(found, cgroup.Found):
+    if isinstance(found, where.Found):
         escaped = "every process it starts ends with it (cgroup.kill)"
     elif subreaper:
         escaped = "processes that leave its group end with their job (jobd is a child subreaper)"
     else:
         escaped = "processes that leave its group may outlive their job (no child subreaper)"
     lines = [
-        f"containment: each handler in a process group of its own and {cgroup.describe(found)}; "
+        f"containment: each handler in a process group of its own and {where.describe(found)}; "
         + escaped
     ]
-    kernel = isinstance(found, cgroup.Found) and "memory" in found.controllers
+    kernel = isinstance(found, where.Found) and "memory" in found.controllers
     sampled = [q.name for q in queues if q.resources.memory is not None and not kernel]
     if sampled:
         lines.append(
@@ -36,13 +38,13 @@ def describe(
     return lines
 
 
-def unenforced(queues: Iterable[QueueConfig], found: cgroup.Found | str) -> list[str]:
+def unenforced(queues: Iterable[QueueConfig], found: where.Found | str) -> list[str]:
     """A line for each queue resource this host cannot enforce (the daemon refuses to start)."""
-    offered = found.controllers if isinstance(found, cgroup.Found) else frozenset()
+    offered = found.controllers if isinstance(found, where.Found) else frozenset()
     why = (
         f"{found.root} does not offer the %s controller"
-        if isinstance(found, cgroup.Found)
-        else f"there is {cgroup.describe(found)}"
+        if isinstance(found, where.Found)
+        else f"there is {where.describe(found)}"
     )
     lines = []
     for q in queues:

@@ -287,7 +287,7 @@ class Handler:
         reaches only this handler's descendants."""
         self.kill()
         if self.placed is not None:  # everything in its cgroup, escaped from the group or not
-            self.placed[1].kill()
+            self.placed[0].kill(self.placed[1])
         _, wait_status, self.usage = os.wait4(self.pid, 0)
         os.close(self.pidfd)
         if self.placed is not None:
