@@ -85,9 +85,9 @@ def record(r: redis.Redis, job_id: str) -> dict:
 def test_each_handler_runs_in_a_cgroup_of_its_own_from_its_first_instruction(
     root: Path, r: redis.Redis, write_config, daemon: Daemon
 ) -> None:
-    """The handler's first child reads its cgroup: the handler's own, every time; each cgroup is
-    removed once its job has ended."""
-    command = "[/bin/sh, -c, 'cat /proc/self/cgroup; sleep 0.3']"
+    """The handler's first child reads its cgroup: the handler's own, every time (and its OOM
+    score: the queue's); each cgroup is removed once its job has ended."""
+    command = "[/bin/sh, -c, 'cat /proc/self/cgroup; echo oom $(cat /proc/self/oom_score_adj); sleep 0.3']"
     d = daemon(write_config(f"cgroup: {root}\n" + queue_config(command, concurrency=4)))
     d.wait_log(f"in a cgroup of its own under {root}")
     for i in range(12):
@@ -100,6 +100,7 @@ def test_each_handler_runs_in_a_cgroup_of_its_own_from_its_first_instruction(
         parent, _, name = line[3:].rpartition("/")
         assert parent.endswith(f"/{root.name}") and name.startswith(f"jobd-{d.proc.pid}-")
         seen.add(name)
+        assert "oom 500" in record(r, f"j{i}")["stdout"], "resources.oom_score_adj, cgroup or not"
     assert len(seen) == 12, "a cgroup for each handler"
     wait_until(lambda: not handler_cgroups(root), what="every handler's cgroup removed")
 
