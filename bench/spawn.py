@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+import psutil
 import redis
 
 WARM_UP = 500  # jobs run by each system before the first measured round
@@ -120,13 +121,14 @@ class Jobd:
 
     def __init__(
         self, workdir: Path, port: int, concurrency: int, log_level: str = "INFO",
-        queue: str = "noop", tree: Path | None = None,
+        queue: str = "noop", tree: Path | None = None, processes: int = 1,
     ) -> None:  # fmt: skip
         self.stream = f"jobd:{queue}"
         config = workdir / f"{queue}.yaml"
         config.write_text(
             f"redis: {{url: 'redis://127.0.0.1:{port}/0'}}\n"
-            f"queues:\n  {queue}: {{command: [/bin/true], concurrency: {concurrency}}}\n"
+            + (f"processes: {processes}\n" if processes != 1 else "")
+            + f"queues:\n  {queue}: {{command: [/bin/true], concurrency: {concurrency}}}\n"
         )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jobd", "run", str(config), "--log-level", log_level],
@@ -153,6 +155,21 @@ class Jobd:
 
         wait_until(all_acked, f"{self.stream}'s jobs")
         return jobs / (time.perf_counter() - start)
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds so far of jobd's own processes (the daemon, or the supervisor and its
+        daemons), and of the handlers they reaped."""
+        own = handlers = 0.0
+        top = psutil.Process(self.proc.pid)
+        for p in [top, *top.children()]:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            if p.pid == top.pid or "jobd" in " ".join(p.cmdline()):
+                own += t.user + t.system
+                handlers += t.children_user + t.children_system
+        return own, handlers
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)

@@ -8,7 +8,9 @@
              `sh -c` started by Popen (the same handler, environment and clock);
   sleepers   1000 `sleep` handlers over two queues: the daemon's RSS, its CPU while they sleep,
              and lease renewal's commands per queue per tick (XCLAIM calls, from the server);
-  backlog    100 000 jobs waiting: the daemon's RSS before and after they were added.
+  backlog    100 000 jobs waiting: the daemon's RSS before and after they were added;
+  processes  `processes: 1` against `processes: 2`, each against xargs (7 rounds, alternating),
+             the CPU a job costs (jobd's processes, the handler), and what 16 cores could run.
 --quick runs small sizes (a smoke test of the bench itself, not a measurement).
 """
 
@@ -27,7 +29,7 @@ import psutil
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spawn import start_redis, throughput
+from spawn import Jobd, start_redis, throughput, xargs_rate
 
 from jobd.process.environment import base_environment
 
@@ -180,6 +182,50 @@ def backlog(r: redis.Redis, workdir: Path, port: int, count: int) -> None:
     )
 
 
+def processes(workdir: Path, port: int, jobs: int, rounds: int) -> None:
+    """``processes: 1`` against ``processes: 2`` on this machine, each against xargs around it,
+    alternating which goes first; then what a job costs in CPU (jobd's own processes, and the
+    handlers they reaped) and, from that, what 16 cores could run."""
+    one = Jobd(workdir, port, 8, queue="p1")
+    two = Jobd(workdir, port, 8, queue="p2", processes=2)
+    ratios: dict[int, list[float]] = {1: [], 2: []}
+    costs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+    try:
+        for n in range(rounds):
+            for count, jobd in ((1, one), (2, two)) if n % 2 == 0 else ((2, two), (1, one)):
+                before = xargs_rate(jobs, 8)
+                cpu0 = jobd.cpu()
+                rate = jobd.rate(jobs)
+                cpu1 = jobd.cpu()
+                after = xargs_rate(jobs, 8)
+                ratios[count].append(rate / ((before + after) / 2))
+                costs[count].append(((cpu1[0] - cpu0[0]) / jobs, (cpu1[1] - cpu0[1]) / jobs))
+    finally:
+        one.stop()
+        two.stop()
+    for count in (1, 2):
+        own = statistics.median(c[0] for c in costs[count]) * 1000
+        handler = statistics.median(c[1] for c in costs[count]) * 1000
+        print(
+            f"processes {count}: median ratio to xargs {statistics.median(ratios[count]):.2f} "
+            f"({min(ratios[count]):.2f}–{max(ratios[count]):.2f}); CPU a job: jobd {own:.3f} ms, "
+            f"the handler {handler:.3f} ms"
+        )
+    own = statistics.median(c[0] for c in costs[1])
+    handler = statistics.median(c[1] for c in costs[1])
+    verdict = (
+        "met"
+        if statistics.median(ratios[2]) >= statistics.median(ratios[1]) * 0.97
+        else ("NOT met")
+    )
+    print(
+        f"processes 2 against 1: {statistics.median(ratios[2]) / statistics.median(ratios[1]):.2f}"
+        f" (target: no worse, within 3 %: {verdict}); on paper, 16 cores: one daemon's loop tops "
+        f"out at {1 / own:.0f} jobs/s, 16 processes' at {16 / own:.0f}, the spawning itself at "
+        f"{16 / (own + handler):.0f} (16 cores / the CPU a job costs all told)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -200,6 +246,8 @@ def main() -> None:
             sleepers(r, workdir, port, 20 if args.quick else 1000, 2 if args.quick else 10)
             r.flushall()
             backlog(r, workdir, port, 1000 if args.quick else 100_000)
+            r.flushall()
+            processes(workdir, port, 60 if args.quick else 2000, 2 if args.quick else 7)
         finally:
             server.terminate()
             server.wait(10)
