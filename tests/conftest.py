@@ -6,6 +6,8 @@ port in a temporary folder, and daemons are `python -m jobd run` subprocesses.
 
 from __future__ import annotations
 
+import os
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +15,23 @@ from pathlib import Path
 import pytest
 import redis
 from support import DaemonProcess, RedisServer
+
+# JOBD_TEST_PREFETCH=N: every queue that does not set `prefetch` reads N entries ahead, in the
+# daemons the tests start and in this process (tests/forced/sitecustomize.py).
+if os.environ.get("JOBD_TEST_PREFETCH"):
+    FORCED = str(Path(__file__).parent / "forced")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (FORCED, os.environ.get("PYTHONPATH")) if p
+    )
+    sys.path.insert(0, FORCED)
+    from sitecustomize import force_prefetch
+
+    force_prefetch(int(os.environ["JOBD_TEST_PREFETCH"]))
+
+
+def pytest_report_header() -> str | None:
+    ahead = os.environ.get("JOBD_TEST_PREFETCH")
+    return f"prefetch forced: {ahead} ahead where a queue does not set it" if ahead else None
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,9 @@ def test_validate_json_format(write_config: Callable[..., Path]) -> None:
     ]
     good = write_config("queues:\n  a: {command: [/bin/true]}\n", name="good.yaml")
     body = json.loads(jobd_cli("validate", str(good), "--format", "json").stdout)
-    assert body["valid"] is True and body["queues"] == {"a": {"stream": "jobd:a", "group": "jobd"}}
+    assert body["valid"] is True and body["queues"] == {
+        "a": {"stream": "jobd:a", "group": "jobd", "prefetch": "auto"}
+    }
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "empty", "list", "binary"])

@@ -346,11 +346,10 @@ def test_consumers_holding_entries_are_never_removed(
         f"#!/bin/sh\necho $(cat) >> {tmp_path}/ran\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n",
     )
     # reclaim_after 300ms: consumers idle 3 s and empty are removed. The daemon's only slot is
-    # busy with "long" before the ghost takes its entry, so nothing reclaims that entry until
-    # the gate opens.
-    d = daemon(
-        write_config(queue_config("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}"))
-    )
+    # busy with "long" before the ghost takes its entry (the daemon reads nothing ahead), so
+    # nothing reclaims that entry until the gate opens.
+    lease = "{renew_every: 100ms, reclaim_after: 300ms}"
+    d = daemon(write_config(queue_config("[./h.sh]", lease=lease, prefetch=0)))
     r.xadd("jobd:q", {"payload": "long"})
     wait_until(lambda: (tmp_path / "ran").exists(), what="the long job running")
     r.xadd("jobd:q", {"payload": "held-by-ghost"})

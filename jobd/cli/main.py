@@ -16,7 +16,7 @@ import orjson
 
 from jobd import exitcodes
 from jobd.cli.arguments import build_parser
-from jobd.config import DEFAULT_CONFIG, Config, ConfigError, load
+from jobd.config import DEFAULT_CONFIG, Config, ConfigError, QueueConfig, load
 
 
 def config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
@@ -117,6 +117,11 @@ def summary(config: Config) -> str:
     return "\n".join([f"{line}; {first}", *more])
 
 
+def prefetch(q: QueueConfig) -> int | str:
+    """A queue's ``prefetch`` as written: a number, or ``auto``."""
+    return "auto" if q.prefetch is None else q.prefetch
+
+
 def containment_lines(config: Config) -> list[str]:
     """As the daemon would say it if started from here (under systemd with Delegate=yes it gets
     its service's cgroup, which this process may not be in); then what it could not enforce."""
@@ -156,7 +161,8 @@ def validate(path: str, fmt: str) -> int:
             "valid": True,
             "errors": [],
             "queues": {
-                name: {"stream": q.stream, "group": q.group} for name, q in config.queues.items()
+                name: {"stream": q.stream, "group": q.group, "prefetch": prefetch(q)}
+                for name, q in config.queues.items()
             },
             "redis": server(config),
             "processes": config.processes,

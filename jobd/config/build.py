@@ -132,6 +132,7 @@ def build_queue(q: QueueSettings) -> QueueConfig:
         command=command,
         argv=_argv(command, env, resources),
         concurrency=q.get("concurrency"),
+        prefetch=None if q.get("prefetch") == "auto" else int(q.get("prefetch")),
         timeout=q.duration("timeout"),
         kill_grace=q.duration("kill_grace"),
         cwd=q.cwd(),

@@ -88,6 +88,9 @@ class QueueConfig:
     command: tuple[str, ...]
     argv: tuple[str, ...]  # what is executed: the command, behind prlimit(1) when limits are set
     concurrency: int
+    # Entries read beyond the free slots (daemon.prefetch): at most this many, or with None
+    # (``auto``) up to ``concurrency`` while the queue's recent handlers are short; 0: none.
+    prefetch: int | None
     timeout: float
     kill_grace: float
     cwd: str

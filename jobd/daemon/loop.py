@@ -7,7 +7,8 @@ The loop, as an algorithm:
             its stdin pipe, or its exit (its pidfd)
         reap the handlers that exited; decide each outcome (policy)
         let the handlers whose time has come act (SIGTERM at their timeout, SIGKILL after)
-        start a handler for each job delivered
+        start a handler for each job delivered while its queue has a free slot; the others
+            wait for one, read ahead (``admission``, ``prefetch``)
         pass this pass's outcomes to the recorder and its freed slots to the readers, at once
         tell systemd the loop is alive (watchdog)
 
@@ -25,10 +26,10 @@ Every job travels with the queue definition it was read under, and a handler kee
 started with: a reload (SIGHUP, ``queues``) never changes a running job.
 
 Shutdown order (SIGTERM/SIGINT): stop the readers so no new job is taken; hand back jobs read
-but not started; let running handlers finish for up to ``shutdown_grace``, then SIGTERM them
-and SIGKILL after ``kill_grace``; hand back the entries of handlers stopped that way; then let
-the recorder write everything; the ticker, which renews leases, stops last. A second SIGTERM
-skips the rest of the grace period.
+but not started (those read ahead included); let running handlers finish for up to
+``shutdown_grace``, then SIGTERM them and SIGKILL after ``kill_grace``; hand back the entries
+of handlers stopped that way; then let the recorder write everything; the ticker, which renews
+leases, stops last. A second SIGTERM skips the rest of the grace period.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from collections import Counter
 from jobd import exitcodes, hardening, logs
 from jobd.config import Config, QueueConfig
 from jobd.daemon import delayed, janitor, lease, periodic, queues, retention
+from jobd.daemon.admission import Admission
 from jobd.daemon.duties import Duty, Ticker
 from jobd.daemon.handlers import Handlers
 from jobd.daemon.inbox import Inbox
@@ -54,10 +56,9 @@ from jobd.daemon.recorder import Recorder
 from jobd.daemon.report import LoopView, StatusReport, status_line
 from jobd.daemon.slots import Slots
 from jobd.embedded import EmbeddedServer
-from jobd.job import Job
 from jobd.outcome import Outcome, Started, Verb
 from jobd.process import policy, spawn
-from jobd.process.handler import Handler, SpawnError, StopReason
+from jobd.process.handler import Handler, StopReason
 from jobd.store.store import Store
 from jobd.web.dashboard import Dashboard
 from jobd.web.metrics import Metrics, serve
@@ -88,6 +89,8 @@ class Daemon:
         # Where handlers run unless their queue says otherwise; the daemon works there too,
         # which lets it start them with vfork and exec (jobd/process/spawn.py), its fastest path.
         self.folder = os.path.dirname(config.path)
+        self.admission = Admission(self.running, self.inbox, self.queues, self.metrics,
+                                   self.folder, lambda o: self.settle(o), self.freed)  # fmt: skip
         self.ready = False
         self.queue_list: tuple[QueueConfig, ...] = ()
         self.total_slots = 0
@@ -180,11 +183,14 @@ class Daemon:
             self.metrics.of(name)
         self.recorder.start()
         self.queues.start()
+        self.admission.configure(self.config)
         self.queues_changed()
         self.ticker.replace(self.periodic_duties())
         self.ticker.start()
         served = ", ".join(
-            f"{q.name} (stream {q.stream}, x{q.concurrency})" for q in self.config.queues.values()
+            f"{q.name} (stream {q.stream}, x{q.concurrency}, prefetch "
+            f"{'auto' if q.prefetch is None else q.prefetch})"
+            for q in self.config.queues.values()
         )
         log.info("jobd running as consumer %s: %s on %s",
                  self.consumer, served, self.config.redis.describe())  # fmt: skip
@@ -250,6 +256,7 @@ class Daemon:
             self.stopping
             and not self.running
             and not self.inbox.has_deliveries()
+            and not self.admission.waiting
             and not self.outcomes
             and not self.queues.reading()
         )
@@ -257,7 +264,8 @@ class Daemon:
     def wait_time(self) -> float:
         if self.inbox.has_deliveries():
             return 0
-        due = min(self.running.next_due, self.stop_at) - time.monotonic()
+        due = min(self.running.next_due, self.stop_at, self.admission.waiting.next_due())
+        due -= time.monotonic()
         if self.notifier.watchdog_interval is not None:
             due = min(due, self.notifier.next_watchdog - time.monotonic())
         return max(0.0, min(due, IDLE_WAIT))
@@ -273,52 +281,16 @@ class Daemon:
 
     def on_lost(self) -> None:
         """Stop the handler of each entry whose lease was lost (never settling it) or that was
-        cancelled; one not started yet is remembered, for start_delivered."""
+        cancelled; one not started yet is not started (``admission``)."""
         now = time.monotonic()
         for lost in self.inbox.losses():
             if not self.running.told(lost, now, self.metrics):
-                self.inbox.lost_unstarted_at(lost, now)
+                self.admission.lost(lost, now)
 
     # -- starting and ending handlers -----------------------------------------------------
 
     def start_delivered(self) -> None:
-        for queue, job, at in self.inbox.deliveries():
-            current = self.queues.current_level(queue)
-            if self.inbox.lost_unstarted and (lost := self.inbox.lost_before(queue, job, at)):
-                log.warning("%s %s before it started: not started", job.tag(queue.name),
-                            "cancelled" if lost.cancelled else "lease lost")  # fmt: skip
-                if lost.cancelled:
-                    self.settle(Outcome(Verb.CANCEL, queue, job))
-                else:
-                    self.freed[queue.name] += 1
-            elif self.stopping or current is None:
-                why = "jobd stopped" if self.stopping else "its queue was removed or moved"
-                log.info("%s read as %s: handed back", job.tag(queue.name), why)
-                self.settle(Outcome(Verb.HAND_BACK, queue, job))
-            elif (dead := policy.refusal(current, job)) is not None:  # malformed, expired
-                log.error("%s %s: dead-lettered unrun", job.tag(queue.name), dead.detail.decode())
-                self.settle(dead)
-            else:
-                self.start(current, job)
-
-    def start(self, queue: QueueConfig, job: Job) -> None:
-        try:
-            handler = Handler.spawn(job, queue, self.folder, self.running.tree)
-        except Exception as exc:  # the daemon never dies of a job
-            if not isinstance(exc, SpawnError):
-                log.error("%s cannot start the handler", job.tag(queue.name), exc_info=exc)
-            outcome = policy.decide(queue, job, None, detail=str(exc).encode())
-            log.error("%s %s: %s", job.tag(queue.name), exc, outcome.describe())
-            self.settle(outcome)
-            return
-        self.running.add(handler)
-        series = self.metrics.of(queue.name)
-        series.started.inc()
-        series.latency.observe(handler.waited)
-        handler.log(logging.DEBUG, "started pid %d", handler.pid)
-        if queue.log_payload:
-            preview = job.stdin_bytes()[: queue.log_payload]
-            handler.log(logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview)
+        self.admission.start_delivered()
 
     def finish(self, handler: Handler) -> None:
         """The handler's leader exited: reap it, decide, settle."""
@@ -335,6 +307,7 @@ class Daemon:
                                 handler.stderr_tail(), (handler.waited, took),
                                 ran=handler.ran(status, took))  # fmt: skip
         self.metrics.of(handler.queue.name).duration.observe(took)
+        self.admission.ended(handler.queue.name, took)
         level = logging.INFO if outcome.verb is Verb.ACK else logging.WARNING
         handler.log(level, "%s after %.3fs%s: %s", status.describe(), took, status.cost(),
                     outcome.describe())  # fmt: skip
@@ -376,6 +349,7 @@ class Daemon:
             reason, len(self.running), self.config.shutdown_grace,
         )  # fmt: skip
         self.queues.stop_reading()
+        self.admission.stop()
 
     def reload(self) -> None:
         """SIGHUP: apply a changed config file, or keep the running one if it is invalid."""
@@ -385,6 +359,7 @@ class Daemon:
         new = queues.reloaded(self.config)
         if new is not None:
             self.queues.apply(new, self.store, self.running.running_in)
+            self.admission.reloaded(self.config, new)
             self.config = new
             self.queues_changed()
             self.ticker.replace(self.periodic_duties())

@@ -1,10 +1,11 @@
 """Reading jobs: one thread per queue that takes free slots, then fills them: first with entries
 whose lease lapsed (XAUTOCLAIM, min-idle = ``lease.reclaim_after``), then with new ones.
 
-A reader never holds an entry it cannot start: it first takes the queue's free slots, then
-asks XREADGROUP for at most that many, and gives back the slots it did not fill. The daemon's
-main loop gives a slot back when a handler ends. Reads stay off the main loop, so a Redis
-round trip never delays a spawn or a reap.
+A reader never reads more than it has room for: it first takes the queue's free slots and the
+read-ahead the loop allows (``prefetch``, ``slots``), then asks XREADGROUP for at most that
+many, and gives back what it did not fill. The daemon's main loop gives a slot back when an
+entry is settled. Reads stay off the main loop, so a Redis round trip never delays a spawn or a
+reap.
 
 An entry delivered more than ``max_deliveries`` times (poison) is never run: its dead letter
 goes to the recorder like any outcome (not held meanwhile: see ``dead_letter``). Every Redis
@@ -204,7 +205,9 @@ class Reader(threading.Thread):
         if (paused is not None) != self.paused:
             what = f"paused by {paused.by}: reading nothing" if paused else "resumed"
             log.warning("queue=%s %s", self.queue.name, what)
-        self.paused = paused is not None
+            self.slots.paused = paused is not None
+            self.deliver(self.queue, [])  # wakes the loop: it hands back what waits unstarted
+        self.paused = self.slots.paused = paused is not None
         self.next_pause_check = time.monotonic() + PAUSE_POLL
 
     def read_new(self, count: int, block: bool = True) -> int:

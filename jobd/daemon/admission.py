@@ -1,0 +1,205 @@
+"""What becomes of each job a reader delivers to the loop.
+
+In order: a job whose lease was lost before it started is not started (one ``jobd cancel``
+reached is acknowledged as cancelled, unrun); one delivered while the daemon stops, or whose
+queue was removed or moved by a reload, or is paused, is handed back at once; one malformed or
+expired (``max_wait``, ``jobd_expires_at``, checked just before it would start) is dead-lettered
+unrun; any other is started as soon as its queue has a free slot. Until then it waits (it was
+read ahead: ``prefetch``), in order, held and renewed like a running one, and is handed back
+when it waited ``prefetch.START_BOUND``, when the daemon stops, when a reload changes its queue,
+or when its queue is paused. Each queue's read-ahead allowance follows its handlers' run times
+(``prefetch.Pace``) and reaches its reader through its ``Slots``.
+
+Used by the loop's thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from jobd.config import Config, QueueConfig
+from jobd.daemon.handlers import Handlers
+from jobd.daemon.inbox import Delivery, Inbox
+from jobd.daemon.prefetch import Pace, Waiting
+from jobd.daemon.queues import QueueSet
+from jobd.job import Job
+from jobd.outcome import Outcome, Verb
+from jobd.process import policy
+from jobd.process.handler import Handler, SpawnError
+from jobd.store.leases import Lost
+from jobd.web.metrics import Metrics
+
+log = logging.getLogger("jobd.daemon")
+
+
+class Admission:
+    def __init__(
+        self, running: Handlers, inbox: Inbox, queues: QueueSet, metrics: Metrics, folder: str,
+        settle: Callable[[Outcome], None], freed: Counter[str],
+    ) -> None:  # fmt: skip
+        self.running, self.inbox, self.queues, self.metrics = running, inbox, queues, metrics
+        self.folder = folder  # where handlers run unless their queue says otherwise
+        self.settle = settle  # the loop's: counts the outcome, frees its slot
+        self.freed = freed  # the loop's slots freed this pass, by queue
+        self.waiting = Waiting()
+        self.paces: dict[str, Pace] = {}
+        self.stopping = False
+
+    # -- read-ahead allowances ------------------------------------------------------------
+
+    def configure(self, config: Config) -> None:
+        """At start and after a reload: each queue's read-ahead, as its setting allows now."""
+        for name, q in config.queues.items():
+            if name in self.paces:
+                self.paces[name].configure(q)
+            else:
+                self.paces[name] = Pace(q)
+            self.publish(name)
+
+    def publish(self, name: str) -> None:
+        """Tell the queue's reader its allowance, when it changed."""
+        pace = self.paces[name]
+        allowed = 0 if self.stopping else pace.allowed()
+        if allowed != pace.published and (slots := self.queues.slots.get(name)):
+            pace.published = allowed
+            slots.read_ahead(allowed)
+
+    def ended(self, name: str, took: float) -> None:
+        """A handler of queue ``name`` ended after ``took`` seconds."""
+        if pace := self.paces.get(name):
+            pace.ended(took)
+            self.publish(name)
+
+    # -- deliveries -----------------------------------------------------------------------
+
+    def start_delivered(self) -> None:
+        """Take the readers' deliveries, start what has a slot, in order; hand back what waited
+        too long."""
+        for delivery in self.inbox.deliveries():
+            queue = delivery[0]
+            current = self.queues.current_level(queue)
+            if (
+                self.stopping or current is None or self.paused(queue.name)  # handed back
+                or (self.running.running_in(queue.name) < current.concurrency
+                    and not self.waiting.has(queue.name))  # a slot: started (none waits before)
+            ):  # fmt: skip
+                self.admit(*delivery)
+            else:
+                self.waiting.add(delivery)
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("%s read ahead: waits for a slot", delivery[1].tag(queue.name))
+        if self.waiting:
+            for name in self.waiting.names():
+                self.start_waiting(name)
+            self.hand_back_overdue(time.monotonic())
+
+    def start_waiting(self, name: str) -> None:
+        """Start queue ``name``'s waiting entries while it has free slots."""
+        current = self.queues.config.queues.get(name)
+        if current is None or self.paused(name):
+            for delivery in self.waiting.take(name):
+                self.admit(*delivery)
+            return
+        order = [level.priority for level in current.all_levels()]
+        while self.running.running_in(name) < current.concurrency:
+            delivery = self.waiting.pop(name, order)
+            if delivery is None:
+                return
+            self.admit(*delivery)
+
+    def hand_back_overdue(self, now: float) -> None:
+        for queue, job, at in self.waiting.overdue(now):
+            if (pace := self.paces.get(queue.name)) and not pace.held_back:
+                log.info("queue=%s no slot freed in %.1fs: reading ahead no more until one "
+                         "does", queue.name, now - at)  # fmt: skip
+            if pace:
+                pace.overdue(now - at)
+                self.publish(queue.name)
+            self.admit(queue, job, at, overdue=True)
+
+    def paused(self, name: str) -> bool:
+        slots = self.queues.slots.get(name)
+        return slots is not None and slots.paused
+
+    def admit(self, queue: QueueConfig, job: Job, at: float, overdue: bool = False) -> None:
+        """Start the job under the config in force, or settle it unstarted."""
+        current = self.queues.current_level(queue)
+        if self.inbox.lost_unstarted and (lost := self.inbox.lost_before(queue, job, at)):
+            self.not_started(queue, job, lost)
+        elif self.stopping or current is None or overdue or self.paused(queue.name):
+            why = (
+                "jobd stopped" if self.stopping
+                else "its queue was removed or moved" if current is None
+                else "no slot freed in time" if overdue
+                else "its queue is paused"
+            )  # fmt: skip
+            log.info("%s read as %s: handed back", job.tag(queue.name), why)
+            self.settle(Outcome(Verb.HAND_BACK, queue, job))
+        elif (dead := policy.refusal(current, job)) is not None:  # malformed, expired
+            log.error("%s %s: dead-lettered unrun", job.tag(queue.name), dead.detail.decode())
+            self.settle(dead)
+        else:
+            self.start(current, job)
+
+    def not_started(self, queue: QueueConfig, job: Job, lost: Lost) -> None:
+        """The job's lease was lost, or ``jobd cancel`` reached it, before it started."""
+        log.warning("%s %s before it started: not started", job.tag(queue.name),
+                    "cancelled" if lost.cancelled else "lease lost")  # fmt: skip
+        if lost.cancelled:
+            self.settle(Outcome(Verb.CANCEL, queue, job))
+        else:
+            self.freed[queue.name] += 1
+
+    def lost(self, lost: Lost, now: float) -> None:
+        """An entry no handler runs was reported lost or cancelled: if it waits, it is settled
+        now; else it may still be on its way here (the inbox remembers it)."""
+        found = self.waiting.remove((*lost.key, lost.message_id))
+        if found is None:
+            self.inbox.lost_unstarted_at(lost, now)
+        else:
+            self.not_started(found[0], found[1], lost)
+
+    def hand_back(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            self.admit(*delivery)
+
+    def stop(self) -> None:
+        """The daemon stops: no job waits any more, and none is read ahead."""
+        self.stopping = True
+        for name in self.paces:
+            self.publish(name)
+        self.hand_back(self.waiting.take())
+
+    def reloaded(self, old: Config, new: Config) -> None:
+        """After a reload: entries waiting under a queue it changed or removed go back."""
+        for name in self.waiting.names():
+            if old.queues.get(name) != new.queues.get(name):
+                for delivery in self.waiting.take(name):
+                    log.info("%s read ahead before a reload changed its queue: handed back",
+                             delivery[1].tag(name))  # fmt: skip
+                    self.settle(Outcome(Verb.HAND_BACK, delivery[0], delivery[1]))
+        self.configure(new)
+
+    # -- starting -------------------------------------------------------------------------
+
+    def start(self, queue: QueueConfig, job: Job) -> None:
+        try:
+            handler = Handler.spawn(job, queue, self.folder, self.running.tree)
+        except Exception as exc:  # the daemon never dies of a job
+            if not isinstance(exc, SpawnError):
+                log.error("%s cannot start the handler", job.tag(queue.name), exc_info=exc)
+            outcome = policy.decide(queue, job, None, detail=str(exc).encode())
+            log.error("%s %s: %s", job.tag(queue.name), exc, outcome.describe())
+            self.settle(outcome)
+            return
+        self.running.add(handler)
+        series = self.metrics.of(queue.name)
+        series.started.inc()
+        series.latency.observe(handler.waited)
+        handler.log(logging.DEBUG, "started pid %d", handler.pid)
+        if queue.log_payload:
+            preview = job.stdin_bytes()[: queue.log_payload]
+            handler.log(logging.INFO, "payload (first %d bytes): %r", queue.log_payload, preview)
