@@ -9,8 +9,9 @@ survive restarts of the server and of jobd.
 
 One server per state directory, whoever starts it: the owner holds an exclusive lock on
 ``server.lock`` for as long as the server runs. ``jobd run`` owns it for its lifetime (and
-restarts it if it dies); ``jobd enqueue``, ``status`` and ``dlq`` use the running one, or, when
-no daemon runs, start it for the length of the command.
+restarts it if it dies); under a supervisor, its daemons inherit the locked descriptor and hold
+the lock with it until the last of them exits. ``jobd enqueue``, ``status`` and ``dlq`` use the
+running one, or, when no daemon runs, start it for the length of the command.
 
 The state directory holds every job: it is jobd's user's alone, and nobody else may have had a
 hand in it (``statedir``). The server runs with umask 077 (whatever jobd's own umask) and only
@@ -109,6 +110,13 @@ class EmbeddedServer:
             return False
         self._lock_fd = fd
         return True
+
+    @property
+    def lock_fd(self) -> int | None:
+        """The descriptor holding the lock, while owned. A process that inherits it holds the
+        lock too (an flock belongs to the open file, not to a process): a supervisor's daemons
+        do, so that the server stays owned while they drain, should the supervisor die."""
+        return self._lock_fd
 
     def release(self) -> None:
         if self._lock_fd is not None:

@@ -21,7 +21,9 @@ memory: the password, the dashboard token, every payload). ``protect_process()``
 The block is found at the addresses ``/proc/self/stat`` gives and written in place: a
 non-dumpable process that is not root can open neither ``/proc/self/environ`` nor
 ``/proc/self/mem``, but its own memory is its own. A reload must expand ``${VAR}`` with
-``config_environ()``.
+``config_environ()``. A daemon of a supervisor (``processes`` over 1) never has the secrets in
+its environment at all: they come on a socket, read once it is non-dumpable, and ``remember``
+keeps them for ``config_environ()`` (``daemon.handover``).
 
 Neither stops a handler of the daemon's user from reading what that user can read: a
 ``password_file``, the credential files systemd gives the service, the embedded Redis's socket.
@@ -177,6 +179,12 @@ def forget_variables(names: Iterable[str]) -> None:
     _forgotten.update(taken)  # os.environ.pop: unsetenv(), libc's environ lets go of them
     if taken:
         wipe_initial_environment(taken)
+
+
+def remember(variables: Mapping[str, str]) -> None:
+    """Secrets given to this process otherwise than in its environment (a supervisor's daemon:
+    ``daemon.handover``): kept for ``config_environ``, never put in os.environ."""
+    _forgotten.update(variables)
 
 
 def config_environ() -> dict[str, str]:

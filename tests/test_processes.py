@@ -5,21 +5,29 @@ are the `jobd run … --process INDEX` it execs, and every check polls until a d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 import redis
-from support import DaemonProcess, acked_all, free_port, jobd_cli, wait_until
+from support import DEADLINE, DaemonProcess, acked_all, free_port, jobd_cli, wait_until
+
+from jobd.config import load
+from jobd.daemon import supervised
+from jobd.daemon.supervisor import Supervisor
 
 READY = "jobd.supervisor: ready: 2 daemon processes"
 
@@ -121,10 +129,13 @@ def test_two_processes_share_the_queues_behind_one_endpoint_and_drain_on_sigterm
 
 
 def test_a_killed_process_is_started_again_and_jobs_still_run_once(
-    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess], r: redis.Redis
+    host: tuple[Path, Path, int],
+    daemon: Callable[..., DaemonProcess],
+    r: redis.Redis,
+    tmp_path: Path,
 ) -> None:
     config, out, port = host
-    d = daemon(config, ready=False)
+    d = daemon(config, env={"TMPDIR": str(tmp_path)}, ready=False)  # its metrics files, here
     d.wait_log(READY)
     first = enqueue(config, "q", 200, "a")
     wait_until(lambda: acked_all(r, "jobd:q", 200), what="the first 200 jobs")
@@ -140,6 +151,13 @@ def test_a_killed_process_is_started_again_and_jobs_still_run_once(
     assert len(done) == len(set(done)) == 400 and set(done) == set(first + second)
     restarts = sample(get(port, "/metrics")[1], 'jobd_process_restarts_total{process="1"}')
     assert restarts == 1
+    # The new p1 carried on the counts of the one killed, in the same files: one set of files
+    # per daemon, however often restarted, and no count lost.
+    series = 'jobd_jobs_succeeded_total{queue="q"}'
+    wait_until(lambda: sample(get(port, "/metrics")[1], series) == 400, what="400 in /metrics")
+    [folder] = tmp_path.glob("jobd-*/metrics")
+    files = sorted(f.name for f in folder.iterdir())
+    assert all(f.endswith(("_p1.db", "_p2.db")) for f in files), files
     wait_until(lambda: get(port, "/healthz")[0] == 200, what="/healthz ok again")
     assert d.stop() == 0
 
@@ -246,7 +264,14 @@ def test_embedded_redis_is_started_once_by_the_supervisor(
 def test_validate_processes(write_config: Callable[..., Path]) -> None:
     auto = write_config("processes: auto\nqueues:\n  q: {command: [/bin/true]}\n")
     result = jobd_cli("validate", str(auto), "--format", "json")
-    assert result.returncode == 0 and json.loads(result.stdout)["processes"] == os.cpu_count()
+    cpus = sorted(os.sched_getaffinity(0))
+    assert result.returncode == 0 and json.loads(result.stdout)["processes"] == len(cpus)
+    if len(cpus) > 1:  # auto counts the CPUs jobd may run on (taskset, a cpuset), not the host's
+        pinned = subprocess.run(
+            ["taskset", "-c", str(cpus[0]), sys.executable, "-m", "jobd", "validate", str(auto),
+             "--format", "json"], capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert json.loads(pinned.stdout)["processes"] == 1, pinned.stderr
     two = write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n", name="two.yaml")
     assert ", in 2 processes" in jobd_cli("validate", str(two)).stdout.decode()
     for value in ("0", "many", "1.5"):
@@ -257,3 +282,215 @@ def test_validate_processes(write_config: Callable[..., Path]) -> None:
             f"{bad}:3:12: error: processes: {value if value != 'many' else repr(value)} is not "
             "valid here; write a number of processes, 1 or more, or auto (one per CPU)"
         ]
+
+
+def running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def lines_of(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_dead_daemons_handlers_end_with_it_and_its_job_runs_again_once(
+    write_config: Callable[..., Path],
+    script: Callable[[str, str], Path],
+    daemon: Callable[..., DaemonProcess],
+    r: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """A SIGKILLed daemon's handler (and the handler's child) are killed and reaped by the
+    supervisor before the job is taken over: the job runs again once, never beside itself."""
+    out = tmp_path / "ran.txt"
+    script("long.sh", f'#!/bin/sh\nsleep 60 &\necho "$$ $! $JOBD_JOB_ID" >> {out}\nwait\n')
+    config = write_config("""\
+        redis: {url: '{redis}'}
+        processes: 2
+        defaults: {lease: {renew_every: 1s, reclaim_after: 3s}}
+        queues:
+          long: {command: [./long.sh], concurrency: 1}
+        """)  # fmt: skip
+    d = daemon(config, ready=False)
+    d.wait_log(READY)
+    [job] = enqueue(config, "long", 1, "l")
+    wait_until(lambda: len(lines_of(out)) == 1, what="the job started")
+    [[handler, child, ran_job]] = lines_of(out)
+    assert ran_job == job
+    first = [psutil.Process(int(handler)), psutil.Process(int(child))]
+    daemons = processes_of(d)
+    owner = first[0].ppid()
+    [sibling] = [pid for pid in daemons.values() if pid != owner]
+    os.kill(owner, signal.SIGKILL)
+    killed = time.monotonic()
+    # Gone, reaped (a zombie would still be a pid), within about a second.
+    wait_until(lambda: not any(psutil.pid_exists(p.pid) for p in first), 1.5, "handler gone")
+    assert time.monotonic() - killed < 1.5
+    d.wait_log(f"process p{next(i for i, p in daemons.items() if p == owner)} left 2 process(es)")
+    # After reclaim_after the job runs again, once, and the old run is long gone.
+    wait_until(lambda: len(lines_of(out)) == 2, what="the job taken over")
+    [[second, _, again]] = lines_of(out)[1:]
+    assert again == job and int(second) not in (p.pid for p in first)
+    assert not any(psutil.pid_exists(p.pid) for p in first), "never two runs at once"
+    [entry] = r.xpending_range("jobd:long", "jobd", "-", "+", 10)
+    assert entry["times_delivered"] == 2, entry
+    assert psutil.pid_exists(sibling) and sibling in processes_of(d).values(), "sibling untouched"
+
+
+@pytest.fixture
+def acl_secret(r: redis.Redis) -> Iterator[tuple[str, str]]:
+    """An ACL user whose password only the environment of `jobd run` holds."""
+    password = f"s3cret-{os.getpid()}-{time.monotonic_ns()}"
+    r.execute_command("ACL", "SETUSER", "jobd-secret", "on", f">{password}", "~*", "&*", "+@all")
+    yield "jobd-secret", password
+    r.acl_deluser("jobd-secret")
+
+
+def environ_of(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone
+        return []
+
+
+def test_no_daemon_has_the_secrets_in_its_environment_even_once_restarted(
+    write_config: Callable[..., Path],
+    daemon: Callable[..., DaemonProcess],
+    acl_secret: tuple[str, str],
+) -> None:
+    """The secrets a config expands reach each daemon on a socket: not one daemon, the first
+    ones nor one started again, ever has them in its environment (/proc/PID/environ), which a
+    handler of the same user reads while a new daemon is still dumpable."""
+    user, password = acl_secret
+    config = write_config(f"""\
+        redis: {{url: '{{redis}}', username: {user}, password: '${{JOBD_TEST_PW}}'}}
+        processes: 2
+        queues:
+          q: {{command: [/bin/true]}}
+        """)  # fmt: skip
+    seen: dict[int, list[bytes]] = {}
+    watching = threading.Event()
+
+    def watch() -> None:  # what a handler of the same user sees (as the repro did)
+        while not watching.is_set():
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and int(entry) not in seen:
+                    with contextlib.suppress(OSError):
+                        if b"--process" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                            seen[int(entry)] = environ_of(int(entry))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    d = daemon(config, env={"JOBD_TEST_PW": password}, ready=False)
+    d.wait_log(READY)  # both authenticated: Redis answered them
+    before = processes_of(d)
+    os.kill(before[1], signal.SIGKILL)
+    new = wait_until(lambda: processes_of(d).get(1) not in (None, before[1]) and processes_of(d))
+    d.wait_log(f"process p1 (pid {new[1]}) ready")  # type: ignore[index]
+    watching.set()
+    watcher.join()
+    daemons = list(processes_of(d).values())
+    assert before[1] not in daemons and set(daemons) <= set(seen), (daemons, seen)
+    for pid in daemons:
+        seen[pid] = environ_of(pid)  # and now, once started
+    for pid, environ in seen.items():
+        assert not [v for v in environ if v.startswith(b"JOBD_TEST_PW=")], pid
+        assert not [v for v in environ if password.encode() in v], pid
+    assert password.encode() not in b"\0".join(environ_of(d.proc.pid)), "wiped in the supervisor"
+    assert "JOBD_TEST_PW" in d.log(), "the supervisor says it forgot the variable"
+    d.signal(signal.SIGHUP)  # a reload still expands it, from what the supervisor handed over
+    for p in ("p1", "p2"):
+        d.wait_log(f"jobd.daemon[{p}]: reload done: q")
+    assert d.stop() == 0
+
+
+def test_embedded_redis_stays_up_while_daemons_drain_after_the_supervisor_is_killed(
+    tmp_path: Path, script: Callable[[str, str], Path], daemon: Callable[..., DaemonProcess]
+) -> None:
+    """The daemons hold the server's lock too: SIGKILL the supervisor, and a `jobd status`
+    meanwhile uses the server instead of stopping it; the running jobs' outcomes are recorded."""
+    out = tmp_path / "ran.txt"
+    script("slow.sh", f'#!/bin/sh\necho "start $JOBD_JOB_ID" >> {out}\nsleep 3\n')
+    config = tmp_path / "emb.yaml"
+    config.write_text("processes: 2\nqueues:\n  q: {command: [./slow.sh], concurrency: 1}\n")
+    d = daemon(config, ready=False)
+    d.wait_log(READY)
+    enqueue(config, "q", 2, "e")
+    wait_until(lambda: len(lines_of(out)) == 2, what="both jobs running, one per daemon")
+    [server] = [p for p in psutil.Process(d.proc.pid).children()
+                if p.name() in ("redis-server", "valkey-server")]  # fmt: skip
+    daemons = [psutil.Process(pid) for pid in processes_of(d).values()]
+    client = redis.Redis(unix_socket_path=str(tmp_path / ".jobd" / "redis.sock"))
+    try:
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait()
+        status = jobd_cli("status", "-c", str(config))
+        assert status.returncode == 0, status.stderr
+        assert server.is_running() and client.ping(), "the server was left to the daemons"
+        wait_until(lambda: acked_all(client, "jobd:q", 2), what="both outcomes recorded")
+        wait_until(lambda: not any(running(p) for p in daemons), what="the daemons to stop")
+        assert "outcome(s) not recorded" not in d.log(), d.log()
+    finally:
+        for p in daemons:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        with contextlib.suppress(redis.RedisError):
+            client.shutdown(nosave=True)
+        client.close()
+
+
+def test_a_daemon_that_cannot_run_here_stops_the_supervisor(
+    write_config: Callable[..., Path], daemon: Callable[..., DaemonProcess]
+) -> None:
+    """`resources.pids` where no cgroup has the pids controller: each daemon refuses to start
+    (exit 69), and so does the supervisor, at once, rather than restart them forever."""
+    config = write_config("""\
+        redis: {url: '{redis}'}
+        processes: 2
+        queues:
+          q: {command: [/bin/true], resources: {pids: 10}}
+        """)  # fmt: skip
+    said = jobd_cli("validate", str(config)).stdout.decode()
+    if "warning: " not in said or "pids" not in said:
+        pytest.skip(f"this host can enforce resources.pids: {said}")
+    d = daemon(config, ready=False)
+    assert d.proc.wait(DEADLINE) == 69, d.log()
+    log = d.log()
+    assert "resources.pids needs a cgroup v2 with the pids controller" in log
+    assert "cannot run here (exit 69): stopping every process, exiting 69" in log
+    assert log.count("started: pid") <= 2, "no daemon was started again"
+
+
+def test_sigterm_while_a_daemon_waits_to_be_started_again_exits_0(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
+) -> None:
+    config, _, _ = host
+    d = daemon(config, ready=False)
+    d.wait_log(READY)
+    pid = processes_of(d)[2]
+    os.kill(pid, signal.SIGKILL)
+    d.wait_log(f"process p2 (pid {pid}) exited unasked")
+    d.signal(signal.SIGTERM)  # within its 0.5 s backoff: the crash was handled already
+    assert d.proc.wait(DEADLINE) == 0, d.log()
+    assert d.log().count("process p2 started") == 1, "stopped before p2 started again"
+
+
+def test_a_daemon_that_cannot_be_started_is_tried_again_after_its_backoff(
+    write_config: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Popen failing (fork or exec) is a start to try again later, not an error to spin on."""
+    config = load(str(write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n")))
+    supervisor = Supervisor(config, "INFO", "text")
+    try:
+        monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+        child = supervisor.children[0]
+        now = time.monotonic()
+        supervisor.start(child)
+        assert not child.alive() and child.restart_at >= now + supervised.BACKOFF_FIRST
+        supervisor.start(child)
+        assert child.restart_at >= now + 2 * supervised.BACKOFF_FIRST, "backing off"
+    finally:
+        supervisor.close()

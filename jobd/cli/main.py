@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "validate":
         return validate(path, args.format)
     try:
-        config = load(path)
+        config = load(path, handed_over(args))
     except ConfigError as exc:
         report_problems(exc)
         return exitcodes.CONFIG
@@ -59,6 +59,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as exc:  # the embedded server could not be started
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
+
+
+def handed_over(args: argparse.Namespace) -> dict[str, str] | None:
+    """A supervisor's daemon (`run --process`): the environment to expand its config with,
+    with the secrets its supervisor handed over on a socket (``daemon.handover``), read now
+    that this process is non-dumpable; never in its environment. None for anything else."""
+    if args.command != "run" or getattr(args, "process", None) is None:
+        return None
+    from jobd import hardening
+    from jobd.daemon import handover
+
+    try:
+        secrets = handover.take()
+    except (OSError, ValueError) as exc:
+        print(f"jobd: cannot read the secrets the supervisor handed over: {exc}", file=sys.stderr)
+        raise SystemExit(exitcodes.UNAVAILABLE) from exc
+    if secrets:
+        hardening.remember(secrets)
+    return hardening.config_environ()
 
 
 def run_daemon(config: Config, args: argparse.Namespace) -> int:

@@ -54,8 +54,9 @@ def build(view: ConfigView, queues: Mapping[str, QueueSettings]) -> Config:
 
 
 def processes(value: int | str) -> int:
-    """``processes``: a number, or ``auto``: one per CPU of the machine."""
-    return (os.cpu_count() or 1) if value == "auto" else int(value)
+    """``processes``: a number, or ``auto``: one per CPU this process may run on (its CPU
+    affinity: a container's cpuset or `taskset`), not every CPU of the machine."""
+    return max(1, len(os.sched_getaffinity(0))) if value == "auto" else int(value)
 
 
 def build_redis(view: ConfigView) -> RedisConfig:

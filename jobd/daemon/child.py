@@ -13,6 +13,13 @@ consumer — less what the supervisor does once for the host:
 Its consumer name ends in ``-pINDEX`` and its log lines say ``[pINDEX]``. Its standard input is
 a pipe whose other end only the supervisor holds: should the supervisor die (SIGKILL), the
 daemon reads its end and stops gracefully, as on SIGTERM, rather than run on unsupervised.
+
+It gets no secret in its environment: the variables its config expands into secrets come on a
+socket, read once it is non-dumpable (``daemon.handover``, in ``cli.main``). With the embedded
+Redis it inherits the descriptor that locks the server (``embedded``) and keeps it, unused, to
+its end (close-on-exec: no handler gets it): should the supervisor die, the server stays owned,
+and no other `jobd` command stops it, while this daemon drains and records its outcomes there.
+Its prometheus files are named after its index, not its pid (``supervised.metrics_identifier``).
 """
 
 from __future__ import annotations
@@ -23,10 +30,13 @@ import signal
 import threading
 from dataclasses import replace
 
+from prometheus_client import values
+
 from jobd import hardening, logs
 from jobd.config import Config
 from jobd.daemon import lease
 from jobd.daemon.loop import Daemon
+from jobd.daemon.supervised import metrics_identifier
 from jobd.web import metrics
 
 log = logging.getLogger("jobd.daemon")
@@ -69,7 +79,10 @@ def watch_supervisor(fd: int = 0) -> None:
 def run_child(config: Config, index: int, log_level: str = "INFO", log_format: str = "text") -> int:
     logs.setup(log_level, log_format, process=index)
     hardening.protect_process(config.path)  # before any handler starts
-    if not metrics.SHARED:
+    if metrics.SHARED:  # before any series exists: the files of pINDEX, whichever pid has them
+        name = metrics_identifier(index)
+        values.ValueClass = values.MultiProcessValue(lambda: name)
+    else:
         log.warning("PROMETHEUS_MULTIPROC_DIR is not set: the supervisor cannot see my metrics")
     lease.name_process(index)
     daemon = ChildDaemon(config)

@@ -15,24 +15,22 @@ CONFIG --process INDEX`, never a fork of this threaded process), each its own co
         SIGHUP: pass it on (each daemon reloads the file), tell systemd RELOADING
         a message (sd_notify, to this process's ``notify.Listener``): a daemon is ready,
             reloading or stopping, its loop turns (its watchdog), its status line
-        a daemon that exited unasked: start it again after a backoff (0.5 s, doubling up to
-            8 s, back to 0.5 s once it ran 30 s); one that refuses the config (exit 78): stop
-            them all, exit 78
+        a daemon that exited unasked: end what it left running, then start it again after a
+            backoff; one that cannot start here (exit 78; 69 before it was ever ready; five
+            times in a row unready): stop them all, exit with its status
         tell systemd READY once every daemon is ready, and pet its watchdog while none is stuck
     stop the embedded Redis; remove the private directory (metrics files, the socket)
 
-A daemon as the supervisor sees it (``Child.state``):
-
-    STARTING   started, not ready yet                       → READY, EXITED
-    READY      it said READY=1                              → RELOADING, STOPPING, EXITED
-    RELOADING  SIGHUP passed on, or it said RELOADING=1     → READY, EXITED
-    STOPPING   asked to stop, or it said STOPPING=1         → EXITED
-    EXITED     reaped: to be started again, or done         → STARTING
+A daemon as the supervisor sees it, its states and what its exit means: ``supervised``. What a
+dead daemon leaves running (its handlers), the supervisor ends before starting it again
+(``orphans``: the supervisor is a child subreaper). The secrets the config expands reach each
+daemon on a socket, never in its environment (``handover``); with the embedded Redis, each
+daemon also inherits the server's lock, so that the server stays owned while daemons drain
+against it, should the supervisor be SIGKILLed.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import select
@@ -42,90 +40,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 
 from prometheus_client import multiprocess
 
 from jobd import exitcodes, hardening, logs
 from jobd.config import Config, ConfigError, load
+from jobd.daemon import handover
 from jobd.daemon.notify import Listener, Notifier
+from jobd.daemon.orphans import Orphans
 from jobd.daemon.poller import STOP_SIGNALS, Signals
+from jobd.daemon.supervised import CLEAN, Child, State, describe, metrics_identifier
 from jobd.embedded import EmbeddedServer
 from jobd.web.dashboard import Dashboard
 from jobd.web.metrics import STUCK_AFTER, HostMetrics, serve
 
 log = logging.getLogger("jobd.supervisor")
 
-BACKOFF_FIRST = 0.5  # seconds before a daemon that died is started again
-BACKOFF_MAX = 8.0
-STEADY_AFTER = 30.0  # a daemon that ran this long starts again after BACKOFF_FIRST
 CHILD_WATCHDOG_USEC = 2_000_000  # each daemon says its loop turns every second
 IDLE_WAIT = 1.0
-CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)  # how a daemon asked to stop may end
 # systemd's variables for this process alone, never for a daemon it starts
 SYSTEMD_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
-
-
-class State(enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    RELOADING = "reloading"
-    STOPPING = "stopping"
-    EXITED = "exited"
-
-
-@dataclass
-class Child:
-    """One daemon: its process, and every OS call made on it (start, signal, reap)."""
-
-    index: int
-    state: State = State.EXITED
-    proc: subprocess.Popen[bytes] | None = None
-    pidfd: int = -1
-    started: float = 0.0
-    seen: float = 0.0  # when it last said anything (its watchdog: every second)
-    status: str = "starting"
-    backoff: float = BACKOFF_FIRST
-    restart_at: float = float("inf")
-    reload_owed: bool = False  # SIGHUP came while it was starting: pass it on once ready
-    code: int | None = None  # how it ended, last time
-    said_stuck: bool = False  # "stuck" logged, not heard from since
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid if self.proc else 0
-
-    def start(self, argv: list[str], env: dict[str, str], lifeline: int) -> None:
-        self.proc = subprocess.Popen(argv, stdin=lifeline, env=env, process_group=0)
-        self.pidfd = os.pidfd_open(self.proc.pid)
-        self.state, self.status, self.code = State.STARTING, "starting", None
-        self.started = self.seen = time.monotonic()
-        self.restart_at, self.reload_owed = float("inf"), False  # a new one reads the file anew
-
-    def signal(self, signum: int) -> None:
-        if self.proc is not None and self.proc.returncode is None:  # not reaped: still its pid
-            self.proc.send_signal(signum)
-
-    def reap(self) -> int:
-        self.code = self.proc.wait()  # type: ignore[union-attr]
-        os.close(self.pidfd)
-        self.pidfd, self.state = -1, State.EXITED
-        return self.code
-
-    def alive(self) -> bool:
-        return self.state is not State.EXITED
-
-    def stuck(self, now: float) -> bool:
-        """Its loop has not turned (no word from it) for STUCK_AFTER seconds."""
-        return self.alive() and now - self.seen > STUCK_AFTER
-
-
-def describe(code: int) -> str:
-    """How a process ended, from its Popen returncode."""
-    if code >= 0:
-        return f"exit {code}"
-    name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
-    return f"killed by {name}"
 
 
 class Supervisor:
@@ -148,6 +82,7 @@ class Supervisor:
         self.stopping, self.announced = False, False  # announced: READY=1 since start/reload
         self.failed: int | None = None  # the exit status that ends the supervisor early
         self.heartbeat, self.shown_status = time.monotonic(), ""
+        self.orphans = Orphans(self.own)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -169,7 +104,9 @@ class Supervisor:
         return code
 
     def open(self) -> bool:
-        """The embedded Redis, the endpoint, then every daemon."""
+        """The embedded Redis, the endpoint, then every daemon: all of them this process's
+        children, and so is whatever a dead daemon leaves (``orphans``)."""
+        self.orphans.adopt()
         if self.embedded is not None:
             try:
                 self.embedded.run_supervised()
@@ -204,11 +141,13 @@ class Supervisor:
         for child in self.children:
             if child.pidfd in ready:
                 self.on_exit(child)
+        self.orphans.reap()  # any adopted process that exited since (the supervisor may be PID 1)
         now = time.monotonic()
         for child in self.children:
             if not child.alive() and now >= child.restart_at:
                 self.start(child)
-                self.metrics.restarts.labels(process=str(child.index)).inc()
+                if child.alive():
+                    self.metrics.restarts.labels(process=str(child.index)).inc()
         self.report(now)
 
     def wait_time(self) -> float:
@@ -224,6 +163,7 @@ class Supervisor:
         """After the last daemon: the embedded Redis (after their outcomes), the files."""
         for child in self.children:
             child.signal(signal.SIGKILL)  # only if the loop itself failed: none is left else
+        self.orphans.reap()
         if self.embedded is not None:
             self.embedded.stop()
         self.listener.close()
@@ -234,47 +174,79 @@ class Supervisor:
     def exit_code(self) -> int:
         if self.failed is not None:
             return self.failed
-        return exitcodes.FAILURE if any(c.code not in CLEAN for c in self.children) else 0
+        unclean = any(c.code is not None and c.code not in CLEAN for c in self.children)
+        return exitcodes.FAILURE if unclean else 0
 
     # -- the daemons --------------------------------------------------------------------
 
     def start(self, child: Child) -> None:
+        """Start a daemon, its secrets on a socket of its own (``handover``) and, with the
+        embedded Redis, the server's lock inherited; one that cannot be started (fork or exec
+        failed) is tried again after its backoff."""
         argv = [sys.executable, "-m", "jobd", "run", self.config.path, *self.options,
                 "--process", str(child.index)]  # fmt: skip
-        child.start(argv, self.environment(), self.lifeline_r)
+        try:
+            secrets = handover.give(self.secrets())
+        except OSError as exc:
+            return self.not_started(child, exc)
+        fds = [secrets.fileno()]
+        if self.embedded is not None and self.embedded.lock_fd is not None:
+            fds.append(self.embedded.lock_fd)
+        env = self.environment() | {handover.VARIABLE: str(secrets.fileno())}
+        try:
+            child.start(argv, env, self.lifeline_r, fds)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return self.not_started(child, exc)
+        finally:
+            secrets.close()
         self.epoll.register(child.pidfd, select.EPOLLIN)
         log.info("process p%d started: pid %d", child.index, child.pid)
 
+    def not_started(self, child: Child, exc: Exception) -> None:
+        delay = child.retry_later(time.monotonic(), ran=False)
+        log.error("cannot start process p%d: %s; trying again in %gs", child.index, exc, delay)
+
+    def secrets(self) -> dict[str, str]:
+        """The variables the config expands into secrets, as the file says now: those this
+        process forgot at start, and any a reload of the file added (forgotten now)."""
+        hardening.forget_variables(hardening.secret_variables(self.config.path, os.environ))
+        return {k: v for k, v in hardening.config_environ().items() if k not in os.environ}
+
     def environment(self) -> dict[str, str]:
-        """A daemon's: this one's, with the secrets the config expands (``hardening`` took them
-        out of this process's), talking to this process instead of systemd."""
-        env = {k: v for k, v in hardening.config_environ().items() if k not in SYSTEMD_ONLY}
+        """A daemon's: this one's, which holds no secret (``hardening`` took them out), talking
+        to this process instead of systemd, its metrics in this process's directory."""
+        env = {k: v for k, v in os.environ.items() if k not in SYSTEMD_ONLY}
         env |= {"NOTIFY_SOCKET": self.listener.path, "WATCHDOG_USEC": str(CHILD_WATCHDOG_USEC),
                 "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir}  # fmt: skip
         return env
+
+    def own(self) -> set[int]:
+        """The pids of this process's own children: the live daemons, the embedded server."""
+        pids = {c.pid for c in self.children if c.alive()}
+        if self.embedded is not None and self.embedded.pid is not None:
+            pids.add(self.embedded.pid)
+        return pids
 
     def on_exit(self, child: Child) -> None:
         pid = child.pid
         self.epoll.unregister(child.pidfd)
         code = child.reap()
-        multiprocess.mark_process_dead(pid, self.metrics_dir)  # its live gauges go
+        self.orphans.end(child.index)  # its handlers, before a sibling may take their jobs
+        multiprocess.mark_process_dead(metrics_identifier(child.index), self.metrics_dir)
         if self.stopping:
             level = logging.INFO if code in CLEAN else logging.WARNING
             log.log(level, "process p%d (pid %d) stopped: %s", child.index, pid, describe(code))
             return
-        if code == exitcodes.CONFIG:
-            log.error("process p%d (pid %d) refuses the config (exit 78): stopping every "
-                      "process", child.index, pid)  # fmt: skip
-            self.failed = exitcodes.CONFIG
+        fatal = child.fatal(code)
+        if fatal is not None:
+            log.error("process p%d (pid %d) %s (%s): stopping every process, exiting %d",
+                      child.index, pid, child.why_fatal(code), describe(code), fatal)  # fmt: skip
+            self.failed = fatal
             self.begin_stop(signal.SIGTERM)
             return
-        now = time.monotonic()
-        if now - child.started >= STEADY_AFTER:
-            child.backoff = BACKOFF_FIRST
-        child.restart_at = now + child.backoff
+        delay = child.retry_later(time.monotonic())
         log.error("process p%d (pid %d) exited unasked (%s): starting it again in %gs",
-                  child.index, pid, describe(code), child.backoff)  # fmt: skip
-        child.backoff = min(child.backoff * 2, BACKOFF_MAX)
+                  child.index, pid, describe(code), delay)  # fmt: skip
 
     def on_messages(self) -> None:
         by_pid = {c.pid: c for c in self.children if c.alive()}
@@ -295,7 +267,7 @@ class Supervisor:
         elif fields.get("READY") == "1" and child.state is not State.STOPPING:
             if child.state is State.STARTING:
                 log.info("process p%d (pid %d) ready", child.index, child.pid)
-            child.state = State.READY
+            child.ready()
             if child.reload_owed and not self.stopping:
                 child.reload_owed = False
                 child.state = State.RELOADING
@@ -320,6 +292,8 @@ class Supervisor:
             log.info("%s: stopping; passed on to %d daemon process(es)", name, alive)
         for child in self.children:
             child.restart_at = float("inf")
+            if not child.alive():
+                child.code = None  # its crash was handled: a stop now is a clean one
             if child.alive():
                 child.state = State.STOPPING
                 child.signal(signum)
@@ -361,7 +335,7 @@ class Supervisor:
             self.announced = True
             self.notifier.ready(self.status_line())
             log.info("ready: %d daemon processes", len(self.children))
-        stuck = [c for c in self.children if c.stuck(now)]
+        stuck = [c for c in self.children if c.stuck(now, STUCK_AFTER)]
         for child in stuck:
             if not child.said_stuck:
                 child.said_stuck = True
@@ -384,7 +358,7 @@ class Supervisor:
         return (
             not self.stopping
             and now - self.heartbeat < STUCK_AFTER
-            and all(c.state in (State.READY, State.RELOADING) and not c.stuck(now)
+            and all(c.state in (State.READY, State.RELOADING) and not c.stuck(now, STUCK_AFTER)
                     for c in self.children)
         )  # fmt: skip
 
