@@ -237,7 +237,11 @@ class Recorder(threading.Thread):
                 continue
             self._report(outcomes, result)
             self._poison_written(outcomes, result)
-            self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in outcomes])
+            # Hand-backs were forgotten before the call: this daemon's reader may have claimed
+            # one back meanwhile (read ahead, it is often the first to), and that holding is
+            # the new delivery's, not this outcome's.
+            settled = [o.message_id for o in outcomes if o.verb is not Verb.HAND_BACK]
+            self.holdings.discard(lease.key(outcomes[0].queue), settled)
             if self.failures:
                 for o in outcomes:
                     self.failures.pop((*lease.key(o.queue), o.message_id), None)

@@ -1,0 +1,49 @@
+"""Reading ahead, from its review: an entry handed back that the same daemon claims back before
+its recorder has read the hand-back's reply keeps its new holding (renewed), so no other daemon
+takes it over while it runs, and it runs once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from support import DaemonProcess, wait_group, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+HANDLER = """#!/bin/sh
+p=$(cat)
+echo "$p" >> {out}
+case "$p" in mid) sleep 0.8 ;; long) sleep 8 ;; esac
+"""
+
+
+def test_a_handed_back_entry_claimed_back_by_its_daemon_keeps_its_lease(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """One slot, one read ahead: `long` waits behind `mid` past the start bound and is handed
+    back; `mid` ends and this daemon claims `long` back at once, while its recorder (held 0.5 s
+    after the hand-back's reply) has not yet read that reply. `long` runs 8 s with reclaim_after
+    3 s and another daemon idle: it is renewed, so it runs once."""
+    out = tmp_path / "started"
+    handler = script("h.sh", HANDLER.format(out=out))
+    config = write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 1s\nqueues:\n  q:\n"
+        f"    command: [{handler}]\n    concurrency: 1\n    prefetch: 1\n"
+        "    lease: {renew_every: 500ms, reclaim_after: 3s}\n"
+    )
+    inject = str(Path(__file__).parent / "inject")
+    first = daemon(config, env={"PYTHONPATH": inject, "JOBD_TEST_SETTLE_DELAY": "0.5"})
+    wait_group(r, "jobd:q")
+    pipe = r.pipeline(transaction=True)
+    pipe.xadd("jobd:q", {"payload": "mid", "job_id": "mid"})
+    pipe.xadd("jobd:q", {"payload": "long", "job_id": "long"})
+    pipe.execute()
+    wait_until(lambda: out.exists() and "long" in out.read_text(), what="long to start")
+    first.wait_log("job=long attempt=1 read as no slot freed in time: handed back")
+    daemon(config)  # idle: it would take `long` over if its lease lapsed
+    wait_until(lambda: r.hexists("{jobd:q}:history", "long") and b'"done"' in
+               r.hget("{jobd:q}:history", "long"), timeout=30, what="long done")  # fmt: skip
+    assert Counter(out.read_text().split())["long"] == 1, out.read_text()
