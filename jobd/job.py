@@ -95,6 +95,10 @@ class Job:
     # when it had an expiry to check (jobd_expires_at, or the queue's max_wait); None when not
     # measured. Expiry is decided on Redis's clock: see ``redis_now``.
     clock_offset: float | None = None
+    # This daemon's number for this delivery of the entry (``lease.Holdings.add``; 0: none): a
+    # late report about an earlier delivery of the same entry, handed back and claimed again by
+    # this daemon, is told apart from this one.
+    delivery: int = 0
 
     @classmethod
     def from_entry(cls, queue: str, message_id: bytes, fields: dict[bytes, bytes]) -> Job:

@@ -4,6 +4,7 @@ takes it over while it runs, and it runs once."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,9 @@ def test_a_handed_back_entry_claimed_back_by_its_daemon_keeps_its_lease(
         f"    command: [{handler}]\n    concurrency: 1\n    prefetch: 1\n"
         "    lease: {renew_every: 500ms, reclaim_after: 3s}\n"
     )
-    inject = str(Path(__file__).parent / "inject")
+    inject = os.pathsep.join(
+        [str(Path(__file__).parent / "inject"), os.environ.get("PYTHONPATH", "")]
+    )
     first = daemon(config, env={"PYTHONPATH": inject, "JOBD_TEST_SETTLE_DELAY": "0.5"})
     wait_group(r, "jobd:q")
     pipe = r.pipeline(transaction=True)
@@ -47,3 +50,34 @@ def test_a_handed_back_entry_claimed_back_by_its_daemon_keeps_its_lease(
     wait_until(lambda: r.hexists("{jobd:q}:history", "long") and b'"done"' in
                r.hget("{jobd:q}:history", "long"), timeout=30, what="long done")  # fmt: skip
     assert Counter(out.read_text().split())["long"] == 1, out.read_text()
+
+
+def test_a_late_loss_report_on_a_handed_back_entry_spares_its_next_delivery(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A lease renewal lists `long` while it waits, read ahead; `long` is handed back and this
+    daemon claims it again and starts it while the renewal's call is under way (each takes
+    0.3 s, and its loss report 0.3 s more): the report ("handed back: nobody's") is about the
+    earlier delivery, and must not stop the run that started since. It runs once, to its end,
+    and is delivered twice (read, claimed back), not three times."""
+    out = tmp_path / "started"
+    handler = script("h.sh", HANDLER.format(out=out).replace("sleep 8", "sleep 3"))
+    config = write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 1s\nqueues:\n  q:\n"
+        f"    command: [{handler}]\n    concurrency: 1\n    prefetch: 1\n"
+        "    lease: {renew_every: 300ms, reclaim_after: 3s}\n"
+    )
+    inject = os.pathsep.join(
+        [str(Path(__file__).parent / "inject"), os.environ.get("PYTHONPATH", "")]
+    )
+    d = daemon(config, env={"PYTHONPATH": inject, "JOBD_TEST_RENEW_SLOW": "0.3"})
+    wait_group(r, "jobd:q")
+    pipe = r.pipeline(transaction=True)
+    pipe.xadd("jobd:q", {"payload": "mid", "job_id": "mid"})
+    pipe.xadd("jobd:q", {"payload": "long", "job_id": "long"})
+    pipe.execute()
+    d.wait_log("job=long attempt=1 read as no slot freed in time: handed back")
+    wait_until(lambda: r.hexists("{jobd:q}:history", "long") and b'"done"' in
+               r.hget("{jobd:q}:history", "long"), timeout=30, what="long done")  # fmt: skip
+    assert Counter(out.read_text().split())["long"] == 1, out.read_text()
+    assert "job=long attempt=1 lease lost" not in d.log()

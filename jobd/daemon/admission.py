@@ -156,7 +156,7 @@ class Admission:
     def lost(self, lost: Lost, now: float) -> None:
         """An entry no handler runs was reported lost or cancelled: if it waits, it is settled
         now; else it may still be on its way here (the inbox remembers it)."""
-        found = self.waiting.remove((*lost.key, lost.message_id))
+        found = self.waiting.remove((*lost.key, lost.message_id), lost)
         if found is None:
             self.inbox.lost_unstarted_at(lost, now)
         else:

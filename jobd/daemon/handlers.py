@@ -144,10 +144,15 @@ class Handlers:
     def told(self, lost: Lost, now: float, metrics: Metrics) -> bool:
         """The lease renewal's report on one entry: its lease was lost (stop the handler and
         never settle the entry), or ``jobd cancel`` asks for it (stop the handler; the outcome
-        is 'cancelled'). False when no handler runs the entry."""
+        is 'cancelled'). False when no handler runs the entry. A report about an earlier
+        delivery of the entry (handed back, then claimed again here) is not this handler's: it
+        is dropped."""
         handler = self.by_entry.get((*lost.key, lost.message_id))
         if handler is None:
             return False
+        if not lost.about(handler.job):
+            handler.log(logging.DEBUG, "a late report on an earlier delivery of it: ignored")
+            return True
         if lost.cancelled:
             if not handler.cancelled:  # reported again at every renewal until it is settled
                 handler.log(logging.WARNING, "cancelled (jobd cancel); stopping the handler")

@@ -68,7 +68,9 @@ class Inbox:
         later delivery of the same entry, claimed back after its new owner died, was not)."""
         key = entry_key(queue, job)
         at, lost = self.lost_unstarted.get(key, (None, None))
-        if at is None or delivered_at > at:
+        if at is None or lost is None or not lost.about(job):
+            return None
+        if not (lost.delivery and job.delivery) and delivered_at > at:
             return None
         del self.lost_unstarted[key]
         return lost

@@ -18,6 +18,7 @@ not a loss: the next tick tries again, and the margin between ``renew_every`` an
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import secrets
@@ -25,6 +26,7 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from jobd.config import QueueConfig
 from jobd.store.leases import LeaseKey, Lost, key
@@ -58,23 +60,38 @@ class Holdings:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ids: dict[LeaseKey, set[str]] = defaultdict(set)
+        self._ids: dict[LeaseKey, dict[str, int]] = defaultdict(dict)  # id -> its delivery
+        self._numbers = itertools.count(1)
 
-    def add(self, key: LeaseKey, ids: Iterable[str]) -> None:
+    def add(self, key: LeaseKey, ids: Iterable[str]) -> list[int]:
+        """Hold ``ids`` from now on; each one's delivery number (``Job.delivery``)."""
         with self._lock:
-            self._ids[key].update(ids)
+            held = self._ids[key]
+            numbers = []
+            for mid in ids:
+                held[mid] = number = next(self._numbers)
+                numbers.append(number)
+            return numbers
 
-    def discard(self, key: LeaseKey, ids: Iterable[str]) -> None:
+    def discard(self, key: LeaseKey, ids: Iterable[str], deliveries: Iterable[int] = ()) -> None:
+        """Forget ``ids``; with ``deliveries`` (a number each, 0: any), only those still held by
+        that delivery: one this daemon has claimed again since is the new delivery's."""
+        numbers = list(deliveries)
         with self._lock:
-            self._ids[key].difference_update(ids)
+            held = self._ids[key]
+            for i, mid in enumerate(ids):
+                number = numbers[i] if i < len(numbers) else 0
+                if not number or held.get(mid) == number:
+                    held.pop(mid, None)
 
     def holds(self, key: LeaseKey, message_id: str) -> bool:
         with self._lock:
             return message_id in self._ids.get(key, ())
 
-    def snapshot(self, key: LeaseKey) -> list[str]:
+    def snapshot(self, key: LeaseKey) -> dict[str, int]:
+        """The entries held, each with its delivery number."""
         with self._lock:
-            return list(self._ids[key])
+            return dict(self._ids[key])
 
 
 class Renewal:
@@ -96,12 +113,17 @@ class Renewal:
         self.on_lost = on_lost
 
     def tick(self) -> None:
-        ids = self.holdings.snapshot(key(self.queue))
-        if not ids:
+        held = self.holdings.snapshot(key(self.queue))
+        if not held:
             return
-        lost = self.store.renew(self.queue, ids)
+        lost = self.store.renew(self.queue, list(held))
         if lost:  # a cancelled entry is still held: its outcome ('cancelled') is to be written
-            self.holdings.discard(key(self.queue), [x.message_id for x in lost if not x.cancelled])
+            # Each report names the delivery it is about: the entry may have been handed back
+            # and claimed again by this daemon while the call was under way (read ahead).
+            lost = [replace(x, delivery=held.get(x.message_id, 0)) for x in lost]
+            gone = [x for x in lost if not x.cancelled]
+            self.holdings.discard(key(self.queue), [x.message_id for x in gone],
+                                  [x.delivery for x in gone])  # fmt: skip
             self.on_lost(lost)
 
 

@@ -319,7 +319,8 @@ class Daemon:
         back later as a new delivery, which must stay held."""
         self.metrics.count(outcome)
         if outcome.verb is Verb.RELEASE:
-            self.holdings.discard(lease.key(outcome.queue), [outcome.message_id])
+            self.holdings.discard(lease.key(outcome.queue), [outcome.message_id],
+                                  [outcome.job.delivery])  # fmt: skip
         else:
             self.outcomes.append(outcome)
         self.freed[outcome.queue.name] += 1

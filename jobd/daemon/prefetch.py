@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from jobd.config import QueueConfig
 from jobd.daemon.handlers import EntryKey, entry_key
 from jobd.daemon.inbox import Delivery
+from jobd.store.leases import Lost
 
 SHORT = 0.05  # seconds: under ``auto``, handlers shorter than this on average read ahead
 ALPHA = 0.2  # the weight of each run in that average
@@ -109,12 +110,13 @@ class Waiting:
                 return levels[level].popleft()
         return None
 
-    def remove(self, key: EntryKey) -> Delivery | None:
-        """The waiting delivery of entry ``key`` (stream, group, message id), taken out."""
+    def remove(self, key: EntryKey, lost: Lost) -> Delivery | None:
+        """The waiting delivery of entry ``key`` (stream, group, message id) that ``lost`` is
+        about, taken out."""
         for levels in self._queues.values():
             for entries in levels.values():
                 for delivery in entries:
-                    if entry_key(delivery[0], delivery[1]) == key:
+                    if entry_key(delivery[0], delivery[1]) == key and lost.about(delivery[1]):
                         entries.remove(delivery)
                         self._count -= 1
                         return delivery

@@ -333,7 +333,8 @@ class Reader(threading.Thread):
         if jobs:
             jobs = self.clocked(q, jobs)
             ids = [job.message_id for job in jobs]
-            self.holdings.add(key(q), ids)
+            numbers = self.holdings.add(key(q), ids)
+            jobs = [replace(job, delivery=n) for job, n in zip(jobs, numbers, strict=True)]
             if self.limiter is not None:
                 self.taken += [slot_member(self.consumer, q.stream, mid) for mid in ids]
             self.deliver(q, jobs)

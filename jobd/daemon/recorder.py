@@ -155,7 +155,7 @@ class Recorder(threading.Thread):
             "it is delivered again after lease.reclaim_after, and counts toward max_deliveries",
             o.queue.name, o.job.job_id, o.verb.value, WRITE_TRIES, error,
         )  # fmt: skip
-        self.holdings.discard(lease.key(o.queue), [o.message_id])
+        self.holdings.discard(lease.key(o.queue), [o.message_id], [o.job.delivery])
         return []
 
     def _collect(self, backlog: list[Outcome], wait: bool) -> bool:
@@ -223,7 +223,7 @@ class Recorder(threading.Thread):
             if o.verb is Verb.HAND_BACK:
                 # Forgotten before it is sent: a renewal after it would make the entry look
                 # busy again, and it would wait a whole reclaim_after (renew.lua skips it).
-                self.holdings.discard(lease.key(o.queue), [o.message_id])
+                self.holdings.discard(lease.key(o.queue), [o.message_id], [o.job.delivery])
         again: list[Outcome] = []
         kept: list[Outcome] = []  # Redis cannot write now (a replica, busy, out of memory)
         away: Exception | None = None
@@ -240,8 +240,9 @@ class Recorder(threading.Thread):
             # Hand-backs were forgotten before the call: this daemon's reader may have claimed
             # one back meanwhile (read ahead, it is often the first to), and that holding is
             # the new delivery's, not this outcome's.
-            settled = [o.message_id for o in outcomes if o.verb is not Verb.HAND_BACK]
-            self.holdings.discard(lease.key(outcomes[0].queue), settled)
+            settled = [o for o in outcomes if o.verb is not Verb.HAND_BACK]
+            self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in settled],
+                                  [o.job.delivery for o in settled])  # fmt: skip
             if self.failures:
                 for o in outcomes:
                     self.failures.pop((*lease.key(o.queue), o.message_id), None)

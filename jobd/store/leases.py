@@ -39,6 +39,13 @@ class Lost:
     message_id: str
     owner: str  # the consumer holding it now; '' when none (acknowledged, trimmed, handed back)
     cancelled: bool = False  # not lost: still ours, and `jobd cancel` asks for it to stop
+    delivery: int = 0  # which delivery of it the report is about (``Job.delivery``; 0: unknown)
+
+    def about(self, job: object) -> bool:
+        """Whether this report is about ``job``'s delivery (where both are numbered), not an
+        earlier one of the same entry."""
+        other = getattr(job, "delivery", 0)
+        return not (self.delivery and other) or self.delivery == other
 
 
 @dataclass(frozen=True, slots=True)
