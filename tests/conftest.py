@@ -29,6 +29,19 @@ if os.environ.get("JOBD_TEST_PREFETCH"):
     force_prefetch(int(os.environ["JOBD_TEST_PREFETCH"]))
 
 
+# The longest tests (tens of seconds each) go first: in two workers (`pytest -n 2`), one of them
+# started last would run alone at the end.
+LONGEST_FIRST = (
+    "tests/test_stateful.py::",
+    "tests/test_scaling.py::test_daemons_follow_a_sentinel_failover_under_load",
+    "tests/test_bench.py::test_targets_bench_runs",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))
+
+
 def pytest_report_header() -> str | None:
     ahead = os.environ.get("JOBD_TEST_PREFETCH")
     return f"prefetch forced: {ahead} ahead where a queue does not set it" if ahead else None
