@@ -187,6 +187,9 @@ def test_sigterm_hands_back_entries_read_ahead_at_once(
 ) -> None:
     config, a = busy_daemon(r, write_config, script, daemon, tmp_path)
     b = daemon(config)
+    # b's start took a while, and a's two read ahead may all have started meanwhile: the stop
+    # comes when a holds four again (two of them waiting for a slot: 0.15 s jobs).
+    wait_until(lambda: held_by(r, a.consumer()) == 4, what="four entries in hand again")
     a.signal(signal.SIGTERM)
     assert a.proc.wait(30) == 0
     assert "read as jobd stopped: handed back" in a.log()
@@ -206,17 +209,25 @@ def test_a_reload_that_changes_the_queue_hands_back_entries_read_ahead(
     assert Counter(started(tmp_path)) == Counter(f"slow{i}" for i in range(30)), "each once"
 
 
-def test_an_entry_not_started_within_the_bound_is_handed_back_and_runs_elsewhere(
+def busy_with_long(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
-) -> None:
-    """One slot, busy with a 30 s job; two entries read ahead are handed back after the start
-    bound, and the daemon reads ahead no more; another daemon runs them at once."""
+) -> tuple[Path, DaemonProcess]:
+    """A daemon of one slot and two read ahead, its slot taken by the 30 s job `long`."""
     handler = script("h.sh", HANDLER.format(dir=tmp_path))
     config = write_config(config_text(handler, "2"))
     a = daemon(config)
     wait_group(r, STREAM)
     enqueue(r, "long")
     wait_until(lambda: "long" in started(tmp_path), what="the long job to start")
+    return config, a
+
+
+def test_an_entry_not_started_within_the_bound_is_handed_back_and_runs_elsewhere(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """One slot, busy with a 30 s job; two entries read ahead are handed back after the start
+    bound, and the daemon reads ahead no more; another daemon runs them at once."""
+    config, a = busy_with_long(r, write_config, script, daemon, tmp_path)
     enqueue(r, "x1", "x2")
     a.wait_log("reading ahead no more until one does")
     wait_until(lambda: a.log().count("no slot freed in time: handed back") == 2,
@@ -246,12 +257,7 @@ def test_sigkill_with_entries_read_ahead_loses_none(
 def test_cancel_of_a_job_read_ahead_acks_it_cancelled_unrun(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
-    handler = script("h.sh", HANDLER.format(dir=tmp_path))
-    config = write_config(config_text(handler, "2"))
-    a = daemon(config)
-    wait_group(r, STREAM)
-    enqueue(r, "long")
-    wait_until(lambda: "long" in started(tmp_path), what="the long job to start")
+    config, a = busy_with_long(r, write_config, script, daemon, tmp_path)
     enqueue(r, "X")
     wait_until(lambda: held_by(r, a.consumer()) == 2, what="X read ahead")
     out = jobd_cli("cancel", "-c", str(config), "q", "X")

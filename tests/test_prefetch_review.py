@@ -21,6 +21,35 @@ case "$p" in mid) sleep 0.8 ;; long) sleep 8 ;; esac
 """
 
 
+def config(write_config, handler: Path, renew_every: str) -> Path:
+    """One slot, one entry read ahead, leases of 3 s."""
+    return write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 1s\nqueues:\n  q:\n"
+        f"    command: [{handler}]\n    concurrency: 1\n    prefetch: 1\n"
+        f"    lease: {{renew_every: {renew_every}, reclaim_after: 3s}}\n"
+    )
+
+
+def slowed(**env: str) -> dict[str, str]:
+    """The environment of a daemon slowed down on purpose (tests/inject/sitecustomize.py)."""
+    inject = str(Path(__file__).parent / "inject")
+    return {"PYTHONPATH": os.pathsep.join([inject, os.environ.get("PYTHONPATH", "")]), **env}
+
+
+def enqueue_mid_then_long(r: redis.Redis) -> None:
+    wait_group(r, "jobd:q")
+    pipe = r.pipeline(transaction=True)
+    pipe.xadd("jobd:q", {"payload": "mid", "job_id": "mid"})
+    pipe.xadd("jobd:q", {"payload": "long", "job_id": "long"})
+    pipe.execute()
+
+
+def wait_done(r: redis.Redis, job_id: str) -> None:
+    history = "{jobd:q}:history"
+    wait_until(lambda: r.hexists(history, job_id) and b'"done"' in r.hget(history, job_id),
+               timeout=30, what=f"{job_id} done")  # fmt: skip
+
+
 def test_a_handed_back_entry_claimed_back_by_its_daemon_keeps_its_lease(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
@@ -30,25 +59,13 @@ def test_a_handed_back_entry_claimed_back_by_its_daemon_keeps_its_lease(
     3 s and another daemon idle: it is renewed, so it runs once."""
     out = tmp_path / "started"
     handler = script("h.sh", HANDLER.format(out=out))
-    config = write_config(
-        "redis: {url: '{redis}'}\nshutdown_grace: 1s\nqueues:\n  q:\n"
-        f"    command: [{handler}]\n    concurrency: 1\n    prefetch: 1\n"
-        "    lease: {renew_every: 500ms, reclaim_after: 3s}\n"
-    )
-    inject = os.pathsep.join(
-        [str(Path(__file__).parent / "inject"), os.environ.get("PYTHONPATH", "")]
-    )
-    first = daemon(config, env={"PYTHONPATH": inject, "JOBD_TEST_SETTLE_DELAY": "0.5"})
-    wait_group(r, "jobd:q")
-    pipe = r.pipeline(transaction=True)
-    pipe.xadd("jobd:q", {"payload": "mid", "job_id": "mid"})
-    pipe.xadd("jobd:q", {"payload": "long", "job_id": "long"})
-    pipe.execute()
+    conf = config(write_config, handler, "500ms")
+    first = daemon(conf, env=slowed(JOBD_TEST_SETTLE_DELAY="0.5"))
+    enqueue_mid_then_long(r)
     wait_until(lambda: out.exists() and "long" in out.read_text(), what="long to start")
     first.wait_log("job=long attempt=1 read as no slot freed in time: handed back")
-    daemon(config)  # idle: it would take `long` over if its lease lapsed
-    wait_until(lambda: r.hexists("{jobd:q}:history", "long") and b'"done"' in
-               r.hget("{jobd:q}:history", "long"), timeout=30, what="long done")  # fmt: skip
+    daemon(conf)  # idle: it would take `long` over if its lease lapsed
+    wait_done(r, "long")
     assert Counter(out.read_text().split())["long"] == 1, out.read_text()
 
 
@@ -62,22 +79,9 @@ def test_a_late_loss_report_on_a_handed_back_entry_spares_its_next_delivery(
     and is delivered twice (read, claimed back), not three times."""
     out = tmp_path / "started"
     handler = script("h.sh", HANDLER.format(out=out).replace("sleep 8", "sleep 3"))
-    config = write_config(
-        "redis: {url: '{redis}'}\nshutdown_grace: 1s\nqueues:\n  q:\n"
-        f"    command: [{handler}]\n    concurrency: 1\n    prefetch: 1\n"
-        "    lease: {renew_every: 300ms, reclaim_after: 3s}\n"
-    )
-    inject = os.pathsep.join(
-        [str(Path(__file__).parent / "inject"), os.environ.get("PYTHONPATH", "")]
-    )
-    d = daemon(config, env={"PYTHONPATH": inject, "JOBD_TEST_RENEW_SLOW": "0.3"})
-    wait_group(r, "jobd:q")
-    pipe = r.pipeline(transaction=True)
-    pipe.xadd("jobd:q", {"payload": "mid", "job_id": "mid"})
-    pipe.xadd("jobd:q", {"payload": "long", "job_id": "long"})
-    pipe.execute()
+    d = daemon(config(write_config, handler, "300ms"), env=slowed(JOBD_TEST_RENEW_SLOW="0.3"))
+    enqueue_mid_then_long(r)
     d.wait_log("job=long attempt=1 read as no slot freed in time: handed back")
-    wait_until(lambda: r.hexists("{jobd:q}:history", "long") and b'"done"' in
-               r.hget("{jobd:q}:history", "long"), timeout=30, what="long done")  # fmt: skip
+    wait_done(r, "long")
     assert Counter(out.read_text().split())["long"] == 1, out.read_text()
     assert "job=long attempt=1 lease lost" not in d.log()

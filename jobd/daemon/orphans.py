@@ -20,14 +20,9 @@ process that exits later: the supervisor may be PID 1 in a container, where ever
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
 import time
 from collections.abc import Callable
-
-import psutil
 
 from jobd.process import reaper, spawn
 
@@ -65,10 +60,10 @@ class Orphans:
         killed: set[int] = set()
         deadline = time.monotonic() + END_WITHIN
         while True:
-            left = [pid for pid in self.adopted() if not _reaped(pid)]
+            left = [pid for pid in self.adopted() if not reaper.reaped(pid)]
             for pid in left:
                 if pid not in killed:
-                    killed |= _kill_tree(pid, self.kept())
+                    killed |= reaper.kill_tree(pid, self.kept())
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(PASS_EVERY)
@@ -81,31 +76,4 @@ class Orphans:
         """Reap every adopted process that has exited."""
         if self.enabled:
             for pid in self.adopted():
-                _reaped(pid)
-
-
-def _reaped(pid: int) -> bool:
-    """Reap ``pid`` if it has exited; whether it is gone."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return done != 0
-
-
-def _kill_tree(pid: int, kept: set[int]) -> set[int]:
-    """SIGKILL a process, its process group (unless that is the supervisor's or one of its own
-    children's: each daemon leads its own group), and every descendant; the pids signalled."""
-    try:
-        top = psutil.Process(pid)
-        tree = [top, *top.children(recursive=True)]
-        group = os.getpgid(pid)
-    except (psutil.Error, OSError):
-        return set()
-    if group not in kept and group != os.getpgrp():
-        with contextlib.suppress(OSError):
-            os.killpg(group, signal.SIGKILL)
-    for p in tree:
-        with contextlib.suppress(psutil.Error):
-            p.send_signal(signal.SIGKILL)
-    return {p.pid for p in tree}
+                reaper.reaped(pid)

@@ -105,13 +105,13 @@ class Reaper:
         self.next_sweep = now + SWEEP_EVERY
         ended, live = 0, {}
         for pid in children():
-            if pid in leaders or pid in _protected or _reaped(pid):
+            if pid in leaders or pid in _protected or reaped(pid):
                 continue
             delivery = live[pid] = self.adopted[pid] if pid in self.adopted else delivery_of(pid)
             if delivery is None and (running and not final):
                 continue  # not attributed: it may be a running job's
             if delivery is None or delivery not in running:
-                ended += _kill_tree(pid, delivery, leaders)
+                ended += _end(pid, delivery, leaders)
         self.adopted = live
         return ended
 
@@ -120,7 +120,7 @@ class Reaper:
         return [pid for pid, d in self.adopted.items() if d == delivery]
 
 
-def _reaped(pid: int) -> bool:
+def reaped(pid: int) -> bool:
     """Reap ``pid`` if it has exited; whether it is gone."""
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
@@ -129,27 +129,36 @@ def _reaped(pid: int) -> bool:
     return done != 0
 
 
-def _kill_tree(pid: int, delivery: Delivery | None, groups_kept: set[int]) -> int:
-    """SIGKILL a process, its process group when that is no handler's nor this daemon's (the
-    kernel signals a group whole, so a process that forks and exits to change its pid is caught
-    with its children), and its descendants (reaped by later sweeps); how many processes."""
+def kill_tree(pid: int, groups_kept: set[int]) -> set[int]:
+    """SIGKILL a process, its process group when that is none of ``groups_kept`` nor this
+    process's (the kernel signals a group whole, so a process that forks and exits to change its
+    pid is caught with its children), and its descendants (reaped later); the pids signalled."""
     try:
         top = psutil.Process(pid)
         tree = [top, *top.children(recursive=True)]
         group = os.getpgid(pid)
     except (psutil.Error, OSError):
-        return 0
+        return set()
     if group not in groups_kept and group != os.getpgrp():
         with contextlib.suppress(OSError):
             os.killpg(group, signal.SIGKILL)
     for p in tree:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGKILL)
+    return {p.pid for p in tree}
+
+
+def _end(pid: int, delivery: Delivery | None, leaders: set[int]) -> int:
+    """An escaped process whose job ended, killed with its own (``kill_tree``: a handler's group
+    is kept), said in the log; how many processes."""
+    count = len(kill_tree(pid, leaders))
+    if not count:
+        return 0
     if delivery is None:
         log.warning("%d process(es) that left a handler's group outlived it; killed (not "
-                    "attributed: no job of this daemon runs)", len(tree))  # fmt: skip
+                    "attributed: no job of this daemon runs)", count)  # fmt: skip
     else:
         queue, stream, mid = (x.decode(errors="backslashreplace") for x in delivery)
         log.warning("queue=%s stream=%s entry=%s: %d process(es) that left the handler's group "
-                    "outlived its job; killed", queue, stream, mid, len(tree))  # fmt: skip
-    return len(tree)
+                    "outlived its job; killed", queue, stream, mid, count)  # fmt: skip
+    return count
