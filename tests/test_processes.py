@@ -61,6 +61,13 @@ def sample(text: str, series: str) -> float | None:
     return None
 
 
+def supervisor(daemon: Callable[..., DaemonProcess], config: Path) -> DaemonProcess:
+    """`jobd run` of a config with `processes` over 1, once it said every daemon is ready."""
+    d = daemon(config, ready=False)
+    d.wait_log(READY)
+    return d
+
+
 def enqueue(config: Path, queue: str, n: int, prefix: str) -> list[str]:
     lines = "".join(f"{prefix}{i}\n" for i in range(n)).encode()
     out = jobd_cli("enqueue", "-c", str(config), queue, "--lines", "-", "--print-ids", stdin=lines)
@@ -98,8 +105,7 @@ def test_two_processes_share_the_queues_behind_one_endpoint_and_drain_on_sigterm
     host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess], r: redis.Redis
 ) -> None:
     config, out, port = host
-    d = daemon(config, ready=False)
-    d.wait_log(READY)
+    d = supervisor(daemon, config)
     assert sorted(processes_of(d)) == [1, 2]
     ids = enqueue(config, "q", 200, "job")
     wait_until(lambda: acked_all(r, "jobd:q", 200), what="200 jobs acknowledged")
@@ -182,8 +188,7 @@ def test_sighup_reaches_every_process(
     host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess], r: redis.Redis
 ) -> None:
     config, out, _ = host
-    d = daemon(config, ready=False)
-    d.wait_log(READY)
+    d = supervisor(daemon, config)
     config.write_text(config.read_text() + "  extra: {command: [./record.sh]}\n")
     d.signal(signal.SIGHUP)
     for p in ("p1", "p2"):
@@ -248,8 +253,7 @@ def test_embedded_redis_is_started_once_by_the_supervisor(
     script("record.sh", f'#!/bin/sh\necho "$JOBD_JOB_ID" >> {out}\n')
     config = tmp_path / "embedded.yaml"
     config.write_text("processes: 2\nqueues:\n  q: {command: [./record.sh]}\n")
-    d = daemon(config, ready=False)
-    d.wait_log(READY)
+    d = supervisor(daemon, config)
     servers = [
         p for p in psutil.Process(d.proc.pid).children(recursive=True)
         if p.name() in ("redis-server", "valkey-server")
@@ -313,8 +317,7 @@ def test_a_dead_daemons_handlers_end_with_it_and_its_job_runs_again_once(
         queues:
           long: {command: [./long.sh], concurrency: 1}
         """)  # fmt: skip
-    d = daemon(config, ready=False)
-    d.wait_log(READY)
+    d = supervisor(daemon, config)
     [job] = enqueue(config, "long", 1, "l")
     wait_until(lambda: len(lines_of(out)) == 1, what="the job started")
     [[handler, child, ran_job]] = lines_of(out)
@@ -416,8 +419,7 @@ def test_embedded_redis_stays_up_while_daemons_drain_after_the_supervisor_is_kil
     script("slow.sh", f'#!/bin/sh\necho "start $JOBD_JOB_ID" >> {out}\nsleep 3\n')
     config = tmp_path / "emb.yaml"
     config.write_text("processes: 2\nqueues:\n  q: {command: [./slow.sh], concurrency: 1}\n")
-    d = daemon(config, ready=False)
-    d.wait_log(READY)
+    d = supervisor(daemon, config)
     enqueue(config, "q", 2, "e")
     wait_until(lambda: len(lines_of(out)) == 2, what="both jobs running, one per daemon")
     [server] = [p for p in psutil.Process(d.proc.pid).children()
@@ -468,8 +470,7 @@ def test_sigterm_while_a_daemon_waits_to_be_started_again_exits_0(
     host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
 ) -> None:
     config, _, _ = host
-    d = daemon(config, ready=False)
-    d.wait_log(READY)
+    d = supervisor(daemon, config)
     pid = processes_of(d)[2]
     os.kill(pid, signal.SIGKILL)
     d.wait_log(f"process p2 (pid {pid}) exited unasked")
