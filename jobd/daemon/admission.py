@@ -138,6 +138,13 @@ class Admission:
             )  # fmt: skip
             log.info("%s read as %s: handed back", job.tag(queue.name), why)
             self.settle(Outcome(Verb.HAND_BACK, queue, job))
+        elif (earlier := self.running.running(queue, job)) is not None:
+            # Never two handlers for one entry: the earlier delivery's is stopped, and this
+            # one handed back (a hand-back is no delivery: it does not count toward poison).
+            self.running.delivered_again(earlier, time.monotonic(), self.metrics)
+            log.warning("%s delivered again while its earlier handler (pid %d) still ends: "
+                        "handed back", job.tag(queue.name), earlier.pid)  # fmt: skip
+            self.settle(Outcome(Verb.HAND_BACK, queue, job))
         elif (dead := policy.refusal(current, job)) is not None:  # malformed, expired
             log.error("%s %s: dead-lettered unrun", job.tag(queue.name), dead.detail.decode())
             self.settle(dead)

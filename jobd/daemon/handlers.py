@@ -94,7 +94,9 @@ class Handlers:
 
     def remove(self, handler: Handler) -> None:
         del self.by_pid[handler.pid]
-        del self.by_entry[entry_key(handler.queue, handler.job)]
+        key = entry_key(handler.queue, handler.job)
+        if self.by_entry.get(key) is handler:
+            del self.by_entry[key]
         self.in_queue[handler.queue.name] -= 1
         self.poller.forget_handler(handler)
 
@@ -140,6 +142,21 @@ class Handlers:
         elif handler.read_output(fd):
             self.poller.unregister(fd)
             handler.close_output(fd)
+
+    def running(self, queue: QueueConfig, job: Job) -> Handler | None:
+        """The handler of an earlier delivery of this job's entry still running here, if any."""
+        return self.by_entry.get(entry_key(queue, job))
+
+    def delivered_again(self, earlier: Handler, now: float, metrics: Metrics) -> None:
+        """The entry ``earlier`` runs was delivered to this daemon again (its lease lapsed and
+        was claimed back, or its group was made anew): the earlier delivery is over in Redis,
+        so its handler is stopped as for a lost lease, if it was not already."""
+        if earlier.lease_lost:
+            return
+        metrics.of(earlier.queue.name).leases_lost.inc()
+        earlier.log(logging.WARNING, "delivered again meanwhile: this delivery's lease is over; "
+                    "stopping the handler")  # fmt: skip
+        self.stop(earlier, StopReason.LEASE_LOST, now)
 
     def told(self, lost: Lost, now: float, metrics: Metrics) -> bool:
         """The lease renewal's report on one entry: its lease was lost (stop the handler and
