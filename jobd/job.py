@@ -108,6 +108,14 @@ class Job:
             _limits(queue, mid, fields),
         )  # fmt: skip
 
+    def delivered(self, delivery: int, clock_offset: float | None) -> Job:
+        """This job as delivered to the loop: with its delivery number, and Redis's clock
+        offset when the reader measured one (built directly: ``dataclasses.replace`` costs
+        several times more, once for every job)."""
+        offset = self.clock_offset if clock_offset is None else clock_offset
+        return Job(self.queue, self.message_id, self.fields, self.job_id, self.attempt,
+                   self.limits, offset, delivery)  # fmt: skip
+
     def tag(self, queue: str) -> str:
         """How log lines name this job."""
         # One word, so JSON logs parse it; the formatters escape control characters.

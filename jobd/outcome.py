@@ -89,6 +89,11 @@ class Outcome:
     detail: bytes = b""  # the stderr tail, or why the handler could not start
     timing: tuple[float, float] | None = None  # enqueue-to-start and run time, for figures
     ran: Ran | None = None  # how its handler ran, when one did
+    # HAND_BACK: when the recorder first sent it (time.monotonic()); None until then. Sent
+    # again (a lost reply or connection, Redis busy), it says how long ago that was, and
+    # settle.lua leaves it alone if the entry was delivered since (by this daemon too): a
+    # hand-back is about its own delivery, never a later one.
+    sent_at: float | None = None
 
     @property
     def message_id(self) -> str:

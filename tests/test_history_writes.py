@@ -146,7 +146,7 @@ def test_history_ages_out_on_redis_clock_and_a_replay_writes_nothing_twice(
     note = ["done", b"\xff\xfe", 5, b'{"event":"done"}', 1, "consumer", "me"]
     for _ in range(2):
         scripts.settle(
-            keys=keys, args=["jobd", "me", 60, 0, notes.settings(q), "ack", mid, 0, *note]
+            keys=keys, args=["jobd", "me", 60, 0, notes.settings(q), "ack", mid, 0, -1, *note]
         )
     assert len(records(r, b"\xff\xfe")) == 1 and len(events(r, "done")) == 1
     assert records(r, b"\xff\xfe")[0]["started_at"] == records(r, b"\xff\xfe")[0]["at"] - 5

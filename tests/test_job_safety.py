@@ -475,7 +475,7 @@ def test_a_hand_back_sent_again_lowers_the_count_once(r: redis.Redis) -> None:
     scripts = Scripts(r)
     for _ in range(2):  # the first call, and the same call sent again
         note = ["handed back", mid, "", b'{"event":"handed back"}', 0]
-        args = ["g", "me", 60, 0, "604800000 100 100 s", "back", mid, 0, *note]
+        args = ["g", "me", 60, 0, "604800000 100 100 s", "back", mid, 0, -1, *note]
         scripts.settle(keys=["s", "{s}:stats:1", "{s}:cancels", *HISTORY], args=args)
     assert deliveries(r, "s", "g") == 2
 

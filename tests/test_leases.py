@@ -90,7 +90,7 @@ def test_a_batch_asks_nothing_before_its_calls_and_reloads_flushed_scripts(
         for mid in some:
             keys = ["jobd:q", queue.keys.stats(), queue.keys.cancels, *notes.keys(queue)]
             note = ["done", mid, "", b'{"event":"done"}', 0]  # lua/lib/jobs.lua note_at
-            args = ["jobd", "me", 60, 0, notes.settings(queue), "ack", mid, 0, *note]
+            args = ["jobd", "me", 60, 0, notes.settings(queue), "ack", mid, 0, -1, *note]
             batch.add(scripts.settle, keys, args)
         return batch.run(r)
 

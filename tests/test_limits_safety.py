@@ -74,7 +74,7 @@ def test_a_renewal_after_a_hand_back_leaves_the_entry_reclaimable_at_once(
     outcome = Batch()  # what the recorder sends: settle 'back', then the slot's release
     keys = ["jobd:q", queue.keys.stats(), queue.keys.cancels, *notes.keys(queue)]
     note = ["handed back", handed, "", b'{"event":"handed back"}', 0]  # lua/lib/jobs.lua note_at
-    args = ["jobd", "me", 60, 0, notes.settings(queue), "back", handed, 0, *note]
+    args = ["jobd", "me", 60, 0, notes.settings(queue), "back", handed, 0, -1, *note]
     outcome.add(scripts.settle, keys, args)
     outcome.add(scripts.release, [queue.keys.running], [slot])
     assert outcome.run(r) == [[], 1]

@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 import redis
 
@@ -102,6 +101,9 @@ class Reader(threading.Thread):
                 self.store.refresh()
                 self.stopping.wait(self.outage.down(exc, "retrying"))
             except redis.ResponseError as exc:
+                if redisconn.away(exc):  # busy, out of memory: like an outage, for a while
+                    self.stopping.wait(self.outage.down(exc, "retrying"))
+                    continue
                 if "NOGROUP" in str(exc) or "no longer exists" in str(exc):
                     log.warning("queue=%s group or stream vanished; recreating it", self.queue.name)
                 elif "UNBLOCKED" in str(exc):  # a failover ended the blocking read
@@ -215,7 +217,8 @@ class Reader(threading.Thread):
         reclaim or pause check at most; the pause comes back with it (one round trip)."""
         q = self.queue
         read = self.store.read_new(q, count, self.block_ms() if block else None)
-        self.learn_pause(read.paused)
+        if read.pause_known:
+            self.learn_pause(read.paused)
         return self.hand_over(q, jobs_of(q, read.entries), read.cancels)
 
     def read_levels(self, count: int) -> tuple[int, dict[str, str]]:
@@ -331,28 +334,27 @@ class Reader(threading.Thread):
             except redis.ResponseError as exc:  # never a reason to leave the batch unrun
                 log.error("queue=%s dedupe check failed (%s); running the batch", q.name, exc)
         if jobs:
-            jobs = self.clocked(q, jobs)
+            offset = self.clock_offset(q, jobs)
             ids = [job.message_id for job in jobs]
             numbers = self.holdings.add(key(q), ids)
-            jobs = [replace(job, delivery=n) for job, n in zip(jobs, numbers, strict=True)]
+            jobs = [job.delivered(n, offset) for job, n in zip(jobs, numbers, strict=True)]
             if self.limiter is not None:
                 self.taken += [slot_member(self.consumer, q.stream, mid) for mid in ids]
             self.deliver(q, jobs)
             self.filled += len(jobs)
         return len(jobs)
 
-    def clocked(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
-        """The jobs, each with Redis's clock offset when one of them can expire (its own
+    def clock_offset(self, q: QueueConfig, jobs: list[Job]) -> float | None:
+        """Redis's clock offset, for the jobs, when one of them can expire (its own
         jobd_expires_at, or the queue's max_wait): one TIME per read pass that needs it, none
-        otherwise. Not measured (Redis did not answer), they are not expired: they run."""
+        otherwise. Not measured (None: Redis did not answer), they are not expired: they run."""
         if not any(job.needs_clock(q) for job in jobs):
-            return jobs
+            return None
         try:
-            offset = clock_offset(self.store.client)
+            return clock_offset(self.store.client)
         except redis.RedisError as exc:
             log.warning("queue=%s cannot read Redis's clock (%s): not checking expiry", q.name, exc)
-            return jobs
-        return [replace(job, clock_offset=offset) for job in jobs]
+            return None
 
     def drop_cancelled(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
         """Acknowledge, unrun, the jobs ``jobd cancel`` marked (one script call); the others.

@@ -93,8 +93,10 @@ class Recorder(threading.Thread):
                 except connection.UNAVAILABLE as exc:
                     self.store.refresh()
                     # Away: some were written, keep only the others. Otherwise the connection
-                    # failed and any call may have applied: keep all but the hand-backs.
-                    backlog[:] = exc.outcomes if isinstance(exc, Away) else unsent(backlog)
+                    # failed and any call may have applied: keep them all (each is safe to send
+                    # again: it checks ownership, and a hand-back its own delivery).
+                    if isinstance(exc, Away):
+                        backlog[:] = exc.outcomes
                     delay = self.outage.down(exc, f"{len(backlog)} outcome(s) kept to record later")
                     if stopping and self._give_up(backlog):
                         break
@@ -116,6 +118,8 @@ class Recorder(threading.Thread):
         except connection.UNAVAILABLE:
             raise
         except Exception as exc:
+            if connection.away(exc):  # raised, not replied: BUSY or OOM as a connection began
+                raise Away(batch, exc) from exc
             if len(batch) == 1:
                 return self._failed(batch, exc)
             log.warning("cannot record %d outcomes at once (%r); one by one", len(batch), exc)
@@ -126,10 +130,11 @@ class Recorder(threading.Thread):
         are kept (Away), never dropped."""
         again: list[Outcome] = []
         for i, o in enumerate(batch):
+            one = [o]
             try:
-                again += self.write_isolated([o])
+                again += self.write_isolated(one)
             except connection.UNAVAILABLE as exc:
-                rest = exc.outcomes if isinstance(exc, Away) else unsent([o])
+                rest = exc.outcomes if isinstance(exc, Away) else one
                 raise Away([*again, *rest, *batch[i + 1 :]], exc) from exc
         return again
 
@@ -219,21 +224,26 @@ class Recorder(threading.Thread):
         """Everything in one round trip (``Store.settle``); each write checks ownership itself.
         Returns the outcomes to try again (``_failed``); raises Away with the ones to keep when
         Redis could not take some."""
+        now = time.monotonic()
         for o in batch:
-            if o.verb is Verb.HAND_BACK:
+            if o.verb is Verb.HAND_BACK and o.sent_at is None:
                 # Forgotten before it is sent: a renewal after it would make the entry look
                 # busy again, and it would wait a whole reclaim_after (renew.lua skips it).
                 self.holdings.discard(lease.key(o.queue), [o.message_id], [o.job.delivery])
+        try:
+            replies = self.store.settle(batch)
+        finally:  # whatever became of the call, each hand-back in it has been sent from now on
+            batch[:] = [sent(o, now) for o in batch]
         again: list[Outcome] = []
         kept: list[Outcome] = []  # Redis cannot write now (a replica, busy, out of memory)
         away: Exception | None = None
-        for outcomes, result in self.store.settle(batch):
+        for outcomes, result in replies:
             if isinstance(result, Exception):
                 if connection.away(result):
-                    kept += [replace(o, timing=None) for o in outcomes]
+                    kept += [replace(sent(o, now), timing=None) for o in outcomes]
                     away = result
                 else:
-                    again += self._failed(outcomes, result)
+                    again += self._failed([sent(o, now) for o in outcomes], result)
                 continue
             self._report(outcomes, result)
             self._poison_written(outcomes, result)
@@ -289,18 +299,10 @@ class Recorder(threading.Thread):
         return True
 
 
-def unsent(outcomes: list[Outcome]) -> list[Outcome]:
-    """What to send again after a connection failed mid-call, when any call may have applied:
-    everything but hand-backs. A settle, retry or dead letter that applied is a no-op the
-    second time (each checks it still holds the entry); a hand-back is not: by then this
-    daemon may have claimed the entry back and be running it, and the same hand-back would
-    give that run away. One that did not apply leaves the entry unrenewed (it was forgotten
-    before it was sent), so it is taken over after reclaim_after anyway."""
-    dropped = [o for o in outcomes if o.verb is Verb.HAND_BACK]
-    for o in dropped:
-        log.warning(
-            "queue=%s job=%s the hand-back may not have reached Redis; not sent again: the "
-            "entry is taken over after lease.reclaim_after if it did not",
-            o.queue.name, o.job.job_id,
-        )  # fmt: skip
-    return [o for o in outcomes if o.verb is not Verb.HAND_BACK] if dropped else outcomes
+def sent(o: Outcome, now: float) -> Outcome:
+    """The outcome as kept after a call that sent it at ``now``: a hand-back remembers when it
+    was first sent, so that sent again it cannot hand back a later delivery of its entry
+    (``Outcome.sent_at``); the others are the same whenever they are sent again."""
+    if o.verb is not Verb.HAND_BACK or o.sent_at is not None:
+        return o
+    return replace(o, sent_at=now)

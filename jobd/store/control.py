@@ -13,7 +13,7 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.job import Job
-from jobd.store import notes
+from jobd.store import connection, notes
 from jobd.store.base import StoreBase
 from jobd.store.keys import STATS_TTL
 
@@ -46,6 +46,8 @@ class ControlOps(StoreBase):
         try:
             fields: Mapping[bytes, bytes] | Exception = self.client.hgetall(queue.keys.paused)
         except redis.ResponseError as exc:
+            if connection.away(exc):  # busy, out of memory: Redis cannot say now
+                raise
             fields = exc
         return paused_from(fields)
 

@@ -5,7 +5,8 @@ Per queue one ``settle.lua`` call for its acks and hand-backs; one ``retry.lua``
 and one ``dead_letter.lua`` call per dead letter; then per queue the cluster-wide slots to free
 (``release.lua``, queues with limits) and this minute's timings (``observe.lua``). Each write is
 safe to send twice: a second settle, retry or dead letter of an entry finds it no longer held
-and does nothing (a hand-back is the exception: see the recorder's ``unsent``).
+and does nothing; a hand-back sent again says how long ago it was first sent, and is left alone
+when the entry was delivered since (``Outcome.sent_at``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ class OutcomeOps(StoreBase):
             if mark is not None and o.verb in (Verb.ACK, Verb.CANCEL):
                 keys.append(mark)
                 mark_index = len(keys)
-            ops += [SETTLE_OPS[o.verb], o.message_id, mark_index, *notes.note(o, self.consumer)]
+            again = -1 if o.sent_at is None else int((time.monotonic() - o.sent_at) * 1000)
+            ops += [SETTLE_OPS[o.verb], o.message_id, mark_index, again,
+                    *notes.note(o, self.consumer)]  # fmt: skip
         window_ms = int((q.dedupe_window or 0) * 1000)
         args = [q.group, self.consumer, STATS_TTL, window_ms, notes.settings(q), *ops]
         return self.scripts.settle, keys, args

@@ -13,7 +13,7 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.job import Job
-from jobd.store import notes
+from jobd.store import connection, notes
 from jobd.store.base import StoreBase
 from jobd.store.control import Paused, paused_from
 from jobd.store.keys import STATS_TTL
@@ -57,11 +57,13 @@ def _fields(flat: list[bytes]) -> Fields:
 @dataclass(frozen=True, slots=True)
 class NewEntries:
     """What ``read_new`` found: the entries, whether the queue has cancellation marks, and its
-    pause (None when it is not paused), asked after the read."""
+    pause (None when it is not paused), asked after the read; ``pause_known`` is False when
+    Redis could not say (busy, out of memory: the pause is as it was)."""
 
     entries: list[Entry]
     cancels: bool
     paused: Paused | None
+    pause_known: bool = True
 
 
 class ReadingOps(StoreBase):
@@ -103,6 +105,8 @@ class ReadingOps(StoreBase):
             if isinstance(answer, Exception):
                 raise answer
         entries = [(mid, fields) for mid, fields in reply[0][1]] if reply else []
+        if isinstance(pause, Exception) and connection.away(pause):  # after the read: no raise
+            return NewEntries(entries, bool(cancels), None, pause_known=False)
         return NewEntries(entries, bool(cancels), paused_from(pause))
 
     def read_levels(self, queue: QueueConfig, count: int) -> Levels:

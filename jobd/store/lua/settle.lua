@@ -13,8 +13,9 @@
 -- ARGV[3]   seconds the counters are kept
 -- ARGV[4]   milliseconds an acked job's mark says 'done' (the dedupe window); 0: deleted
 -- ARGV[5]   the history's settings (lib/jobs.lua history_at)
--- ARGV[6..] per entry: operation, id, index in KEYS of the job's mark (0: none), then its note
---           (lib/jobs.lua note_at). Operation 'ack': XACK, and the mark set to 'done' or
+-- ARGV[6..] per entry: operation, id, index in KEYS of the job's mark (0: none), for 'back'
+--           sent again the milliseconds since it was first sent (-1: the first send; see below),
+--           then its note (lib/jobs.lua note_at). Operation 'ack': XACK, and the mark set to 'done' or
 --           deleted in the same step. Operation
 --           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
@@ -39,9 +40,9 @@ local function unmark(id, job)
 end
 local i = 6
 while i <= #ARGV do
-  local op, id, mark = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local op, id, mark, again = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local note
-  note, i = note_at(i + 3)
+  note, i = note_at(i + 4)
   local p = redis.call('XPENDING', stream, group, id, id, 1)
   if #p == 0 or p[1][2] ~= me then
     skipped[#skipped + 1] = id
@@ -72,6 +73,11 @@ while i <= #ARGV do
     if mark > 0 and redis.call('GET', KEYS[mark]) == 'queued' then
       redis.call('DEL', KEYS[mark])
     end
+  elseif again >= 0 and tonumber(p[1][3]) <= again + 1 then
+    -- A hand-back sent again (its reply, or its connection, was lost) to an entry delivered
+    -- since it was first sent: claimed again, by this very consumer too, and maybe running.
+    -- That delivery is not this hand-back's: left alone (1 ms for the two clocks' rounding).
+    -- An entry no one took since is idle longer than that, and handed back now.
   elseif tonumber(p[1][3]) < HANDED_BACK then
     -- A hand-back ends this delivery with an outcome: it must not count toward poison
     -- (max_deliveries), and the next consumer's XAUTOCLAIM counts one; so one less here.
