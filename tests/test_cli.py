@@ -63,7 +63,7 @@ def test_validate_json_format(write_config: Callable[..., Path]) -> None:
     good = write_config("queues:\n  a: {command: [/bin/true]}\n", name="good.yaml")
     body = json.loads(jobd_cli("validate", str(good), "--format", "json").stdout)
     assert body["valid"] is True and body["queues"] == {
-        "a": {"stream": "jobd:a", "group": "jobd", "prefetch": 0}
+        "a": {"stream": "jobd:a", "group": "jobd", "prefetch": "auto"}
     }
 
 
