@@ -81,11 +81,19 @@ class ExitStatus:
         return f" (cpu {self.cpu_seconds:.3f}s{rss})"
 
 
+_own_peak = 0  # the daemon's peak resident memory (KiB) when last read: it only grows
+
+
 def _peak(usage: resource.struct_rusage | None) -> int | None:
     """A reaped handler's peak resident memory, in bytes, when it is known: until its exec a
     handler shares the daemon's memory (vfork), and the kernel counts that in its peak, so a
-    peak no larger than the daemon's own says nothing of the handler (None)."""
-    if usage is None or usage.ru_maxrss <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss:
+    peak no larger than the daemon's own says nothing of the handler (None). The daemon's own
+    is read again only when a handler's is above it as last read."""
+    global _own_peak
+    if usage is None or usage.ru_maxrss <= _own_peak:
+        return None
+    _own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if usage.ru_maxrss <= _own_peak:
         return None
     return usage.ru_maxrss * 1024  # KiB on Linux
 

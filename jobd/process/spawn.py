@@ -80,7 +80,7 @@ def _encoded(env: Mapping[str, str]) -> list[bytes]:
 
 
 def _encode(env: Mapping[str, str]) -> list[bytes]:
-    return [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
+    return [os.fsencode(f"{k}={v}") for k, v in env.items()]
 
 
 class _OtherPython(Exception):
