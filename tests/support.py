@@ -140,6 +140,15 @@ class DaemonProcess:
         self._log_file.close()
 
 
+def answers_busy(client: redis.Redis) -> bool:
+    """Whether Redis answers BUSY now (another client's script runs past the threshold)."""
+    try:
+        client.ping()
+    except redis.ResponseError as exc:
+        return str(exc).startswith("BUSY")
+    return False
+
+
 def pending_count(r: redis.Redis, stream: str, group: str = "jobd") -> int:
     try:
         return int(r.xpending(stream, group)["pending"])

@@ -13,7 +13,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, RedisServer, pending_count, wait_group, wait_until
+from support import (
+    DaemonProcess,
+    RedisServer,
+    answers_busy,
+    pending_count,
+    wait_group,
+    wait_until,
+)
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -81,14 +88,6 @@ return 1
 """
 
 
-def is_busy(client: redis.Redis) -> bool:
-    try:
-        client.ping()
-    except redis.ResponseError as exc:
-        return str(exc).startswith("BUSY")
-    return False
-
-
 @contextlib.contextmanager
 def busy_redis(r: redis.Redis, server: RedisServer, seconds: float) -> Iterator[None]:
     """Redis answers BUSY (another client's script) from when this enters, for ``seconds`` at
@@ -104,14 +103,14 @@ def busy_redis(r: redis.Redis, server: RedisServer, seconds: float) -> Iterator[
     spell = threading.Thread(target=run)
     spell.start()
     try:
-        wait_until(lambda: is_busy(r), 10, "Redis to answer BUSY")
+        wait_until(lambda: answers_busy(r), 10, "Redis to answer BUSY")
         yield
     finally:
         with contextlib.suppress(redis.ResponseError):  # NOTBUSY: it ended by itself
             r.script_kill()
         spell.join(10)
         slow.close()
-        wait_until(lambda: not is_busy(r), 10, "Redis to answer again")
+        wait_until(lambda: not answers_busy(r), 10, "Redis to answer again")
         r.config_set("busy-reply-threshold", 5000)
 
 
@@ -225,7 +224,7 @@ def test_a_hand_back_kept_while_redis_was_busy_spares_the_run_claimed_since(
     d.wait_log("job=W attempt=1 read ahead: waits for a slot")
     with busy_redis(r, redis_server, 3.0):
         d.wait_log("job=W attempt=1 read as no slot freed in time: handed back")
-        wait_until(lambda: not is_busy(r), 10, "the 3 s busy spell to end")
+        wait_until(lambda: not answers_busy(r), 10, "the 3 s busy spell to end")
     wait_until(lambda: done(r, "W"), 20, "W done")
     seen = history(r, "W")
     since = seen[seen.index("reclaimed") :]  # from the claim that started W's run

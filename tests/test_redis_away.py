@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 from faultproxy import FaultProxy
-from support import DaemonProcess, RedisServer, pending_count, wait_until
+from support import DaemonProcess, RedisServer, answers_busy, pending_count, wait_until
 from support import words as lines
 
 from jobd.config import load
@@ -83,7 +83,7 @@ def test_a_busy_redis_keeps_outcomes_until_it_answers_again(
     busy = threading.Thread(target=_loop_until_killed, args=(slow,))
     busy.start()
     try:
-        wait_until(lambda: _busy(r), what="Redis to answer BUSY")
+        wait_until(lambda: answers_busy(r), what="Redis to answer BUSY")
         recorder.record([Outcome(Verb.ACK, queue, Job("q", mid, {b"payload": b"x"}, "job-1", 1))])
         end = time.monotonic() + 2.5  # longer than the 5 tries, 0.2 s apart, that it used to give
         wait_until(lambda: time.monotonic() >= end, 5)
@@ -101,14 +101,6 @@ def test_a_busy_redis_keeps_outcomes_until_it_answers_again(
 def _loop_until_killed(client: redis.Redis) -> None:
     with contextlib.suppress(redis.ResponseError):  # killed by SCRIPT KILL
         client.eval("while true do end", 0)
-
-
-def _busy(client: redis.Redis) -> bool:
-    try:
-        client.ping()
-    except redis.ResponseError as exc:
-        return str(exc).startswith("BUSY")
-    return False
 
 
 def _kill_script(client: redis.Redis) -> None:
