@@ -315,3 +315,36 @@ def test_a_hand_back_lost_with_its_connection_is_sent_again(
     wait_until(lambda: done(r, "W") or r.exists(DEAD), 15, "W run or dead-lettered")
     assert dead_letters(r) == [], f"W was dead-lettered unrun:\n{out.read_text()}"
     assert count(out, "start", "W") == 1
+
+
+def test_a_hand_back_kept_through_an_outage_longer_than_reclaim_after_costs_no_delivery(
+    r: redis.Redis, redis_server: RedisServer, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """One slot, one read ahead, max_deliveries 1: W waits behind `long` and is handed back as
+    Redis turns BUSY for 3 s, longer than reclaim_after (1.5 s); the hand-back is kept. When
+    Redis answers again the reader's reclaim takes W before the recorder sends the hand-back
+    again (which then leaves alone an entry delivered since): that claim used to count a
+    delivery the hand-back was meant to take back, and W was dead-lettered as poison without
+    ever running. Now the reclaim counts it as the hand-back's claim, and W runs."""
+    out = tmp_path / "ran"
+    handler = script("h.sh", f"""
+        #!/bin/sh
+        p=$(cat)
+        echo "start $p $$" >> {out}
+        case "$p" in long) sleep 2.5 ;; *) sleep 0.05 ;; esac
+    """)  # fmt: skip
+    conf = config(write_config, handler, "concurrency: 1", "prefetch: 1", "max_deliveries: 1")
+    d = daemon(conf)
+    wait_group(r, "jobd:q")
+    r.xadd("jobd:q", {"payload": "warm", "job_id": "warm"})  # the recorder connects now
+    wait_until(lambda: done(r, "warm"), what="warm done")
+    r.xadd("jobd:q", {"payload": "long", "job_id": "long"})
+    wait_until(lambda: count(out, "start", "long") == 1, what="long to start")
+    r.xadd("jobd:q", {"payload": "W", "job_id": "W"})
+    d.wait_log("job=W attempt=1 read ahead: waits for a slot")
+    with busy_redis(r, redis_server, 3.0):
+        d.wait_log("job=W attempt=1 read as no slot freed in time: handed back")
+        wait_until(lambda: not answers_busy(r), 10, "the 3 s busy spell to end")
+    wait_until(lambda: done(r, "W") or r.exists(DEAD), 15, "W run or dead-lettered")
+    assert dead_letters(r) == [], f"W was dead-lettered unrun:\n{out.read_text()}"
+    assert count(out, "start", "W") == 1

@@ -523,11 +523,11 @@ def test_an_outage_between_two_pages_of_a_reclaim_loses_no_claim(
                     lambda outcomes: None, Metrics())  # fmt: skip
     real, calls = reader.store.reclaim, []
 
-    def first_page_then_away(q: QueueConfig, cursor: str, count: int) -> Reclaimed:
+    def first_page_then_away(q: QueueConfig, cursor: str, count: int, backs=()) -> Reclaimed:
         calls.append(cursor)
         if len(calls) > 1:
             raise redis.ConnectionError("Redis went away between two pages")
-        return replace(real(q, cursor, 1), cursor="1-0")  # one entry a page
+        return replace(real(q, cursor, 1, backs), cursor="1-0")  # one entry a page
 
     reader.store.reclaim = first_page_then_away  # type: ignore[method-assign]
     with contextlib.suppress(redis.ConnectionError):

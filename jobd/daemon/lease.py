@@ -62,6 +62,9 @@ class Holdings:
         self._lock = threading.Lock()
         self._ids: dict[LeaseKey, dict[str, int]] = defaultdict(dict)  # id -> its delivery
         self._numbers = itertools.count(1)
+        # Entries handed back whose hand-back Redis has not answered yet (kept while it is away):
+        # a reclaim of one by this daemon is the hand-back's claim too (reclaim.lua).
+        self._backs: dict[LeaseKey, set[str]] = defaultdict(set)
 
     def add(self, key: LeaseKey, ids: Iterable[str]) -> list[int]:
         """Hold ``ids`` from now on; each one's delivery number (``Job.delivery``)."""
@@ -83,6 +86,24 @@ class Holdings:
                 number = numbers[i] if i < len(numbers) else 0
                 if not number or held.get(mid) == number:
                     held.pop(mid, None)
+
+    def handing_back(self, key: LeaseKey, message_id: str, delivery: int) -> None:
+        """A hand-back of that delivery is sent: the entry is forgotten, and on its way back."""
+        with self._lock:
+            held = self._ids[key]
+            if held.get(message_id) == delivery:
+                del held[message_id]
+            self._backs[key].add(message_id)
+
+    def handed_back(self, key: LeaseKey, ids: Iterable[str]) -> None:
+        """Redis answered these hand-backs (applied, or left alone), or they were given up."""
+        with self._lock:
+            self._backs[key].difference_update(ids)
+
+    def on_their_way_back(self, key: LeaseKey) -> list[str]:
+        """The entries whose hand-back has not been answered yet, and not held again."""
+        with self._lock:
+            return sorted(self._backs[key] - self._ids[key].keys())
 
     def holds(self, key: LeaseKey, message_id: str) -> bool:
         with self._lock:

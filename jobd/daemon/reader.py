@@ -244,9 +244,14 @@ class Reader(threading.Thread):
             return 0
         cursor = "0-0"
         used = 0
+        # Entries handed back whose hand-back Redis has not answered (none held again here):
+        # a claim of one is its hand-back's claim too, which counts no delivery (reclaim.lua).
+        backs = self.holdings.on_their_way_back(key(q))
         while used < count:
-            page = self.store.reclaim(q, cursor, count - used)
+            page = self.store.reclaim(q, cursor, count - used, backs)
             cursor = page.cursor
+            if backs:  # claimed now: whatever became of its hand-back, it is over
+                self.holdings.handed_back(key(q), [c[0].decode() for c in page.claimed])
             used += self.take_over(q, page.claimed)
             for mid in page.deleted:
                 log.warning(

@@ -161,6 +161,7 @@ class Recorder(threading.Thread):
             o.queue.name, o.job.job_id, o.verb.value, WRITE_TRIES, error,
         )  # fmt: skip
         self.holdings.discard(lease.key(o.queue), [o.message_id], [o.job.delivery])
+        self.holdings.handed_back(lease.key(o.queue), [o.message_id])
         return []
 
     def _collect(self, backlog: list[Outcome], wait: bool) -> bool:
@@ -229,7 +230,7 @@ class Recorder(threading.Thread):
             if o.verb is Verb.HAND_BACK and o.sent_at is None:
                 # Forgotten before it is sent: a renewal after it would make the entry look
                 # busy again, and it would wait a whole reclaim_after (renew.lua skips it).
-                self.holdings.discard(lease.key(o.queue), [o.message_id], [o.job.delivery])
+                self.holdings.handing_back(lease.key(o.queue), o.message_id, o.job.delivery)
         try:
             replies = self.store.settle(batch)
         finally:  # whatever became of the call, each hand-back in it has been sent from now on
@@ -253,6 +254,9 @@ class Recorder(threading.Thread):
             settled = [o for o in outcomes if o.verb is not Verb.HAND_BACK]
             self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in settled],
                                   [o.job.delivery for o in settled])  # fmt: skip
+            if len(settled) < len(outcomes):
+                self.holdings.handed_back(lease.key(outcomes[0].queue), [
+                    o.message_id for o in outcomes if o.verb is Verb.HAND_BACK])  # fmt: skip
             if self.failures:
                 for o in outcomes:
                     self.failures.pop((*lease.key(o.queue), o.message_id), None)

@@ -7,6 +7,7 @@ nothing (XREAD). What a reader does with them: ``jobd.daemon.reader``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
@@ -126,14 +127,18 @@ class ReadingOps(StoreBase):
         ids = {level.stream: mid.decode() for level, mid in zip(levels, newest, strict=False)}
         return Levels(read, ids, bool(marks))
 
-    def reclaim(self, queue: QueueConfig, cursor: str, count: int) -> Reclaimed:
+    def reclaim(
+        self, queue: QueueConfig, cursor: str, count: int, backs: Sequence[str] = ()
+    ) -> Reclaimed:
         """One page of entries idle past the queue's ``lease.reclaim_after``, claimed by this
-        consumer: at most ``count``, from ``cursor`` ('0-0' at first)."""
+        consumer: at most ``count``, from ``cursor`` ('0-0' at first). ``backs``: entries this
+        consumer handed back whose hand-back Redis has not answered yet (see reclaim.lua)."""
         min_idle = int(queue.lease.reclaim_after * 1000)
         after, claimed, deleted = self.scripts.reclaim(
             keys=[queue.stream, *notes.keys(queue)],
-            args=[queue.group, self.consumer, min_idle, cursor, count, notes.settings(queue)],
-        )
+            args=[queue.group, self.consumer, min_idle, cursor, count, notes.settings(queue),
+                  *backs],
+        )  # fmt: skip
         return Reclaimed(
             after.decode(),
             [(mid, _fields(flat), int(deliveries)) for mid, flat, deliveries in claimed],

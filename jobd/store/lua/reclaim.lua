@@ -9,6 +9,13 @@
 -- ARGV[4]  cursor to start from ('0-0' at first)
 -- ARGV[5]  at most this many entries (this daemon's free slots)
 -- ARGV[6]  the history's settings (lib/jobs.lua history_at)
+-- ARGV[7..] entries this consumer handed back whose hand-back it has not seen answered (Redis
+--          was away): one still this consumer's and not handed back (not idle for decades)
+--          never got its hand-back, and its claim here is that hand-back's claim too: the
+--          delivery it counts is taken back in the same step, as the hand-back would have
+--          (settle.lua 'back'), so a hand-back kept through an outage longer than reclaim_after
+--          costs no delivery toward max_deliveries. (The hand-back itself, sent again later,
+--          finds the entry delivered since and leaves it alone.)
 --
 -- Returns {next cursor, {{id, {field, value, …}, times delivered}, …}, {deleted id, …}}.
 -- The caller follows the cursor until it is '0-0': XAUTOCLAIM scans at most COUNT×10 pending
@@ -19,6 +26,14 @@
 -- Each entry claimed is in its job's history and the queue's events ('reclaimed', deliveries) in
 -- the same step.
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
+local HANDED_BACK = 10 * 365 * 86400 * 1000 -- idle ms beyond which an entry was handed back
+local unanswered = {}
+for i = 7, #ARGV do
+  local p = redis.call('XPENDING', stream, group, ARGV[i], ARGV[i], 1)
+  if #p == 1 and p[1][2] == me and tonumber(p[1][3]) < HANDED_BACK then
+    unanswered[ARGV[i]] = true
+  end
+end
 local reply = redis.call('XAUTOCLAIM', stream, group, me, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
 local claimed, deleted, h = {}, reply[3] or {}, nil
 for _, entry in ipairs(reply[2]) do
@@ -28,6 +43,10 @@ for _, entry in ipairs(reply[2]) do
     deleted[#deleted + 1] = id
   else
     local p = redis.call('XPENDING', stream, group, id, id, 1)
+    if unanswered[id] then
+      p[1][4] = math.max(tonumber(p[1][4]) - 1, 1)
+      redis.call('XCLAIM', stream, group, me, '0', id, 'RETRYCOUNT', p[1][4], 'JUSTID')
+    end
     claimed[#claimed + 1] = {id, fields, p[1][4]}
     h = h or history_at(2, ARGV[6])
     local job = job_id_of(id, fields)
