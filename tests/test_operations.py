@@ -256,8 +256,10 @@ def test_status_reports_every_queue(
         "h.sh",
         f"#!/bin/sh\ncase $(cat) in fail) exit 65;; hold) while [ ! -e {gate} ]; do sleep 0.05; done;; esac\n",
     )
+    # No reading ahead: "waiting" stays unread behind "hold" (lag 1), not read, then handed
+    # back and pending with it until a slot frees (the figures below are those of the stream).
     config = write_config(
-        "redis: {url: '{redis}'}\nqueues:\n  q: {command: [./h.sh], concurrency: 1}\n"
+        "redis: {url: '{redis}'}\nqueues:\n  q: {command: [./h.sh], concurrency: 1, prefetch: 0}\n"
     )
     d = daemon(config)
     for payload in ("ok", "ok", "fail"):

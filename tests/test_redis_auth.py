@@ -75,7 +75,8 @@ def test_acl_user_with_the_documented_commands_runs_everything(
     wait_until(lambda: pending_count(r, "jobd:q") == 0, what="the orphan reclaimed")
     status = jobd_cli("status", "-c", c, "--json")
     assert status.returncode == 0 and not status.stderr, status
-    assert json.loads(status.stdout)["queues"]["q"]["this_minute"]["done"] >= 2
+    minutes = json.loads(status.stdout)["queues"]["q"]  # the test may cross a minute's end
+    assert minutes["this_minute"]["done"] + minutes["last_minute"]["done"] >= 2
     # Operator controls under the same ACL: pause, resume, cancel (a waiting job: its mark is
     # read by cancelled.lua; while marks exist, every renewal reads them too).
     assert jobd_cli("pause", "-c", c, "q").returncode == 0

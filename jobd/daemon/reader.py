@@ -244,8 +244,7 @@ class Reader(threading.Thread):
             return 0
         cursor = "0-0"
         used = 0
-        # Entries handed back whose hand-back Redis has not answered (none held again here):
-        # a claim of one is its hand-back's claim too, which counts no delivery (reclaim.lua).
+        # Hand-backs Redis has not answered: a claim of one is the hand-back's too (reclaim.lua).
         backs = self.holdings.on_their_way_back(key(q))
         while used < count:
             page = self.store.reclaim(q, cursor, count - used, backs)
