@@ -122,6 +122,23 @@ def recorder_connections(r: redis.Redis, cmd: str | None = None) -> list[dict]:
     ]
 
 
+def hand_back_w_while_busy(
+    r: redis.Redis, server: RedisServer, d: DaemonProcess, out: Path
+) -> None:
+    """With one slot and one read ahead: W waits behind `long` and is handed back as Redis
+    turns BUSY for 3 s (its hand-back kept); returns once Redis answers again."""
+    wait_group(r, "jobd:q")
+    r.xadd("jobd:q", {"payload": "warm", "job_id": "warm"})  # the recorder connects now
+    wait_until(lambda: done(r, "warm"), what="warm done")
+    r.xadd("jobd:q", {"payload": "long", "job_id": "long"})
+    wait_until(lambda: count(out, "start", "long") == 1, what="long to start")
+    r.xadd("jobd:q", {"payload": "W", "job_id": "W"})
+    d.wait_log("job=W attempt=1 read ahead: waits for a slot")
+    with busy_redis(r, server, 3.0):
+        d.wait_log("job=W attempt=1 read as no slot freed in time: handed back")
+        wait_until(lambda: not answers_busy(r), 10, "the 3 s busy spell to end")
+
+
 def test_an_entry_claimed_back_while_its_first_handler_ends_never_runs_twice_at_once(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
@@ -215,16 +232,7 @@ def test_a_hand_back_kept_while_redis_was_busy_spares_the_run_claimed_since(
     """)  # fmt: skip
     conf = config(write_config, handler, "concurrency: 1", "prefetch: 1", "kill_grace: 2s")
     d = daemon(conf)
-    wait_group(r, "jobd:q")
-    r.xadd("jobd:q", {"payload": "warm", "job_id": "warm"})  # the recorder connects now
-    wait_until(lambda: done(r, "warm"), what="warm done")
-    r.xadd("jobd:q", {"payload": "long", "job_id": "long"})
-    wait_until(lambda: count(out, "start", "long") == 1, what="long to start")
-    r.xadd("jobd:q", {"payload": "W", "job_id": "W"})
-    d.wait_log("job=W attempt=1 read ahead: waits for a slot")
-    with busy_redis(r, redis_server, 3.0):
-        d.wait_log("job=W attempt=1 read as no slot freed in time: handed back")
-        wait_until(lambda: not answers_busy(r), 10, "the 3 s busy spell to end")
+    hand_back_w_while_busy(r, redis_server, d, out)
     wait_until(lambda: done(r, "W"), 20, "W done")
     seen = history(r, "W")
     since = seen[seen.index("reclaimed") :]  # from the claim that started W's run
@@ -335,16 +343,7 @@ def test_a_hand_back_kept_through_an_outage_longer_than_reclaim_after_costs_no_d
     """)  # fmt: skip
     conf = config(write_config, handler, "concurrency: 1", "prefetch: 1", "max_deliveries: 1")
     d = daemon(conf)
-    wait_group(r, "jobd:q")
-    r.xadd("jobd:q", {"payload": "warm", "job_id": "warm"})  # the recorder connects now
-    wait_until(lambda: done(r, "warm"), what="warm done")
-    r.xadd("jobd:q", {"payload": "long", "job_id": "long"})
-    wait_until(lambda: count(out, "start", "long") == 1, what="long to start")
-    r.xadd("jobd:q", {"payload": "W", "job_id": "W"})
-    d.wait_log("job=W attempt=1 read ahead: waits for a slot")
-    with busy_redis(r, redis_server, 3.0):
-        d.wait_log("job=W attempt=1 read as no slot freed in time: handed back")
-        wait_until(lambda: not answers_busy(r), 10, "the 3 s busy spell to end")
+    hand_back_w_while_busy(r, redis_server, d, out)
     wait_until(lambda: done(r, "W") or r.exists(DEAD), 15, "W run or dead-lettered")
     assert dead_letters(r) == [], f"W was dead-lettered unrun:\n{out.read_text()}"
     assert count(out, "start", "W") == 1

@@ -76,23 +76,19 @@ class Holdings:
                 numbers.append(number)
             return numbers
 
-    def discard(self, key: LeaseKey, ids: Iterable[str], deliveries: Iterable[int] = ()) -> None:
-        """Forget ``ids``; with ``deliveries`` (a number each, 0: any), only those still held by
-        that delivery: one this daemon has claimed again since is the new delivery's."""
-        numbers = list(deliveries)
+    def discard(self, key: LeaseKey, ids: Iterable[str], deliveries: Iterable[int]) -> None:
+        """Forget ``ids``, each only while its delivery (a number each; 0: any) holds it: one
+        this daemon has claimed again since is the new delivery's."""
         with self._lock:
             held = self._ids[key]
-            for i, mid in enumerate(ids):
-                number = numbers[i] if i < len(numbers) else 0
+            for mid, number in zip(ids, deliveries, strict=True):
                 if not number or held.get(mid) == number:
                     held.pop(mid, None)
 
     def handing_back(self, key: LeaseKey, message_id: str, delivery: int) -> None:
         """A hand-back of that delivery is sent: the entry is forgotten, and on its way back."""
+        self.discard(key, [message_id], [delivery])
         with self._lock:
-            held = self._ids[key]
-            if held.get(message_id) == delivery:
-                del held[message_id]
             self._backs[key].add(message_id)
 
     def handed_back(self, key: LeaseKey, ids: Iterable[str]) -> None:

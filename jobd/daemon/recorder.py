@@ -251,12 +251,12 @@ class Recorder(threading.Thread):
             # Hand-backs were forgotten before the call: this daemon's reader may have claimed
             # one back meanwhile (read ahead, it is often the first to), and that holding is
             # the new delivery's, not this outcome's.
+            held = lease.key(outcomes[0].queue)
             settled = [o for o in outcomes if o.verb is not Verb.HAND_BACK]
-            self.holdings.discard(lease.key(outcomes[0].queue), [o.message_id for o in settled],
+            self.holdings.discard(held, [o.message_id for o in settled],
                                   [o.job.delivery for o in settled])  # fmt: skip
-            if len(settled) < len(outcomes):
-                self.holdings.handed_back(lease.key(outcomes[0].queue), [
-                    o.message_id for o in outcomes if o.verb is Verb.HAND_BACK])  # fmt: skip
+            if backs := [o.message_id for o in outcomes if o.verb is Verb.HAND_BACK]:
+                self.holdings.handed_back(held, backs)
             if self.failures:
                 for o in outcomes:
                     self.failures.pop((*lease.key(o.queue), o.message_id), None)

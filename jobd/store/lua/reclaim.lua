@@ -26,7 +26,6 @@
 -- Each entry claimed is in its job's history and the queue's events ('reclaimed', deliveries) in
 -- the same step.
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
-local HANDED_BACK = 10 * 365 * 86400 * 1000 -- idle ms beyond which an entry was handed back
 local unanswered = {}
 for i = 7, #ARGV do
   local p = redis.call('XPENDING', stream, group, ARGV[i], ARGV[i], 1)

@@ -35,7 +35,6 @@
 -- and re-add its slot, and the job would wait a whole reclaim_after instead of being taken at
 -- once. It is recognised by an idle time no lease reaches (HANDED_BACK) and reported lost.
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
-local HANDED_BACK = 10 * 365 * 24 * 3600 * 1000 -- ms idle: a hand-back shows about 56 years
 -- This consumer's own pending list, page by page: a few commands however many entries it holds.
 local held, start = {}, '-'
 while true do

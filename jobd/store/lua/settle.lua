@@ -30,7 +30,6 @@
 local stream, stats, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local window = tonumber(ARGV[4])
 local h, now = history_at(4, ARGV[5]), now_ms()
-local HANDED_BACK = 10 * 365 * 86400 * 1000 -- idle ms beyond which an entry was handed back
 local skipped, done, cancelled = {}, 0, 0
 -- While cancellation marks exist, a job that ends here (done, or cancelled) takes its marks
 -- with it: a later job of the same id is not cancelled by a mark meant for this one.

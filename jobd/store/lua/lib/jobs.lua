@@ -3,6 +3,9 @@
 -- (Redis runs every script alone, so shared Lua is shared by being sent with each one).
 
 local MAX_FIELDS = 1000 -- jobd.job.MAX_FIELDS
+-- An entry idle longer than this was handed back (settle.lua 'back': XCLAIM … TIME 1 makes it
+-- look idle since 1970, about 56 years); no lease comes near it.
+local HANDED_BACK = 10 * 365 * 86400 * 1000
 
 -- The job in a delayed member, else nil and why it is none: one cmsgpack array {unique id,
 -- name, value, …} of 1 to MAX_FIELDS fields, each name and value a string.
