@@ -274,7 +274,7 @@ def main() -> None:
         forkserver = build_forkserver(Path(tmp))
         modes = ["vfork"] + (["forkserver"] if forkserver else [])
         if not forkserver:
-            print("no C compiler found: the fork server is left out")
+            print("no C compiler found (or it could not build the fork server): left out")
         ratios: dict[str, list[float]] = {m: [] for m in modes}
         work, side = f"{args.work_us:.0f}", f"{args.side_us:.0f}"
         print(f"{args.jobs} jobs a round, concurrency 8, loop work {work}+{work} us a job, "

@@ -60,4 +60,4 @@ def test_loop_model_bench_runs() -> None:
     assert "vfork: median ratio to xargs " in out, out
     # The fork server is built where a C compiler is found (this project's build machine has
     # one); without one the model says so and measures the daemon's own spawn alone.
-    assert "forkserver/vfork, median of the rounds: " in out or "no C compiler" in out, out
+    assert "forkserver/vfork, median of the rounds: " in out or "no C compiler found" in out, out
