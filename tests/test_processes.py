@@ -6,6 +6,7 @@ are the `jobd run … --process INDEX` it execs, and every check polls until a d
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ from jobd.daemon import supervised
 from jobd.daemon.supervisor import Supervisor
 
 READY = "jobd.supervisor: ready: 2 daemon processes"
+PIDFD_GETFD = 438  # the system call's number (x86-64 and arm64 alike)
 
 
 def processes_of(d: DaemonProcess) -> dict[int, int]:
@@ -442,6 +444,72 @@ def test_embedded_redis_stays_up_while_daemons_drain_after_the_supervisor_is_kil
         with contextlib.suppress(redis.RedisError):
             client.shutdown(nosave=True)
         client.close()
+
+
+def copy_descriptor(pid: int, fd: int) -> int:
+    """Another process's descriptor, copied into this one (pidfd_getfd: what a process of the
+    same user may do while the other is dumpable; root may always)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        got = ctypes.CDLL(None, use_errno=True).syscall(PIDFD_GETFD, pidfd, fd, 0)
+        if got < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+        return int(got)
+    finally:
+        os.close(pidfd)
+
+
+def waiting_in_sockets(pid: int) -> bytes:
+    """Everything waiting to be read in the sockets process ``pid`` holds, left in place."""
+    found = b""
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
+                continue
+            with socket.socket(fileno=copy_descriptor(pid, int(name))) as sock:
+                found += sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    return found
+
+
+def test_a_new_daemon_holds_no_secret_while_it_is_dumpable_and_none_is_given_to_others(
+    write_config: Callable[..., Path],
+    daemon: Callable[..., DaemonProcess],
+    acl_secret: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """The attack a review confirmed: a handler of the same user SIGKILLs a sibling daemon,
+    and while the new one is dumpable (its interpreter starting) copies its descriptors
+    (pidfd_getfd) and reads the secrets waiting there. Here each daemon's interpreter pauses
+    1.5 s before jobd runs (that instant, widened), and the test copies every socket it holds
+    then: none holds the password. The daemons fetch it once non-dumpable, from a socket that
+    answers no one else: the test's own connection gets nothing."""
+    user, password = acl_secret
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import time\n"
+        "if b'--process' in open('/proc/self/cmdline', 'rb').read():\n"
+        "    time.sleep(1.5)\n"
+    )
+    config = write_config(f"""\
+        redis: {{url: '{{redis}}', username: {user}, password: '${{JOBD_TEST_PW}}'}}
+        processes: 2
+        queues:
+          q: {{command: [/bin/true]}}
+        """)  # fmt: skip
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    d = daemon(config, env={"JOBD_TEST_PW": password, "PYTHONPATH": path}, ready=False)
+    started = wait_until(lambda: len(processes_of(d)) == 2 and processes_of(d))
+    waiting = b"".join(waiting_in_sockets(pid) for pid in started.values())  # type: ignore[union-attr]
+    assert password.encode() not in waiting, waiting
+    desk = next(v for v in environ_of(started[1]) if v.startswith(b"JOBD_SECRETS_SOCKET="))  # type: ignore[index]
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(DEADLINE)
+        sock.connect(desk.split(b"=", 1)[1].decode())
+        assert sock.recv(1 << 20) == b"", "the supervisor answers the daemons it started alone"
+    d.wait_log("not a daemon this supervisor started and owes them: refused")
+    d.wait_log(READY)  # both fetched the password: Redis let them in
+    assert d.stop() == 0
 
 
 def test_a_daemon_that_cannot_run_here_stops_the_supervisor(

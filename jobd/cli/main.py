@@ -63,8 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def handed_over(args: argparse.Namespace) -> dict[str, str] | None:
     """A supervisor's daemon (`run --process`): the environment to expand its config with,
-    with the secrets its supervisor handed over on a socket (``daemon.handover``), read now
-    that this process is non-dumpable; never in its environment. None for anything else."""
+    with the secrets its supervisor hands over on a socket (``daemon.handover``), fetched now
+    that this process is non-dumpable; never in its environment. None for anything else. When
+    they cannot be had, exit 75: the supervisor starts the daemon again."""
     if args.command != "run" or getattr(args, "process", None) is None:
         return None
     from jobd import hardening
@@ -73,8 +74,8 @@ def handed_over(args: argparse.Namespace) -> dict[str, str] | None:
     try:
         secrets = handover.take()
     except (OSError, ValueError) as exc:
-        print(f"jobd: cannot read the secrets the supervisor handed over: {exc}", file=sys.stderr)
-        raise SystemExit(exitcodes.UNAVAILABLE) from exc
+        print(f"jobd: cannot fetch the secrets from the supervisor: {exc}", file=sys.stderr)
+        raise SystemExit(exitcodes.TEMPFAIL) from exc
     if secrets:
         hardening.remember(secrets)
     return hardening.config_environ()

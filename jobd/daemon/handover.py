@@ -3,57 +3,124 @@
 A process's environment is readable by its user at ``/proc/PID/environ`` for as long as it is
 dumpable, and a daemon the supervisor execs is dumpable until its interpreter has started and
 ``jobd`` made it non-dumpable (``hardening``): about 0.2 s in which a handler of a sibling
-daemon, running as the same user, could read it. So the variables the config expands into
-secrets (the supervisor took them out of its own environment: ``hardening.config_environ``)
-go to the daemon on a socket instead:
+daemon, running as the same user, could read it, or take a copy of any descriptor it holds
+(``pidfd_getfd``, for the same user while the target is dumpable). So the variables the config
+expands into secrets (the supervisor took them out of its own environment:
+``hardening.config_environ``) are neither in its environment nor waiting in a descriptor it
+inherits; the daemon fetches them once it is non-dumpable:
 
-- ``give`` (the supervisor, before each start): a connected pair of unix sockets; the
-  supervisor writes the secrets (JSON) into its end and closes it, and the daemon inherits the
-  other, named by ``JOBD_SECRETS_FD`` (a number, no secret). A socket, not a pipe nor a
-  memfd: ``/proc/PID/fd/N`` of a socket cannot be opened, so even while the daemon is dumpable
-  no other process can read what waits in it.
+- ``Desk`` (the supervisor): a unix socket in the supervisor's private directory (0700, this
+  user's alone), named to each daemon by ``JOBD_SECRETS_SOCKET`` (a path, no secret). On each
+  connection it asks the kernel who connected (``SO_PEERCRED``: the pid of the process that
+  called connect, which no process can forge) and answers only a daemon it started and has not
+  answered yet (its pid is held by the supervisor's pidfd: not reused while it is unreaped), with
+  the secrets as a length-prefixed JSON frame, then closes. Anyone else gets the connection
+  closed, and a warning in the log.
 - ``take`` (the daemon, in ``cli.main``, after ``set_non_dumpable()`` and before the config is
-  read): reads them, closes the socket, and gives them to ``hardening.remember``: the config is
-  expanded with ``hardening.config_environ()``, at start and at each reload, and they never
-  enter the daemon's environment, so its handlers cannot inherit them either.
+  read): refuses if a tracer is attached (one that attached while the daemon was dumpable stays
+  attached), connects, reads the frame, and gives the secrets to ``hardening.remember``: the
+  config is expanded with ``hardening.config_environ()``, at start and at each reload, and they
+  never enter the daemon's environment, so its handlers cannot inherit them either. A missing or
+  short frame raises: the daemon exits 75 and the supervisor starts it again.
+
+What this does not stop: a process of the same user that may ptrace (no Yama, or
+``kernel.yama.ptrace_scope`` 0, and no seccomp filter such as the shipped unit's) can attach to a
+daemon in its dumpable instant and change what it runs. Handlers that must not reach the
+daemon's secrets run as another user (``run_as``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
-from collections.abc import Mapping, MutableMapping
+import struct
+from collections.abc import Callable, Mapping, MutableMapping
 
-VARIABLE = "JOBD_SECRETS_FD"
-TIMEOUT = 10.0  # the supervisor wrote everything before the daemon started: EOF is there
+log = logging.getLogger("jobd.supervisor")
+
+VARIABLE = "JOBD_SECRETS_SOCKET"
+TIMEOUT = 10.0  # the daemon's wait for its answer
+SEND_TIMEOUT = 1.0  # the supervisor's, for one answer (a frame fits a socket's buffer)
+HEADER = struct.Struct(">I")  # the length of the JSON that follows
+LARGEST = 1 << 20  # bytes of secrets: more is refused
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+PER_WAKE = 64  # connections answered in one wake-up of the supervisor's loop
 
 
-def give(secrets: Mapping[str, str]) -> socket.socket:
-    """The daemon's end of a socket pair that holds ``secrets``: pass its descriptor to the
-    daemon (``VARIABLE`` names it) and close it here once the daemon is started."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        ours.setblocking(False)  # a secret beyond the socket's buffer fails, never blocks
-        ours.sendall(json.dumps(dict(secrets)).encode())
-    except BlockingIOError as exc:
-        theirs.close()
-        raise OSError("the secrets to hand over do not fit in a socket's buffer") from exc
-    finally:
-        ours.close()  # the daemon reads to the end of the stream
-    return theirs
+class Desk:
+    """The supervisor's socket that hands each daemon its secrets (module docstring)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        os.chmod(path, 0o600)
+        self.sock.listen(PER_WAKE)
+        self.sock.setblocking(False)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def serve(self, owed: Callable[[int], bool], secrets: Callable[[], Mapping[str, str]]) -> None:
+        """Answer the connections waiting: ``owed(pid)`` says (once) whether that pid is a
+        daemon to give ``secrets()`` to."""
+        for _ in range(PER_WAKE):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            with conn:
+                pid, uid, _gid = PEERCRED.unpack(
+                    conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+                )
+                if not owed(pid):
+                    log.warning("pid %d (uid %d) asked for the secrets, not a daemon this "
+                                "supervisor started and owes them: refused", pid, uid)  # fmt: skip
+                    continue
+                body = json.dumps(dict(secrets())).encode()
+                conn.settimeout(SEND_TIMEOUT)
+                try:
+                    conn.sendall(HEADER.pack(len(body)) + body)
+                except OSError as exc:
+                    log.warning("cannot hand pid %d its secrets: %s", pid, exc)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def take(environ: MutableMapping[str, str] = os.environ) -> dict[str, str] | None:
-    """The secrets the supervisor handed over (None when this process was given none), read
-    from the descriptor ``VARIABLE`` names, which is closed, and ``VARIABLE`` unset."""
-    named = environ.pop(VARIABLE, None)
-    if not named or not named.isdigit():
+    """The secrets the supervisor hands over (None when this process was given none): fetched
+    from the socket ``VARIABLE`` names, which it unsets. Call it once non-dumpable. OSError or
+    ValueError when they cannot be had."""
+    path = environ.pop(VARIABLE, None)
+    if not path:
         return None
+    if tracer := traced_by():
+        raise OSError(f"this process is traced (by pid {tracer}): the secrets are not fetched")
     data = bytearray()
-    with socket.socket(fileno=int(named)) as sock:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(TIMEOUT)
-        while chunk := sock.recv(65536):
+        sock.connect(path)
+        while len(data) <= HEADER.size + LARGEST and (chunk := sock.recv(65536)):
             data += chunk
-    secrets = json.loads(data) if data else {}
+    if len(data) < HEADER.size:
+        raise ValueError("the supervisor gave none (it refused, or the answer was cut short)")
+    (length,) = HEADER.unpack_from(data)
+    if length > LARGEST or len(data) != HEADER.size + length:
+        raise ValueError(f"an answer of {len(data)} bytes, {HEADER.size + length} announced")
+    secrets = json.loads(data[HEADER.size :])
     return {str(k): str(v) for k, v in secrets.items()}
+
+
+def traced_by() -> int:
+    """The pid of this process's tracer (ptrace), 0 for none or where /proc cannot say."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

@@ -68,6 +68,7 @@ class Child:
     said_stuck: bool = False  # "stuck" logged, not heard from since
     was_ready: bool = False  # this start of it said READY=1
     failures: int = 0  # starts in a row that ended before READY=1
+    secrets_owed: bool = False  # this start of it has not fetched its secrets (handover)
 
     @property
     def pid(self) -> int:
@@ -83,7 +84,7 @@ class Child:
         self.state, self.status, self.code = State.STARTING, "starting", None
         self.started = self.seen = time.monotonic()
         self.restart_at, self.reload_owed = float("inf"), False  # a new one reads the file anew
-        self.was_ready = False
+        self.was_ready, self.secrets_owed = False, True
 
     def signal(self, signum: int) -> None:
         if self.proc is not None and self.proc.returncode is None:  # not reaped: still its pid

@@ -76,6 +76,7 @@ class Supervisor:
         self.metrics_dir = os.path.join(self.folder, "metrics")
         os.mkdir(self.metrics_dir, 0o700)
         self.listener = Listener(os.path.join(self.folder, "notify.sock"))
+        self.desk = handover.Desk(os.path.join(self.folder, "secrets.sock"))
         self.metrics = HostMetrics(self.metrics_dir, self.healthy)
         self.lifeline_r, self.lifeline_w = os.pipe2(os.O_CLOEXEC)  # see daemon.child
         self.embedded = EmbeddedServer(config.redis.embedded) if config.redis.embedded else None
@@ -117,6 +118,7 @@ class Supervisor:
             return False
         self.epoll.register(self.signals.fd, select.EPOLLIN)
         self.epoll.register(self.listener.fileno(), select.EPOLLIN)
+        self.epoll.register(self.desk.fileno(), select.EPOLLIN)
         for child in self.children:
             self.start(child)
         log.info("supervising %d daemon processes (%s) on %s", len(self.children),
@@ -138,6 +140,8 @@ class Supervisor:
             self.on_signals()
         if self.listener.fileno() in ready:
             self.on_messages()  # before exits: a daemon's last words are its own
+        if self.desk.fileno() in ready:
+            self.desk.serve(self.owes, self.secrets)
         for child in self.children:
             if child.pidfd in ready:
                 self.on_exit(child)
@@ -167,6 +171,7 @@ class Supervisor:
         if self.embedded is not None:
             self.embedded.stop()
         self.listener.close()
+        self.desk.close()
         os.close(self.lifeline_w)
         os.close(self.lifeline_r)
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -180,31 +185,34 @@ class Supervisor:
     # -- the daemons --------------------------------------------------------------------
 
     def start(self, child: Child) -> None:
-        """Start a daemon, its secrets on a socket of its own (``handover``) and, with the
-        embedded Redis, the server's lock inherited; one that cannot be started (fork or exec
-        failed) is tried again after its backoff."""
+        """Start a daemon, owed its secrets (it fetches them from the desk once non-dumpable:
+        ``handover``) and, with the embedded Redis, the server's lock inherited; one that cannot
+        be started (fork or exec failed) is tried again after its backoff."""
         argv = [sys.executable, "-m", "jobd", "run", self.config.path, *self.options,
                 "--process", str(child.index)]  # fmt: skip
-        try:
-            secrets = handover.give(self.secrets())
-        except OSError as exc:
-            return self.not_started(child, exc)
-        fds = [secrets.fileno()]
+        fds = []
         if self.embedded is not None and self.embedded.lock_fd is not None:
             fds.append(self.embedded.lock_fd)
-        env = self.environment() | {handover.VARIABLE: str(secrets.fileno())}
+        env = self.environment() | {handover.VARIABLE: self.desk.path}
         try:
             child.start(argv, env, self.lifeline_r, fds)
         except (OSError, subprocess.SubprocessError) as exc:
             return self.not_started(child, exc)
-        finally:
-            secrets.close()
         self.epoll.register(child.pidfd, select.EPOLLIN)
         log.info("process p%d started: pid %d", child.index, child.pid)
 
     def not_started(self, child: Child, exc: Exception) -> None:
         delay = child.retry_later(time.monotonic(), ran=False)
         log.error("cannot start process p%d: %s; trying again in %gs", child.index, exc, delay)
+
+    def owes(self, pid: int) -> bool:
+        """Whether ``pid`` is a daemon started here that has not fetched its secrets yet; it
+        has now."""
+        for child in self.children:
+            if child.alive() and child.pid == pid and child.secrets_owed:
+                child.secrets_owed = False
+                return True
+        return False
 
     def secrets(self) -> dict[str, str]:
         """The variables the config expands into secrets, as the file says now: those this
