@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import signal
@@ -280,13 +281,13 @@ def test_validate_processes(write_config: Callable[..., Path]) -> None:
         assert json.loads(pinned.stdout)["processes"] == 1, pinned.stderr
     two = write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n", name="two.yaml")
     assert ", in 2 processes" in jobd_cli("validate", str(two)).stdout.decode()
-    for value in ("0", "many", "1.5"):
+    for value in ("0", "many", "1.5", "1025", "1000000000000"):  # a huge one: a MemoryError
         bad = write_config(f"queues:\n  q: {{command: [/bin/true]}}\nprocesses: {value}\n")
         result = jobd_cli("validate", str(bad))
         assert result.returncode == 78
         assert result.stdout.decode().splitlines() == [
             f"{bad}:3:12: error: processes: {value if value != 'many' else repr(value)} is not "
-            "valid here; write a number of processes, 1 or more, or auto (one per CPU)"
+            "valid here; write a number of processes from 1 to 1024, or auto (one per CPU)"
         ]
 
 
@@ -534,6 +535,45 @@ def test_a_daemon_that_cannot_run_here_stops_the_supervisor(
     assert log.count("started: pid") <= 2, "no daemon was started again"
 
 
+def last_start(log: str, index: int) -> str:
+    """What daemon ``index`` said it runs, the last time it started."""
+    return [line for line in log.splitlines()
+            if f"jobd.daemon[p{index}]: jobd running as consumer" in line][-1]  # fmt: skip
+
+
+def test_a_daemon_started_again_runs_the_config_in_force_and_a_bad_file_stops_nothing(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
+) -> None:
+    """Found in review: a daemon started again read the file as it was then. An edit not yet
+    reloaded reached that one daemon alone (one host, two configs), and a file that did not load
+    (its reload refused, "the running config stays") made it exit 78, on which the supervisor
+    stopped every daemon and exited 78, which systemd does not restart. Now it is handed the
+    config in force: the file's text as the supervisor last found it valid."""
+    config, out, _ = host
+    d = supervisor(daemon, config)
+    text = config.read_text()
+    assert "x4" in last_start(d.log(), 1)
+    config.write_text(text.replace("concurrency: 4", "concurrency: 7"))  # valid, not reloaded
+    first = processes_of(d)
+    os.kill(first[1], signal.SIGKILL)
+    again = wait_until(lambda: processes_of(d).get(1) not in (None, first[1]) and processes_of(d))
+    d.wait_log(f"process p1 (pid {again[1]}) ready")  # type: ignore[index]
+    assert "x4" in last_start(d.log(), 1), "the config its sibling runs, not the edit"
+    config.write_text("queues: [this does not load\n")
+    d.signal(signal.SIGHUP)
+    d.wait_log("jobd.daemon[p1]: reload refused")
+    d.wait_log("jobd.daemon[p2]: reload refused")
+    os.kill(again[2], signal.SIGKILL)  # type: ignore[index]
+    latest = wait_until(lambda: processes_of(d).get(2) not in (None, again[2]) and processes_of(d))  # type: ignore[index]
+    d.wait_log(f"process p2 (pid {latest[2]}) ready")  # type: ignore[index]
+    assert d.proc.poll() is None and "exiting 78" not in d.log(), d.log()
+    assert "x4" in last_start(d.log(), 2)
+    config.write_text(text)
+    ids = enqueue(config, "q", 4, "after")
+    wait_until(lambda: sorted(ran(out)) == sorted(ids))
+    assert d.stop() == 0, d.log()
+
+
 def test_sigterm_while_a_daemon_waits_to_be_started_again_exits_0(
     host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
 ) -> None:
@@ -563,3 +603,37 @@ def test_a_daemon_that_cannot_be_started_is_tried_again_after_its_backoff(
         assert child.restart_at >= now + 2 * supervised.BACKOFF_FIRST, "backing off"
     finally:
         supervisor.close()
+
+
+def test_a_daemon_once_ready_is_started_again_whatever_its_exit() -> None:
+    """Only a daemon never ready under this supervisor can stop the host by its exit (78: the
+    config, 69: this host): once one was ready, a crash followed by either (a file edited
+    since, a transient failure) must not take its siblings down."""
+    child = supervised.Child(1)
+    assert child.fatal(78) == 78 and child.fatal(69) == 69
+    child.ready()
+    assert [child.fatal(code) for code in (78, 69, 1, -signal.SIGKILL)] == [None] * 4
+
+
+def test_a_daemon_whose_pidfd_cannot_be_opened_is_not_left_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Out of descriptors after the fork: the daemon just started is killed and reaped (the
+    start is tried again after its backoff), never left running unwatched beside the next."""
+    started: list[subprocess.Popen[bytes]] = []
+    popen = subprocess.Popen
+
+    def recorded(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        started.append(popen(*args, **kwargs))  # type: ignore[call-overload]
+        return started[-1]
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(supervised.subprocess, "Popen", recorded)
+    monkeypatch.setattr(supervised.os, "pidfd_open", no_pidfd)
+    child = supervised.Child(1)
+    with open(os.devnull, "rb") as lifeline, pytest.raises(OSError):
+        child.start(["sleep", "60"], dict(os.environ), lifeline.fileno())
+    [proc] = started
+    assert proc.returncode is not None and not child.alive(), "killed and reaped"

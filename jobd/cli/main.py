@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "validate":
         return validate(path, args.format)
     try:
-        config = load(path, handed_over(args))
+        config = load(path, *handed_over(args))
     except ConfigError as exc:
         report_problems(exc)
         return exitcodes.CONFIG
@@ -61,24 +61,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exitcodes.UNAVAILABLE
 
 
-def handed_over(args: argparse.Namespace) -> dict[str, str] | None:
+def handed_over(args: argparse.Namespace) -> tuple[dict[str, str] | None, str | None]:
     """A supervisor's daemon (`run --process`): the environment to expand its config with,
     with the secrets its supervisor hands over on a socket (``daemon.handover``), fetched now
-    that this process is non-dumpable; never in its environment. None for anything else. When
-    they cannot be had, exit 75: the supervisor starts the daemon again."""
+    that this process is non-dumpable, never in its environment; and the config's text in force
+    (None: the file's). (None, None) for anything else. When they cannot be had, exit 75: the
+    supervisor starts the daemon again."""
     if args.command != "run" or getattr(args, "process", None) is None:
-        return None
+        return None, None
     from jobd import hardening
     from jobd.daemon import handover
 
     try:
-        secrets = handover.take()
-    except (OSError, ValueError) as exc:
+        handed = handover.take()
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
         print(f"jobd: cannot fetch the secrets from the supervisor: {exc}", file=sys.stderr)
         raise SystemExit(exitcodes.TEMPFAIL) from exc
-    if secrets:
-        hardening.remember(secrets)
-    return hardening.config_environ()
+    if handed is not None and handed.secrets:
+        hardening.remember(dict(handed.secrets))
+    return hardening.config_environ(), handed.config if handed is not None else None
 
 
 def run_daemon(config: Config, args: argparse.Namespace) -> int:

@@ -69,10 +69,11 @@ __all__ = [
 ]
 
 
-def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
-    """The config at ``path``, ``${VAR}`` expanded from ``environ`` (default: this process's
-    environment); ConfigError with every problem of the file when it is invalid."""
-    view = ConfigView.of(parse(path, environ))
+def load(path: str, environ: Mapping[str, str] | None = None, text: str | None = None) -> Config:
+    """The config at ``path`` (or ``text``, as read from there earlier), ``${VAR}`` expanded
+    from ``environ`` (default: this process's environment); ConfigError with every problem of
+    the file when it is invalid."""
+    view = ConfigView.of(parse(path, environ, text))
     queues = queues_of(view)
     problems = validation.check(view, queues)
     if problems:

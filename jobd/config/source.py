@@ -51,11 +51,11 @@ def read_text(path: str) -> str:
         ) from None
 
 
-def parse(path: str, environ: Mapping[str, str] | None = None) -> Source:
-    """The file at ``path``, parsed, with ``${VAR}`` expanded from ``environ`` (default: this
-    process's environment)."""
+def parse(path: str, environ: Mapping[str, str] | None = None, text: str | None = None) -> Source:
+    """The file at ``path`` (or ``text``, as read from there earlier), parsed, with ``${VAR}``
+    expanded from ``environ`` (default: this process's environment)."""
     environ = dict(os.environ if environ is None else environ)
-    text = read_text(path)
+    text = read_text(path) if text is None else text
     try:
         doc, expand_errors = yamlsrc.load(text, environ, is_text)
     except yamlsrc.SourceError as exc:

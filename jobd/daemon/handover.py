@@ -1,4 +1,9 @@
-"""The secrets a supervisor hands each daemon it starts, never through its environment.
+"""What a supervisor hands each daemon it starts: the config in force, and the secrets it
+expands, never through the daemon's environment.
+
+The config: the text of the file as the supervisor last found it valid (at its start, or at a
+SIGHUP), so that a daemon started again runs what its siblings run, not a file edited since
+and not yet reloaded, nor one that does not load at all.
 
 A process's environment is readable by its user at ``/proc/PID/environ`` for as long as it is
 dumpable, and a daemon the supervisor execs is dumpable until its interpreter has started and
@@ -14,11 +19,12 @@ inherits; the daemon fetches them once it is non-dumpable:
   connection it asks the kernel who connected (``SO_PEERCRED``: the pid of the process that
   called connect, which no process can forge) and answers only a daemon it started and has not
   answered yet (its pid is held by the supervisor's pidfd: not reused while it is unreaped), with
-  the secrets as a length-prefixed JSON frame, then closes. Anyone else gets the connection
-  closed, and a warning in the log.
+  the secrets and the config's text as a length-prefixed JSON frame, then closes. Anyone else
+  gets the connection closed, and a warning in the log.
 - ``take`` (the daemon, in ``cli.main``, after ``set_non_dumpable()`` and before the config is
   read): refuses if a tracer is attached (one that attached while the daemon was dumpable stays
-  attached), connects, reads the frame, and gives the secrets to ``hardening.remember``: the
+  attached), connects, reads the frame; the daemon loads the config from its text (its path
+  for relative paths and messages), and gives the secrets to ``hardening.remember``: the
   config is expanded with ``hardening.config_environ()``, at start and at each reload, and they
   never enter the daemon's environment, so its handlers cannot inherit them either. A missing or
   short frame raises: the daemon exits 75 and the supervisor starts it again.
@@ -37,6 +43,7 @@ import os
 import socket
 import struct
 from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 
 log = logging.getLogger("jobd.supervisor")
 
@@ -47,6 +54,14 @@ HEADER = struct.Struct(">I")  # the length of the JSON that follows
 LARGEST = 1 << 20  # bytes of secrets: more is refused
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 PER_WAKE = 64  # connections answered in one wake-up of the supervisor's loop
+
+
+@dataclass(frozen=True)
+class Handed:
+    """What a daemon gets: the secrets (variable: value) and the config file's text."""
+
+    secrets: Mapping[str, str]
+    config: str | None = None  # None: the daemon reads the file
 
 
 class Desk:
@@ -63,9 +78,9 @@ class Desk:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def serve(self, owed: Callable[[int], bool], secrets: Callable[[], Mapping[str, str]]) -> None:
+    def serve(self, owed: Callable[[int], bool], handed: Callable[[], Handed]) -> None:
         """Answer the connections waiting: ``owed(pid)`` says (once) whether that pid is a
-        daemon to give ``secrets()`` to."""
+        daemon to give ``handed()`` to."""
         for _ in range(PER_WAKE):
             try:
                 conn, _ = self.sock.accept()
@@ -79,7 +94,9 @@ class Desk:
                     log.warning("pid %d (uid %d) asked for the secrets, not a daemon this "
                                 "supervisor started and owes them: refused", pid, uid)  # fmt: skip
                     continue
-                body = json.dumps(dict(secrets())).encode()
+                given = handed()
+                body = json.dumps({"secrets": dict(given.secrets), "config": given.config})
+                body = body.encode()
                 conn.settimeout(SEND_TIMEOUT)
                 try:
                     conn.sendall(HEADER.pack(len(body)) + body)
@@ -90,10 +107,10 @@ class Desk:
         self.sock.close()
 
 
-def take(environ: MutableMapping[str, str] = os.environ) -> dict[str, str] | None:
-    """The secrets the supervisor hands over (None when this process was given none): fetched
-    from the socket ``VARIABLE`` names, which it unsets. Call it once non-dumpable. OSError or
-    ValueError when they cannot be had."""
+def take(environ: MutableMapping[str, str] = os.environ) -> Handed | None:
+    """What the supervisor hands over (None when this process is no supervisor's daemon):
+    fetched from the socket ``VARIABLE`` names, which it unsets. Call it once non-dumpable.
+    OSError or ValueError when it cannot be had."""
     path = environ.pop(VARIABLE, None)
     if not path:
         return None
@@ -110,8 +127,12 @@ def take(environ: MutableMapping[str, str] = os.environ) -> dict[str, str] | Non
     (length,) = HEADER.unpack_from(data)
     if length > LARGEST or len(data) != HEADER.size + length:
         raise ValueError(f"an answer of {len(data)} bytes, {HEADER.size + length} announced")
-    secrets = json.loads(data[HEADER.size :])
-    return {str(k): str(v) for k, v in secrets.items()}
+    frame = json.loads(data[HEADER.size :])
+    config = frame.get("config")
+    return Handed(
+        {str(k): str(v) for k, v in frame["secrets"].items()},
+        config if isinstance(config, str) else None,
+    )
 
 
 def traced_by() -> int:

@@ -8,10 +8,13 @@ what its exit means — start it again after a backoff, or stop the supervisor.
     EXITED     reaped: to be started again, or done         → STARTING
 
 A daemon that exited unasked is started again after a backoff (0.5 s, doubling up to 8 s, back
-to 0.5 s once it ran 30 s), unless its exit says starting it again cannot help (``fatal``):
-it refuses the config (exit 78, whenever), it refuses to start here (exit 69 before it was
-ready: a ``resources`` limit or a ``cgroup:`` this host cannot give, no embedded server), or it
-ended GIVE_UP_AFTER times in a row without ever being ready.
+to 0.5 s once it ran 30 s), unless its exit says starting it again cannot help (``fatal``),
+which only a daemon never ready under this supervisor can say: it refuses the config (exit 78),
+it refuses to start here (exit 69: a ``resources`` limit or a ``cgroup:`` this host cannot
+give, no embedded server), or it ended GIVE_UP_AFTER times in a row without being ready. Once a
+daemon has been ready, it is started again whatever its exits say, and the host's /healthz
+says unhealthy meanwhile: its siblings run on, and the config it gets is the one in force
+(``handover``), which loaded before.
 
 Its prometheus files are named ``pINDEX``, not by pid (``metrics_identifier``): a daemon
 started again carries on the counts of the one before, and a host's directory holds one set of
@@ -66,9 +69,9 @@ class Child:
     reload_owed: bool = False  # SIGHUP came while it was starting: pass it on once ready
     code: int | None = None  # how it ended, last time
     said_stuck: bool = False  # "stuck" logged, not heard from since
-    was_ready: bool = False  # this start of it said READY=1
     failures: int = 0  # starts in a row that ended before READY=1
     secrets_owed: bool = False  # this start of it has not fetched its secrets (handover)
+    ever_ready: bool = False  # one of its starts under this supervisor said READY=1
 
     @property
     def pid(self) -> int:
@@ -77,14 +80,18 @@ class Child:
     def start(
         self, argv: list[str], env: dict[str, str], lifeline: int, fds: Sequence[int] = ()
     ) -> None:
-        self.proc = subprocess.Popen(
-            argv, stdin=lifeline, env=env, process_group=0, pass_fds=tuple(fds)
-        )
-        self.pidfd = os.pidfd_open(self.proc.pid)
+        proc = subprocess.Popen(argv, stdin=lifeline, env=env, process_group=0, pass_fds=tuple(fds))
+        try:
+            self.pidfd = os.pidfd_open(proc.pid)
+        except OSError:  # out of descriptors: a daemon not watched would be a second one
+            proc.kill()
+            proc.wait()
+            raise
+        self.proc = proc
         self.state, self.status, self.code = State.STARTING, "starting", None
         self.started = self.seen = time.monotonic()
         self.restart_at, self.reload_owed = float("inf"), False  # a new one reads the file anew
-        self.was_ready, self.secrets_owed = False, True
+        self.secrets_owed = True
 
     def signal(self, signum: int) -> None:
         if self.proc is not None and self.proc.returncode is None:  # not reaped: still its pid
@@ -97,7 +104,7 @@ class Child:
         return self.code
 
     def ready(self) -> None:
-        self.state, self.was_ready, self.failures = State.READY, True, 0
+        self.state, self.ever_ready, self.failures = State.READY, True, 0
 
     def alive(self) -> bool:
         return self.state is not State.EXITED
@@ -109,10 +116,10 @@ class Child:
     def fatal(self, code: int) -> int | None:
         """The exit status the supervisor ends with, when this unasked exit (``code``) says that
         starting the daemon again cannot help; None: start it again."""
+        if self.ever_ready:
+            return None
         if code == exitcodes.CONFIG:
             return exitcodes.CONFIG
-        if self.was_ready:
-            return None
         if code == exitcodes.UNAVAILABLE:
             return exitcodes.UNAVAILABLE
         self.failures += 1

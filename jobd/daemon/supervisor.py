@@ -44,7 +44,7 @@ import time
 from prometheus_client import multiprocess
 
 from jobd import exitcodes, hardening, logs
-from jobd.config import Config, ConfigError, load
+from jobd.config import Config, ConfigError, load, read_text
 from jobd.daemon import handover
 from jobd.daemon.notify import Listener, Notifier
 from jobd.daemon.orphans import Orphans
@@ -84,6 +84,8 @@ class Supervisor:
         self.failed: int | None = None  # the exit status that ends the supervisor early
         self.heartbeat, self.shown_status = time.monotonic(), ""
         self.orphans = Orphans(self.own)
+        found = self.reread()
+        self.text = found[0] if found else None  # the config in force, handed to each daemon
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -141,7 +143,7 @@ class Supervisor:
         if self.listener.fileno() in ready:
             self.on_messages()  # before exits: a daemon's last words are its own
         if self.desk.fileno() in ready:
-            self.desk.serve(self.owes, self.secrets)
+            self.desk.serve(self.owes, self.handed)
         for child in self.children:
             if child.pidfd in ready:
                 self.on_exit(child)
@@ -164,9 +166,15 @@ class Supervisor:
         return self.stopping and not any(c.alive() for c in self.children)
 
     def close(self) -> None:
-        """After the last daemon: the embedded Redis (after their outcomes), the files."""
-        for child in self.children:
-            child.signal(signal.SIGKILL)  # only if the loop itself failed: none is left else
+        """After the last daemon: the embedded Redis (after their outcomes), the files. If the
+        loop itself failed, the daemons left are killed, and so are their handlers (adopted
+        once their daemon is dead): none may run on unsupervised, its job taken over."""
+        left = [c for c in self.children if c.alive()]
+        for child in left:
+            child.signal(signal.SIGKILL)
+        for child in left:
+            child.reap()
+            self.orphans.end(child.index)
         self.orphans.reap()
         if self.embedded is not None:
             self.embedded.stop()
@@ -213,6 +221,11 @@ class Supervisor:
                 child.secrets_owed = False
                 return True
         return False
+
+    def handed(self) -> handover.Handed:
+        """What a daemon fetches: the secrets, and the config in force (the file's text as this
+        process last found it valid: a daemon started again runs what its siblings run)."""
+        return handover.Handed(self.secrets(), self.text)
 
     def secrets(self) -> dict[str, str]:
         """The variables the config expands into secrets, as the file says now: those this
@@ -320,18 +333,21 @@ class Supervisor:
             elif child.state is State.STARTING:
                 child.reload_owed = True
         log.info("SIGHUP: passed on to the daemon processes")
-        self.note_new_count()
-
-    def note_new_count(self) -> None:
-        """``processes`` is read at start only: say so when the file now says otherwise (the
-        daemons report any problem of the file themselves)."""
-        try:
-            new = load(self.config.path, hardening.config_environ())
-        except ConfigError:
+        found = self.reread()
+        if found is None:  # the daemons report the file's problems themselves
             return
-        if new.processes != self.config.processes:
+        self.text, new = found
+        if new.processes != self.config.processes:  # read at start only
             log.warning("processes: %d in the file, %d running: a restart applies it",
                         new.processes, self.config.processes)  # fmt: skip
+
+    def reread(self) -> tuple[str, Config] | None:
+        """The config file's text and config, if it loads now; None if it does not."""
+        try:
+            text = read_text(self.config.path)
+            return text, load(self.config.path, hardening.config_environ(), text)
+        except ConfigError:
+            return None
 
     # -- what the supervisor tells --------------------------------------------------------
 
