@@ -97,8 +97,11 @@ def set_non_dumpable() -> bool:
 # -- which variables hold secrets ------------------------------------------------------------
 
 
-def secret_variables(config_path: str, environ: Mapping[str, str]) -> list[str]:
-    """The variables of ``environ`` whose value the config at ``config_path`` expands into a
+def secret_variables(
+    config_path: str, environ: Mapping[str, str], text: str | None = None
+) -> list[str]:
+    """The variables of ``environ`` whose value the config at ``config_path`` (or ``text``, as
+    read from there) expands into a
     password or token of ``redis`` or ``dashboard``, or into a URL there where redacting it
     hides some of the value: the variable stands in its credentials (``redis://:${PW}@host``),
     or its own value holds some (``url: ${REDIS_URL}``). A variable that gives only a host name
@@ -111,7 +114,8 @@ def secret_variables(config_path: str, environ: Mapping[str, str]) -> list[str]:
     from jobd.config import schema, yamlsrc
 
     try:
-        doc, _ = yamlsrc.load(_read(config_path), markers, schema.is_text)
+        source = _read(config_path) if text is None else text
+        doc, _ = yamlsrc.load(source, markers, schema.is_text)
     except (OSError, UnicodeDecodeError, yamlsrc.SourceError):
         return []
     values = [environ[name] for name in names]

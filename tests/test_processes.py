@@ -28,7 +28,7 @@ import redis
 from support import DEADLINE, DaemonProcess, acked_all, free_port, jobd_cli, wait_until
 
 from jobd.config import load
-from jobd.daemon import supervised
+from jobd.daemon import handover, supervised
 from jobd.daemon.supervisor import Supervisor
 
 READY = "jobd.supervisor: ready: 2 daemon processes"
@@ -64,9 +64,11 @@ def sample(text: str, series: str) -> float | None:
     return None
 
 
-def supervisor(daemon: Callable[..., DaemonProcess], config: Path) -> DaemonProcess:
+def supervisor(
+    daemon: Callable[..., DaemonProcess], config: Path, env: dict[str, str] | None = None
+) -> DaemonProcess:
     """`jobd run` of a config with `processes` over 1, once it said every daemon is ready."""
-    d = daemon(config, ready=False)
+    d = daemon(config, env=env, ready=False)
     d.wait_log(READY)
     return d
 
@@ -508,7 +510,7 @@ def test_a_new_daemon_holds_no_secret_while_it_is_dumpable_and_none_is_given_to_
         sock.settimeout(DEADLINE)
         sock.connect(desk.split(b"=", 1)[1].decode())
         assert sock.recv(1 << 20) == b"", "the supervisor answers the daemons it started alone"
-    d.wait_log("not a daemon this supervisor started and owes them: refused")
+    d.wait_log("connection(s) asking for the secrets refused")
     d.wait_log(READY)  # both fetched the password: Redis let them in
     assert d.stop() == 0
 
@@ -637,3 +639,82 @@ def test_a_daemon_whose_pidfd_cannot_be_opened_is_not_left_running(
         child.start(["sleep", "60"], dict(os.environ), lifeline.fileno())
     [proc] = started
     assert proc.returncode is not None and not child.alive(), "killed and reaped"
+
+
+HOLDER = """
+import os, socket, sys
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(sys.argv[1])
+if os.fork() == 0:  # the holder: keeps the connection its parent made, reads the answer
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    open(sys.argv[2], "wb").write(got)
+    os._exit(0)
+os._exit(0)  # the connecting process exits: the connection bears a pid now free for reuse
+"""
+
+
+def test_a_connection_made_before_a_daemon_started_is_refused_though_it_bears_its_pid(
+    tmp_path: Path,
+) -> None:
+    """Found in review: the pid the kernel gives for a connection (SO_PEERCRED) is the
+    connecting process's at connect. A process connects, hands the connection to a child and
+    exits; the kernel gives its pid to the next daemon the supervisor starts (32 000 forks, a
+    few seconds), and the supervisor answered that connection with the daemon's secrets and
+    config. Right after a start (``fresh``), connections bearing the new pid are refused:
+    here the connecting process's pid stands for the new daemon's."""
+    desk = handover.Desk(str(tmp_path / "secrets.sock"))
+    try:
+        got = tmp_path / "got"
+        connector = subprocess.Popen([sys.executable, "-c", HOLDER, desk.path, str(got)])
+        assert connector.wait(DEADLINE) == 0
+        pid = connector.pid  # reaped: free for the kernel to give again
+        handed = handover.Handed({"JOBD_TEST_PW": "s3cret"}, "queues: {}\n")
+        desk.serve(lambda p: p == pid, lambda: handed, fresh=pid)
+        wait_until(got.exists)
+        assert got.read_bytes() == b"", "refused: made before the daemon of that pid started"
+    finally:
+        desk.close()
+
+
+def test_a_variable_a_reload_makes_a_secret_is_not_in_the_next_daemons_environment(
+    write_config: Callable[..., Path],
+    daemon: Callable[..., DaemonProcess],
+    acl_secret: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """Found in review: after a SIGHUP whose file names a new secret variable, the supervisor
+    still had it in its environment and passed it to the next daemon it started, whose
+    /proc/PID/environ a handler of the same user reads while it is dumpable. The reload forgets
+    it now, as the start does. (Each daemon's interpreter pauses 1.5 s: that instant, widened.)"""
+    user, password = acl_secret
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import time\n"
+        "if b'--process' in open('/proc/self/cmdline', 'rb').read():\n"
+        "    time.sleep(1.5)\n"
+    )
+    text = f"""\
+        redis: {{url: '{{redis}}', username: {user}, password: '${{VAR}}'}}
+        processes: 2
+        queues:
+          q: {{command: [/bin/true]}}
+        """
+    config = write_config(text.replace("VAR", "JOBD_TEST_PW"))
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    env = {"JOBD_TEST_PW": password, "JOBD_TEST_ALT": password, "PYTHONPATH": path}
+    d = supervisor(daemon, config, env)
+    assert b"JOBD_TEST_ALT=" + password.encode() in b"\0".join(environ_of(processes_of(d)[1]))
+    write_config(text.replace("VAR", "JOBD_TEST_ALT"))
+    d.signal(signal.SIGHUP)
+    for p in ("p1", "p2"):
+        d.wait_log(f"jobd.daemon[{p}]: reload done: q")
+    first = processes_of(d)
+    os.kill(first[1], signal.SIGKILL)
+    again = wait_until(lambda: processes_of(d).get(1) not in (None, first[1]) and processes_of(d))
+    environ = environ_of(again[1])  # type: ignore[index]
+    assert environ and not [v for v in environ if password.encode() in v], environ
+    d.wait_log(f"process p1 (pid {again[1]}) ready")  # type: ignore[index]
+    assert d.stop() == 0

@@ -20,7 +20,13 @@ inherits; the daemon fetches them once it is non-dumpable:
   called connect, which no process can forge) and answers only a daemon it started and has not
   answered yet (its pid is held by the supervisor's pidfd: not reused while it is unreaped), with
   the secrets and the config's text as a length-prefixed JSON frame, then closes. Anyone else
-  gets the connection closed, and a warning in the log.
+  gets the connection closed, and a warning in the log. That pid is the connecting process's
+  *at connect*: a process that connected and then exited leaves a connection bearing a pid the
+  kernel may give the next daemon. So right after each start the supervisor takes every
+  connection already waiting (``serve(fresh=pid)``) and refuses those bearing the new daemon's
+  pid: they were made before it existed (or by the daemon itself, in the instant before the
+  supervisor looked: it is started again). From then on no other process can connect with that
+  pid while the daemon lives.
 - ``take`` (the daemon, in ``cli.main``, after ``set_non_dumpable()`` and before the config is
   read): refuses if a tracer is attached (one that attached while the daemon was dumpable stays
   attached), connects, reads the frame; the daemon loads the config from its text (its path
@@ -42,17 +48,20 @@ import logging
 import os
 import socket
 import struct
+import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 log = logging.getLogger("jobd.supervisor")
 
 VARIABLE = "JOBD_SECRETS_SOCKET"
-TIMEOUT = 10.0  # the daemon's wait for its answer
+TIMEOUT = 10.0  # the daemon's wait for its answer (a full backlog: connects again meanwhile)
+RETRY = 0.05  # seconds between two connects of the daemon
 SEND_TIMEOUT = 1.0  # the supervisor's, for one answer (a frame fits a socket's buffer)
 HEADER = struct.Struct(">I")  # the length of the JSON that follows
-LARGEST = 1 << 20  # bytes of secrets: more is refused
+LARGEST = 64 << 20  # bytes of a frame (the secrets and the config's text): more is refused
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+BACKLOG = 64  # connections waiting to be accepted (the kernel queues one more)
 PER_WAKE = 64  # connections answered in one wake-up of the supervisor's loop
 
 
@@ -72,36 +81,60 @@ class Desk:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
         os.chmod(path, 0o600)
-        self.sock.listen(PER_WAKE)
+        self.sock.listen(BACKLOG)
         self.sock.setblocking(False)
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def serve(self, owed: Callable[[int], bool], handed: Callable[[], Handed]) -> None:
+    def serve(
+        self, owed: Callable[[int], bool], handed: Callable[[], Handed], fresh: int = 0
+    ) -> None:
         """Answer the connections waiting: ``owed(pid)`` says (once) whether that pid is a
-        daemon to give ``handed()`` to."""
-        for _ in range(PER_WAKE):
+        daemon to give ``handed()`` to. With ``fresh``, the pid of a daemon just started: every
+        connection waiting, those bearing that pid refused (module docstring)."""
+        refused: list[int] = []
+        taken = 0
+        # The queue is first in, first out: whatever waited before the start is within the
+        # backlog's first BACKLOG + 1; connections made since (a flood) may wait their turn.
+        while taken < (2 * BACKLOG if fresh else PER_WAKE):
             try:
                 conn, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                break
+            taken += 1
             with conn:
-                pid, uid, _gid = PEERCRED.unpack(
+                pid = PEERCRED.unpack(
                     conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
-                )
-                if not owed(pid):
-                    log.warning("pid %d (uid %d) asked for the secrets, not a daemon this "
-                                "supervisor started and owes them: refused", pid, uid)  # fmt: skip
-                    continue
-                given = handed()
-                body = json.dumps({"secrets": dict(given.secrets), "config": given.config})
-                body = body.encode()
-                conn.settimeout(SEND_TIMEOUT)
-                try:
-                    conn.sendall(HEADER.pack(len(body)) + body)
-                except OSError as exc:
-                    log.warning("cannot hand pid %d its secrets: %s", pid, exc)
+                )[0]
+                if pid == fresh:
+                    log.warning("a connection for the secrets bearing pid %d, made before the "
+                                "daemon of that pid started: refused", pid)  # fmt: skip
+                elif not owed(pid):
+                    refused.append(pid)
+                else:
+                    self.answer(conn, pid, handed)
+        if refused:
+            log.warning("%d connection(s) asking for the secrets refused (pids %s): not daemons "
+                        "this supervisor started and owes them",
+                        len(refused), ", ".join(map(str, sorted(set(refused))[:10])))  # fmt: skip
+
+    def answer(self, conn: socket.socket, pid: int, handed: Callable[[], Handed]) -> None:
+        try:
+            given = handed()
+            body = json.dumps({"secrets": dict(given.secrets), "config": given.config}).encode()
+        except Exception:  # it gets nothing, exits 75 and is started again
+            log.exception("cannot make the answer for pid %d", pid)
+            return
+        if len(body) > LARGEST:
+            log.error("cannot hand pid %d its config and secrets: %d bytes, more than %d",
+                      pid, len(body), LARGEST)  # fmt: skip
+            return
+        conn.settimeout(SEND_TIMEOUT)
+        try:
+            conn.sendall(HEADER.pack(len(body)) + body)
+        except OSError as exc:
+            log.warning("cannot hand pid %d its secrets: %s", pid, exc)
 
     def close(self) -> None:
         self.sock.close()
@@ -119,20 +152,35 @@ def take(environ: MutableMapping[str, str] = os.environ) -> Handed | None:
     data = bytearray()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(TIMEOUT)
-        sock.connect(path)
-        while len(data) <= HEADER.size + LARGEST and (chunk := sock.recv(65536)):
+        connect(sock, path, time.monotonic() + TIMEOUT)
+        while len(data) <= HEADER.size + LARGEST and (chunk := sock.recv(1 << 20)):
             data += chunk
     if len(data) < HEADER.size:
         raise ValueError("the supervisor gave none (it refused, or the answer was cut short)")
     (length,) = HEADER.unpack_from(data)
-    if length > LARGEST or len(data) != HEADER.size + length:
-        raise ValueError(f"an answer of {len(data)} bytes, {HEADER.size + length} announced")
+    if length > LARGEST:
+        raise ValueError(f"the answer announces {length} bytes, more than {LARGEST}")
+    if len(data) != HEADER.size + length:
+        raise ValueError(f"an answer cut short: {len(data) - HEADER.size} of {length} bytes")
     frame = json.loads(data[HEADER.size :])
     config = frame.get("config")
     return Handed(
         {str(k): str(v) for k, v in frame["secrets"].items()},
         config if isinstance(config, str) else None,
     )
+
+
+def connect(sock: socket.socket, path: str, deadline: float) -> None:
+    """Connect, again while the supervisor's backlog is full (a unix socket refuses at once
+    then, whatever the timeout) or it is not listening yet, until ``deadline``."""
+    while True:
+        try:
+            sock.connect(path)
+            return
+        except (BlockingIOError, ConnectionRefusedError):
+            if time.monotonic() + RETRY > deadline:
+                raise
+            time.sleep(RETRY)
 
 
 def traced_by() -> int:

@@ -207,6 +207,8 @@ class Supervisor:
         except (OSError, subprocess.SubprocessError) as exc:
             return self.not_started(child, exc)
         self.epoll.register(child.pidfd, select.EPOLLIN)
+        # Connections made before it existed may bear its pid: refused now (``handover``).
+        self.desk.serve(self.owes, self.handed, fresh=child.pid)
         log.info("process p%d started: pid %d", child.index, child.pid)
 
     def not_started(self, child: Child, exc: Exception) -> None:
@@ -228,9 +230,10 @@ class Supervisor:
         return handover.Handed(self.secrets(), self.text)
 
     def secrets(self) -> dict[str, str]:
-        """The variables the config expands into secrets, as the file says now: those this
-        process forgot at start, and any a reload of the file added (forgotten now)."""
-        hardening.forget_variables(hardening.secret_variables(self.config.path, os.environ))
+        """The variables the config in force expands into secrets: those this process forgot
+        at start, and any a reload of the file added (forgotten now)."""
+        found = hardening.secret_variables(self.config.path, os.environ, self.text)
+        hardening.forget_variables(found)
         return {k: v for k, v in hardening.config_environ().items() if k not in os.environ}
 
     def environment(self) -> dict[str, str]:
@@ -337,6 +340,7 @@ class Supervisor:
         if found is None:  # the daemons report the file's problems themselves
             return
         self.text, new = found
+        self.secrets()  # a variable the file now makes a secret: out of the environment
         if new.processes != self.config.processes:  # read at start only
             log.warning("processes: %d in the file, %d running: a restart applies it",
                         new.processes, self.config.processes)  # fmt: skip
