@@ -449,6 +449,19 @@ def test_embedded_redis_stays_up_while_daemons_drain_after_the_supervisor_is_kil
         client.close()
 
 
+def paused(tmp_path: Path) -> str:
+    """A PYTHONPATH under which each daemon a supervisor starts (`--process`) pauses 1.5 s in
+    its interpreter's start, before jobd runs: its dumpable instant, widened."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import time\n"
+        "if b'--process' in open('/proc/self/cmdline', 'rb').read():\n"
+        "    time.sleep(1.5)\n"
+    )
+    return os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+
+
 def copy_descriptor(pid: int, fd: int) -> int:
     """Another process's descriptor, copied into this one (pidfd_getfd: what a process of the
     same user may do while the other is dumpable; root may always)."""
@@ -487,21 +500,13 @@ def test_a_new_daemon_holds_no_secret_while_it_is_dumpable_and_none_is_given_to_
     then: none holds the password. The daemons fetch it once non-dumpable, from a socket that
     answers no one else: the test's own connection gets nothing."""
     user, password = acl_secret
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        "import time\n"
-        "if b'--process' in open('/proc/self/cmdline', 'rb').read():\n"
-        "    time.sleep(1.5)\n"
-    )
     config = write_config(f"""\
         redis: {{url: '{{redis}}', username: {user}, password: '${{JOBD_TEST_PW}}'}}
         processes: 2
         queues:
           q: {{command: [/bin/true]}}
         """)  # fmt: skip
-    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-    d = daemon(config, env={"JOBD_TEST_PW": password, "PYTHONPATH": path}, ready=False)
+    d = daemon(config, env={"JOBD_TEST_PW": password, "PYTHONPATH": paused(tmp_path)}, ready=False)
     started = wait_until(lambda: len(processes_of(d)) == 2 and processes_of(d))
     waiting = b"".join(waiting_in_sockets(pid) for pid in started.values())  # type: ignore[union-attr]
     assert password.encode() not in waiting, waiting
@@ -689,13 +694,6 @@ def test_a_variable_a_reload_makes_a_secret_is_not_in_the_next_daemons_environme
     /proc/PID/environ a handler of the same user reads while it is dumpable. The reload forgets
     it now, as the start does. (Each daemon's interpreter pauses 1.5 s: that instant, widened.)"""
     user, password = acl_secret
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        "import time\n"
-        "if b'--process' in open('/proc/self/cmdline', 'rb').read():\n"
-        "    time.sleep(1.5)\n"
-    )
     text = f"""\
         redis: {{url: '{{redis}}', username: {user}, password: '${{VAR}}'}}
         processes: 2
@@ -703,8 +701,7 @@ def test_a_variable_a_reload_makes_a_secret_is_not_in_the_next_daemons_environme
           q: {{command: [/bin/true]}}
         """
     config = write_config(text.replace("VAR", "JOBD_TEST_PW"))
-    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-    env = {"JOBD_TEST_PW": password, "JOBD_TEST_ALT": password, "PYTHONPATH": path}
+    env = {"JOBD_TEST_PW": password, "JOBD_TEST_ALT": password, "PYTHONPATH": paused(tmp_path)}
     d = supervisor(daemon, config, env)
     assert b"JOBD_TEST_ALT=" + password.encode() in b"\0".join(environ_of(processes_of(d)[1]))
     write_config(text.replace("VAR", "JOBD_TEST_ALT"))

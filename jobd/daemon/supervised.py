@@ -90,7 +90,7 @@ class Child:
         self.proc = proc
         self.state, self.status, self.code = State.STARTING, "starting", None
         self.started = self.seen = time.monotonic()
-        self.restart_at, self.reload_owed = float("inf"), False  # a new one reads the file anew
+        self.restart_at, self.reload_owed = float("inf"), False  # it gets the config in force
         self.secrets_owed = True
 
     def signal(self, signum: int) -> None:
