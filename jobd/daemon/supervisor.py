@@ -84,8 +84,7 @@ class Supervisor:
         self.failed: int | None = None  # the exit status that ends the supervisor early
         self.heartbeat, self.shown_status = time.monotonic(), ""
         self.orphans = Orphans(self.own)
-        found = self.reread()
-        self.text = found[0] if found else None  # the config in force, handed to each daemon
+        self.text = (self.reread() or (None, None))[0]  # the config in force (``handover``)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -216,8 +215,7 @@ class Supervisor:
         log.error("cannot start process p%d: %s; trying again in %gs", child.index, exc, delay)
 
     def owes(self, pid: int) -> bool:
-        """Whether ``pid`` is a daemon started here that has not fetched its secrets yet; it
-        has now."""
+        """Whether ``pid`` is a daemon started here that has not fetched its secrets; now it has."""
         for child in self.children:
             if child.alive() and child.pid == pid and child.secrets_owed:
                 child.secrets_owed = False
@@ -225,8 +223,7 @@ class Supervisor:
         return False
 
     def handed(self) -> handover.Handed:
-        """What a daemon fetches: the secrets, and the config in force (the file's text as this
-        process last found it valid: a daemon started again runs what its siblings run)."""
+        """What a daemon fetches: the secrets, and the config in force (``handover``)."""
         return handover.Handed(self.secrets(), self.text)
 
     def secrets(self) -> dict[str, str]:
