@@ -715,3 +715,50 @@ def test_a_variable_a_reload_makes_a_secret_is_not_in_the_next_daemons_environme
     assert environ and not [v for v in environ if password.encode() in v], environ
     d.wait_log(f"process p1 (pid {again[1]}) ready")  # type: ignore[index]
     assert d.stop() == 0
+
+
+def test_a_start_whose_drain_fails_leaves_no_daemon_owed_its_secrets(
+    write_config: Callable[..., Path],
+) -> None:
+    """Found in review: a failure between the daemon's start and the drain of connections
+    bearing its pid (its pidfd's epoll registration: ENOSPC once a user's watches run out)
+    left it running, owed its secrets and undrained: a waiting stale connection got them next.
+    Now such a start is undone (the daemon killed and reaped) and tried again later."""
+    config = load(str(write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n")))
+    supervisor = Supervisor(config, "INFO", "text")
+
+    class Full:
+        def register(self, fd: int, events: int) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    try:
+        supervisor.epoll = Full()  # type: ignore[assignment]
+        child = supervisor.children[0]
+        now = time.monotonic()
+        supervisor.start(child)
+        assert not child.alive() and child.proc is not None and child.proc.returncode is not None
+        assert child.restart_at >= now + supervised.BACKOFF_FIRST, "tried again later"
+    finally:
+        supervisor.close()
+
+
+def test_a_daemon_takes_its_secrets_only_from_its_supervisor(tmp_path: Path) -> None:
+    """A process of the same user may put a socket of its own in the supervisor's place (the
+    directory is that user's): a daemon checks the socket's owner is its parent, and takes
+    nothing from another (here the test's own socket, the test not being its parent)."""
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "secrets.sock"))
+    listener.listen(1)
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        body = json.dumps({"secrets": {"JOBD_TEST_PW": "forged"}, "config": "queues: {}"})
+        with conn, contextlib.suppress(OSError):  # refused: the daemon may have closed
+            conn.sendall(struct.pack(">I", len(body)) + body.encode())
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        with pytest.raises(OSError, match="not the supervisor's"):
+            handover.take({handover.VARIABLE: str(tmp_path / "secrets.sock")})
+    finally:
+        listener.close()

@@ -35,10 +35,16 @@ inherits; the daemon fetches them once it is non-dumpable:
   never enter the daemon's environment, so its handlers cannot inherit them either. A missing or
   short frame raises: the daemon exits 75 and the supervisor starts it again.
 
-What this does not stop: a process of the same user that may ptrace (no Yama, or
-``kernel.yama.ptrace_scope`` 0, and no seccomp filter such as the shipped unit's) can attach to a
-daemon in its dumpable instant and change what it runs. Handlers that must not reach the
-daemon's secrets run as another user (``run_as``).
+The daemon checks the socket is its parent's (``SO_PEERCRED`` of the listener): a process of the
+user may put a socket of its own in the supervisor's directory.
+
+What this does not stop, where processes of one user may ptrace each other (no Yama, or
+``kernel.yama.ptrace_scope`` 0): a process of the user that opens a starting daemon's
+``/proc/PID/mem`` (or attaches) in its dumpable instant keeps access after the daemon is
+non-dumpable, so it can read what it fetches. The supervisor warns at start then
+(``hardening.warn_if_memory_readable``). Closing it takes daemons that are never dumpable:
+forked, not exec'd, from a non-dumpable process. Handlers that must not reach the daemon's
+secrets run as another user (``run_as``).
 """
 
 from __future__ import annotations
@@ -107,7 +113,7 @@ class Desk:
                 pid = PEERCRED.unpack(
                     conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
                 )[0]
-                if pid == fresh:
+                if fresh and pid == fresh:
                     log.warning("a connection for the secrets bearing pid %d, made before the "
                                 "daemon of that pid started: refused", pid)  # fmt: skip
                 elif not owed(pid):
@@ -153,6 +159,11 @@ def take(environ: MutableMapping[str, str] = os.environ) -> Handed | None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(TIMEOUT)
         connect(sock, path, time.monotonic() + TIMEOUT)
+        listener = PEERCRED.unpack(
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+        )[0]
+        if listener != os.getppid():  # a socket put in the supervisor's place
+            raise OSError(f"the socket is pid {listener}'s, not the supervisor's ({os.getppid()})")
         while len(data) <= HEADER.size + LARGEST and (chunk := sock.recv(1 << 20)):
             data += chunk
     if len(data) < HEADER.size:

@@ -97,6 +97,11 @@ class Child:
         if self.proc is not None and self.proc.returncode is None:  # not reaped: still its pid
             self.proc.send_signal(signum)
 
+    def abandon(self) -> None:
+        """Kill and reap it: a start that did not go through."""
+        self.signal(signal.SIGKILL)
+        self.reap()
+
     def reap(self) -> int:
         self.code = self.proc.wait()  # type: ignore[union-attr]
         os.close(self.pidfd)

@@ -166,8 +166,7 @@ class Supervisor:
 
     def close(self) -> None:
         """After the last daemon: the embedded Redis (after their outcomes), the files. If the
-        loop itself failed, the daemons left are killed, and so are their handlers (adopted
-        once their daemon is dead): none may run on unsupervised, its job taken over."""
+        loop failed, the daemons left are killed, and their handlers (adopted) with them."""
         left = [c for c in self.children if c.alive()]
         for child in left:
             child.signal(signal.SIGKILL)
@@ -179,8 +178,7 @@ class Supervisor:
             self.embedded.stop()
         self.listener.close()
         self.desk.close()
-        os.close(self.lifeline_w)
-        os.close(self.lifeline_r)
+        os.close(self.lifeline_w), os.close(self.lifeline_r)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def exit_code(self) -> int:
@@ -192,9 +190,8 @@ class Supervisor:
     # -- the daemons --------------------------------------------------------------------
 
     def start(self, child: Child) -> None:
-        """Start a daemon, owed its secrets (it fetches them from the desk once non-dumpable:
-        ``handover``) and, with the embedded Redis, the server's lock inherited; one that cannot
-        be started (fork or exec failed) is tried again after its backoff."""
+        """Start a daemon, owed its secrets (``handover``), with the embedded Redis's lock; one
+        that cannot be started (fork or exec failed) is tried again after its backoff."""
         argv = [sys.executable, "-m", "jobd", "run", self.config.path, *self.options,
                 "--process", str(child.index)]  # fmt: skip
         fds = []
@@ -205,9 +202,12 @@ class Supervisor:
             child.start(argv, env, self.lifeline_r, fds)
         except (OSError, subprocess.SubprocessError) as exc:
             return self.not_started(child, exc)
-        self.epoll.register(child.pidfd, select.EPOLLIN)
-        # Connections made before it existed may bear its pid: refused now (``handover``).
-        self.desk.serve(self.owes, self.handed, fresh=child.pid)
+        try:  # connections made before it existed may bear its pid: refused first (handover)
+            self.desk.serve(self.owes, self.handed, fresh=child.pid)
+            self.epoll.register(child.pidfd, select.EPOLLIN)
+        except Exception as exc:  # never a daemon owed its secrets, not drained for
+            child.abandon()
+            return self.not_started(child, exc)
         log.info("process p%d started: pid %d", child.index, child.pid)
 
     def not_started(self, child: Child, exc: Exception) -> None:
@@ -343,7 +343,7 @@ class Supervisor:
                         new.processes, self.config.processes)  # fmt: skip
 
     def reread(self) -> tuple[str, Config] | None:
-        """The config file's text and config, if it loads now; None if it does not."""
+        """The config file's text and config if it loads now."""
         try:
             text = read_text(self.config.path)
             return text, load(self.config.path, hardening.config_environ(), text)
@@ -390,7 +390,8 @@ class Supervisor:
 
 def supervise(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
     logs.setup(log_level, log_format)
-    hardening.protect_process(config.path)  # before any daemon or embedded Redis starts
+    protection = hardening.protect_process(config.path)  # before any daemon or Redis starts
+    hardening.warn_if_memory_readable(protection.forgotten)  # a restarted daemon's, by a handler
     try:
         supervisor = Supervisor(config, log_level, log_format)
     except OSError as exc:  # $TMPDIR not writable, a socket path too long
