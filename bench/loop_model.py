@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from jobd.process import spawn  # this checkout's (the path above), not an installed one
 
 FORKSERVER_C = r"""
 #define _GNU_SOURCE
@@ -154,8 +155,6 @@ class Loop:
             seen = now
 
     def start(self) -> None:
-        from jobd.process import spawn
-
         self.burn(self.work)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)

@@ -123,12 +123,12 @@ def secret_variables(
     config_path: str, environ: Mapping[str, str], text: str | None = None
 ) -> list[str]:
     """The variables of ``environ`` whose value the config at ``config_path`` (or ``text``, as
-    read from there) expands into a
-    password or token of ``redis`` or ``dashboard``, or into a URL there where redacting it
-    hides some of the value: the variable stands in its credentials (``redis://:${PW}@host``),
-    or its own value holds some (``url: ${REDIS_URL}``). A variable that gives only a host name
-    is not a secret: a URL's redaction shows it. Found by expanding each variable into a marker
-    of its own and seeing which markers land in a secret."""
+    read from there) expands into a password or token of ``redis`` or ``dashboard``, or into a
+    URL there where redacting it hides some of the value: the variable stands in its
+    credentials (``redis://:${PW}@host``), or its own value holds some (``url: ${REDIS_URL}``).
+    A variable that gives only a host name is not a secret: a URL's redaction shows it. Found
+    by expanding each variable into a marker of its own and seeing which markers land in a
+    secret."""
     names = [name for name, value in environ.items() if value]
     token = secrets.token_hex(6)
     marker = re.compile(f"jobd{token}v([0-9]+)e")

@@ -74,7 +74,7 @@ def handed_over(args: argparse.Namespace) -> tuple[dict[str, str] | None, str | 
 
     try:
         handed = handover.take()
-    except (OSError, ValueError, KeyError, AttributeError) as exc:
+    except (OSError, ValueError) as exc:
         print(f"jobd: cannot fetch the secrets from the supervisor: {exc}", file=sys.stderr)
         raise SystemExit(exitcodes.TEMPFAIL) from exc
     if handed is not None and handed.secrets:

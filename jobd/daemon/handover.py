@@ -110,9 +110,7 @@ class Desk:
                 break
             taken += 1
             with conn:
-                pid = PEERCRED.unpack(
-                    conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
-                )[0]
+                pid = peer_pid(conn)
                 if fresh and pid == fresh:
                     log.warning("a connection for the secrets bearing pid %d, made before the "
                                 "daemon of that pid started: refused", pid)  # fmt: skip
@@ -159,10 +157,7 @@ def take(environ: MutableMapping[str, str] = os.environ) -> Handed | None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(TIMEOUT)
         connect(sock, path, time.monotonic() + TIMEOUT)
-        listener = PEERCRED.unpack(
-            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
-        )[0]
-        if listener != os.getppid():  # a socket put in the supervisor's place
+        if (listener := peer_pid(sock)) != os.getppid():  # a socket put in the supervisor's place
             raise OSError(f"the socket is pid {listener}'s, not the supervisor's ({os.getppid()})")
         while len(data) <= HEADER.size + LARGEST and (chunk := sock.recv(1 << 20)):
             data += chunk
@@ -174,10 +169,20 @@ def take(environ: MutableMapping[str, str] = os.environ) -> Handed | None:
     if len(data) != HEADER.size + length:
         raise ValueError(f"an answer cut short: {len(data) - HEADER.size} of {length} bytes")
     frame = json.loads(data[HEADER.size :])
-    config = frame.get("config")
-    return Handed(
-        {str(k): str(v) for k, v in frame["secrets"].items()},
-        config if isinstance(config, str) else None,
+    if not (
+        isinstance(frame, dict)
+        and isinstance(frame.get("secrets"), dict)
+        and isinstance(frame.get("config"), str | None)
+    ):
+        raise ValueError("the answer is not a frame of secrets and a config")
+    return Handed({str(k): str(v) for k, v in frame["secrets"].items()}, frame.get("config"))
+
+
+def peer_pid(sock: socket.socket) -> int:
+    """The pid the kernel gives for the other end: the connecting process's at connect, or the
+    listening one's at listen."""
+    return int(
+        PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))[0]
     )
 
 

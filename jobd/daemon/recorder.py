@@ -226,15 +226,16 @@ class Recorder(threading.Thread):
         Returns the outcomes to try again (``_failed``); raises Away with the ones to keep when
         Redis could not take some."""
         now = time.monotonic()
-        for o in batch:
-            if o.verb is Verb.HAND_BACK and o.sent_at is None:
-                # Forgotten before it is sent: a renewal after it would make the entry look
-                # busy again, and it would wait a whole reclaim_after (renew.lua skips it).
-                self.holdings.handing_back(lease.key(o.queue), o.message_id, o.job.delivery)
+        first = [o for o in batch if o.verb is Verb.HAND_BACK and o.sent_at is None]
+        for o in first:
+            # Forgotten before it is sent: a renewal after it would make the entry look busy
+            # again, and it would wait a whole reclaim_after (renew.lua skips it).
+            self.holdings.handing_back(lease.key(o.queue), o.message_id, o.job.delivery)
         try:
             replies = self.store.settle(batch)
         finally:  # whatever became of the call, each hand-back in it has been sent from now on
-            batch[:] = [sent(o, now) for o in batch]
+            if first:
+                batch[:] = [sent(o, now) for o in batch]
         again: list[Outcome] = []
         kept: list[Outcome] = []  # Redis cannot write now (a replica, busy, out of memory)
         away: Exception | None = None

@@ -111,6 +111,12 @@ class Child:
     def ready(self) -> None:
         self.state, self.ever_ready, self.failures = State.READY, True, 0
 
+    def fetches(self, pid: int) -> bool:
+        """Whether ``pid`` is this start of it, owed its secrets (``handover``); now it is not."""
+        owed = self.secrets_owed and self.alive() and self.pid == pid
+        self.secrets_owed &= not owed
+        return owed
+
     def alive(self) -> bool:
         return self.state is not State.EXITED
 

@@ -178,7 +178,8 @@ class Supervisor:
             self.embedded.stop()
         self.listener.close()
         self.desk.close()
-        os.close(self.lifeline_w), os.close(self.lifeline_r)
+        os.close(self.lifeline_w)
+        os.close(self.lifeline_r)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def exit_code(self) -> int:
@@ -215,12 +216,7 @@ class Supervisor:
         log.error("cannot start process p%d: %s; trying again in %gs", child.index, exc, delay)
 
     def owes(self, pid: int) -> bool:
-        """Whether ``pid`` is a daemon started here that has not fetched its secrets; now it has."""
-        for child in self.children:
-            if child.alive() and child.pid == pid and child.secrets_owed:
-                child.secrets_owed = False
-                return True
-        return False
+        return any(child.fetches(pid) for child in self.children)
 
     def handed(self) -> handover.Handed:
         """What a daemon fetches: the secrets, and the config in force (``handover``)."""
