@@ -762,3 +762,46 @@ def test_a_daemon_takes_its_secrets_only_from_its_supervisor(tmp_path: Path) -> 
             handover.take({handover.VARIABLE: str(tmp_path / "secrets.sock")})
     finally:
         listener.close()
+
+
+GONE_LISTENER = """
+import os, socket, struct, sys
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen(1)
+if os.fork() == 0:  # keeps the socket its parent listened on, answers with forged secrets
+    os.close(1), os.close(2)  # the pipes the test reads are the parent's alone
+    conn, _ = listener.accept()
+    body = b'{"secrets": {"JOBD_TEST_PW": "forged"}, "config": "queues: {}"}'
+    try:
+        conn.sendall(struct.pack(">I", len(body)) + body)
+    except OSError:
+        pass
+    os._exit(0)
+print(os.getpid(), flush=True)
+os._exit(0)  # the listening process is gone: its pid is free for the next supervisor
+"""
+
+
+def test_a_daemon_takes_no_secrets_from_a_socket_whose_listener_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: the listener's pid (SO_PEERCRED) is the listening process's at listen.
+    A process listens, hands the socket to a child and exits; once the kernel gives its pid to
+    a supervisor, the socket put in that supervisor's directory passed the daemon's parent
+    check. Here the gone process's pid stands for the daemon's parent: refused, where the
+    kernel gives a pidfd of the listener (Linux 6.5+)."""
+    probe = socket.socket(socket.AF_UNIX)
+    try:
+        probe.getsockopt(socket.SOL_SOCKET, handover.SO_PEERPIDFD)
+    except OSError as exc:
+        if exc.errno in (errno.ENOPROTOOPT, errno.EINVAL):
+            pytest.skip("no SO_PEERPIDFD on this kernel: the pid check alone")
+    finally:
+        probe.close()
+    path = str(tmp_path / "secrets.sock")
+    gone = subprocess.run([sys.executable, "-c", GONE_LISTENER, path], capture_output=True,
+                          timeout=DEADLINE)  # fmt: skip
+    monkeypatch.setattr(handover.os, "getppid", lambda: int(gone.stdout))
+    with pytest.raises(OSError, match="not the supervisor's"):
+        handover.take({handover.VARIABLE: path})

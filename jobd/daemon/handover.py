@@ -35,8 +35,11 @@ inherits; the daemon fetches them once it is non-dumpable:
   never enter the daemon's environment, so its handlers cannot inherit them either. A missing or
   short frame raises: the daemon exits 75 and the supervisor starts it again.
 
-The daemon checks the socket is its parent's (``SO_PEERCRED`` of the listener): a process of the
-user may put a socket of its own in the supervisor's directory.
+The daemon checks the socket is its parent's (``SO_PEERCRED`` of the listener, and where the
+kernel gives one, a pidfd of that listener still alive): a process of the user may put a socket
+of its own in the supervisor's directory, even one listened on by a process since gone whose pid
+the supervisor got after it (on kernels before 6.5, without that pidfd, this last case is not
+ruled out).
 
 What this does not stop, where processes of one user may ptrace each other (no Yama, or
 ``kernel.yama.ptrace_scope`` 0): a process of the user that opens a starting daemon's
@@ -52,6 +55,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import struct
 import time
@@ -67,6 +71,7 @@ SEND_TIMEOUT = 1.0  # the supervisor's, for one answer (a frame fits a socket's 
 HEADER = struct.Struct(">I")  # the length of the JSON that follows
 LARGEST = 64 << 20  # bytes of a frame (the secrets and the config's text): more is refused
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+SO_PEERPIDFD = 77  # Linux 6.5+: a pidfd of the peer (not in Python 3.11's socket module)
 BACKLOG = 64  # connections waiting to be accepted (the kernel queues one more)
 PER_WAKE = 64  # connections answered in one wake-up of the supervisor's loop
 
@@ -157,7 +162,8 @@ def take(environ: MutableMapping[str, str] = os.environ) -> Handed | None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(TIMEOUT)
         connect(sock, path, time.monotonic() + TIMEOUT)
-        if (listener := peer_pid(sock)) != os.getppid():  # a socket put in the supervisor's place
+        # A socket put in the supervisor's place (module docstring): refused.
+        if (listener := peer_pid(sock)) != os.getppid() or not peer_alive(sock):
             raise OSError(f"the socket is pid {listener}'s, not the supervisor's ({os.getppid()})")
         while len(data) <= HEADER.size + LARGEST and (chunk := sock.recv(1 << 20)):
             data += chunk
@@ -184,6 +190,24 @@ def peer_pid(sock: socket.socket) -> int:
     return int(
         PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))[0]
     )
+
+
+def peer_alive(sock: socket.socket) -> bool:
+    """Whether the process behind the other end's pid is still the one that made it: a socket
+    listened on by a process since gone bears a pid the kernel may have given the supervisor
+    since. Known from a pidfd of that very process (``SO_PEERPIDFD``, Linux 6.5+); on older
+    kernels the pid alone is checked (True)."""
+    try:
+        pidfd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        return True
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(pidfd)
+    return True
 
 
 def connect(sock: socket.socket, path: str, deadline: float) -> None:
