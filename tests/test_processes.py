@@ -751,10 +751,11 @@ def test_a_daemon_takes_its_secrets_only_from_its_supervisor(tmp_path: Path) -> 
     listener.listen(1)
 
     def answer() -> None:
-        conn, _ = listener.accept()
         body = json.dumps({"secrets": {"JOBD_TEST_PW": "forged"}, "config": "queues: {}"})
-        with conn, contextlib.suppress(OSError):  # refused: the daemon may have closed
-            conn.sendall(struct.pack(">I", len(body)) + body.encode())
+        with contextlib.suppress(OSError):  # refused: the daemon, or the test, may close first
+            conn, _ = listener.accept()
+            with conn:
+                conn.sendall(struct.pack(">I", len(body)) + body.encode())
 
     threading.Thread(target=answer, daemon=True).start()
     try:
