@@ -38,7 +38,7 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -80,28 +80,6 @@ def protect_process(config_path: str | None = None) -> Protection:
         log.info("non-dumpable: processes of this user cannot read /proc/%d/environ or mem",
                  os.getpid())  # fmt: skip
     return Protection(non_dumpable, tuple(names))
-
-
-YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
-
-
-def warn_if_memory_readable(names: Sequence[str]) -> bool:
-    """A supervisor's warning, when it holds secrets (``names``): where processes of one user
-    may ptrace each other (no Yama, or ``ptrace_scope`` 0), a handler of jobd's user can open a
-    daemon's ``/proc/PID/mem`` in the instant it starts, still dumpable, and read later what it
-    fetches (``daemon.handover``); the kernel checks at open. Whether it warned."""
-    try:
-        with open(YAMA_SCOPE) as scope:
-            restricted = int(scope.read()) >= 1
-    except (OSError, ValueError):
-        restricted = False
-    if names and not restricted and os.geteuid() != 0:
-        log.warning("kernel.yama.ptrace_scope is 0 or absent: a handler running as jobd's user "
-                    "can read the secrets (%s) of a daemon this supervisor starts again; set "
-                    "kernel.yama.ptrace_scope=1, or run handlers as another user (run_as)",
-                    ", ".join(names))  # fmt: skip
-        return True
-    return False
 
 
 def set_non_dumpable() -> bool:
@@ -211,6 +189,11 @@ def remember(variables: Mapping[str, str]) -> None:
     """Secrets given to this process otherwise than in its environment (a supervisor's daemon:
     ``daemon.handover``): kept for ``config_environ``, never put in os.environ."""
     _forgotten.update(variables)
+
+
+def forget_remembered() -> None:
+    """Let go of every secret kept here (a supervisor's fork server holds none: ``zygote``)."""
+    _forgotten.clear()
 
 
 def config_environ() -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -94,8 +94,13 @@ def daemon(r: redis.Redis, tmp_path: Path) -> Iterator[Callable[..., DaemonProce
     """Start daemons; every one still running at the end of the test is killed."""
     started: list[DaemonProcess] = []
 
-    def start(config: Path, env: dict[str, str] | None = None, ready: bool = True) -> DaemonProcess:
-        d = DaemonProcess(config, tmp_path, env)
+    def start(
+        config: Path,
+        env: dict[str, str] | None = None,
+        ready: bool = True,
+        prefix: Sequence[str] = (),
+    ) -> DaemonProcess:
+        d = DaemonProcess(config, tmp_path, env, prefix)
         started.append(d)
         if ready:
             d.wait_ready()

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -93,12 +93,19 @@ def _pings(client: redis.Redis) -> bool:
 class DaemonProcess:
     """A real `python -m jobd run CONFIG`, its stderr captured in a file in `log_dir`."""
 
-    def __init__(self, config: Path, log_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        prefix: Sequence[str] = (),
+    ) -> None:
+        """``prefix``: a command that execs the rest (``setpriv …``), whose pid is the daemon's."""
         self.config = config
         self.log_path = log_dir / f"{config.stem}.{time.monotonic_ns()}.log"
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jobd", "run", str(config), "--log-level", "DEBUG"],
+            [*prefix, sys.executable, "-m", "jobd", "run", str(config), "--log-level", "DEBUG"],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -791,22 +791,3 @@ def test_a_reload_still_expands_the_secrets_the_daemon_forgot(tmp_path: Path, da
         reload_and_check_no_secret(d, config)
     finally:
         server.stop()
-
-
-def test_a_supervisor_warns_where_a_handler_could_read_a_starting_daemons_memory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A handler of jobd's user may open a daemon's /proc/PID/mem while it starts (dumpable)
-    and read what it fetches later, where Yama does not stop it: the supervisor says so, with
-    the way out, when it holds secrets; not where ptrace_scope is 1 or more, nor without
-    secrets."""
-    scope = tmp_path / "ptrace_scope"
-    monkeypatch.setattr(hardening, "YAMA_SCOPE", str(scope))
-    monkeypatch.setattr(hardening.os, "geteuid", lambda: 1000)
-    assert hardening.warn_if_memory_readable(["REDIS_PW"]), "no Yama"
-    assert "kernel.yama.ptrace_scope=1" in caplog.text and "REDIS_PW" in caplog.text
-    scope.write_text("0\n")
-    assert hardening.warn_if_memory_readable(["REDIS_PW"])
-    assert not hardening.warn_if_memory_readable([]), "no secret to read"
-    scope.write_text("1\n")
-    assert not hardening.warn_if_memory_readable(["REDIS_PW"])

@@ -30,9 +30,10 @@ from support import DEADLINE, DaemonProcess, acked_all, free_port, jobd_cli, wai
 from jobd.config import load
 from jobd.daemon import handover, supervised
 from jobd.daemon.supervisor import Supervisor
+from jobd.daemon.zygote import Zygote
 
 READY = "jobd.supervisor: ready: 2 daemon processes"
-PIDFD_GETFD = 438  # the system call's number (x86-64 and arm64 alike)
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def processes_of(d: DaemonProcess) -> dict[int, int]:
@@ -40,11 +41,11 @@ def processes_of(d: DaemonProcess) -> dict[int, int]:
     found = {}
     for child in psutil.Process(d.proc.pid).children():
         try:
-            argv = child.cmdline()
+            name, zombie = child.name(), child.status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             continue
-        if "--process" in argv and child.status() != psutil.STATUS_ZOMBIE:
-            found[int(argv[argv.index("--process") + 1])] = child.pid
+        if name.startswith("jobd-p") and not zombie:  # /proc/PID/comm: jobd-pINDEX
+            found[int(name.removeprefix("jobd-p"))] = child.pid
     return found
 
 
@@ -386,7 +387,7 @@ def test_no_daemon_has_the_secrets_in_its_environment_even_once_restarted(
             for entry in os.listdir("/proc"):
                 if entry.isdigit() and int(entry) not in seen:
                     with contextlib.suppress(OSError):
-                        if b"--process" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                        if Path(f"/proc/{entry}/comm").read_bytes().startswith(b"jobd-p"):
                             seen[int(entry)] = environ_of(int(entry))
             time.sleep(0.002)
 
@@ -405,7 +406,7 @@ def test_no_daemon_has_the_secrets_in_its_environment_even_once_restarted(
     for pid in daemons:
         seen[pid] = environ_of(pid)  # and now, once started
     for pid, environ in seen.items():
-        assert not [v for v in environ if v.startswith(b"JOBD_TEST_PW=")], pid
+        assert not [v for v in environ if v.startswith(b"JOBD_TEST_PW=") and v[13:]], pid  # wiped
         assert not [v for v in environ if password.encode() in v], pid
     assert password.encode() not in b"\0".join(environ_of(d.proc.pid)), "wiped in the supervisor"
     assert "JOBD_TEST_PW" in d.log(), "the supervisor says it forgot the variable"
@@ -449,56 +450,59 @@ def test_embedded_redis_stays_up_while_daemons_drain_after_the_supervisor_is_kil
         client.close()
 
 
-def paused(tmp_path: Path) -> str:
-    """A PYTHONPATH under which each daemon a supervisor starts (`--process`) pauses 1.5 s in
-    its interpreter's start, before jobd runs: its dumpable instant, widened."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        "import time\n"
-        "if b'--process' in open('/proc/self/cmdline', 'rb').read():\n"
-        "    time.sleep(1.5)\n"
-    )
-    return os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+def started_again(d: DaemonProcess, index: int, killed: int) -> int:
+    """The pid of daemon ``index`` once started again after pid ``killed``."""
+    found = wait_until(lambda: processes_of(d).get(index) not in (None, killed) and processes_of(d))
+    return found[index]  # type: ignore[index]
 
 
-def copy_descriptor(pid: int, fd: int) -> int:
-    """Another process's descriptor, copied into this one (pidfd_getfd: what a process of the
-    same user may do while the other is dumpable; root may always)."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        got = ctypes.CDLL(None, use_errno=True).syscall(PIDFD_GETFD, pidfd, fd, 0)
-        if got < 0:
-            raise OSError(ctypes.get_errno(), "pidfd_getfd")
-        return int(got)
-    finally:
-        os.close(pidfd)
-
-
-def waiting_in_sockets(pid: int) -> bytes:
-    """Everything waiting to be read in the sockets process ``pid`` holds, left in place."""
-    found = b""
-    for name in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
+ATTACKER = """
+import os, signal, subprocess, sys, time
+supervisor, out = int(sys.argv[1]), sys.argv[2]
+control = subprocess.Popen(["sleep", "60"])  # dumpable, this user's: its mem opens
+time.sleep(0.1)
+opened = []
+try:
+    open(f"/proc/{control.pid}/mem", "rb").close()
+    opened.append("control")
+finally:
+    control.kill()
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+tried = set()
+while not stop:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or entry in tried:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            if ppid != supervisor:
                 continue
-            with socket.socket(fileno=copy_descriptor(pid, int(name))) as sock:
-                found += sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    return found
+            tried.add(entry)
+            open(f"/proc/{entry}/mem", "rb").close()  # the kernel checks here, and only here
+            opened.append(entry)
+        except (OSError, ValueError, IndexError):
+            pass
+open(out, "w").write(" ".join(opened) + "\\n" + " ".join(sorted(tried)))
+"""
 
 
-def test_a_new_daemon_holds_no_secret_while_it_is_dumpable_and_none_is_given_to_others(
+def test_no_daemon_is_ever_dumpable_so_a_handler_of_its_user_cannot_reach_its_memory(
     write_config: Callable[..., Path],
     daemon: Callable[..., DaemonProcess],
     acl_secret: tuple[str, str],
     tmp_path: Path,
 ) -> None:
-    """The attack a review confirmed: a handler of the same user SIGKILLs a sibling daemon,
-    and while the new one is dumpable (its interpreter starting) copies its descriptors
-    (pidfd_getfd) and reads the secrets waiting there. Here each daemon's interpreter pauses
-    1.5 s before jobd runs (that instant, widened), and the test copies every socket it holds
-    then: none holds the password. The daemons fetch it once non-dumpable, from a socket that
-    answers no one else: the test's own connection gets nothing."""
+    """The attack a review confirmed: where processes of one user may ptrace each other (no
+    Yama here), a handler of jobd's user opens each new daemon's /proc/PID/mem in the instant
+    it is dumpable (an exec'd interpreter, before jobd runs) and keeps reading it once the
+    daemon has fetched the secrets. Here the supervisor and the attacker are root without
+    CAP_SYS_PTRACE (as two processes of one user: dumpable decides) and the attacker tries
+    every process the supervisor starts, from its first instant, while daemons are killed and
+    started again: it opens none (the daemons are forked from the never-dumpable fork server),
+    though it opens a dumpable process of its own. The secrets' socket answers the daemons
+    alone: the test's own connection gets nothing."""
     user, password = acl_secret
     config = write_config(f"""\
         redis: {{url: '{{redis}}', username: {user}, password: '${{JOBD_TEST_PW}}'}}
@@ -506,17 +510,30 @@ def test_a_new_daemon_holds_no_secret_while_it_is_dumpable_and_none_is_given_to_
         queues:
           q: {{command: [/bin/true]}}
         """)  # fmt: skip
-    d = daemon(config, env={"JOBD_TEST_PW": password, "PYTHONPATH": paused(tmp_path)}, ready=False)
-    started = wait_until(lambda: len(processes_of(d)) == 2 and processes_of(d))
-    waiting = b"".join(waiting_in_sockets(pid) for pid in started.values())  # type: ignore[union-attr]
-    assert password.encode() not in waiting, waiting
-    desk = next(v for v in environ_of(started[1]) if v.startswith(b"JOBD_SECRETS_SOCKET="))  # type: ignore[index]
+    unprivileged = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
+    d = daemon(config, env={"JOBD_TEST_PW": password}, ready=False, prefix=unprivileged)
+    out = tmp_path / "attacker.txt"
+    attacker = subprocess.Popen([*unprivileged, sys.executable, "-c", ATTACKER,
+                                 str(d.proc.pid), str(out)])  # fmt: skip
+    d.wait_log(READY)  # both fetched the password: Redis let them in
+    for _ in range(3):
+        killed = processes_of(d)[1]
+        os.kill(killed, signal.SIGKILL)
+        again = started_again(d, 1, killed)
+        d.wait_log(f"process p1 (pid {again}) ready")
+    attacker.send_signal(signal.SIGTERM)
+    assert attacker.wait(DEADLINE) == 0
+    opened, tried = (line.split() for line in out.read_text().splitlines())
+    assert opened[:1] == ["control"], "the attacker opens a dumpable process of its user"
+    assert {str(pid) for pid in processes_of(d).values()} <= set(tried), (tried, processes_of(d))
+    assert opened == ["control"], f"a daemon's memory opened: {opened}"
+    desk = next(c.laddr for c in psutil.Process(d.proc.pid).net_connections("unix")
+                if c.laddr.endswith("secrets.sock"))  # fmt: skip
     with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(DEADLINE)
-        sock.connect(desk.split(b"=", 1)[1].decode())
+        sock.connect(desk)
         assert sock.recv(1 << 20) == b"", "the supervisor answers the daemons it started alone"
     d.wait_log("connection(s) asking for the secrets refused")
-    d.wait_log(READY)  # both fetched the password: Redis let them in
     assert d.stop() == 0
 
 
@@ -595,13 +612,14 @@ def test_sigterm_while_a_daemon_waits_to_be_started_again_exits_0(
 
 
 def test_a_daemon_that_cannot_be_started_is_tried_again_after_its_backoff(
-    write_config: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+    write_config: Callable[..., Path],
 ) -> None:
-    """Popen failing (fork or exec) is a start to try again later, not an error to spin on."""
+    """A start that fails (here the fork server is gone) is a start to try again later, not an
+    error to spin on."""
     config = load(str(write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n")))
-    supervisor = Supervisor(config, "INFO", "text")
+    supervisor = Supervisor(config, "INFO", "text", Zygote.fork())
     try:
-        monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+        os.kill(supervisor.zygote.pid, signal.SIGKILL)
         child = supervisor.children[0]
         now = time.monotonic()
         supervisor.start(child)
@@ -625,25 +643,48 @@ def test_a_daemon_once_ready_is_started_again_whatever_its_exit() -> None:
 def test_a_daemon_whose_pidfd_cannot_be_opened_is_not_left_running(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Out of descriptors after the fork: the daemon just started is killed and reaped (the
-    start is tried again after its backoff), never left running unwatched beside the next."""
-    started: list[subprocess.Popen[bytes]] = []
-    popen = subprocess.Popen
-
-    def recorded(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
-        started.append(popen(*args, **kwargs))  # type: ignore[call-overload]
-        return started[-1]
+    """Out of descriptors once it is started: the daemon is killed and reaped (the start is
+    tried again after its backoff), never left running unwatched beside the next."""
 
     def no_pidfd(pid: int) -> int:
         raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 
-    monkeypatch.setattr(supervised.subprocess, "Popen", recorded)
+    proc = subprocess.Popen(["sleep", "60"])
     monkeypatch.setattr(supervised.os, "pidfd_open", no_pidfd)
     child = supervised.Child(1)
-    with open(os.devnull, "rb") as lifeline, pytest.raises(OSError):
-        child.start(["sleep", "60"], dict(os.environ), lifeline.fileno())
-    [proc] = started
-    assert proc.returncode is not None and not child.alive(), "killed and reaped"
+    with pytest.raises(OSError):
+        child.start(proc.pid)
+    assert not psutil.pid_exists(proc.pid) and not child.alive(), "killed and reaped"
+    proc.wait()  # reaped already: Popen learns it (ECHILD)
+
+
+def test_a_process_not_this_ones_child_is_not_taken_for_a_daemon() -> None:
+    """The fork server's daemon is re-parented to the supervisor (a child subreaper); a pid that
+    is not its child (no subreaper) could not be reaped: it is killed, and the start fails."""
+    out = subprocess.run(["sh", "-c", "sleep 60 >/dev/null & echo $!"], capture_output=True)
+    grandchild = int(out.stdout)
+    child = supervised.Child(1)
+    with pytest.raises(OSError, match="not this process's child"):
+        child.start(grandchild)
+    wait_until(lambda: not psutil.pid_exists(grandchild) or
+               psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE, what="it to be killed")  # fmt: skip
+    assert not child.alive()
+
+
+def test_the_fork_servers_death_stops_every_daemon_and_the_supervisor_fails(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
+) -> None:
+    """Without it no daemon can be started again (never by exec: a dumpable instant): the
+    supervisor drains every daemon and exits 1, for systemd to start the service again."""
+    config, _, _ = host
+    d = supervisor(daemon, config)
+    [zygote] = [p for p in psutil.Process(d.proc.pid).children() if p.name() == "jobd-forkserver"]
+    daemons = list(processes_of(d).values())
+    zygote.kill()
+    d.wait_log("the fork server (pid")
+    assert d.proc.wait(DEADLINE) == 1
+    assert not [pid for pid in daemons if psutil.pid_exists(pid)], "every daemon stopped"
+    assert "process p1 (pid" in d.log() and "stopped: exit 0" in d.log(), "drained"
 
 
 HOLDER = """
@@ -691,8 +732,8 @@ def test_a_variable_a_reload_makes_a_secret_is_not_in_the_next_daemons_environme
 ) -> None:
     """Found in review: after a SIGHUP whose file names a new secret variable, the supervisor
     still had it in its environment and passed it to the next daemon it started, whose
-    /proc/PID/environ a handler of the same user reads while it is dumpable. The reload forgets
-    it now, as the start does. (Each daemon's interpreter pauses 1.5 s: that instant, widened.)"""
+    /proc/PID/environ showed (to root alone now: no daemon is ever dumpable). The reload
+    forgets it now, as the start does, and the fork server wipes it from its own block."""
     user, password = acl_secret
     text = f"""\
         redis: {{url: '{{redis}}', username: {user}, password: '${{VAR}}'}}
@@ -701,7 +742,7 @@ def test_a_variable_a_reload_makes_a_secret_is_not_in_the_next_daemons_environme
           q: {{command: [/bin/true]}}
         """
     config = write_config(text.replace("VAR", "JOBD_TEST_PW"))
-    env = {"JOBD_TEST_PW": password, "JOBD_TEST_ALT": password, "PYTHONPATH": paused(tmp_path)}
+    env = {"JOBD_TEST_PW": password, "JOBD_TEST_ALT": password}
     d = supervisor(daemon, config, env)
     assert b"JOBD_TEST_ALT=" + password.encode() in b"\0".join(environ_of(processes_of(d)[1]))
     write_config(text.replace("VAR", "JOBD_TEST_ALT"))
@@ -718,28 +759,32 @@ def test_a_variable_a_reload_makes_a_secret_is_not_in_the_next_daemons_environme
 
 
 def test_a_start_whose_drain_fails_leaves_no_daemon_owed_its_secrets(
-    write_config: Callable[..., Path],
+    write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Found in review: a failure between the daemon's start and the drain of connections
     bearing its pid (its pidfd's epoll registration: ENOSPC once a user's watches run out)
     left it running, owed its secrets and undrained: a waiting stale connection got them next.
     Now such a start is undone (the daemon killed and reaped) and tried again later."""
     config = load(str(write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n")))
-    supervisor = Supervisor(config, "INFO", "text")
+    supervisor = Supervisor(config, "INFO", "text", Zygote.fork())
 
     class Full:
         def register(self, fd: int, events: int) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    libc = ctypes.CDLL(None, use_errno=True)
     try:
+        supervisor.orphans.adopt()  # a subreaper, as once open: the daemon is its child
         supervisor.epoll = Full()  # type: ignore[assignment]
         child = supervisor.children[0]
         now = time.monotonic()
         supervisor.start(child)
-        assert not child.alive() and child.proc is not None and child.proc.returncode is not None
+        assert "process p1 started" not in caplog.text, caplog.text
+        assert not child.alive() and child.pid and not psutil.pid_exists(child.pid), "reaped"
         assert child.restart_at >= now + supervised.BACKOFF_FIRST, "tried again later"
     finally:
         supervisor.close()
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)  # this test process's orphans: init's
 
 
 def test_a_daemon_takes_its_secrets_only_from_its_supervisor(tmp_path: Path) -> None:

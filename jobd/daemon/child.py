@@ -79,9 +79,10 @@ def watch_supervisor(fd: int = 0) -> None:
 def run_child(config: Config, index: int, log_level: str = "INFO", log_format: str = "text") -> int:
     logs.setup(log_level, log_format, process=index)
     hardening.protect_process(config.path)  # before any handler starts
-    if metrics.SHARED:  # before any series exists: the files of pINDEX, whichever pid has them
-        name = metrics_identifier(index)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # forked from a process without: now, and
+        name = metrics_identifier(index)  # before any series: the files of pINDEX, any pid's
         values.ValueClass = values.MultiProcessValue(lambda: name)
+        metrics.SHARED = True
     else:
         log.warning("PROMETHEUS_MULTIPROC_DIR is not set: the supervisor cannot see my metrics")
     lease.name_process(index)

@@ -6,7 +6,7 @@ SIGHUP), so that a daemon started again runs what its siblings run, not a file e
 and not yet reloaded, nor one that does not load at all.
 
 A process's environment is readable by its user at ``/proc/PID/environ`` for as long as it is
-dumpable, and a daemon the supervisor execs is dumpable until its interpreter has started and
+dumpable, and a daemon the supervisor exec'd would be dumpable until its interpreter has started and
 ``jobd`` made it non-dumpable (``hardening``): about 0.2 s in which a handler of a sibling
 daemon, running as the same user, could read it, or take a copy of any descriptor it holds
 (``pidfd_getfd``, for the same user while the target is dumpable). So the variables the config
@@ -41,13 +41,12 @@ of its own in the supervisor's directory, even one listened on by a process sinc
 the supervisor got after it (on kernels before 6.5, without that pidfd, this last case is not
 ruled out).
 
-What this does not stop, where processes of one user may ptrace each other (no Yama, or
-``kernel.yama.ptrace_scope`` 0): a process of the user that opens a starting daemon's
-``/proc/PID/mem`` (or attaches) in its dumpable instant keeps access after the daemon is
-non-dumpable, so it can read what it fetches. The supervisor warns at start then
-(``hardening.warn_if_memory_readable``). Closing it takes daemons that are never dumpable:
-forked, not exec'd, from a non-dumpable process. Handlers that must not reach the daemon's
-secrets run as another user (``run_as``).
+A daemon is never dumpable in fact: it is forked from the supervisor's fork server, never
+exec'd (``zygote``), since where processes of one user may ptrace each other (no Yama, or
+``kernel.yama.ptrace_scope`` 0) a process that opened an exec'd daemon's ``/proc/PID/mem`` in
+its dumpable instant would read what it fetches later. What is said above of that instant
+stands as a second line, should a daemon ever be exec'd. Handlers that must not reach the
+daemon's secrets run as another user (``run_as``).
 """
 
 from __future__ import annotations
@@ -65,6 +64,9 @@ from dataclasses import dataclass
 log = logging.getLogger("jobd.supervisor")
 
 VARIABLE = "JOBD_SECRETS_SOCKET"
+CHILD_WATCHDOG_USEC = 2_000_000  # each daemon says its loop turns every second
+# systemd's variables for the supervisor alone, never for a daemon it starts
+SYSTEMD_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 TIMEOUT = 10.0  # the daemon's wait for its answer (a full backlog: connects again meanwhile)
 RETRY = 0.05  # seconds between two connects of the daemon
 SEND_TIMEOUT = 1.0  # the supervisor's, for one answer (a frame fits a socket's buffer)
@@ -82,6 +84,27 @@ class Handed:
 
     secrets: Mapping[str, str]
     config: str | None = None  # None: the daemon reads the file
+
+
+def environment(notify: str, metrics_dir: str, desk: str) -> dict[str, str]:
+    """A daemon's: its supervisor's, which holds no secret (``hardening`` took them out),
+    talking to the supervisor (``notify``) instead of systemd, its metrics in ``metrics_dir``,
+    its secrets to be fetched from ``desk``."""
+    env = {k: v for k, v in os.environ.items() if k not in SYSTEMD_ONLY}
+    env |= {"NOTIFY_SOCKET": notify, "WATCHDOG_USEC": str(CHILD_WATCHDOG_USEC),
+            "PROMETHEUS_MULTIPROC_DIR": metrics_dir, VARIABLE: desk}  # fmt: skip
+    return env
+
+
+def secrets(config_path: str, text: str | None) -> dict[str, str]:
+    """The variables the config in force (``text``, read from ``config_path``) expands into
+    secrets: those this process forgot at start, and any a reload of the file added (forgotten
+    now, out of its environment)."""
+    from jobd import hardening
+
+    found = hardening.secret_variables(config_path, os.environ, text)
+    hardening.forget_variables(found)
+    return {k: v for k, v in hardening.config_environ().items() if k not in os.environ}
 
 
 class Desk:

@@ -23,12 +23,11 @@ files per daemon however often they are restarted.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jobd import exitcodes
@@ -59,7 +58,7 @@ class Child:
 
     index: int
     state: State = State.EXITED
-    proc: subprocess.Popen[bytes] | None = None
+    pid: int = 0
     pidfd: int = -1
     started: float = 0.0
     seen: float = 0.0  # when it last said anything (its watchdog: every second)
@@ -73,29 +72,31 @@ class Child:
     secrets_owed: bool = False  # this start of it has not fetched its secrets (handover)
     ever_ready: bool = False  # one of its starts under this supervisor said READY=1
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid if self.proc else 0
-
-    def start(
-        self, argv: list[str], env: dict[str, str], lifeline: int, fds: Sequence[int] = ()
-    ) -> None:
-        proc = subprocess.Popen(argv, stdin=lifeline, env=env, process_group=0, pass_fds=tuple(fds))
+    def start(self, pid: int) -> None:
+        """Watch ``pid``, the daemon just started (``zygote``), a child of this process: one
+        that cannot be watched (no pidfd, not this process's child) is killed and reaped."""
         try:
-            self.pidfd = os.pidfd_open(proc.pid)
+            pidfd = os.pidfd_open(pid)
         except OSError:  # out of descriptors: a daemon not watched would be a second one
-            proc.kill()
-            proc.wait()
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
             raise
-        self.proc = proc
+        try:  # its exit status is this process's to take (WNOWAIT: left for ``reap``)
+            os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)
+            raise OSError(f"pid {pid} is not this process's child (not its subreaper?)") from None
+        self.pid, self.pidfd = pid, pidfd
         self.state, self.status, self.code = State.STARTING, "starting", None
         self.started = self.seen = time.monotonic()
         self.restart_at, self.reload_owed = float("inf"), False  # it gets the config in force
         self.secrets_owed = True
 
     def signal(self, signum: int) -> None:
-        if self.proc is not None and self.proc.returncode is None:  # not reaped: still its pid
-            self.proc.send_signal(signum)
+        if self.pidfd >= 0:  # not reaped: its pidfd names it, whatever its pid becomes
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.pidfd, signum)
 
     def abandon(self) -> None:
         """Kill and reap it: a start that did not go through."""
@@ -103,7 +104,8 @@ class Child:
         self.reap()
 
     def reap(self) -> int:
-        self.code = self.proc.wait()  # type: ignore[union-attr]
+        _, status = os.waitpid(self.pid, 0)
+        self.code = os.waitstatus_to_exitcode(status)  # as Popen's: -N for signal N
         os.close(self.pidfd)
         self.pidfd, self.state = -1, State.EXITED
         return self.code

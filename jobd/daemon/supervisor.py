@@ -1,9 +1,9 @@
 """The supervisor of a host's daemons: `jobd run` when the config says ``processes`` over 1.
 
 A daemon is one main loop, and one loop uses one core at most (the GIL): a host with more
-cores runs more daemons. The supervisor starts ``processes`` of them, each by exec (`jobd run
-CONFIG --process INDEX`, never a fork of this threaded process), each its own consumer
-(``…-pINDEX``, see ``daemon.child``), and keeps them running:
+cores runs more daemons. The supervisor starts ``processes`` of them, each `jobd run CONFIG
+--process INDEX` forked by its fork server (``zygote``: never dumpable, never exec'd), each its
+own consumer (``…-pINDEX``, see ``daemon.child``), and keeps them running:
 
     start the embedded Redis, if the config has one: once, for every daemon
     serve /metrics, /healthz and the dashboard for the host (``web.metrics.HostMetrics``)
@@ -36,8 +36,6 @@ import os
 import select
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -50,23 +48,21 @@ from jobd.daemon.notify import Listener, Notifier
 from jobd.daemon.orphans import Orphans
 from jobd.daemon.poller import STOP_SIGNALS, Signals
 from jobd.daemon.supervised import CLEAN, Child, State, describe, metrics_identifier
+from jobd.daemon.zygote import Zygote
 from jobd.embedded import EmbeddedServer
 from jobd.web.dashboard import Dashboard
 from jobd.web.metrics import STUCK_AFTER, HostMetrics, serve
 
 log = logging.getLogger("jobd.supervisor")
 
-CHILD_WATCHDOG_USEC = 2_000_000  # each daemon says its loop turns every second
 IDLE_WAIT = 1.0
-# systemd's variables for this process alone, never for a daemon it starts
-SYSTEMD_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 
 
 class Supervisor:
     """The daemons of one host, started, watched, restarted and stopped (module docstring)."""
 
-    def __init__(self, config: Config, log_level: str, log_format: str) -> None:
-        self.config = config
+    def __init__(self, config: Config, log_level: str, log_format: str, zygote: Zygote) -> None:
+        self.config, self.zygote = config, zygote
         self.options = ["--log-level", log_level, "--log-format", log_format]
         self.children = [Child(i) for i in range(1, config.processes + 1)]
         self.notifier = Notifier.from_environ()
@@ -120,6 +116,7 @@ class Supervisor:
         self.epoll.register(self.signals.fd, select.EPOLLIN)
         self.epoll.register(self.listener.fileno(), select.EPOLLIN)
         self.epoll.register(self.desk.fileno(), select.EPOLLIN)
+        self.epoll.register(self.zygote.pidfd, select.EPOLLIN)
         for child in self.children:
             self.start(child)
         log.info("supervising %d daemon processes (%s) on %s", len(self.children),
@@ -143,6 +140,8 @@ class Supervisor:
             self.on_messages()  # before exits: a daemon's last words are its own
         if self.desk.fileno() in ready:
             self.desk.serve(self.owes, self.handed)
+        if self.zygote.pidfd in ready:
+            self.on_zygote_exit()
         for child in self.children:
             if child.pidfd in ready:
                 self.on_exit(child)
@@ -173,6 +172,7 @@ class Supervisor:
         for child in left:
             child.reap()
             self.orphans.end(child.index)
+        self.zygote.close()
         self.orphans.reap()
         if self.embedded is not None:
             self.embedded.stop()
@@ -192,16 +192,15 @@ class Supervisor:
 
     def start(self, child: Child) -> None:
         """Start a daemon, owed its secrets (``handover``), with the embedded Redis's lock; one
-        that cannot be started (fork or exec failed) is tried again after its backoff."""
-        argv = [sys.executable, "-m", "jobd", "run", self.config.path, *self.options,
-                "--process", str(child.index)]  # fmt: skip
-        fds = []
+        that cannot be started (the fork failed) is tried again after its backoff."""
+        args = ["run", self.config.path, *self.options, "--process", str(child.index)]
+        fds = {0: self.lifeline_r}
         if self.embedded is not None and self.embedded.lock_fd is not None:
-            fds.append(self.embedded.lock_fd)
-        env = self.environment() | {handover.VARIABLE: self.desk.path}
+            fds[self.embedded.lock_fd] = self.embedded.lock_fd
+        env = handover.environment(self.listener.path, self.metrics_dir, self.desk.path)
         try:
-            child.start(argv, env, self.lifeline_r, fds)
-        except (OSError, subprocess.SubprocessError) as exc:
+            child.start(self.zygote.spawn(args, env, fds))
+        except OSError as exc:
             return self.not_started(child, exc)
         try:  # connections made before it existed may bear its pid: refused first (handover)
             self.desk.serve(self.owes, self.handed, fresh=child.pid)
@@ -223,23 +222,12 @@ class Supervisor:
         return handover.Handed(self.secrets(), self.text)
 
     def secrets(self) -> dict[str, str]:
-        """The variables the config in force expands into secrets: those this process forgot
-        at start, and any a reload of the file added (forgotten now)."""
-        found = hardening.secret_variables(self.config.path, os.environ, self.text)
-        hardening.forget_variables(found)
-        return {k: v for k, v in hardening.config_environ().items() if k not in os.environ}
-
-    def environment(self) -> dict[str, str]:
-        """A daemon's: this one's, which holds no secret (``hardening`` took them out), talking
-        to this process instead of systemd, its metrics in this process's directory."""
-        env = {k: v for k, v in os.environ.items() if k not in SYSTEMD_ONLY}
-        env |= {"NOTIFY_SOCKET": self.listener.path, "WATCHDOG_USEC": str(CHILD_WATCHDOG_USEC),
-                "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir}  # fmt: skip
-        return env
+        return handover.secrets(self.config.path, self.text)
 
     def own(self) -> set[int]:
-        """The pids of this process's own children: the live daemons, the embedded server."""
-        pids = {c.pid for c in self.children if c.alive()}
+        """The pids of this process's own children: the live daemons, the embedded server, the
+        fork server."""
+        pids = {c.pid for c in self.children if c.alive()} | {self.zygote.pid}
         if self.embedded is not None and self.embedded.pid is not None:
             pids.add(self.embedded.pid)
         return pids
@@ -264,6 +252,15 @@ class Supervisor:
         delay = child.retry_later(time.monotonic())
         log.error("process p%d (pid %d) exited unasked (%s): starting it again in %gs",
                   child.index, pid, describe(code), delay)  # fmt: skip
+
+    def on_zygote_exit(self) -> None:
+        """No daemon can be started again without it (``zygote``): stop, exit failed."""
+        self.epoll.unregister(self.zygote.pidfd)
+        if not self.stopping:
+            log.error("the fork server (pid %d) is gone: no daemon can be started again; "
+                      "stopping every process", self.zygote.pid)  # fmt: skip
+            self.failed = exitcodes.FAILURE
+            self.begin_stop(signal.SIGTERM)
 
     def on_messages(self) -> None:
         by_pid = {c.pid: c for c in self.children if c.alive()}
@@ -386,11 +383,16 @@ class Supervisor:
 
 def supervise(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
     logs.setup(log_level, log_format)
-    protection = hardening.protect_process(config.path)  # before any daemon or Redis starts
-    hardening.warn_if_memory_readable(protection.forgotten)  # a restarted daemon's, by a handler
+    hardening.protect_process(config.path)  # before any daemon or Redis starts
     try:
-        supervisor = Supervisor(config, log_level, log_format)
+        zygote = Zygote.fork()  # before any thread starts, non-dumpable, holding no secret
+    except OSError as exc:
+        log.error("cannot start the fork server: %s", exc)
+        return exitcodes.UNAVAILABLE
+    try:
+        supervisor = Supervisor(config, log_level, log_format, zygote)
     except OSError as exc:  # $TMPDIR not writable, a socket path too long
+        zygote.close()
         log.error("cannot make the supervisor's private directory: %s", exc)
         return exitcodes.UNAVAILABLE
     return supervisor.run()

@@ -1,0 +1,278 @@
+"""Where a supervisor's daemons come from: forked from a process that was never dumpable, never
+exec'd, so that no daemon is ever dumpable, not even for an instant.
+
+A process the supervisor exec'd would be dumpable from its exec until it made itself
+non-dumpable (``hardening``), about 0.2 s of its interpreter's start. Where processes of one
+user may ptrace each other (no Yama, or ``kernel.yama.ptrace_scope`` 0), a handler of that user
+could open its ``/proc/PID/mem`` (or attach) then, and the kernel checks that at open alone: it
+would read the secrets the daemon fetches later (``handover``), or write into its memory. A
+forked process inherits its parent's memory and its non-dumpable flag; only an exec makes a
+process dumpable again. So:
+
+- The supervisor, non-dumpable from the first line of ``cli.main``, forks the zygote before it
+  starts any thread (a fork of a threaded process is unsafe) and before any handler can exist.
+  The zygote holds no secret (``hardening.forget_remembered``), closes every descriptor but its
+  socket and the standard three, leaves the terminal's process group (Ctrl-C is the
+  supervisor's to pass on), ignores SIGINT and SIGHUP, and dies with the supervisor
+  (``PR_SET_PDEATHSIG``, and end of file on its socket).
+- ``Zygote.spawn`` (the supervisor): a request on a SOCK_SEQPACKET pair — the daemon's `jobd`
+  arguments, its environment, and the descriptors it inherits (sent as SCM_RIGHTS, each with the
+  number it takes in the daemon) — answered with the daemon's pid, or an error.
+- The zygote takes out of its own environment (and of the block ``/proc/PID/environ`` shows)
+  every variable the request does not give, as the supervisor forgets a variable that a reload
+  made a secret; then forks a middle process, which forks the daemon and exits at once: the
+  daemon is re-parented to the nearest child subreaper, the supervisor (``orphans``), whose
+  child it is from then on (its pidfd, its exit status, ``handover``'s parent check). The
+  zygote answers once the middle process is reaped: the daemon is the supervisor's child then.
+- The daemon (``become``): its own process group, default signal dispositions, the descriptors
+  it was given at their numbers and no other, the environment it was given, ``/proc/PID/comm``
+  ``jobd-pINDEX``; then it waits to be the supervisor's child and runs ``cli.main`` with its
+  arguments, as `jobd run … --process INDEX` would have. It ends with ``os._exit``: the
+  zygote's stack is not its own to unwind.
+
+Should the zygote die (someone killed it), the supervisor cannot start a daemon without exec,
+and it stops every daemon and exits with a failure: systemd starts the service again, whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import logging
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+
+import orjson
+
+log = logging.getLogger("jobd.supervisor")
+
+PR_SET_NAME = 15
+PR_SET_PDEATHSIG = 1
+LARGEST = 4 << 20  # bytes of a request: the arguments and the environment
+MOST_FDS = 16  # descriptors a daemon may be given
+ANSWER_WITHIN = 10.0  # seconds the supervisor waits for a daemon's pid
+ADOPTED_WITHIN = 10.0  # seconds a daemon waits to be the supervisor's child
+PID = struct.Struct("i")
+NAME = b"jobd-forkserver"  # 15 bytes: /proc/PID/comm's most
+
+
+def prctl(option: int, arg: int | bytes) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, arg, 0, 0, 0) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+
+
+class Zygote:
+    """The supervisor's end of the fork server (module docstring)."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid, self.sock = pid, sock
+        self.pidfd = os.pidfd_open(pid)
+        self.sock.settimeout(ANSWER_WITHIN)
+
+    @classmethod
+    def fork(cls) -> Zygote:
+        """Fork the zygote. Call it while this process is non-dumpable and has one thread (a
+        fork of a threaded process may copy a lock another thread holds)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        supervisor = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the zygote
+            code = 70
+            try:
+                ours.close()
+                code = serve(theirs, supervisor)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        theirs.close()
+        try:
+            return cls(pid, ours)
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+
+    def spawn(self, args: Sequence[str], env: Mapping[str, str], fds: Mapping[int, int]) -> int:
+        """A daemon running `jobd ARGS` in ``env``, given descriptor ``fds[n]`` as its ``n``:
+        its pid, a child of this process. OSError when it cannot be started."""
+        body = orjson.dumps({"args": list(args), "env": dict(env), "fds": list(fds)})
+        if len(body) > LARGEST:
+            raise OSError(f"a request of {len(body)} bytes, more than {LARGEST}")
+        socket.send_fds(self.sock, [body], list(fds.values()))
+        try:
+            answer = self.sock.recv(LARGEST)
+        except TimeoutError:
+            raise OSError("the fork server did not answer") from None
+        if not answer:
+            raise OSError("the fork server is gone")
+        reply = orjson.loads(answer)
+        if "error" in reply:
+            raise OSError(f"the fork server: {reply['error']}")
+        return int(reply["pid"])
+
+    def close(self) -> None:
+        """End it (end of file on its socket) and reap it."""
+        self.sock.close()
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        os.close(self.pidfd)
+
+
+# -- the zygote ------------------------------------------------------------------------------
+
+
+def serve(sock: socket.socket, supervisor: int) -> int:
+    """The zygote's loop: a daemon for each request, until the supervisor is gone."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != supervisor:  # it died before the line above
+        return 0
+    from jobd import hardening
+
+    hardening.forget_remembered()
+    prctl(PR_SET_NAME, NAME)
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    close_others(keep={sock.fileno()})
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, LARGEST, MOST_FDS)
+        except InterruptedError:
+            continue
+        if not msg:
+            return 0
+        try:
+            reply = {"pid": fork_daemon(orjson.loads(msg), fds, sock, supervisor)}
+        except Exception as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        sock.send(orjson.dumps(reply))
+
+
+def fork_daemon(request: dict, fds: list[int], sock: socket.socket, supervisor: int) -> int:
+    """Fork a middle process that forks the daemon and exits: the daemon's pid, re-parented
+    to the supervisor by the time this returns."""
+    args, env, targets = request["args"], request["env"], request["fds"]
+    if not (
+        isinstance(args, list)
+        and all(isinstance(a, str) for a in args)
+        and isinstance(env, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+        and isinstance(targets, list)
+        and all(isinstance(t, int) and t >= 0 for t in targets)
+        and len(targets) == len(fds)
+    ):
+        raise ValueError("a malformed request")
+    forget(env)
+    r, w = os.pipe2(os.O_CLOEXEC)
+    middle = os.fork()
+    if middle == 0:
+        try:
+            os.close(r)
+            pid = os.fork()
+            if pid == 0:
+                os.close(w)
+                become(args, env, dict(zip(targets, fds, strict=True)), sock, supervisor)
+            os.write(w, PID.pack(pid))
+        finally:
+            os._exit(0)
+    os.close(w)
+    with open(r, "rb") as pipe:
+        said = pipe.read(PID.size)
+    os.waitpid(middle, 0)  # the daemon is the supervisor's child now
+    if len(said) != PID.size:
+        raise OSError("the middle process could not fork the daemon")
+    return int(PID.unpack(said)[0])
+
+
+def forget(env: Mapping[str, str]) -> None:
+    """Out of this process's environment, and of the block ``/proc/PID/environ`` shows for it
+    and every daemon it forks: each variable the daemon is not given (the supervisor forgot it
+    since: a reload made it a secret, ``hardening``)."""
+    from jobd import hardening
+
+    gone = {k: v for k, v in os.environ.items() if env.get(k) != v}
+    hardening.wipe_initial_environment(gone)
+    for name in gone:
+        os.environ.pop(name, None)
+
+
+def close_others(keep: set[int]) -> None:
+    """Close every descriptor but the standard three and ``keep``."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):  # the listing's own, closed already
+                os.close(fd)
+
+
+# -- the daemon ------------------------------------------------------------------------------
+
+
+def become(
+    args: list[str],
+    env: dict[str, str],
+    fds: dict[int, int],
+    sock: socket.socket,
+    supervisor: int,
+) -> None:
+    """The daemon's start, in the forked process: never returns (module docstring)."""
+    code = 70
+    try:
+        sock.close()
+        os.setpgid(0, 0)
+        for signum in (signal.SIGHUP, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        place(fds)
+        os.environ.clear()
+        os.environ.update(env)
+        index = args[args.index("--process") + 1] if "--process" in args else "?"
+        prctl(PR_SET_NAME, f"jobd-p{index}".encode()[:15])
+        deadline = time.monotonic() + ADOPTED_WITHIN
+        while os.getppid() != supervisor and time.monotonic() < deadline:
+            time.sleep(0.001)  # the middle process is exiting
+        sys.argv = ["jobd", *args]
+        from jobd.cli.main import main
+
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            threading._shutdown()  # type: ignore[attr-defined]  # as an interpreter's exit
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def place(fds: Mapping[int, int]) -> None:
+    """Give each descriptor its number (``fds[number]``), close-on-exec above 2, and close
+    every other one above 2."""
+    high = max([*fds, *fds.values(), 2]) + 1
+    moved = {target: fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, high) for target, fd in fds.items()}
+    for fd in fds.values():
+        os.close(fd)
+    for target, fd in moved.items():
+        os.dup2(fd, target, inheritable=target <= 2)
+        os.close(fd)
+    close_others(keep=set(fds))
