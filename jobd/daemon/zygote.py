@@ -32,6 +32,8 @@ process dumpable again. So:
 
 Should the zygote die (someone killed it), the supervisor cannot start a daemon without exec,
 and it stops every daemon and exits with a failure: systemd starts the service again, whole.
+One that does not answer within ANSWER_WITHIN is killed, to the same end (an answer that came
+later would be taken for the next request's).
 """
 
 from __future__ import annotations
@@ -112,8 +114,10 @@ class Zygote:
         socket.send_fds(self.sock, [body], list(fds.values()))
         try:
             answer = self.sock.recv(LARGEST)
-        except TimeoutError:
-            raise OSError("the fork server did not answer") from None
+        except TimeoutError:  # its answer, should it come, would be taken for the next one's
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            raise OSError(f"the fork server did not answer within {ANSWER_WITHIN}s") from None
         if not answer:
             raise OSError("the fork server is gone")
         reply = orjson.loads(answer)
