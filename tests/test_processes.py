@@ -469,7 +469,10 @@ finally:
     control.kill()
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-tried = set()
+comm = lambda pid: open(f"/proc/{pid}/comm").read().strip()
+image = comm(supervisor)  # a process not exec'd since its fork shows this, or jobd-NAME
+ours = lambda pid: comm(pid) in (image,) or comm(pid).startswith("jobd-")
+family, tried = {supervisor}, set()  # the supervisor, and what it forked that is jobd still
 while not stop:
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or entry in tried:
@@ -477,11 +480,13 @@ while not stop:
         try:
             with open(f"/proc/{entry}/stat", "rb") as stat:
                 ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
-            if ppid != supervisor:
+            if ppid not in family or not ours(entry):  # another program (croniter runs file)
                 continue
             tried.add(entry)
+            family.add(int(entry))
             open(f"/proc/{entry}/mem", "rb").close()  # the kernel checks here, and only here
-            opened.append(entry)
+            if ours(entry):  # and it did not exec another program meanwhile
+                opened.append(entry)
         except (OSError, ValueError, IndexError):
             pass
 open(out, "w").write(" ".join(opened) + "\\n" + " ".join(sorted(tried)))
@@ -499,9 +504,10 @@ def test_no_daemon_is_ever_dumpable_so_a_handler_of_its_user_cannot_reach_its_me
     it is dumpable (an exec'd interpreter, before jobd runs) and keeps reading it once the
     daemon has fetched the secrets. Here the supervisor and the attacker are root without
     CAP_SYS_PTRACE (as two processes of one user: dumpable decides) and the attacker tries
-    every process the supervisor starts, from its first instant, while daemons are killed and
-    started again: it opens none (the daemons are forked from the never-dumpable fork server),
-    though it opens a dumpable process of its own. The secrets' socket answers the daemons
+    every process forked from the supervisor that still runs jobd (the fork server, its middle
+    processes, the daemons; not a program one of them exec'd), from its first instant, while
+    daemons are killed and started again: it opens none (the daemons are forked from the
+    never-dumpable fork server), though it opens a dumpable process of its own. The secrets' socket answers the daemons
     alone: the test's own connection gets nothing."""
     user, password = acl_secret
     config = write_config(f"""\
@@ -658,17 +664,62 @@ def test_a_daemon_whose_pidfd_cannot_be_opened_is_not_left_running(
     proc.wait()  # reaped already: Popen learns it (ECHILD)
 
 
+def signalled_to_death(pid: int) -> bool:
+    """Whether ``pid`` is dying: a SIGKILL pending (sent, not yet acted on) or exited."""
+    try:
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+    except FileNotFoundError:
+        return True
+    pending = int(status["ShdPnd"], 16) | int(status["SigPnd"], 16)
+    return bool(pending & (1 << (signal.SIGKILL - 1))) or status["State"].split()[0] in "ZX"
+
+
 def test_a_process_not_this_ones_child_is_not_taken_for_a_daemon() -> None:
     """The fork server's daemon is re-parented to the supervisor (a child subreaper); a pid that
-    is not its child (no subreaper) could not be reaped: it is killed, and the start fails."""
-    out = subprocess.run(["sh", "-c", "sleep 60 >/dev/null & echo $!"], capture_output=True)
-    grandchild = int(out.stdout)
+    is not its child could be neither reaped nor known to be a daemon: the start fails, and
+    that process is left alone (found in review: a stale pid was SIGKILLed)."""
+    out = subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True)
+    other = psutil.Process(int(out.stdout))
     child = supervised.Child(1)
-    with pytest.raises(OSError, match="not this process's child"):
-        child.start(grandchild)
-    wait_until(lambda: not psutil.pid_exists(grandchild) or
-               psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE, what="it to be killed")  # fmt: skip
-    assert not child.alive()
+    try:
+        with pytest.raises(OSError, match="not this process's child"):
+            child.start(other.pid)
+        assert not child.alive() and not signalled_to_death(other.pid)
+    finally:
+        other.kill()
+
+
+def test_a_large_environment_still_starts_every_daemon(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
+) -> None:
+    """Found in review: the fork server's request carried the whole environment in one message,
+    which must fit the socket's buffer (about 200 KiB): with 300 KB of environment no daemon
+    ever started. It carries what differs from the fork server's own now."""
+    config, out, _ = host
+    d = supervisor(daemon, config, env={f"JOBD_TEST_BIG{i}": "x" * 100_000 for i in range(3)})
+    ids = enqueue(config, "q", 4, "big")
+    wait_until(lambda: sorted(ran(out)) == sorted(ids), what="the jobs to run")
+    assert d.stop() == 0
+
+
+def test_sigterm_to_the_fork_server_is_not_taken_for_its_death(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
+) -> None:
+    """Found in review: SIGTERM to every process of the service (`systemctl kill`, `pkill`)
+    killed the fork server first, which the supervisor took for a failure: it stopped the
+    daemons at once on the real SIGTERM and exited 1. The fork server ignores SIGTERM now."""
+    config, _, _ = host
+    d = supervisor(daemon, config)
+    [zygote] = [p for p in psutil.Process(d.proc.pid).children() if p.name() == "jobd-forkserver"]
+    zygote.terminate()
+    for pid in processes_of(d).values():
+        os.kill(pid, signal.SIGTERM)
+    d.signal(signal.SIGTERM)
+    assert d.proc.wait(DEADLINE) == 0
+    assert "the fork server (pid" not in d.log(), d.log()
+    assert "jobd.supervisor: SIGTERM again" not in d.log(), d.log()
 
 
 def test_the_fork_servers_death_stops_every_daemon_and_the_supervisor_fails(

@@ -74,19 +74,21 @@ class Child:
 
     def start(self, pid: int) -> None:
         """Watch ``pid``, the daemon just started (``zygote``), a child of this process: one
-        that cannot be watched (no pidfd, not this process's child) is killed and reaped."""
+        that cannot be watched (no pidfd) is killed and reaped; a pid that is not this
+        process's child is refused, and left alone."""
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:  # out of descriptors: a daemon not watched would be a second one
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            with contextlib.suppress(ChildProcessError):  # ours, unreaped: its pid is still it
+                os.waitpid(pid, os.WNOHANG)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             raise
         try:  # its exit status is this process's to take (WNOWAIT: left for ``reap``)
             os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ChildProcessError:  # not ours: never signalled (the supervisor is a subreaper)
             os.close(pidfd)
-            raise OSError(f"pid {pid} is not this process's child (not its subreaper?)") from None
+            raise OSError(f"pid {pid} is not this process's child") from None
         self.pid, self.pidfd = pid, pidfd
         self.state, self.status, self.code = State.STARTING, "starting", None
         self.started = self.seen = time.monotonic()

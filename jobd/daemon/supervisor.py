@@ -105,6 +105,8 @@ class Supervisor:
         """The embedded Redis, the endpoint, then every daemon: all of them this process's
         children, and so is whatever a dead daemon leaves (``orphans``)."""
         self.orphans.adopt()
+        if not self.orphans.enabled:  # the daemons the fork server starts would not be its own
+            return False
         if self.embedded is not None:
             try:
                 self.embedded.run_supervised()

@@ -11,13 +11,18 @@ process dumpable again. So:
 
 - The supervisor, non-dumpable from the first line of ``cli.main``, forks the zygote before it
   starts any thread (a fork of a threaded process is unsafe) and before any handler can exist.
-  The zygote holds no secret (``hardening.forget_remembered``), closes every descriptor but its
-  socket and the standard three, leaves the terminal's process group (Ctrl-C is the
-  supervisor's to pass on), ignores SIGINT and SIGHUP, and dies with the supervisor
+  The zygote lets go of the secrets the supervisor kept (``hardening.forget_remembered``; what
+  its copy of the supervisor's memory still holds, the config as loaded, is as unreadable as
+  the supervisor's own: it is never dumpable), closes every descriptor but its socket and the
+  standard three, leaves the terminal's process group (Ctrl-C is the supervisor's to pass
+  on), ignores SIGINT, SIGHUP and SIGTERM (``systemctl kill`` or ``pkill`` reaching it would
+  otherwise pass for its death: a failure), and dies with the supervisor
   (``PR_SET_PDEATHSIG``, and end of file on its socket).
 - ``Zygote.spawn`` (the supervisor): a request on a SOCK_SEQPACKET pair — the daemon's `jobd`
-  arguments, its environment, and the descriptors it inherits (sent as SCM_RIGHTS, each with the
-  number it takes in the daemon) — answered with the daemon's pid, or an error.
+  arguments, its environment as it differs from the one the zygote was forked with (a
+  message must fit the socket's buffer, about 200 KiB, and an environment may not), and the
+  descriptors it inherits (sent as SCM_RIGHTS, each with the number it takes in the daemon) —
+  answered with the daemon's pid, or an error.
 - The zygote takes out of its own environment (and of the block ``/proc/PID/environ`` shows)
   every variable the request does not give, as the supervisor forgets a variable that a reload
   made a secret; then forks a middle process, which forks the daemon and exits at once: the
@@ -76,8 +81,9 @@ def prctl(option: int, arg: int | bytes) -> None:
 class Zygote:
     """The supervisor's end of the fork server (module docstring)."""
 
-    def __init__(self, pid: int, sock: socket.socket) -> None:
+    def __init__(self, pid: int, sock: socket.socket, environ: Mapping[str, str]) -> None:
         self.pid, self.sock = pid, sock
+        self.environ = dict(environ)  # the zygote's, as forked
         self.pidfd = os.pidfd_open(pid)
         self.sock.settimeout(ANSWER_WITHIN)
 
@@ -99,7 +105,7 @@ class Zygote:
                 os._exit(code)
         theirs.close()
         try:
-            return cls(pid, ours)
+            return cls(pid, ours, os.environ)
         except OSError:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -108,7 +114,9 @@ class Zygote:
     def spawn(self, args: Sequence[str], env: Mapping[str, str], fds: Mapping[int, int]) -> int:
         """A daemon running `jobd ARGS` in ``env``, given descriptor ``fds[n]`` as its ``n``:
         its pid, a child of this process. OSError when it cannot be started."""
-        body = orjson.dumps({"args": list(args), "env": dict(env), "fds": list(fds)})
+        changed = {k: v for k, v in env.items() if self.environ.get(k) != v}
+        unset = [k for k in self.environ if k not in env]
+        body = orjson.dumps({"args": list(args), "set": changed, "unset": unset, "fds": list(fds)})
         if len(body) > LARGEST:
             raise OSError(f"a request of {len(body)} bytes, more than {LARGEST}")
         socket.send_fds(self.sock, [body], list(fds.values()))
@@ -148,8 +156,8 @@ def serve(sock: socket.socket, supervisor: int) -> int:
     hardening.forget_remembered()
     prctl(PR_SET_NAME, NAME)
     os.setpgid(0, 0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):  # the supervisor's to act on
+        signal.signal(signum, signal.SIG_IGN)
     close_others(keep={sock.fileno()})
     while True:
         try:
@@ -171,18 +179,22 @@ def serve(sock: socket.socket, supervisor: int) -> int:
 def fork_daemon(request: dict, fds: list[int], sock: socket.socket, supervisor: int) -> int:
     """Fork a middle process that forks the daemon and exits: the daemon's pid, re-parented
     to the supervisor by the time this returns."""
-    args, env, targets = request["args"], request["env"], request["fds"]
+    args, changed, unset = request["args"], request["set"], request["unset"]
+    targets = request["fds"]
     if not (
         isinstance(args, list)
         and all(isinstance(a, str) for a in args)
-        and isinstance(env, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+        and isinstance(changed, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in changed.items())
+        and isinstance(unset, list)
+        and all(isinstance(k, str) for k in unset)
         and isinstance(targets, list)
         and all(isinstance(t, int) and t >= 0 for t in targets)
         and len(targets) == len(fds)
     ):
         raise ValueError("a malformed request")
-    forget(env)
+    forget(unset)
+    env = {**os.environ, **changed}
     r, w = os.pipe2(os.O_CLOEXEC)
     middle = os.fork()
     if middle == 0:
@@ -204,16 +216,16 @@ def fork_daemon(request: dict, fds: list[int], sock: socket.socket, supervisor: 
     return int(PID.unpack(said)[0])
 
 
-def forget(env: Mapping[str, str]) -> None:
+def forget(names: Sequence[str]) -> None:
     """Out of this process's environment, and of the block ``/proc/PID/environ`` shows for it
     and every daemon it forks: each variable the daemon is not given (the supervisor forgot it
     since: a reload made it a secret, ``hardening``)."""
     from jobd import hardening
 
-    gone = {k: v for k, v in os.environ.items() if env.get(k) != v}
+    gone = {k: os.environ[k] for k in names if k in os.environ}
     hardening.wipe_initial_environment(gone)
     for name in gone:
-        os.environ.pop(name, None)
+        del os.environ[name]
 
 
 def close_others(keep: set[int]) -> None:
