@@ -521,14 +521,18 @@ def test_no_daemon_is_ever_dumpable_so_a_handler_of_its_user_cannot_reach_its_me
     out = tmp_path / "attacker.txt"
     attacker = subprocess.Popen([*unprivileged, sys.executable, "-c", ATTACKER,
                                  str(d.proc.pid), str(out)])  # fmt: skip
-    d.wait_log(READY)  # both fetched the password: Redis let them in
-    for _ in range(3):
-        killed = processes_of(d)[1]
-        os.kill(killed, signal.SIGKILL)
-        again = started_again(d, 1, killed)
-        d.wait_log(f"process p1 (pid {again}) ready")
-    attacker.send_signal(signal.SIGTERM)
-    assert attacker.wait(DEADLINE) == 0
+    try:
+        d.wait_log(READY)  # both fetched the password: Redis let them in
+        for _ in range(3):
+            killed = processes_of(d)[1]
+            os.kill(killed, signal.SIGKILL)
+            again = started_again(d, 1, killed)
+            d.wait_log(f"process p1 (pid {again}) ready")
+        attacker.send_signal(signal.SIGTERM)
+        assert attacker.wait(DEADLINE) == 0
+    finally:
+        attacker.kill()  # it polls /proc without end otherwise
+        attacker.wait()
     opened, tried = (line.split() for line in out.read_text().splitlines())
     assert opened[:1] == ["control"], "the attacker opens a dumpable process of its user"
     assert {str(pid) for pid in processes_of(d).values()} <= set(tried), (tried, processes_of(d))
