@@ -1,6 +1,7 @@
 """What bounds one loop that starts and reaps handlers: a model of jobd's loop, side by side.
 
     python bench/loop_model.py [--jobs 5000] [--rounds 5] [--work-us 100] [--side-us 0]
+                               [--modes vfork,forkserver]
 
 The daemon's loop starts each handler and waits until the vfork child has called exec; on a
 busy machine that wait is mostly the child waiting for a CPU. This model is the loop alone:
@@ -18,7 +19,11 @@ other:
   forkserver  (where a C compiler is found) the loop sending each start to a small C
               process, which clones the handler with CLONE_PARENT (so it is the loop's own
               child, reaped and watched by pidfd as before) and never waits for its exec; the
-              loop learns the pid from the reply on a socket, in a later pass.
+              loop learns the pid from the reply on a socket, in a later pass;
+  sync        (``--modes``) the same fork server, the loop waiting for each reply (the pid
+              at once, as the daemon's code expects it today);
+  thread      (``--modes``) jobd's own spawn in a spawner thread of the loop's process, each
+              start handed over on a deque and an eventfd, each pid handed back likewise.
 
 It prints per round jobs/s and the ratio to xargs, how long the loop spent in each start call
 (p50, p90: for vfork that is the wait for exec), how busy the machine was, and the medians.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import collections
 import json
 import os
 import select
@@ -127,7 +133,14 @@ class Loop:
         self.null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self.done = 0
         self.stop = threading.Event()
-        if mode == "forkserver":
+        if mode == "thread":  # a spawner thread: the loop hands each start over, never waits
+            self.requests: collections.deque[tuple[int, int, int, int]] = collections.deque()
+            self.results: collections.deque[tuple[int, int, int]] = collections.deque()
+            self.wake = os.eventfd(0, os.EFD_CLOEXEC)
+            self.told = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            self.epoll.register(self.told, select.EPOLLIN)
+            threading.Thread(target=self.spawner, daemon=True).start()
+        if mode in ("forkserver", "sync"):
             assert forkserver
             self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.server = subprocess.Popen(
@@ -159,16 +172,43 @@ class Loop:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         began = time.perf_counter()
-        if self.mode == "forkserver":
+        if self.mode == "thread":
+            self.requests.append((out_r, err_r, out_w, err_w))
+            os.eventfd_write(self.wake, 1)
+            self.calls.append(time.perf_counter() - began)
+            return
+        if self.mode in ("forkserver", "sync"):
             fds = array.array("i", [self.null, out_w, err_w])
             self.sock.sendmsg([self.request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             self.waiting.append((out_r, err_r))
+            if self.mode == "sync":  # the pid now: the loop waits for the clone, not the exec
+                self.sock.setblocking(True)
+                reply = self.sock.recv(4)
+                self.watch(int.from_bytes(reply, "little", signed=True), self.waiting.pop(0))
         else:
             pid = spawn.spawn((HANDLER,), ENV, {}, None, out_w, err_w)
             self.watch(pid, (out_r, err_r))
         self.calls.append(time.perf_counter() - began)
         os.close(out_w)
         os.close(err_w)
+
+    def spawner(self) -> None:
+        """The spawner thread: each start handed over, the pid handed back (an eventfd)."""
+        while True:
+            os.eventfd_read(self.wake)
+            while self.requests:
+                out_r, err_r, out_w, err_w = self.requests.popleft()
+                pid = spawn.spawn((HANDLER,), ENV, {}, None, out_w, err_w)
+                os.close(out_w)
+                os.close(err_w)
+                self.results.append((pid, out_r, err_r))
+                os.eventfd_write(self.told, 1)
+
+    def spawned(self) -> None:
+        os.eventfd_read(self.told)
+        while self.results:
+            pid, out_r, err_r = self.results.popleft()
+            self.watch(pid, (out_r, err_r))
 
     def watch(self, pid: int, pipes: tuple[int, int]) -> None:
         pidfd = os.pidfd_open(pid)
@@ -202,8 +242,10 @@ class Loop:
                 self.start()
                 started += 1
             for fd, _ in self.epoll.poll():
-                if self.mode == "forkserver" and fd == self.sock.fileno():
+                if self.mode in ("forkserver", "sync") and fd == self.sock.fileno():
                     self.answers()
+                elif self.mode == "thread" and fd == self.told:
+                    self.spawned()
                 elif fd in self.leaders:
                     self.reap(fd)
                 elif fd in self.outputs:
@@ -263,6 +305,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work-us", type=float, default=100.0)
     parser.add_argument("--side-us", type=float, default=0.0)
+    modes = "vfork (first: the rest against it), forkserver, sync, thread"
+    parser.add_argument("--modes", default="vfork,forkserver", help=modes)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--forkserver", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -271,9 +315,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="jobd-loop-model-") as tmp:
         forkserver = build_forkserver(Path(tmp))
-        modes = ["vfork"] + (["forkserver"] if forkserver else [])
-        if not forkserver:
+        modes = args.modes.split(",")
+        if not forkserver and {"forkserver", "sync"} & set(modes):
             print("no C compiler found (or it could not build the fork server): left out")
+            modes = [m for m in modes if m not in ("forkserver", "sync")]
         ratios: dict[str, list[float]] = {m: [] for m in modes}
         work, side = f"{args.work_us:.0f}", f"{args.side_us:.0f}"
         print(f"{args.jobs} jobs a round, concurrency 8, loop work {work}+{work} us a job, "
@@ -302,9 +347,9 @@ def main() -> None:
             r = ratios[mode]
             print(f"{mode}: median ratio to xargs {statistics.median(r):.2f} "
                   f"({min(r):.2f}-{max(r):.2f})")  # fmt: skip
-        if len(modes) == 2:
-            per_round = [f / v for v, f in zip(ratios["vfork"], ratios["forkserver"], strict=True)]
-            print(f"forkserver/vfork, median of the rounds: {statistics.median(per_round):.3f}")
+        for mode in modes[1:]:
+            per_round = [f / v for v, f in zip(ratios["vfork"], ratios[mode], strict=True)]
+            print(f"{mode}/vfork, median of the rounds: {statistics.median(per_round):.3f}")
 
 
 if __name__ == "__main__":

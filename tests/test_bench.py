@@ -56,8 +56,9 @@ def test_memory_sampling_bench_runs() -> None:
 
 
 def test_loop_model_bench_runs() -> None:
-    out = run(str(BENCH / "loop_model.py"), "--jobs", "40", "--rounds", "1", "--side-us", "20")
-    assert "vfork: median ratio to xargs " in out, out
+    out = run(str(BENCH / "loop_model.py"), "--jobs", "40", "--rounds", "1", "--side-us", "20",
+              "--modes", "vfork,forkserver,sync,thread")  # fmt: skip
+    assert "vfork: median ratio to xargs " in out and "thread/vfork, median" in out, out
     # The fork server is built where a C compiler is found (this project's build machine has
     # one); without one the model says so and measures the daemon's own spawn alone.
     assert "forkserver/vfork, median of the rounds: " in out or "no C compiler found" in out, out
