@@ -10,6 +10,7 @@ import ctypes
 import errno
 import json
 import os
+import resource
 import signal
 import socket
 import struct
@@ -906,3 +907,32 @@ def test_a_daemon_takes_no_secrets_from_a_socket_whose_listener_is_gone(
     monkeypatch.setattr(handover.os, "getppid", lambda: int(gone.stdout))
     with pytest.raises(OSError, match="not the supervisor's"):
         handover.take({handover.VARIABLE: path})
+
+
+def test_out_of_descriptors_the_secrets_socket_sheds_connections_without_spinning(
+    tmp_path: Path,
+) -> None:
+    """Left from the review: out of descriptors, the supervisor's accept failed (EMFILE) on a
+    connection that stayed waiting, so each turn of its loop logged an internal error. Now the
+    connection is taken with a descriptor kept in reserve and closed (that daemon is started
+    again), and the next turn finds nothing waiting."""
+    desk = handover.Desk(str(tmp_path / "secrets.sock"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler: list[int] = []
+    with socket.socket(socket.AF_UNIX) as asking:
+        asking.connect(desk.path)
+        try:
+            top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top + 16, hard))
+            with contextlib.suppress(OSError):
+                while True:
+                    filler.append(os.open(os.devnull, os.O_RDONLY))
+            desk.serve(lambda pid: True, lambda: handover.Handed({"PW": "x"}))  # raised EMFILE
+            desk.serve(lambda pid: True, lambda: handover.Handed({"PW": "x"}))  # nothing left
+        finally:
+            for fd in filler:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        asking.settimeout(DEADLINE)
+        assert asking.recv(1 << 20) == b"", "closed unanswered"
+    desk.close()

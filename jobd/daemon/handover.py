@@ -51,6 +51,7 @@ daemon's secrets run as another user (``run_as``).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -117,6 +118,7 @@ class Desk:
         os.chmod(path, 0o600)
         self.sock.listen(BACKLOG)
         self.sock.setblocking(False)
+        self.reserve = reserve()  # a descriptor kept to take a connection when out of them
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -136,6 +138,11 @@ class Desk:
                 conn, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 break
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self.shed(exc):
+                    raise
+                taken += 1
+                continue
             taken += 1
             with conn:
                 pid = peer_pid(conn)
@@ -168,8 +175,40 @@ class Desk:
         except OSError as exc:
             log.warning("cannot hand pid %d its secrets: %s", pid, exc)
 
+    def shed(self, exc: OSError) -> bool:
+        """Out of descriptors: the connection waiting is taken with the one kept in reserve
+        and closed unanswered (that daemon exits 75 and is started again), rather than left
+        to wake the supervisor's loop again and again. Whether one was taken."""
+        if self.reserve < 0:
+            self.reserve = reserve()
+            if self.reserve < 0:
+                return False
+        os.close(self.reserve)
+        try:
+            self.sock.accept()[0].close()
+        except (BlockingIOError, InterruptedError):
+            pass  # taken since by nobody else: nothing waits now
+        except OSError:
+            return False
+        finally:
+            self.reserve = reserve()
+        log.warning("a connection for the secrets refused: %s (this process is out of "
+                    "descriptors: raise LimitNOFILE)", exc.strerror)  # fmt: skip
+        return True
+
     def close(self) -> None:
         self.sock.close()
+        if self.reserve >= 0:
+            os.close(self.reserve)
+
+
+def reserve() -> int:
+    """A descriptor to give up when a connection must be taken and closed (``Desk.shed``),
+    -1 when none is to be had."""
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
 
 
 def take(environ: MutableMapping[str, str] = os.environ) -> Handed | None:
