@@ -28,6 +28,7 @@ import pytest
 import redis
 from support import DEADLINE, DaemonProcess, acked_all, free_port, jobd_cli, wait_until
 
+from jobd.cli.main import main
 from jobd.config import load
 from jobd.daemon import handover, supervised
 from jobd.daemon.supervisor import Supervisor
@@ -628,7 +629,7 @@ def test_a_daemon_that_cannot_be_started_is_tried_again_after_its_backoff(
     """A start that fails (here the fork server is gone) is a start to try again later, not an
     error to spin on."""
     config = load(str(write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n")))
-    supervisor = Supervisor(config, "INFO", "text", Zygote.fork())
+    supervisor = Supervisor(config, "INFO", "text", Zygote.fork(main))
     try:
         os.kill(supervisor.zygote.pid, signal.SIGKILL)
         child = supervisor.children[0]
@@ -822,7 +823,7 @@ def test_a_start_whose_drain_fails_leaves_no_daemon_owed_its_secrets(
     left it running, owed its secrets and undrained: a waiting stale connection got them next.
     Now such a start is undone (the daemon killed and reaped) and tried again later."""
     config = load(str(write_config("processes: 2\nqueues:\n  q: {command: [/bin/true]}\n")))
-    supervisor = Supervisor(config, "INFO", "text", Zygote.fork())
+    supervisor = Supervisor(config, "INFO", "text", Zygote.fork(main))
 
     class Full:
         def register(self, fd: int, events: int) -> None:

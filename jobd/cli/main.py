@@ -92,7 +92,7 @@ def run_daemon(config: Config, args: argparse.Namespace) -> int:
     if config.processes > 1:
         from jobd.daemon.supervisor import supervise
 
-        return supervise(config, args.log_level, args.log_format)
+        return supervise(config, args.log_level, args.log_format, main)
     from jobd.daemon.loop import run
 
     return run(config, args.log_level, args.log_format)

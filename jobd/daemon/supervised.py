@@ -79,10 +79,10 @@ class Child:
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:  # out of descriptors: a daemon not watched would be a second one
-            with contextlib.suppress(ChildProcessError):  # ours, unreaped: its pid is still it
-                os.waitpid(pid, os.WNOHANG)
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+            with contextlib.suppress(ChildProcessError):  # not ours: left alone
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:  # ours, running: its pid is still it
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
             raise
         try:  # its exit status is this process's to take (WNOWAIT: left for ``reap``)
             os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)

@@ -48,7 +48,7 @@ from jobd.daemon.notify import Listener, Notifier
 from jobd.daemon.orphans import Orphans
 from jobd.daemon.poller import STOP_SIGNALS, Signals
 from jobd.daemon.supervised import CLEAN, Child, State, describe, metrics_identifier
-from jobd.daemon.zygote import Zygote
+from jobd.daemon.zygote import Entry, Zygote
 from jobd.embedded import EmbeddedServer
 from jobd.web.dashboard import Dashboard
 from jobd.web.metrics import STUCK_AFTER, HostMetrics, serve
@@ -221,10 +221,7 @@ class Supervisor:
 
     def handed(self) -> handover.Handed:
         """What a daemon fetches: the secrets, and the config in force (``handover``)."""
-        return handover.Handed(self.secrets(), self.text)
-
-    def secrets(self) -> dict[str, str]:
-        return handover.secrets(self.config.path, self.text)
+        return handover.Handed(handover.secrets(self.config.path, self.text), self.text)
 
     def own(self) -> set[int]:
         """The pids of this process's own children: the live daemons, the embedded server, the
@@ -332,7 +329,7 @@ class Supervisor:
         if found is None:  # the daemons report the file's problems themselves
             return
         self.text, new = found
-        self.secrets()  # a variable the file now makes a secret: out of the environment
+        handover.secrets(self.config.path, self.text)  # one the file now makes a secret: forgotten
         if new.processes != self.config.processes:  # read at start only
             log.warning("processes: %d in the file, %d running: a restart applies it",
                         new.processes, self.config.processes)  # fmt: skip
@@ -383,11 +380,12 @@ class Supervisor:
         )  # fmt: skip
 
 
-def supervise(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
+def supervise(config: Config, log_level: str, log_format: str, entry: Entry) -> int:
+    """The supervisor's run; each daemon runs ``entry`` (``cli.main``) with its arguments."""
     logs.setup(log_level, log_format)
     hardening.protect_process(config.path)  # before any daemon or Redis starts
     try:
-        zygote = Zygote.fork()  # before any thread starts, non-dumpable, holding no secret
+        zygote = Zygote.fork(entry)  # before any thread starts, non-dumpable, holding no secret
     except OSError as exc:
         log.error("cannot start the fork server: %s", exc)
         return exitcodes.UNAVAILABLE

@@ -32,8 +32,9 @@ process dumpable again. So:
 - The daemon (``become``): its own process group, default signal dispositions, the descriptors
   it was given at their numbers and no other, the environment it was given, ``/proc/PID/comm``
   ``jobd-pINDEX``; then it waits to be the supervisor's child and runs ``cli.main`` with its
-  arguments, as `jobd run … --process INDEX` would have. It ends with ``os._exit``: the
-  zygote's stack is not its own to unwind.
+  arguments (given to ``Zygote.fork``: this module imports nothing of the command line), as
+  `jobd run … --process INDEX` would have. It ends with ``os._exit``: the zygote's stack is
+  not its own to unwind.
 
 Should the zygote die (someone killed it), the supervisor cannot start a daemon without exec,
 and it stops every daemon and exits with a failure: systemd starts the service again, whole.
@@ -55,7 +56,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import orjson
 
@@ -68,6 +69,7 @@ MOST_FDS = 16  # descriptors a daemon may be given
 ANSWER_WITHIN = 10.0  # seconds the supervisor waits for a daemon's pid
 ADOPTED_WITHIN = 10.0  # seconds a daemon waits to be the supervisor's child
 PID = struct.Struct("i")
+Entry = Callable[[Sequence[str]], int]  # what a daemon runs: `jobd ARGS` (``cli.main``)
 NAME = b"jobd-forkserver"  # 15 bytes: /proc/PID/comm's most
 
 
@@ -88,9 +90,10 @@ class Zygote:
         self.sock.settimeout(ANSWER_WITHIN)
 
     @classmethod
-    def fork(cls) -> Zygote:
-        """Fork the zygote. Call it while this process is non-dumpable and has one thread (a
-        fork of a threaded process may copy a lock another thread holds)."""
+    def fork(cls, entry: Entry) -> Zygote:
+        """Fork the zygote, whose daemons each run ``entry(args)`` (``cli.main``). Call it while
+        this process is non-dumpable and has one thread (a fork of a threaded process may copy
+        a lock another thread holds)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         supervisor = os.getpid()
         pid = os.fork()
@@ -98,7 +101,7 @@ class Zygote:
             code = 70
             try:
                 ours.close()
-                code = serve(theirs, supervisor)
+                code = serve(theirs, supervisor, entry)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -146,7 +149,7 @@ class Zygote:
 # -- the zygote ------------------------------------------------------------------------------
 
 
-def serve(sock: socket.socket, supervisor: int) -> int:
+def serve(sock: socket.socket, supervisor: int, entry: Entry) -> int:
     """The zygote's loop: a daemon for each request, until the supervisor is gone."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != supervisor:  # it died before the line above
@@ -167,7 +170,7 @@ def serve(sock: socket.socket, supervisor: int) -> int:
         if not msg:
             return 0
         try:
-            reply = {"pid": fork_daemon(orjson.loads(msg), fds, sock, supervisor)}
+            reply = {"pid": fork_daemon(orjson.loads(msg), fds, sock, supervisor, entry)}
         except Exception as exc:
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
@@ -176,7 +179,9 @@ def serve(sock: socket.socket, supervisor: int) -> int:
         sock.send(orjson.dumps(reply))
 
 
-def fork_daemon(request: dict, fds: list[int], sock: socket.socket, supervisor: int) -> int:
+def fork_daemon(
+    request: dict, fds: list[int], sock: socket.socket, supervisor: int, entry: Entry
+) -> int:
     """Fork a middle process that forks the daemon and exits: the daemon's pid, re-parented
     to the supervisor by the time this returns."""
     args, changed, unset = request["args"], request["set"], request["unset"]
@@ -203,7 +208,7 @@ def fork_daemon(request: dict, fds: list[int], sock: socket.socket, supervisor: 
             pid = os.fork()
             if pid == 0:
                 os.close(w)
-                become(args, env, dict(zip(targets, fds, strict=True)), sock, supervisor)
+                become(entry, args, env, dict(zip(targets, fds, strict=True)), sock, supervisor)
             os.write(w, PID.pack(pid))
         finally:
             os._exit(0)
@@ -241,6 +246,7 @@ def close_others(keep: set[int]) -> None:
 
 
 def become(
+    entry: Entry,
     args: list[str],
     env: dict[str, str],
     fds: dict[int, int],
@@ -264,9 +270,7 @@ def become(
         while os.getppid() != supervisor and time.monotonic() < deadline:
             time.sleep(0.001)  # the middle process is exiting
         sys.argv = ["jobd", *args]
-        from jobd.cli.main import main
-
-        code = main(args)
+        code = entry(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
