@@ -139,8 +139,11 @@ class Desk:
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
-                if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self.shed(exc):
+                shed = self.shed(exc) if exc.errno in (errno.EMFILE, errno.ENFILE) else None
+                if shed is None:
                     raise
+                if not shed:  # accept fails so even with nothing waiting: nothing was
+                    break
                 taken += 1
                 continue
             taken += 1
@@ -175,21 +178,23 @@ class Desk:
         except OSError as exc:
             log.warning("cannot hand pid %d its secrets: %s", pid, exc)
 
-    def shed(self, exc: OSError) -> bool:
+    def shed(self, exc: OSError) -> bool | None:
         """Out of descriptors: the connection waiting is taken with the one kept in reserve
         and closed unanswered (that daemon exits 75 and is started again), rather than left
-        to wake the supervisor's loop again and again. Whether one was taken."""
+        to wake the supervisor's loop again and again. True: one was; False: none was waiting
+        (accept fails out of descriptors whether or not one waits); None: no descriptor to
+        take it with."""
         if self.reserve < 0:
             self.reserve = reserve()
             if self.reserve < 0:
-                return False
+                return None
         os.close(self.reserve)
         try:
             self.sock.accept()[0].close()
         except (BlockingIOError, InterruptedError):
-            pass  # taken since by nobody else: nothing waits now
-        except OSError:
             return False
+        except OSError:
+            return None
         finally:
             self.reserve = reserve()
         log.warning("a connection for the secrets refused: %s (this process is out of "

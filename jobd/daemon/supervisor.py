@@ -106,6 +106,7 @@ class Supervisor:
         children, and so is whatever a dead daemon leaves (``orphans``)."""
         self.orphans.adopt()
         if not self.orphans.enabled:  # the daemons the fork server starts would not be its own
+            log.error("not a child subreaper: the daemons would not be this process's children")
             return False
         if self.embedded is not None:
             try:

@@ -123,6 +123,8 @@ class Zygote:
         if len(body) > LARGEST:
             raise OSError(f"a request of {len(body)} bytes, more than {LARGEST}")
         socket.send_fds(self.sock, [body], list(fds.values()))
+        for name in unset:  # the fork server lets go of them: one given again is "set"
+            self.environ.pop(name, None)
         try:
             answer = self.sock.recv(LARGEST)
         except TimeoutError:  # its answer, should it come, would be taken for the next one's
