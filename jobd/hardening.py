@@ -82,16 +82,25 @@ def protect_process(config_path: str | None = None) -> Protection:
     return Protection(non_dumpable, tuple(names))
 
 
+def prctl(option: int, arg: int | bytes = 0) -> int:
+    """Linux's prctl(option, arg): what it returns; OSError when it fails."""
+    got = int(ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0))
+    if got < 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+    return got
+
+
 def set_non_dumpable() -> bool:
     """prctl(PR_SET_DUMPABLE, 0); True once it holds, False where there is no prctl."""
     if not sys.platform.startswith("linux"):
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        error = ctypes.get_errno()
-        log.warning("cannot make jobd non-dumpable: %s", os.strerror(error))
+    try:
+        prctl(PR_SET_DUMPABLE, 0)
+    except OSError as exc:
+        log.warning("cannot make jobd non-dumpable: %s", exc.strerror)
         return False
-    return bool(libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0)
+    return prctl(PR_GET_DUMPABLE) == 0
 
 
 # -- which variables hold secrets ------------------------------------------------------------

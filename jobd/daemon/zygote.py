@@ -45,7 +45,6 @@ later would be taken for the next request's).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import logging
 import os
@@ -60,24 +59,20 @@ from collections.abc import Callable, Mapping, Sequence
 
 import orjson
 
+from jobd import hardening
+
 log = logging.getLogger("jobd.supervisor")
 
 PR_SET_NAME = 15
 PR_SET_PDEATHSIG = 1
-LARGEST = 4 << 20  # bytes of a request: the arguments and the environment
+LARGEST = 4 << 20  # bytes of a message read (a request fits the socket's buffer, ~200 KiB)
 MOST_FDS = 16  # descriptors a daemon may be given
+MOST_OPEN = 1 << 30  # past any descriptor number (close_range closes what is open below it)
 ANSWER_WITHIN = 10.0  # seconds the supervisor waits for a daemon's pid
 ADOPTED_WITHIN = 10.0  # seconds a daemon waits to be the supervisor's child
 PID = struct.Struct("i")
 Entry = Callable[[Sequence[str]], int]  # what a daemon runs: `jobd ARGS` (``cli.main``)
 NAME = b"jobd-forkserver"  # 15 bytes: /proc/PID/comm's most
-
-
-def prctl(option: int, arg: int | bytes) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, arg, 0, 0, 0) != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, os.strerror(error))
 
 
 class Zygote:
@@ -120,8 +115,6 @@ class Zygote:
         changed = {k: v for k, v in env.items() if self.environ.get(k) != v}
         unset = [k for k in self.environ if k not in env]
         body = orjson.dumps({"args": list(args), "set": changed, "unset": unset, "fds": list(fds)})
-        if len(body) > LARGEST:
-            raise OSError(f"a request of {len(body)} bytes, more than {LARGEST}")
         socket.send_fds(self.sock, [body], list(fds.values()))
         for name in unset:  # the fork server lets go of them: one given again is "set"
             self.environ.pop(name, None)
@@ -153,13 +146,11 @@ class Zygote:
 
 def serve(sock: socket.socket, supervisor: int, entry: Entry) -> int:
     """The zygote's loop: a daemon for each request, until the supervisor is gone."""
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    hardening.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != supervisor:  # it died before the line above
         return 0
-    from jobd import hardening
-
     hardening.forget_remembered()
-    prctl(PR_SET_NAME, NAME)
+    hardening.prctl(PR_SET_NAME, NAME)
     os.setpgid(0, 0)
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):  # the supervisor's to act on
         signal.signal(signum, signal.SIG_IGN)
@@ -227,8 +218,6 @@ def forget(names: Sequence[str]) -> None:
     """Out of this process's environment, and of the block ``/proc/PID/environ`` shows for it
     and every daemon it forks: each variable the daemon is not given (the supervisor forgot it
     since: a reload made it a secret, ``hardening``)."""
-    from jobd import hardening
-
     gone = {k: os.environ[k] for k in names if k in os.environ}
     hardening.wipe_initial_environment(gone)
     for name in gone:
@@ -237,11 +226,11 @@ def forget(names: Sequence[str]) -> None:
 
 def close_others(keep: set[int]) -> None:
     """Close every descriptor but the standard three and ``keep``."""
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd > 2 and fd not in keep:
-            with contextlib.suppress(OSError):  # the listing's own, closed already
-                os.close(fd)
+    low = 3
+    for fd in sorted(fd for fd in keep if fd >= low):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, MOST_OPEN)
 
 
 # -- the daemon ------------------------------------------------------------------------------
@@ -267,7 +256,7 @@ def become(
         os.environ.clear()
         os.environ.update(env)
         index = args[args.index("--process") + 1] if "--process" in args else "?"
-        prctl(PR_SET_NAME, f"jobd-p{index}".encode()[:15])
+        hardening.prctl(PR_SET_NAME, f"jobd-p{index}".encode()[:15])
         deadline = time.monotonic() + ADOPTED_WITHIN
         while os.getppid() != supervisor and time.monotonic() < deadline:
             time.sleep(0.001)  # the middle process is exiting

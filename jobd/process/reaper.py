@@ -21,12 +21,13 @@ leaders, the embedded server: ``protect``) are never waited for here.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 
 import psutil
+
+from jobd import hardening
 
 log = logging.getLogger("jobd.reaper")
 
@@ -42,12 +43,13 @@ _protected: set[int] = set()  # children jobd reaps elsewhere
 
 def become_subreaper() -> bool:
     """Make this process a child subreaper; False (said once in the log) where Linux refuses."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
-        return True
-    log.warning("cannot become a child subreaper (%s): a handler's process that leaves its "
-                "group may outlive its job", os.strerror(ctypes.get_errno()))  # fmt: skip
-    return False
+    try:
+        hardening.prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except OSError as exc:
+        log.warning("cannot become a child subreaper (%s): a handler's process that leaves its "
+                    "group may outlive its job", exc.strerror)  # fmt: skip
+        return False
+    return True
 
 
 def protect(pid: int) -> None:
