@@ -963,10 +963,34 @@ def test_a_variable_given_again_after_a_start_without_it_reaches_the_daemon(
     try:
         asked = [{k: v for k, v in os.environ.items() if k != "JOBD_TEST_X"}, dict(os.environ)]
         for n, env in enumerate(asked):
-            pid = zygote.spawn([str(tmp_path / f"env{n}")], env, {})
+            pid, gate = zygote.spawn([str(tmp_path / f"env{n}")], env, {})
+            os.close(gate)
             assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
             got = json.loads((tmp_path / f"env{n}").read_text())
             assert got == env, set(got.items()) ^ set(env.items())
+    finally:
+        zygote.close()
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def test_a_daemon_waits_at_its_gate_until_the_supervisor_has_drained_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI under load: a daemon forked ready to run asked for its secrets within
+    milliseconds, before the supervisor had turned away the connections already waiting with
+    its pid, and was turned away as one of them (exit 75, started again, again). It waits at
+    its gate now, until the supervisor closes it: nothing of it runs before."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    zygote = Zygote.fork(dump_environment)
+    out = tmp_path / "env"
+    try:
+        pid, gate = zygote.spawn([str(out)], dict(os.environ), {})
+        wait_until(lambda: Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_read"),
+                   what="the daemon to wait at its gate")  # fmt: skip
+        assert not out.exists(), "it ran before its gate opened"
+        os.close(gate)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 and out.exists()
     finally:
         zygote.close()
         libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)

@@ -194,23 +194,24 @@ class Supervisor:
     # -- the daemons --------------------------------------------------------------------
 
     def start(self, child: Child) -> None:
-        """Start a daemon, owed its secrets (``handover``), with the embedded Redis's lock; one
-        that cannot be started (the fork failed) is tried again after its backoff."""
+        """Start a daemon, owed its secrets (``handover``); if it fails, again after a backoff."""
         args = ["run", self.config.path, *self.options, "--process", str(child.index)]
         fds = {0: self.lifeline_r}
         if self.embedded is not None and self.embedded.lock_fd is not None:
             fds[self.embedded.lock_fd] = self.embedded.lock_fd
         env = handover.environment(self.listener.path, self.metrics_dir, self.desk.path)
         try:
-            child.start(self.zygote.spawn(args, env, fds))
+            pid, gate = self.zygote.spawn(args, env, fds)
         except OSError as exc:
             return self.not_started(child, exc)
-        try:  # connections made before it existed may bear its pid: refused first (handover)
-            self.desk.serve(self.owes, self.handed, fresh=child.pid)
-            self.epoll.register(child.pidfd, select.EPOLLIN)
-        except Exception as exc:  # never a daemon owed its secrets, not drained for
-            child.abandon()
-            return self.not_started(child, exc)
+        with open(gate, "wb"):  # closed once drained for: the daemon goes on (``zygote``)
+            try:  # connections made before it existed may bear its pid: refused first
+                child.start(pid)
+                self.desk.serve(self.owes, self.handed, fresh=child.pid)
+                self.epoll.register(child.pidfd, select.EPOLLIN)
+            except Exception as exc:  # never a daemon owed its secrets, not drained for
+                child.abandon() if child.alive() else None  # not started: killed, or not ours
+                return self.not_started(child, exc)
         log.info("process p%d started: pid %d", child.index, child.pid)
 
     def not_started(self, child: Child, exc: Exception) -> None:

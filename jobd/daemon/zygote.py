@@ -21,8 +21,11 @@ process dumpable again. So:
 - ``Zygote.spawn`` (the supervisor): a request on a SOCK_SEQPACKET pair — the daemon's `jobd`
   arguments, its environment as it differs from the one the zygote was forked with (a
   message must fit the socket's buffer, about 200 KiB, and an environment may not), and the
-  descriptors it inherits (sent as SCM_RIGHTS, each with the number it takes in the daemon) —
-  answered with the daemon's pid, or an error.
+  descriptors it inherits (sent as SCM_RIGHTS, each with the number it takes in the daemon),
+  and its gate — answered with the daemon's pid, or an error. The daemon waits at its gate
+  (a pipe) until the supervisor closes the other end: a daemon forked and running in a few
+  milliseconds would otherwise ask for its secrets before the supervisor has turned away the
+  connections already waiting with its pid (``handover``), and be turned away itself.
 - The zygote takes out of its own environment (and of the block ``/proc/PID/environ`` shows)
   every variable the request does not give, as the supervisor forgets a variable that a reload
   made a secret; then forks a middle process, which forks the daemon and exits at once: the
@@ -31,7 +34,8 @@ process dumpable again. So:
   zygote answers once the middle process is reaped: the daemon is the supervisor's child then.
 - The daemon (``become``): its own process group, default signal dispositions, the descriptors
   it was given at their numbers and no other, the environment it was given, ``/proc/PID/comm``
-  ``jobd-pINDEX``; then it waits to be the supervisor's child and runs ``cli.main`` with its
+  ``jobd-pINDEX``; then it waits to be the supervisor's child, and at its gate, and runs
+  ``cli.main`` with its
   arguments (given to ``Zygote.fork``: this module imports nothing of the command line), as
   `jobd run … --process INDEX` would have. It ends with ``os._exit``: the zygote's stack is
   not its own to unwind.
@@ -109,13 +113,28 @@ class Zygote:
             os.waitpid(pid, 0)
             raise
 
-    def spawn(self, args: Sequence[str], env: Mapping[str, str], fds: Mapping[int, int]) -> int:
+    def spawn(
+        self, args: Sequence[str], env: Mapping[str, str], fds: Mapping[int, int]
+    ) -> tuple[int, int]:
         """A daemon running `jobd ARGS` in ``env``, given descriptor ``fds[n]`` as its ``n``:
-        its pid, a child of this process. OSError when it cannot be started."""
+        its pid, a child of this process, and its gate: the daemon waits before it runs until
+        the caller closes that descriptor. OSError when it cannot be started."""
+        gate, held = os.pipe2(os.O_CLOEXEC)
+        try:
+            return self.request(args, env, fds, gate), held
+        except BaseException:
+            os.close(held)
+            raise
+        finally:
+            os.close(gate)
+
+    def request(
+        self, args: Sequence[str], env: Mapping[str, str], fds: Mapping[int, int], gate: int
+    ) -> int:
         changed = {k: v for k, v in env.items() if self.environ.get(k) != v}
         unset = [k for k in self.environ if k not in env]
         body = orjson.dumps({"args": list(args), "set": changed, "unset": unset, "fds": list(fds)})
-        socket.send_fds(self.sock, [body], list(fds.values()))
+        socket.send_fds(self.sock, [body], [*fds.values(), gate])
         for name in unset:  # the fork server lets go of them: one given again is "set"
             self.environ.pop(name, None)
         try:
@@ -188,7 +207,7 @@ def fork_daemon(
         and all(isinstance(k, str) for k in unset)
         and isinstance(targets, list)
         and all(isinstance(t, int) and t >= 0 for t in targets)
-        and len(targets) == len(fds)
+        and len(targets) + 1 == len(fds)  # and the gate, last
     ):
         raise ValueError("a malformed request")
     forget(unset)
@@ -201,7 +220,8 @@ def fork_daemon(
             pid = os.fork()
             if pid == 0:
                 os.close(w)
-                become(entry, args, env, dict(zip(targets, fds, strict=True)), sock, supervisor)
+                given = dict(zip(targets, fds[:-1], strict=True))
+                become(entry, args, env, given, fds[-1], sock, supervisor)
             os.write(w, PID.pack(pid))
         finally:
             os._exit(0)
@@ -241,6 +261,7 @@ def become(
     args: list[str],
     env: dict[str, str],
     fds: dict[int, int],
+    gate: int,
     sock: socket.socket,
     supervisor: int,
 ) -> None:
@@ -252,7 +273,7 @@ def become(
         for signum in (signal.SIGHUP, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        place(fds)
+        gate = place(fds, gate)
         os.environ.clear()
         os.environ.update(env)
         index = args[args.index("--process") + 1] if "--process" in args else "?"
@@ -260,6 +281,8 @@ def become(
         deadline = time.monotonic() + ADOPTED_WITHIN
         while os.getppid() != supervisor and time.monotonic() < deadline:
             time.sleep(0.001)  # the middle process is exiting
+        with open(gate, "rb") as opened:  # until the supervisor lets it go (``Zygote.spawn``)
+            opened.read()
         sys.argv = ["jobd", *args]
         code = entry(args)
     except SystemExit as exc:
@@ -276,14 +299,17 @@ def become(
             os._exit(code)
 
 
-def place(fds: Mapping[int, int]) -> None:
-    """Give each descriptor its number (``fds[number]``), close-on-exec above 2, and close
-    every other one above 2."""
-    high = max([*fds, *fds.values(), 2]) + 1
+def place(fds: Mapping[int, int], gate: int) -> int:
+    """Give each descriptor its number (``fds[number]``), close-on-exec above 2, keep ``gate``
+    at a number of its own (returned), and close every other one above 2."""
+    high = max([*fds, *fds.values(), gate, 2]) + 1
     moved = {target: fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, high) for target, fd in fds.items()}
     for fd in fds.values():
         os.close(fd)
     for target, fd in moved.items():
         os.dup2(fd, target, inheritable=target <= 2)
         os.close(fd)
-    close_others(keep=set(fds))
+    kept = fcntl.fcntl(gate, fcntl.F_DUPFD_CLOEXEC, max([*fds, 2]) + 1)
+    os.close(gate)
+    close_others(keep={*fds, kept})
+    return kept
