@@ -29,7 +29,7 @@ from jobd.outcome import Outcome, Verb
 Daemon = Callable[..., DaemonProcess]
 STREAM = "jobd:q"
 
-# sh: the payload "long" sleeps 30 s, "slow" 0.15 s, anything else returns at once.
+# sh: the payload "long" sleeps 30 s, "slow" 0.15 s, "step" 0.1 s, anything else returns at once.
 HANDLER = """\
 #!/bin/sh
 p=$(cat)
@@ -37,6 +37,7 @@ echo "start $p" >> {dir}/started
 case "$p" in
   long) sleep 30 ;;
   slow*) sleep 0.15 ;;
+  step*) sleep 0.1 ;;
 esac
 """
 
@@ -168,17 +169,23 @@ def test_never_more_than_concurrency_plus_prefetch_entries_in_hand(
 
 
 def busy_daemon(
-    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path, jobs: int = 30
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path, jobs: int = 40
 ) -> tuple[Path, DaemonProcess]:
-    """A daemon with two slots reading two ahead, busy with a backlog of 0.15 s jobs; returned
-    once it holds four entries: two running, two waiting."""
+    """A daemon of one slot reading two ahead, busy with a backlog of 0.1 s jobs; returned once
+    it holds three entries: one running, two waiting.
+
+    Why one slot: while the backlog lasts, an entry then waits at every turn of the loop (a
+    handler ends, the first waiting starts, one still waits while the reader fetches the next).
+    With two slots whose jobs started together, both end together, both waiting start, and none
+    waits for the read's round trip: a stop, reload or pause that lands then finds nothing read
+    ahead (seen once in CI, under load). The second waits two runs, 0.2 s, under START_BOUND."""
     handler = script("h.sh", HANDLER.format(dir=tmp_path))
-    config = write_config(config_text(handler, "2", concurrency=2))
+    config = write_config(config_text(handler, "2", concurrency=1))
     r.xgroup_create(STREAM, "jobd", id="0", mkstream=True)
-    enqueue(r, *(f"slow{i}" for i in range(jobs)))
+    enqueue(r, *(f"step{i}" for i in range(jobs)))
     a = daemon(config)
     consumer = a.consumer()
-    wait_until(lambda: held_by(r, consumer) == 4, what="four entries in hand")
+    wait_until(lambda: held_by(r, consumer) == 3, what="three entries in hand")
     return config, a
 
 
@@ -187,14 +194,14 @@ def test_sigterm_hands_back_entries_read_ahead_at_once(
 ) -> None:
     config, a = busy_daemon(r, write_config, script, daemon, tmp_path)
     b = daemon(config)
-    # b's start took a while, and a's two read ahead may all have started meanwhile: the stop
-    # comes when a holds four again (two of them waiting for a slot: 0.15 s jobs).
-    wait_until(lambda: held_by(r, a.consumer()) == 4, what="four entries in hand again")
+    # b's start took a while, and b reads from the same backlog: the stop comes when a holds
+    # three again (two of them waiting for its slot).
+    wait_until(lambda: held_by(r, a.consumer()) == 3, what="three entries in hand again")
     a.signal(signal.SIGTERM)
     assert a.proc.wait(30) == 0
     assert "read as jobd stopped: handed back" in a.log()
-    wait_until(lambda: all_acked(r, 30), 20, "every job, far sooner than reclaim_after (60 s)")
-    assert Counter(started(tmp_path)) == Counter(f"slow{i}" for i in range(30)), "each once"
+    wait_until(lambda: all_acked(r, 40), 20, "every job, far sooner than reclaim_after (60 s)")
+    assert Counter(started(tmp_path)) == Counter(f"step{i}" for i in range(40)), "each once"
     assert "jobd stopped" not in b.log()
 
 
@@ -202,11 +209,11 @@ def test_a_reload_that_changes_the_queue_hands_back_entries_read_ahead(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
     config, a = busy_daemon(r, write_config, script, daemon, tmp_path)
-    config.write_text(config.read_text().replace("concurrency: 2", "concurrency: 3"))
+    config.write_text(config.read_text().replace("concurrency: 1", "concurrency: 2"))
     a.signal(signal.SIGHUP)
     a.wait_log("read ahead before a reload changed its queue: handed back")
-    wait_until(lambda: all_acked(r, 30), 20, "every job, far sooner than reclaim_after (60 s)")
-    assert Counter(started(tmp_path)) == Counter(f"slow{i}" for i in range(30)), "each once"
+    wait_until(lambda: all_acked(r, 40), 20, "every job, far sooner than reclaim_after (60 s)")
+    assert Counter(started(tmp_path)) == Counter(f"step{i}" for i in range(40)), "each once"
 
 
 def busy_with_long(
@@ -287,7 +294,7 @@ def test_pause_hands_back_entries_read_ahead_and_starts_none(
     assert not back & set(started(tmp_path)), "handed back, not started"
     assert jobd_cli("resume", "-c", str(config), "q").returncode == 0
     wait_until(lambda: all_acked(r, 60), 40, "every job after the resume")
-    assert Counter(started(tmp_path)) == Counter(f"slow{i}" for i in range(60)), "each once"
+    assert Counter(started(tmp_path)) == Counter(f"step{i}" for i in range(60)), "each once"
 
 
 # -- the loop's decisions, in-process -------------------------------------------------------------
