@@ -29,7 +29,7 @@ import redis
 from support import DEADLINE, DaemonProcess, acked_all, free_port, jobd_cli, wait_until
 
 from jobd.cli.main import main
-from jobd.config import load
+from jobd.config import digest, load
 from jobd.daemon import handover, supervised
 from jobd.daemon.supervisor import Supervisor
 from jobd.daemon.zygote import Zygote
@@ -608,6 +608,53 @@ def test_a_daemon_started_again_runs_the_config_in_force_and_a_bad_file_stops_no
     ids = enqueue(config, "q", 4, "after")
     wait_until(lambda: sorted(ran(out)) == sorted(ids))
     assert d.stop() == 0, d.log()
+
+
+def test_a_daemon_started_again_after_a_reload_they_refused_runs_what_its_siblings_run(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
+) -> None:
+    """Found in review: the supervisor took the file it reread at a SIGHUP for the config in
+    force though every daemon refused to reload it (a change only a restart applies), so a
+    daemon started again ran it: here against another Redis, where nothing answers, beside a
+    sibling on the first. Now a reloaded text is in force once a daemon says it runs it."""
+    config, out, _ = host
+    d = supervisor(daemon, config)
+    text = config.read_text()
+    url = text.split("url: '", 1)[1].split("'", 1)[0]
+    elsewhere = f"redis://127.0.0.1:{free_port()}/0"
+    config.write_text(text.replace(url, elsewhere).replace("concurrency: 4", "concurrency: 7"))
+    d.signal(signal.SIGHUP)
+    for p in (1, 2):
+        d.wait_log(f"jobd.daemon[p{p}]: reload refused: changing redis needs a restart")
+    first = processes_of(d)
+    os.kill(first[1], signal.SIGKILL)
+    again = wait_until(lambda: processes_of(d).get(1) not in (None, first[1]) and processes_of(d))
+    d.wait_log(f"process p1 (pid {again[1]}) ready")  # type: ignore[index]
+    assert "x4" in last_start(d.log(), 1), "the config its sibling runs"
+    config.write_text(text.replace("concurrency: 4", "concurrency: 6"))  # a reload they apply
+    d.signal(signal.SIGHUP)
+    d.wait_log("runs the reloaded config: it is in force")
+    os.kill(again[2], signal.SIGKILL)  # type: ignore[index]
+    latest = wait_until(lambda: processes_of(d).get(2) not in (None, again[2]) and processes_of(d))  # type: ignore[index]
+    d.wait_log(f"process p2 (pid {latest[2]}) ready")  # type: ignore[index]
+    assert "x6" in last_start(d.log(), 2), "the reloaded config"
+    ids = enqueue(config, "q", 4, "after")
+    wait_until(lambda: sorted(ran(out)) == sorted(ids))
+    assert d.stop() == 0, d.log()
+
+
+def test_the_config_in_force_is_the_text_a_daemon_says_it_runs(tmp_path: Path) -> None:
+    path = tmp_path / "jobd.yaml"
+    path.write_text("A")
+    in_force = handover.InForce(str(path), "A")
+    in_force.offer("B")  # a reload
+    assert not in_force.heard(digest("A")) and in_force.text == "A", "refused: A kept"
+    assert in_force.heard(digest("B")) and in_force.text == "B" and in_force.offered is None
+    in_force.offer("C")
+    path.write_text("D")  # edited again before the daemons read it
+    assert in_force.heard(digest("D")) and in_force.text == "D", "what the daemons read"
+    assert not in_force.heard(digest("E")) and not in_force.heard(None) and in_force.text == "D"
+    assert in_force.handed().config == "D"
 
 
 def test_sigterm_while_a_daemon_waits_to_be_started_again_exits_0(

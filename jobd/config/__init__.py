@@ -15,7 +15,9 @@ re-exported here.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
+from dataclasses import replace
 
 from jobd.config import build as config_build
 from jobd.config import validation
@@ -62,6 +64,7 @@ __all__ = [
     "Retry",
     "ScheduleConfig",
     "SentinelConfig",
+    "digest",
     "format_node",
     "load",
     "parse_node",
@@ -73,9 +76,15 @@ def load(path: str, environ: Mapping[str, str] | None = None, text: str | None =
     """The config at ``path`` (or ``text``, as read from there earlier), ``${VAR}`` expanded
     from ``environ`` (default: this process's environment); ConfigError with every problem of
     the file when it is invalid."""
+    text = read_text(path) if text is None else text
     view = ConfigView.of(parse(path, environ, text))
     queues = queues_of(view)
     problems = validation.check(view, queues)
     if problems:
         raise ConfigError(path, problems)
-    return config_build.build(view, queues)
+    return replace(config_build.build(view, queues), digest=digest(text))
+
+
+def digest(text: str) -> str:
+    """What names a config's text (``Config.digest``)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()

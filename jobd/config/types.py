@@ -216,6 +216,9 @@ class Config:
     # Daemon processes on this host (``auto`` resolved to the CPUs); over 1, ``jobd run`` is
     # their supervisor (daemon.supervisor).
     processes: int = 1
+    # SHA-256 of the text it was loaded from (hex): how a supervisor learns which text a daemon
+    # runs after a reload it may have refused (daemon.supervisor). Not part of what compares.
+    digest: str = field(default="", compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ consumer — less what the supervisor does once for the host:
   this daemon's series from the files it writes (``web.metrics``, ``SHARED``);
 - it starts no embedded Redis: the supervisor runs it, this daemon connects to it;
 - it tells the supervisor, never systemd, that it is ready, reloading or stopping, and that its
-  loop turns (``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` name the supervisor's listener).
+  loop turns (``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` name the supervisor's listener); and
+  with each READY=1, which config text it runs (``X_JOBD_CONFIG``: the text's digest).
 
 Its consumer name ends in ``-pINDEX`` and its log lines say ``[pINDEX]``. Its standard input is
 a pipe whose other end only the supervisor holds: should the supervisor die (SIGKILL), the
@@ -58,6 +59,11 @@ class ChildDaemon(Daemon):
             super().open()
         finally:
             self.config = whole
+
+    def ready_fields(self) -> dict[str, str]:
+        """Which text this daemon runs, after a reload too (applied or refused): the
+        supervisor hands that text to a daemon it starts again (``daemon.supervisor``)."""
+        return {"X_JOBD_CONFIG": self.config.digest}
 
 
 def watch_supervisor(fd: int = 0) -> None:

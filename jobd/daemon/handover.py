@@ -1,9 +1,11 @@
 """What a supervisor hands each daemon it starts: the config in force, and the secrets it
 expands, never through the daemon's environment.
 
-The config: the text of the file as the supervisor last found it valid (at its start, or at a
-SIGHUP), so that a daemon started again runs what its siblings run, not a file edited since
-and not yet reloaded, nor one that does not load at all.
+The config: the text its siblings run (``InForce``), so that a daemon started again runs what
+they run: not a file edited since and not yet reloaded, nor one that does not load at all, nor
+one whose reload they refused (a change only a restart applies: ``redis``, ``cgroup``…). That
+is the file's text at the supervisor's start; at a SIGHUP, the file's text is offered, and is
+in force once a daemon says it runs it (the digest its READY=1 carries, ``daemon.child``).
 
 A process's environment is readable by its user at ``/proc/PID/environ`` for as long as it is
 dumpable, and a daemon the supervisor exec'd would be dumpable until its interpreter has started and
@@ -62,6 +64,9 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
+from jobd.config import ConfigError, read_text
+from jobd.config import digest as config_digest
+
 log = logging.getLogger("jobd.supervisor")
 
 VARIABLE = "JOBD_SECRETS_SOCKET"
@@ -85,6 +90,40 @@ class Handed:
 
     secrets: Mapping[str, str]
     config: str | None = None  # None: the daemon reads the file
+
+
+class InForce:
+    """The config text the daemons run, and one a reload offered them (module docstring)."""
+
+    def __init__(self, config_path: str, text: str | None) -> None:
+        self.config_path = config_path
+        self.text = text  # None: the daemon reads the file
+        self.offered: str | None = None
+
+    def offer(self, text: str) -> None:
+        self.offered = text
+
+    def handed(self) -> Handed:
+        """What a daemon started now fetches: the secrets, and the text in force."""
+        return Handed(secrets(self.config_path, self.text), self.text)
+
+    def heard(self, digest: str | None) -> bool:
+        """A daemon said it runs the text of ``digest``: whether another text is in force now.
+        A daemon that refused the reload names the text it kept; one that read the file after
+        another edit names a text the supervisor did not read: the file's, if it still is."""
+        if not digest or (self.text is not None and digest == config_digest(self.text)):
+            return False
+        for text in (self.offered, self.reread()):
+            if text is not None and config_digest(text) == digest:
+                self.text, self.offered = text, None
+                return True
+        return False
+
+    def reread(self) -> str | None:
+        try:
+            return read_text(self.config_path)
+        except ConfigError:
+            return None
 
 
 def environment(notify: str, metrics_dir: str, desk: str) -> dict[str, str]:

@@ -233,11 +233,15 @@ class Daemon:
         self.notifier.watchdog(now)
         if not self.ready and not self.stopping and self.queues.ready():
             self.ready = True
-            self.notifier.ready(self.status_line())
+            self.notifier.ready(self.status_line(), **self.ready_fields())
             log.info("ready: Redis answers and every consumer group exists")
 
     def status_line(self) -> str:
         return status_line(len(self.running), self.total_slots)
+
+    def ready_fields(self) -> dict[str, str]:
+        """What READY=1 says besides the status (a supervised daemon's: ``child``)."""
+        return {}
 
     def shown(self) -> LoopView:
         """The loop as other threads may see it: only values the loop replaces whole (a
@@ -367,7 +371,7 @@ class Daemon:
             for name in new.queues:
                 self.metrics.of(name)
             log.info("reload done: %s", ", ".join(new.queues))
-        self.notifier.ready(self.status_line())
+        self.notifier.ready(self.status_line(), **self.ready_fields())
 
 
 def run(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:

@@ -65,8 +65,10 @@ class Notifier:
                     log.warning("cannot notify systemd at %s: %s", self.address, exc)
                     self._warned = True
 
-    def ready(self, status: str) -> None:
-        self.send(READY=1, STATUS=status)
+    def ready(self, status: str, **extra: str) -> None:
+        """READY=1, at start and after each reload (applied or refused); ``extra``: fields of
+        jobd's own (``X_JOBD_…``), which systemd ignores."""
+        self.send(READY=1, STATUS=status, **extra)
 
     def status(self, status: str) -> None:
         self.send(STATUS=status)

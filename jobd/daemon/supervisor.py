@@ -22,11 +22,10 @@ own consumer (``…-pINDEX``, see ``daemon.child``), and keeps them running:
     stop the embedded Redis; remove the private directory (metrics files, the socket)
 
 A daemon as the supervisor sees it, its states and what its exit means: ``supervised``. What a
-dead daemon leaves running (its handlers), the supervisor ends before starting it again
-(``orphans``: the supervisor is a child subreaper). The secrets the config expands reach each
-daemon on a socket, never in its environment (``handover``); with the embedded Redis, each
-daemon also inherits the server's lock, so that the server stays owned while daemons drain
-against it, should the supervisor be SIGKILLed.
+dead daemon leaves running, the supervisor ends before starting it again (``orphans``: it is a
+child subreaper). Each daemon gets the secrets on a socket, never in its environment, with the
+config its siblings run (``handover``); with the embedded Redis, it also inherits the server's
+lock: the server stays owned while daemons drain, should the supervisor be SIGKILLed.
 """
 
 from __future__ import annotations
@@ -80,7 +79,7 @@ class Supervisor:
         self.failed: int | None = None  # the exit status that ends the supervisor early
         self.heartbeat, self.shown_status = time.monotonic(), ""
         self.orphans = Orphans(self.own)
-        self.text = (self.reread() or (None, None))[0]  # the config in force (``handover``)
+        self.in_force = handover.InForce(config.path, (self.reread() or (None, None))[0])
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -142,7 +141,7 @@ class Supervisor:
         if self.listener.fileno() in ready:
             self.on_messages()  # before exits: a daemon's last words are its own
         if self.desk.fileno() in ready:
-            self.desk.serve(self.owes, self.handed)
+            self.desk.serve(self.owes, self.in_force.handed)
         if self.zygote.pidfd in ready:
             self.on_zygote_exit()
         for child in self.children:
@@ -207,7 +206,7 @@ class Supervisor:
         with open(gate, "wb"):  # closed once drained for: the daemon goes on (``zygote``)
             try:  # connections made before it existed may bear its pid: refused first
                 child.start(pid)
-                self.desk.serve(self.owes, self.handed, fresh=child.pid)
+                self.desk.serve(self.owes, self.in_force.handed, fresh=child.pid)
                 self.epoll.register(child.pidfd, select.EPOLLIN)
             except Exception as exc:  # never a daemon owed its secrets, not drained for
                 child.abandon() if child.alive() else None  # not started: killed, or not ours
@@ -220,10 +219,6 @@ class Supervisor:
 
     def owes(self, pid: int) -> bool:
         return any(child.fetches(pid) for child in self.children)
-
-    def handed(self) -> handover.Handed:
-        """What a daemon fetches: the secrets, and the config in force (``handover``)."""
-        return handover.Handed(handover.secrets(self.config.path, self.text), self.text)
 
     def own(self) -> set[int]:
         """The pids of this process's own children: the live daemons, the embedded server, the
@@ -283,6 +278,8 @@ class Supervisor:
             if child.state is State.STARTING:
                 log.info("process p%d (pid %d) ready", child.index, child.pid)
             child.ready()
+            if self.in_force.heard(fields.get("X_JOBD_CONFIG")):  # what daemons started again run
+                log.info("process p%d runs the reloaded config: it is in force", child.index)
             if child.reload_owed and not self.stopping:
                 child.reload_owed = False
                 child.state = State.RELOADING
@@ -330,8 +327,9 @@ class Supervisor:
         found = self.reread()
         if found is None:  # the daemons report the file's problems themselves
             return
-        self.text, new = found
-        handover.secrets(self.config.path, self.text)  # one the file now makes a secret: forgotten
+        text, new = found
+        self.in_force.offer(text)  # in force once a daemon says it runs it
+        handover.secrets(self.config.path, text)  # one the file now makes a secret: forgotten
         if new.processes != self.config.processes:  # read at start only
             log.warning("processes: %d in the file, %d running: a restart applies it",
                         new.processes, self.config.processes)  # fmt: skip
