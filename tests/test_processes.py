@@ -648,13 +648,46 @@ def test_the_config_in_force_is_the_text_a_daemon_says_it_runs(tmp_path: Path) -
     path.write_text("A")
     in_force = handover.InForce(str(path), "A")
     in_force.offer("B")  # a reload
-    assert not in_force.heard(digest("A")) and in_force.text == "A", "refused: A kept"
-    assert in_force.heard(digest("B")) and in_force.text == "B" and in_force.offered is None
+    assert in_force.pending(), "a daemon started now is owed it: its siblings may apply it"
+    assert not in_force.heard(digest("A")) and in_force.pending(), "its start, not an answer"
+    assert not in_force.heard(digest("A"), answer=True) and in_force.text == "A", "refused"
+    assert not in_force.pending(), "refused: owed to none"
+    in_force.offer("B")
+    in_force.offer("C")  # a second SIGHUP before the first was answered
+    assert in_force.heard(digest("B"), answer=True) and in_force.text == "B", "the first applied"
+    assert in_force.pending(), "the second not answered yet"
+    assert not in_force.heard(digest("B"), answer=True) and not in_force.pending(), "C refused"
     in_force.offer("C")
     path.write_text("D")  # edited again before the daemons read it
-    assert in_force.heard(digest("D")) and in_force.text == "D", "what the daemons read"
+    assert in_force.heard(digest("D"), answer=True) and in_force.text == "D", "the daemons' read"
     assert not in_force.heard(digest("E")) and not in_force.heard(None) and in_force.text == "D"
     assert in_force.handed().config == "D"
+
+
+def test_daemons_dead_at_a_sighup_run_the_reload_once_started_again(
+    host: tuple[Path, Path, int], daemon: Callable[..., DaemonProcess]
+) -> None:
+    """Found in review of the fix above: a daemon dead at the SIGHUP (waiting out its backoff)
+    was handed the text in force and never reloaded; with every daemon dead, no one ever
+    applied the reload. Now a daemon started while a reload is unanswered is owed it."""
+    config, out, _ = host
+    d = supervisor(daemon, config)
+    first = processes_of(d)
+    for pid in first.values():
+        os.kill(pid, signal.SIGKILL)
+    config.write_text(config.read_text().replace("concurrency: 4", "concurrency: 6"))
+    d.signal(signal.SIGHUP)  # within the backoff (0.5 s): no daemon is running
+    for p in (1, 2):
+        d.wait_log(f"jobd.daemon[p{p}]: reload done")
+    d.wait_log("runs the reloaded config: it is in force")
+    again = processes_of(d)
+    os.kill(again[1], signal.SIGKILL)
+    latest = wait_until(lambda: processes_of(d).get(1) not in (None, again[1]) and processes_of(d))
+    d.wait_log(f"process p1 (pid {latest[1]}) ready")  # type: ignore[index]
+    assert "x6" in last_start(d.log(), 1), "the reloaded config, in force"
+    ids = enqueue(config, "q", 4, "after")
+    wait_until(lambda: sorted(ran(out)) == sorted(ids))
+    assert d.stop() == 0, d.log()
 
 
 def test_sigterm_while_a_daemon_waits_to_be_started_again_exits_0(

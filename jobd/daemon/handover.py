@@ -93,31 +93,55 @@ class Handed:
 
 
 class InForce:
-    """The config text the daemons run, and one a reload offered them (module docstring)."""
+    """The config text the daemons run, and those reloads offered them since (module
+    docstring)."""
+
+    OFFERS_KEPT = 16  # reloads refused one after another: the oldest are forgotten
 
     def __init__(self, config_path: str, text: str | None) -> None:
         self.config_path = config_path
         self.text = text  # None: the daemon reads the file
-        self.offered: str | None = None
+        self.offered: dict[str, str] = {}  # digest: text, oldest first
 
     def offer(self, text: str) -> None:
-        self.offered = text
+        """A reload: its text, in force once a daemon names it."""
+        digest = config_digest(text)
+        self.offered.pop(digest, None)
+        self.offered[digest] = text
+        while len(self.offered) > self.OFFERS_KEPT:
+            del self.offered[next(iter(self.offered))]
+
+    def pending(self) -> bool:
+        """Whether a reload no daemon has named yet may still be applied: a daemon started now
+        is handed the text in force and owed that reload (its siblings may apply it)."""
+        return bool(self.offered)
 
     def handed(self) -> Handed:
         """What a daemon started now fetches: the secrets, and the text in force."""
         return Handed(secrets(self.config_path, self.text), self.text)
 
-    def heard(self, digest: str | None) -> bool:
-        """A daemon said it runs the text of ``digest``: whether another text is in force now.
-        A daemon that refused the reload names the text it kept; one that read the file after
-        another edit names a text the supervisor did not read: the file's, if it still is."""
-        if not digest or (self.text is not None and digest == config_digest(self.text)):
+    def heard(self, digest: str | None, answer: bool = False) -> bool:
+        """A daemon said it runs the text of ``digest`` (``answer``: after a SIGHUP): whether
+        another text is in force now. Any reload offered may be the one named (two SIGHUPs
+        before either was answered); one that read the file after another edit names a text
+        the supervisor did not read: the file's, if it still is. A daemon that refused the
+        reloads names the text in force: none is owed to a daemon started again."""
+        if not digest:
             return False
-        for text in (self.offered, self.reread()):
-            if text is not None and config_digest(text) == digest:
-                self.text, self.offered = text, None
-                return True
-        return False
+        if self.text is not None and digest == config_digest(self.text):
+            if answer:
+                self.offered.clear()
+            return False
+        text = self.offered.get(digest)
+        if text is None and (text := self.reread()) is not None and config_digest(text) != digest:
+            text = None
+        if text is None:
+            return False
+        if digest in self.offered:  # it and every reload offered before it are answered
+            for older in list(self.offered)[: list(self.offered).index(digest) + 1]:
+                del self.offered[older]
+        self.text = text
+        return True
 
     def reread(self) -> str | None:
         try:

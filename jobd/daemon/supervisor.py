@@ -206,6 +206,7 @@ class Supervisor:
         with open(gate, "wb"):  # closed once drained for: the daemon goes on (``zygote``)
             try:  # connections made before it existed may bear its pid: refused first
                 child.start(pid)
+                child.reload_owed = self.in_force.pending()  # handed the text in force
                 self.desk.serve(self.owes, self.in_force.handed, fresh=child.pid)
                 self.epoll.register(child.pidfd, select.EPOLLIN)
             except Exception as exc:  # never a daemon owed its secrets, not drained for
@@ -277,8 +278,9 @@ class Supervisor:
         elif fields.get("READY") == "1" and child.state is not State.STOPPING:
             if child.state is State.STARTING:
                 log.info("process p%d (pid %d) ready", child.index, child.pid)
+            answer = child.state is State.RELOADING  # to a SIGHUP: its reload applied or refused
             child.ready()
-            if self.in_force.heard(fields.get("X_JOBD_CONFIG")):  # what daemons started again run
+            if self.in_force.heard(fields.get("X_JOBD_CONFIG"), answer):  # daemons started again
                 log.info("process p%d runs the reloaded config: it is in force", child.index)
             if child.reload_owed and not self.stopping:
                 child.reload_owed = False
