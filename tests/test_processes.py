@@ -1053,6 +1053,29 @@ def test_a_variable_given_again_after_a_start_without_it_reaches_the_daemon(
         libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
+def test_sigint_to_a_daemon_before_it_handles_signals_ends_it_by_sigint(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C reaches the daemons through the supervisor, maybe before a daemon has its own
+    handlers: it ended with a KeyboardInterrupt traceback and exit 70, "a bug in jobd", and the
+    supervisor exited 1. Now it ends by SIGINT, as an interpreter does, which is a clean stop."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    zygote = Zygote.fork(dump_environment)
+    try:
+        pid, gate = zygote.spawn([str(tmp_path / "env")], dict(os.environ), {})
+        wait_until(lambda: Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_read"),
+                   what="the daemon to wait at its gate")  # fmt: skip
+        os.kill(pid, signal.SIGINT)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == -signal.SIGINT
+        os.close(gate)
+        assert -signal.SIGINT in supervised.CLEAN
+        assert "Traceback" not in capfd.readouterr().err
+    finally:
+        zygote.close()
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
 def test_a_daemon_waits_at_its_gate_until_the_supervisor_has_drained_for_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

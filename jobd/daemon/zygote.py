@@ -287,6 +287,8 @@ def become(
         code = entry(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:  # SIGINT before the daemon handles it: a stop, not a bug
+        code = -signal.SIGINT
     except BaseException:
         traceback.print_exc()
     finally:
@@ -296,6 +298,9 @@ def become(
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
+            if code == -signal.SIGINT:  # ended by it, as an interpreter is (the supervisor: clean)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
             os._exit(code)
 
 
