@@ -634,6 +634,10 @@ def test_a_daemon_started_again_after_a_reload_they_refused_runs_what_its_siblin
     config.write_text(text.replace("concurrency: 4", "concurrency: 6"))  # a reload they apply
     d.signal(signal.SIGHUP)
     d.wait_log("runs the reloaded config: it is in force")
+    for p in (1, 2):
+        d.wait_log(f"jobd.daemon[p{p}]: reload done")
+    refused = "jobd.daemon[p1]: reload refused: changing redis"
+    assert d.log().count(refused) == 1, "the refused reload was answered: none owed p1 again"
     os.kill(again[2], signal.SIGKILL)  # type: ignore[index]
     latest = wait_until(lambda: processes_of(d).get(2) not in (None, again[2]) and processes_of(d))  # type: ignore[index]
     d.wait_log(f"process p2 (pid {latest[2]}) ready")  # type: ignore[index]
@@ -646,20 +650,26 @@ def test_a_daemon_started_again_after_a_reload_they_refused_runs_what_its_siblin
 def test_the_config_in_force_is_the_text_a_daemon_says_it_runs(tmp_path: Path) -> None:
     path = tmp_path / "jobd.yaml"
     path.write_text("A")
+    a, b, c, d = (digest(t) for t in "ABCD")
     in_force = handover.InForce(str(path), "A")
     in_force.offer("B")  # a reload
     assert in_force.pending(), "a daemon started now is owed it: its siblings may apply it"
-    assert not in_force.heard(digest("A")) and in_force.pending(), "its start, not an answer"
-    assert not in_force.heard(digest("A"), answer=True) and in_force.text == "A", "refused"
+    assert not in_force.heard(a) and in_force.pending(), "its start: no answer yet"
+    assert not in_force.heard(a, read=b) and in_force.text == "A", "B read and refused"
     assert not in_force.pending(), "refused: owed to none"
     in_force.offer("B")
     in_force.offer("C")  # a second SIGHUP before the first was answered
-    assert in_force.heard(digest("B"), answer=True) and in_force.text == "B", "the first applied"
+    assert not in_force.heard(a, read=b) and in_force.pending(), "the answer to B, not to C"
+    assert in_force.heard(c, read=c) and in_force.text == "C" and not in_force.pending()
+    in_force.offer("B")
+    in_force.offer("C")
+    assert in_force.heard(b, read=b) and in_force.text == "B", "the first applied"
     assert in_force.pending(), "the second not answered yet"
-    assert not in_force.heard(digest("B"), answer=True) and not in_force.pending(), "C refused"
+    assert not in_force.heard(b, read=c) and not in_force.pending(), "C refused"
     in_force.offer("C")
     path.write_text("D")  # edited again before the daemons read it
-    assert in_force.heard(digest("D"), answer=True) and in_force.text == "D", "the daemons' read"
+    assert in_force.heard(d, read=d) and in_force.text == "D", "what the daemons read"
+    assert not in_force.pending(), "D came after C: C is answered"
     assert not in_force.heard(digest("E")) and not in_force.heard(None) and in_force.text == "D"
     assert in_force.handed().config == "D"
 

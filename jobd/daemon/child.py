@@ -9,7 +9,8 @@ consumer — less what the supervisor does once for the host:
 - it starts no embedded Redis: the supervisor runs it, this daemon connects to it;
 - it tells the supervisor, never systemd, that it is ready, reloading or stopping, and that its
   loop turns (``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` name the supervisor's listener); and
-  with each READY=1, which config text it runs (``X_JOBD_CONFIG``: the text's digest).
+  with each READY=1, which config text it runs (``X_JOBD_CONFIG``: the text's digest) and,
+  after a reload, which text it read (``X_JOBD_READ``), whether it applied it or not.
 
 Its consumer name ends in ``-pINDEX`` and its log lines say ``[pINDEX]``. Its standard input is
 a pipe whose other end only the supervisor holds: should the supervisor die (SIGKILL), the
@@ -60,10 +61,14 @@ class ChildDaemon(Daemon):
         finally:
             self.config = whole
 
-    def ready_fields(self) -> dict[str, str]:
-        """Which text this daemon runs, after a reload too (applied or refused): the
-        supervisor hands that text to a daemon it starts again (``daemon.supervisor``)."""
-        return {"X_JOBD_CONFIG": self.config.digest}
+    def ready_fields(self, read: str | None = None) -> dict[str, str]:
+        """Which text this daemon runs, after a reload too, and which text that reload read
+        (applied or refused): the supervisor hands the text its daemons run to a daemon it
+        starts again, and owes it a reload no daemon has answered (``handover.InForce``)."""
+        fields = {"X_JOBD_CONFIG": self.config.digest}
+        if read is not None:
+            fields["X_JOBD_READ"] = read
+        return fields
 
 
 def watch_supervisor(fd: int = 0) -> None:

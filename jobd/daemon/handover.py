@@ -120,26 +120,28 @@ class InForce:
         """What a daemon started now fetches: the secrets, and the text in force."""
         return Handed(secrets(self.config_path, self.text), self.text)
 
-    def heard(self, digest: str | None, answer: bool = False) -> bool:
-        """A daemon said it runs the text of ``digest`` (``answer``: after a SIGHUP): whether
-        another text is in force now. Any reload offered may be the one named (two SIGHUPs
-        before either was answered); one that read the file after another edit names a text
-        the supervisor did not read: the file's, if it still is. A daemon that refused the
-        reloads names the text in force: none is owed to a daemon started again."""
-        if not digest:
-            return False
-        if self.text is not None and digest == config_digest(self.text):
-            if answer:
-                self.offered.clear()
-            return False
-        text = self.offered.get(digest)
-        if text is None and (text := self.reread()) is not None and config_digest(text) != digest:
-            text = None
+    def heard(self, runs: str | None, read: str | None = None) -> bool:
+        """A daemon said it runs the text of digest ``runs`` and, after a reload, that it read
+        the text of digest ``read``, applied or refused: whether another text is in force now.
+        Any reload offered may be the one named (two SIGHUPs before either was answered); one
+        that read the file after another edit names a text the supervisor did not read: the
+        file's, if it still is (then no reload offered before is owed: the file is newer). A
+        reload read or run is answered, with every one before it: none of them is owed to a
+        daemon started again."""
+        text = None
+        if runs and (self.text is None or runs != config_digest(self.text)):
+            text = self.offered.get(runs)
+            if text is None and (text := self.reread()) is not None:
+                text = text if config_digest(text) == runs else None
+                if text is not None:
+                    self.offered.clear()
+        for answered in (read, runs):
+            if answered in self.offered:
+                names = list(self.offered)
+                for older in names[: names.index(answered) + 1]:
+                    del self.offered[older]
         if text is None:
             return False
-        if digest in self.offered:  # it and every reload offered before it are answered
-            for older in list(self.offered)[: list(self.offered).index(digest) + 1]:
-                del self.offered[older]
         self.text = text
         return True
 

@@ -239,8 +239,9 @@ class Daemon:
     def status_line(self) -> str:
         return status_line(len(self.running), self.total_slots)
 
-    def ready_fields(self) -> dict[str, str]:
-        """What READY=1 says besides the status (a supervised daemon's: ``child``)."""
+    def ready_fields(self, read: str | None = None) -> dict[str, str]:
+        """What READY=1 says besides the status (a supervised daemon's: ``child``); ``read``:
+        after a reload, the digest of the text it read, applied or not."""
         return {}
 
     def shown(self) -> LoopView:
@@ -361,7 +362,7 @@ class Daemon:
         if self.stopping:
             return
         self.notifier.reloading()
-        new = queues.reloaded(self.config)
+        new, read = queues.reloaded(self.config)
         if new is not None:
             self.queues.apply(new, self.store, self.running.running_in)
             self.admission.reloaded(self.config, new)
@@ -371,7 +372,7 @@ class Daemon:
             for name in new.queues:
                 self.metrics.of(name)
             log.info("reload done: %s", ", ".join(new.queues))
-        self.notifier.ready(self.status_line(), **self.ready_fields())
+        self.notifier.ready(self.status_line(), **self.ready_fields(read))
 
 
 def run(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:

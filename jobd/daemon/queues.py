@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from jobd import hardening
-from jobd.config import Config, ConfigError, QueueConfig, load
+from jobd.config import Config, ConfigError, QueueConfig, digest, load, read_text
 from jobd.daemon import lease
 from jobd.daemon.reader import Reader
 from jobd.daemon.slots import Slots
@@ -100,15 +100,25 @@ class QueueSet:
                 self.add(q)
 
 
-def reloaded(config: Config) -> Config | None:
-    """The config file read again, or None (and why, logged) when it cannot be applied."""
+def reloaded(config: Config) -> tuple[Config | None, str]:
+    """The config file read again, or None (and why, logged) when it cannot be applied; and
+    the digest of the text read ("" if none was): a supervisor learns which reload this
+    answers (``handover.InForce``)."""
+    text = ""
     try:
-        new = load(config.path, hardening.config_environ())  # secrets forgotten
+        text = read_text(config.path)
+        new = load(config.path, hardening.config_environ(), text)  # secrets forgotten
     except ConfigError as exc:
         for problem in exc.problems:
             log.error("reload refused: %s", problem.format(exc.path))
         log.error("reload refused: %d problem(s); the running config stays", len(exc.problems))
-        return None
+        return None, digest(text) if text else ""
+    return _applicable(config, new), new.digest
+
+
+def _applicable(config: Config, new: Config) -> Config | None:
+    """``new``, unless it changes what only a restart applies, or asks for containment this
+    daemon cannot give (why, logged)."""
     if changed := [name for name in FIXED if getattr(new, name) != getattr(config, name)]:
         log.error(
             "reload refused: changing %s needs a restart; nothing changed",

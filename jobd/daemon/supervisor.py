@@ -278,9 +278,8 @@ class Supervisor:
         elif fields.get("READY") == "1" and child.state is not State.STOPPING:
             if child.state is State.STARTING:
                 log.info("process p%d (pid %d) ready", child.index, child.pid)
-            answer = child.state is State.RELOADING  # to a SIGHUP: its reload applied or refused
             child.ready()
-            if self.in_force.heard(fields.get("X_JOBD_CONFIG"), answer):  # daemons started again
+            if self.in_force.heard(fields.get("X_JOBD_CONFIG"), fields.get("X_JOBD_READ")):
                 log.info("process p%d runs the reloaded config: it is in force", child.index)
             if child.reload_owed and not self.stopping:
                 child.reload_owed = False
