@@ -400,3 +400,43 @@ def test_a_yaml_error_does_not_quote_what_was_written(tmp_path: Path, value: str
         load(str(path))
     text = "\n".join(p.format(str(path)) for p in caught.value.problems)
     assert "Hunter2" not in text and text, text
+
+
+def _laughs(levels: int = 8) -> str:
+    """Each level an anchor of ten aliases of the one before: 10 ** (levels + 1) values."""
+    lines = ["a: &a [x,x,x,x,x,x,x,x,x,x]"]
+    for i in range(1, levels + 1):
+        before = "a" if i == 1 else f"l{i - 1}"
+        lines.append(f"l{i}: &l{i} [{','.join([f'*{before}'] * 10)}]")
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE_NESTING = {
+    "flow nesting": ("queues: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 100"),
+    "block nesting": (
+        "queues:\n  q:\n    command: [/bin/true]\n    env: " + "{a: " * 900 + "1" + "}" * 900,
+        "nested more than 100",
+    ),
+    "an alias inside its own anchor": (
+        "queues:\n  q:\n    command: [/bin/true]\n    env: &a {x: *a}\n",
+        "an alias inside its own anchor",
+    ),
+    "aliases of aliases": (_laughs() + "queues: {}\n", "more than 1000000 values"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_NESTING))
+def test_a_config_nested_too_deep_or_wide_is_a_problem_not_a_crash(
+    tmp_path: Path, case: str
+) -> None:
+    """Found in review: a deeply nested file made `load` raise RecursionError (not a config
+    problem): `jobd validate` crashed with a traceback, and a reload never ended (no READY=1
+    after RELOADING=1). A self-referencing alias never ended either, and aliases of aliases
+    expanded without bound."""
+    text, message = HOSTILE_NESTING[case]
+    path = tmp_path / "jobd.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load(str(path))
+    (problem,) = caught.value.problems
+    assert message in problem.message and problem.pos.line >= 1, problem

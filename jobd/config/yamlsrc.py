@@ -94,8 +94,18 @@ class _Builder:
         self.is_text = is_text
         self.doc = Document(data=None)
         self.expand_errors: list[tuple[Path, str]] = []
+        self.built = 0  # values built, each alias's again
 
     def build(self, node: yaml.Node, path: Path) -> Any:
+        # An alias is built again where it is used: inside its own anchor it would never end,
+        # and aliases of aliases grow exponentially ("billion laughs").
+        if len(path) > MAX_DEPTH:
+            why = f"nested more than {MAX_DEPTH} levels deep once aliases are expanded"
+            raise SourceError(f"{why} (an alias inside its own anchor?)", _pos(node.start_mark))
+        self.built += 1
+        if self.built > MAX_VALUES:
+            why = f"more than {MAX_VALUES} values once aliases are expanded"
+            raise SourceError(f"{why}; use fewer aliases of aliases", _pos(node.start_mark))
         self.doc.values[path] = _pos(node.start_mark)
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path)
@@ -180,6 +190,11 @@ def load(
         loader = yaml.SafeLoader(text)
     except yaml.YAMLError as exc:  # ReaderError: control characters
         raise SourceError(f"not a readable YAML text file: {exc}".splitlines()[0]) from None
+    if (deep := _too_deep(text)) is not None:
+        loader.dispose()
+        raise SourceError(
+            f"nested more than {MAX_DEPTH} levels deep; a config needs a handful", deep
+        )
     try:
         try:
             node = loader.get_single_node()
@@ -207,6 +222,28 @@ def load(
         return builder.doc, builder.expand_errors
     finally:
         loader.dispose()
+
+
+MAX_DEPTH = 100  # mappings and sequences one in another; a config needs under ten
+MAX_VALUES = 1_000_000  # values of a config, aliases expanded (a large one has some thousands)
+
+
+def _too_deep(text: str) -> Pos | None:
+    """Where ``text`` nests deeper than MAX_DEPTH, if it does: building such a document would
+    exhaust Python's stack (a RecursionError, not a config problem). PyYAML's parser keeps a
+    stack of its own, so its events are counted before anything recurses."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return _pos(event.start_mark)
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return None  # the parse proper says what is wrong, and where
+    return None
 
 
 _QUOTED = re.compile(r"'[^']{3,}'")
