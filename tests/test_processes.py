@@ -474,6 +474,15 @@ signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 comm = lambda pid: open(f"/proc/{pid}/comm").read().strip()
 image = comm(supervisor)  # a process not exec'd since its fork shows this, or jobd-NAME
 ours = lambda pid: comm(pid) in (image,) or comm(pid).startswith("jobd-")
+own_exe = os.readlink("/proc/self/exe")  # the supervisor's interpreter too (it cannot read its)
+def still_jobd(pid):
+    # After an open: exec sets the new program's exe before making it dumpable, and its comm
+    # after that; so a child that exec'd another program (croniter runs file) in the instant
+    # between the two checks above shows it here, where comm may not yet.
+    try:
+        return os.readlink(f"/proc/{pid}/exe") == own_exe and ours(pid)
+    except OSError:
+        return ours(pid)
 family, tried = {supervisor}, set()  # the supervisor, and what it forked that is jobd still
 while not stop:
     for entry in os.listdir("/proc"):
@@ -487,7 +496,7 @@ while not stop:
             tried.add(entry)
             family.add(int(entry))
             open(f"/proc/{entry}/mem", "rb").close()  # the kernel checks here, and only here
-            if ours(entry):  # and it did not exec another program meanwhile
+            if still_jobd(entry):  # and it did not exec another program meanwhile
                 opened.append(entry)
         except (OSError, ValueError, IndexError):
             pass
