@@ -435,8 +435,8 @@ def test_a_config_nested_too_deep_or_wide_is_a_problem_not_a_crash(
     expanded without bound."""
     text, message = HOSTILE_NESTING[case]
     # Built up to the limit, 1 000 000 values would raise this worker's peak memory to some
-    # hundreds of MiB, which every process it starts later inherits as its own peak (exec keeps
-    # it): a daemon would then take a 256 MiB handler's peak for the vfork share (test_cost).
+    # hundreds of MiB, which every process it starts later inherits in its getrusage peak (exec
+    # keeps it: see test_cost's large launcher); the mechanism is the same at 10 000.
     monkeypatch.setattr(yamlsrc, "MAX_VALUES", 10_000)
     path = tmp_path / "jobd.yaml"
     path.write_text(text)

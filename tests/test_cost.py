@@ -50,3 +50,25 @@ def test_each_job_says_what_it_cost(r: redis.Redis, write_config, daemon: Daemon
     assert 'jobd_handler_cpu_seconds_count{queue="q"} 1.0' in metrics
     assert 'jobd_handler_max_rss_bytes_bucket{le="2.68435456e+08",queue="q"} 0.0' in metrics
     assert 'jobd_handler_max_rss_bytes_count{queue="q"} 1.0' in metrics
+
+
+# A launcher with a large peak (300 MiB touched, then freed) that execs the daemon: exec keeps
+# its peak in the daemon's getrusage figure.
+LAUNCHER = (
+    "import os, sys\nblock = b'x' * (300 << 20)\ndel block\nos.execv(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+def test_a_daemon_started_by_a_large_process_still_says_what_a_job_cost(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """Found by CI: the daemon took its own peak from getrusage, which holds the peak of the
+    process that exec'd it, so started by one larger than a handler it reported no handler's
+    peak (taken for the memory a vfork child shares with the daemon). Its own is VmHWM now."""
+    command = json.dumps([sys.executable, "-c", HOG])
+    config = write_config(queue_config(command, retry="{max_attempts: 1}"))
+    d = daemon(config, prefix=[sys.executable, "-c", LAUNCHER])
+    r.xadd("jobd:q", {"payload": "x", "job_id": "hog"})
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the hog dead-lettered")
+    ((_, record),) = r.xrange("{jobd:q}:dead")
+    assert int(record[b"jobd_max_rss_bytes"]) >= 256 << 20, d.log()

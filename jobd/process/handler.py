@@ -92,10 +92,25 @@ def _peak(usage: resource.struct_rusage | None) -> int | None:
     global _own_peak
     if usage is None or usage.ru_maxrss <= _own_peak:
         return None
-    _own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    _own_peak = _memory_peak()
     if usage.ru_maxrss <= _own_peak:
         return None
     return usage.ru_maxrss * 1024  # KiB on Linux
+
+
+def _memory_peak() -> int:
+    """The peak of the daemon's own memory, KiB (VmHWM): what a vfork child shares. Not
+    getrusage's, which also holds the peak of whatever process exec'd the daemon (exec keeps
+    it): started by a large process, the daemon took every handler smaller than that for the
+    share, and reported none's peak."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _signame(signum: int | None) -> str:
