@@ -504,6 +504,26 @@ open(out, "w").write(" ".join(opened) + "\\n" + " ".join(sorted(tried)))
 """
 
 
+def test_the_command_line_starts_no_process_before_it_is_non_dumpable() -> None:
+    """Seen in CI through the test below: croniter, imported with jobd.config, runs `file` at
+    import, so `jobd` forked a child before `main` made it non-dumpable: a copy of the process,
+    its environment's secrets included, that a process of the same user could read until it
+    exec'd. Nothing imported before `main` starts a process now."""
+    probe = (
+        "import subprocess, sys\n"
+        "started = []\n"
+        "real = subprocess.Popen.__init__\n"
+        "def spy(self, *a, **k):\n"
+        "    started.append(a[0] if a else k.get('args'))\n"
+        "    real(self, *a, **k)\n"
+        "subprocess.Popen.__init__ = spy\n"
+        "import jobd.cli.main\n"
+        "print(started, 'croniter' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] False", out.stdout
+
+
 def test_no_daemon_is_ever_dumpable_so_a_handler_of_its_user_cannot_reach_its_memory(
     write_config: Callable[..., Path],
     daemon: Callable[..., DaemonProcess],

@@ -15,8 +15,6 @@ import shutil
 from collections.abc import Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from jobd.config import durations, sizes
 from jobd.config.problems import Problem
 from jobd.config.queue_settings import QueueSettings
@@ -159,6 +157,11 @@ def _prlimit(q: QueueSettings) -> list[Problem]:
 
 
 def _schedule(q: QueueSettings) -> list[Problem]:
+    # Imported at the first check, not with jobd.config: croniter runs `file` at import
+    # (platform.architecture), and a child forked at jobd's own import came before jobd made
+    # itself non-dumpable (cli.main): a copy of it, environment and all, readable until its exec.
+    from croniter import croniter
+
     problems = []
     names: set[str] = set()
     for i, s in enumerate(q.schedule()):
