@@ -66,6 +66,7 @@ from dataclasses import dataclass
 
 from jobd.config import ConfigError, read_text
 from jobd.config import digest as config_digest
+from jobd.process.procfs import own_status
 
 log = logging.getLogger("jobd.supervisor")
 
@@ -357,11 +358,4 @@ def connect(sock: socket.socket, path: str, deadline: float) -> None:
 
 def traced_by() -> int:
     """The pid of this process's tracer (ptrace), 0 for none or where /proc cannot say."""
-    try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"TracerPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return own_status(b"TracerPid:") or 0

@@ -30,6 +30,7 @@ from jobd.outcome import Ran, Started
 from jobd.process import launch
 from jobd.process.cgroup import Cgroup, Tree, Usage
 from jobd.process.output import Output
+from jobd.process.procfs import own_status
 
 log = logging.getLogger("jobd.handler")
 
@@ -103,14 +104,8 @@ def _memory_peak() -> int:
     getrusage's, which also holds the peak of whatever process exec'd the daemon (exec keeps
     it): started by a large process, the daemon took every handler smaller than that for the
     share, and reported none's peak."""
-    try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = own_status(b"VmHWM:")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if peak is None else peak
 
 
 def _signame(signum: int | None) -> str:
