@@ -14,15 +14,18 @@ other:
 
   xargs       `seq N | xargs -P8 -n1 /bin/true`, the baseline (also run again at the end of
               the round: the ratios are to the mean of the two);
-  vfork       the loop starting each handler with jobd's own spawn (``jobd.process.spawn``:
-              vfork and exec, the GIL released while it waits), as the daemon does;
+  vfork       the loop starting each handler with jobd's vfork spawn (``jobd.process.spawn``:
+              vfork and exec, the GIL released while it waits), as the daemon did before
+              its C extension;
+  clone       (``--modes``) jobd's spawn as the daemon calls it: a clone the loop does not
+              wait for (``jobd.process._clonexec``), where the extension is built;
   forkserver  (where a C compiler is found) the loop sending each start to a small C
               process, which clones the handler with CLONE_PARENT (so it is the loop's own
               child, reaped and watched by pidfd as before) and never waits for its exec; the
               loop learns the pid from the reply on a socket, in a later pass;
   sync        (``--modes``) the same fork server, the loop waiting for each reply (the pid
               at once, as the daemon's code expects it today);
-  thread      (``--modes``) jobd's own spawn in a spawner thread of the loop's process, each
+  thread      (``--modes``) jobd's vfork spawn in a spawner thread of the loop's process, each
               start handed over on a deque and an eventfd, each pid handed back likewise.
 
 It prints per round jobs/s and the ratio to xargs, how long the loop spent in each start call
@@ -185,8 +188,13 @@ class Loop:
                 self.sock.setblocking(True)
                 reply = self.sock.recv(4)
                 self.watch(int.from_bytes(reply, "little", signed=True), self.waiting.pop(0))
+        elif self.mode == "clone":
+            pid, report = spawn.spawn((HANDLER,), ENV, {}, None, out_w, err_w)
+            if report is not None:  # a failed exec is only exit status 127 here
+                os.close(report)
+            self.watch(pid, (out_r, err_r))
         else:
-            pid = spawn.spawn((HANDLER,), ENV, {}, None, out_w, err_w)
+            pid = spawn._vfork_exec((HANDLER,), spawn._encode(ENV), None, out_w, err_w)
             self.watch(pid, (out_r, err_r))
         self.calls.append(time.perf_counter() - began)
         os.close(out_w)
@@ -198,7 +206,7 @@ class Loop:
             os.eventfd_read(self.wake)
             while self.requests:
                 out_r, err_r, out_w, err_w = self.requests.popleft()
-                pid = spawn.spawn((HANDLER,), ENV, {}, None, out_w, err_w)
+                pid = spawn._vfork_exec((HANDLER,), spawn._encode(ENV), None, out_w, err_w)
                 os.close(out_w)
                 os.close(err_w)
                 self.results.append((pid, out_r, err_r))
@@ -305,7 +313,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work-us", type=float, default=100.0)
     parser.add_argument("--side-us", type=float, default=0.0)
-    modes = "vfork (first: the rest against it), forkserver, sync, thread"
+    modes = "vfork (first: the rest against it), clone, forkserver, sync, thread"
     parser.add_argument("--modes", default="vfork,forkserver", help=modes)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--forkserver", help=argparse.SUPPRESS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
@@ -59,6 +60,39 @@ def test_handlers_get_their_oom_score_adj(r: redis.Redis, write_config, daemon: 
     r.xadd("jobd:own", {"payload": "x", "job_id": "own"})
     d.wait_log("queue=q job=default attempt=1 stdout: 500")
     d.wait_log("queue=own job=own attempt=1 stdout: 700")
+
+
+def test_handlers_started_back_to_back_each_get_their_queues_oom_score(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """Handlers are started without the daemon waiting for their exec, and until then they
+    share its memory: the kernel gives each process sharing it the score the daemon writes for
+    itself. Two queues of different scores, started in turns: each handler still gets its
+    queue's score, and the daemon gets its own back once they have started."""
+    report = "[/bin/sh, -c, 'echo score=$(cat /proc/self/oom_score_adj)']"
+    config = write_config(
+        queue_config(report, concurrency=4)
+        + f"  own:\n    command: {report}\n    concurrency: 4\n"
+        + "    resources: {oom_score_adj: 700}\n"
+    )
+    d = daemon(config)
+    own = Path(f"/proc/{d.proc.pid}/oom_score_adj").read_text().strip()
+    pipe = r.pipeline(transaction=False)
+    for i in range(60):
+        pipe.xadd("jobd:q", {"payload": "x", "job_id": f"q{i}"})
+        pipe.xadd("jobd:own", {"payload": "x", "job_id": f"own{i}"})
+    pipe.execute()
+    wait_until(lambda: d.log().count("stdout: score=") == 120, what="every handler's score")
+    scores = {
+        (line.split("queue=")[1].split()[0], line.rsplit("score=", 1)[1])
+        for line in d.log().splitlines()
+        if "stdout: score=" in line
+    }
+    assert scores == {("q", "500"), ("own", "700")}
+    wait_until(
+        lambda: Path(f"/proc/{d.proc.pid}/oom_score_adj").read_text().strip() == own,
+        what="the daemon's own score back",
+    )
 
 
 def test_per_handler_limits_moved_to_resources(write_config) -> None:

@@ -1,10 +1,14 @@
-"""The spawn seam (jobd/process/spawn.py): both ways of starting a handler give the same child, report
-the same errors, and the fast one lets other threads run while the child gets to exec."""
+"""The spawn seam (jobd/process/spawn.py): every way of starting a handler gives the same child
+and reports the same errors; the fastest returns before the child has exec'd, and a signal that
+reaches the child before its exec never runs a handler of the daemon's; the vfork one lets other
+threads run while the child gets to exec."""
 
 from __future__ import annotations
 
 import errno
 import os
+import platform
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -16,10 +20,41 @@ import pytest
 from jobd.process import spawn
 
 Starter = Callable[..., int]
+# Where the C extension must have been built with the package (setup.py): its tests never skip.
+NATIVE = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+
+
+def clone_exec(argv: tuple[str, ...], env: dict[str, str], *fds: int | None) -> int:
+    """``_clone_exec`` as a starter that raises what the child reported, like the others: it
+    waits for the child to exit without reaping it (the caller does), then reads the report."""
+    low = [os.dup(fd) if fd is not None and fd < 3 else None for fd in fds]
+    given = [fd if dup is None else dup for fd, dup in zip(fds, low, strict=True)]
+    try:
+        pid, report = spawn._clone_exec(argv, spawn._encode(env), *given)  # type: ignore[arg-type]
+    finally:
+        for fd in low:
+            if fd is not None:
+                os.close(fd)
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    error = spawn.start_error(report)
+    if error is not None:
+        os.waitpid(pid, 0)
+        raise error
+    return pid
+
+
 STARTERS = {
     "vfork_exec": lambda argv, env, *fds: spawn._vfork_exec(argv, spawn._encode(env), *fds),
     "posix_spawn": spawn._posix_spawn,
 }
+if spawn._clonexec is not None or NATIVE:
+    STARTERS["clone_exec"] = clone_exec
+
+
+def test_the_c_extension_was_built_where_it_can_be() -> None:
+    if not NATIVE:
+        pytest.skip(f"the C extension is built on x86_64 and aarch64 Linux only, not {platform.machine()}")
+    assert spawn._clonexec is not None, "pip install -e . builds jobd.process._clonexec (setup.py)"
 
 
 def run(start: Starter, argv: tuple[str, ...], env: dict[str, str], stdin: int | None) -> str:
@@ -40,7 +75,8 @@ def run(start: Starter, argv: tuple[str, ...], env: dict[str, str], stdin: int |
 def test_the_child_has_its_group_its_descriptors_and_exactly_its_environment(name: str) -> None:
     probe = (
         'echo "pid=$$ pgid=$(ps -o pgid= -p $$ | tr -d " ")"; env | sort; read line; '
-        'echo "stdin=$line"; ls /proc/$$/fd | sort -n | tr "\\n" " "'
+        'echo "stdin=$line"; grep -E "^SigBlk" /proc/$$/status | tr -d "\\t" | '
+        'tr ":\\n" "= " | sed "s/ $/\\n/"; ls /proc/$$/fd | sort -n | tr "\\n" " "'
     )
     in_r, in_w = os.pipe2(os.O_CLOEXEC)
     os.write(in_w, b"the payload\n")
@@ -52,6 +88,7 @@ def test_the_child_has_its_group_its_descriptors_and_exactly_its_environment(nam
     finally:
         os.close(in_r)
     lines = text.splitlines()
+    assert lines.pop(-2) == "SigBlk=0000000000000000", "no signal blocked"
     pid, pgid = (part.split("=")[1] for part in lines[0].split())
     assert pid == pgid, "a process group of its own"
     env = {line.split("=", 1)[0] for line in lines[1:-2]}
@@ -95,8 +132,8 @@ def test_a_handler_that_cannot_start_is_an_oserror_with_its_errno(
     spawn._fork_exec is None or sys.version_info < (3, 11, 6),
     reason="CPython releases the GIL around subprocess's vfork from 3.11.6 (gh-104372)",
 )
-def test_other_threads_run_while_the_child_gets_to_exec() -> None:
-    """The reason for spawn.py: os.posix_spawn holds the GIL until the child has exec'd, and
+def test_other_threads_run_while_the_vfork_child_gets_to_exec() -> None:
+    """The reason for the vfork way: os.posix_spawn holds the GIL until the child has exec'd, and
     the reader and recorder could not run meanwhile. A thread that counts only while the main
     thread is inside the call counts nothing unless the call lets go of the GIL."""
     inside = threading.Event()
@@ -114,7 +151,7 @@ def test_other_threads_run_while_the_child_gets_to_exec() -> None:
     try:
         for _ in range(200):
             inside.set()
-            pid = spawn.spawn(("/bin/true",), {}, {}, None, 1, 2)
+            pid = spawn._vfork_exec(("/bin/true",), [], None, 1, 2)
             inside.clear()
             os.waitpid(pid, 0)
             if counted:
@@ -131,7 +168,7 @@ def test_the_jobs_own_variables_come_on_top_of_the_queues_either_way(
     queue_env = {"A": "queue", "B": "queue"}
 
     def start(argv: tuple[str, ...], env: dict[str, str], *fds: int | None) -> int:
-        return spawn.spawn(argv, env, {"B": "job"}, *fds)  # type: ignore[arg-type]
+        return spawn.spawn(argv, env, {"B": "job"}, *fds)[0]  # type: ignore[arg-type]
 
     # What the child was given, as given: each name once.
     probe = ("/bin/sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ | grep -E '^(A|B)=' | sort")
@@ -140,6 +177,8 @@ def test_the_jobs_own_variables_come_on_top_of_the_queues_either_way(
     def other_signature(*args: object) -> int:
         raise TypeError("fork_exec() takes exactly 24 arguments (23 given)")
 
+    monkeypatch.setattr(spawn, "_clonexec", None)  # as where the C extension is not built
+    assert run(start, probe, queue_env, None) == "A=queue\nB=job\n", "vfork"
     monkeypatch.setattr(spawn, "_fork_exec", other_signature)
     assert run(start, probe, queue_env, None) == "A=queue\nB=job\n", "os.posix_spawn instead"
     assert spawn._fork_exec is None
@@ -155,3 +194,86 @@ def test_encoded_environments_are_kept_for_a_bounded_number_of_mappings() -> Non
         assert spawn._encoded(env) == [f"N={env['N']}".encode()]
         assert len(spawn._encodings) <= spawn.ENCODINGS_KEPT
     assert spawn._encoded(envs[-1]) is spawn._encoded(envs[-1]), "encoded once while kept"
+
+
+def clone_starts() -> None:
+    if spawn._clonexec is None:
+        assert not NATIVE, "the C extension was not built (setup.py)"
+        pytest.skip(f"no C extension on {sys.platform} {platform.machine()}")
+
+
+def before_exec(pid: int) -> bool:
+    """Whether ``pid`` is still the daemon's clone (its executable this Python's)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe") == os.readlink("/proc/self/exe")
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def one_cpu() -> object:
+    """This thread and the children it starts on one CPU: a child runs only when this thread
+    lets it, so a start that does not wait for the exec returns before it."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    yield
+    os.sched_setaffinity(0, cpus)
+
+
+def test_a_clone_start_returns_before_the_child_has_execd(one_cpu: object) -> None:
+    """The point of _clonexec: the loop goes on while the child gets to exec (vfork returns
+    only after it, so this never sees a child before its exec that way)."""
+    clone_starts()
+    early = 0
+    for _ in range(50):
+        pid, report = spawn._clone_exec(("/bin/sleep", "5"), [], None, *pipe_ends())
+        early += before_exec(pid)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        assert spawn.start_error(report) is None
+    assert early > 0, "every start waited for its child's exec"
+    assert spawn._clonexec.in_flight() == 0, "each child's stack is freed once it has left it"
+
+
+_pipes: list[int] = []
+
+
+def pipe_ends() -> tuple[int, int]:
+    """stdout and stderr for a child: a pipe's write end (above 2), kept open for the test."""
+    if not _pipes:
+        r, w = os.pipe2(os.O_CLOEXEC)
+        _pipes.extend((r, w))
+    return _pipes[1], _pipes[1]
+
+
+def test_a_signal_before_exec_never_runs_a_handler_of_the_daemon(one_cpu: object) -> None:
+    """A clone shares the daemon's memory until its exec: a signal handler of the daemon's
+    running there would set the daemon's own flags (and write to its wakeup pipe), and the
+    daemon would act on a SIGTERM sent to a handler's group. The child takes every signal at
+    its default action before it can receive one."""
+    clone_starts()
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: caught.append(signum))
+    wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    old_wakeup = signal.set_wakeup_fd(wake_w)
+    hit = 0
+    try:
+        for _ in range(100):
+            pid, report = spawn._clone_exec(("/bin/sleep", "5"), [], None, *pipe_ends())
+            hit += before_exec(pid)
+            os.killpg(pid, signal.SIGUSR1)  # its group: the start made it before returning
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGUSR1
+            assert spawn.start_error(report) is None
+        for _ in range(100):  # let pending Python-level handlers run, if any were tripped
+            pass
+        signal.pthread_kill(threading.main_thread().ident, 0)  # type: ignore[arg-type]
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGUSR1, previous)
+    with pytest.raises(BlockingIOError):
+        os.read(wake_r, 100)
+    os.close(wake_r)
+    os.close(wake_w)
+    assert hit > 0, "no child was signalled before its exec: the test proved nothing"
+    assert caught == [], "the daemon's handler ran for a signal sent to a child"

@@ -192,15 +192,21 @@ class Admission:
 
     # -- starting -------------------------------------------------------------------------
 
+    def cannot_start(self, queue: QueueConfig, job: Job, error: Exception) -> None:
+        """The job's handler could not be started (``error``): retried or dead-lettered by its
+        queue's policy, as a handler that failed. Told at once, or by the loop when a handler
+        started without waiting for its exec is reaped (``Handler.start_error``)."""
+        outcome = policy.decide(queue, job, None, detail=str(error).encode())
+        log.error("%s %s: %s", job.tag(queue.name), error, outcome.describe())
+        self.settle(outcome)
+
     def start(self, queue: QueueConfig, job: Job) -> None:
         try:
             handler = Handler.spawn(job, queue, self.folder, self.running.tree)
         except Exception as exc:  # the daemon never dies of a job
             if not isinstance(exc, SpawnError):
                 log.error("%s cannot start the handler", job.tag(queue.name), exc_info=exc)
-            outcome = policy.decide(queue, job, None, detail=str(exc).encode())
-            log.error("%s %s: %s", job.tag(queue.name), exc, outcome.describe())
-            self.settle(outcome)
+            self.cannot_start(queue, job, exc)
             return
         self.running.add(handler)
         series = self.metrics.of(queue.name)

@@ -15,12 +15,14 @@ The loop, as an algorithm:
 Redis stays off this loop, and work reaches it and leaves it through queues only: see the
 package docstring (``jobd.daemon``) for the threads and their hand-offs.
 
-The loop starts handlers itself. A vfork-based spawn returns once the child has called exec
-(a few hundred microseconds for a small binary on a busy machine; the GIL is released
-meanwhile, so the reader and recorder run, see ``spawn``); handing the spawn to threads was
-measured slower (bench/spawn.py, bench/compare.py): every hand-over is a GIL round trip
-between threads, and those cost more than the wait they hide. For the same reason the loop
-hands work to the other threads once per pass, never once per job.
+The loop starts handlers itself, and does not wait for them to reach exec: ``spawn`` clones
+each one and returns its pid at once (a vfork-based spawn waited for the exec, a few hundred
+microseconds a start on a busy machine, most of the loop's time a job; it is still the way
+where the C extension is not built, see ``spawn``). A handler that could not reach exec tells
+so when it is reaped (``Handler.start_error``), and its job ends as one that could not start.
+Handing the spawn to threads was measured slower (bench/spawn.py, bench/compare.py): every
+hand-over is a GIL round trip between threads, and those cost more than the wait they hide.
+For the same reason the loop hands work to the other threads once per pass, never once per job.
 
 Every job travels with the queue definition it was read under, and a handler keeps the one it
 started with: a reload (SIGHUP, ``queues``) never changes a running job.
@@ -197,6 +199,8 @@ class Daemon:
 
     def step(self) -> None:
         exited: list[Handler] = []
+        if spawn.OOM.holding():  # the handlers' OOM score, once its last starts have exec'd
+            spawn.OOM.give_back()
         for fd, what in self.poller.poll(self.wait_time()):
             if what == "signal":
                 self.on_signals()
@@ -273,6 +277,8 @@ class Daemon:
         due -= time.monotonic()
         if self.notifier.watchdog_interval is not None:
             due = min(due, self.notifier.next_watchdog - time.monotonic())
+        if spawn.OOM.holding():
+            due = min(due, spawn.GIVE_BACK_EVERY)
         return max(0.0, min(due, IDLE_WAIT))
 
     # -- events ---------------------------------------------------------------------------
@@ -306,6 +312,9 @@ class Daemon:
             handler.log(logging.ERROR, "internal error after exit; releasing it")
             log.exception("while finishing pid %d", handler.pid)
             self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+            return
+        if handler.start_error is not None and handler.ending() is None:
+            self.admission.cannot_start(handler.queue, handler.job, handler.start_error)
             return
         took = time.monotonic() - handler.started
         outcome = policy.decide(handler.queue, handler.job, status, handler.ending(),

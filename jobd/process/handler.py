@@ -1,7 +1,7 @@
 """The process seam: one running handler process and everything the OS does to it.
 
-A handler is started with vfork and exec (``spawn``; subprocess when it needs another folder
-or user; never preexec_fn, never a shell) in its own process group, gets its payload on a
+A handler is started by a clone or vfork and exec (``spawn``; subprocess when it needs another
+folder or user; never preexec_fn, never a shell) in its own process group, gets its payload on a
 pipe, and has its stdout and stderr drained by the daemon's selector loop. Stopping it
 signals the whole group: SIGTERM, then SIGKILL.
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from jobd.config import QueueConfig
 from jobd.job import Job
 from jobd.outcome import Ran, Started
-from jobd.process import launch
+from jobd.process import launch, spawn
 from jobd.process.cgroup import Cgroup, Tree, Usage
 from jobd.process.output import Output
 from jobd.process.procfs import own_status
@@ -55,6 +55,10 @@ class StopReason(enum.Enum):
 
 class SpawnError(Exception):
     """The handler could not be started (missing, not executable, bad interpreter line)."""
+
+    @classmethod
+    def of(cls, queue: QueueConfig, exc: OSError) -> SpawnError:
+        return cls(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +91,9 @@ _own_peak = 0  # the daemon's peak resident memory (KiB) when last read: it only
 
 def _peak(usage: resource.struct_rusage | None) -> int | None:
     """A reaped handler's peak resident memory, in bytes, when it is known: until its exec a
-    handler shares the daemon's memory (vfork), and the kernel counts that in its peak, so a
-    peak no larger than the daemon's own says nothing of the handler (None). The daemon's own
-    is read again only when a handler's is above it as last read."""
+    handler shares the daemon's memory (vfork, or spawn's clone), and the kernel counts that in
+    its peak, so a peak no larger than the daemon's own says nothing of the handler (None). The
+    daemon's own is read again only when a handler's is above it as last read."""
     global _own_peak
     if usage is None or usage.ru_maxrss <= _own_peak:
         return None
@@ -119,7 +123,8 @@ class Handler:
     """One attempt of one job, running as a process group led by ``pid``."""
 
     def __init__(self, job: Job, queue: QueueConfig, pid: int, stdin: int | None, stdout: int,
-                 stderr: int, placed: tuple[Tree, Cgroup] | None = None) -> None:  # fmt: skip
+                 stderr: int, placed: tuple[Tree, Cgroup] | None = None,
+                 report: int | None = None) -> None:  # fmt: skip
         self.job = job
         self.placed = placed  # its cgroup and the tree it is in (process.cgroup), if any
         self.cgroup_usage: Usage | None = None  # what its cgroup used, once reaped
@@ -142,6 +147,10 @@ class Handler:
         self.status: ExitStatus | None = None
         self.usage: resource.struct_rusage | None = None  # wait4's, once reaped
         self._outputs = {stdout: self.stdout, stderr: self.stderr}
+        # Started without waiting for its exec: where a failure to get there is told, read
+        # once it is reaped (``spawn.start_error``); then that failure, if any.
+        self.report = report
+        self.start_error: SpawnError | None = None
         # Readable once the leader has exited. Watching each handler's own pidfd, never
         # waiting for "any child", leaves every other child alone (the embedded Redis, a
         # handler another thread is just starting).
@@ -153,10 +162,11 @@ class Handler:
     def spawn(cls, job: Job, queue: QueueConfig, here: str, tree: Tree | None = None) -> Handler:
         """Start the handler with its payload pipe filled as far as it goes.
 
-        The fast path is ``spawn`` (vfork and exec, no Python in the child) when the
-        handler runs in the daemon's own folder ``here`` as the daemon's user; otherwise
-        subprocess.Popen, which can change folder and identity. With a ``tree``, in a cgroup
-        of its own (``process.cgroup``).
+        The fast path is ``spawn`` (a clone that the daemon does not wait for, or vfork; no
+        Python in the child) when the handler runs in the daemon's own folder ``here`` as the
+        daemon's user; otherwise subprocess.Popen, which can change folder and identity. With
+        a ``tree``, in a cgroup of its own (``process.cgroup``). A failure to start raises
+        SpawnError, or, where the start was not waited for, is ``start_error`` once reaped.
         """
         payload = job.stdin_bytes()
         job_env = dict(  # the job's own variables, on top of the queue's environment
@@ -182,16 +192,16 @@ class Handler:
             in_w = None
         child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
         try:
-            pid, placed = launch.start(queue, here, job_env, in_r, out_w, err_w, tree)
+            pid, report, placed = launch.start(queue, here, job_env, in_r, out_w, err_w, tree)
         except OSError as exc:
             for fd in (out_r, err_r, in_w):
                 if fd is not None:
                     os.close(fd)
-            raise SpawnError(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}") from exc
+            raise SpawnError.of(queue, exc) from exc
         finally:
             for fd in child_ends:
                 os.close(fd)
-        handler = cls(job, queue, pid, in_w, out_r, err_r, placed)
+        handler = cls(job, queue, pid, in_w, out_r, err_r, placed, report)
         if in_w is not None:  # a larger payload: written as the handler reads it
             os.set_blocking(in_w, False)
             handler.pending_input = memoryview(payload)
@@ -308,6 +318,9 @@ class Handler:
             self.placed[0].kill(self.placed[1])
         _, wait_status, self.usage = os.wait4(self.pid, 0)
         os.close(self.pidfd)
+        if self.report is not None:
+            failed, self.report = spawn.start_error(self.report), None
+            self.start_error = None if failed is None else SpawnError.of(self.queue, failed)
         if self.placed is not None:
             tree, cgroup = self.placed
             self.cgroup_usage = cgroup.usage()

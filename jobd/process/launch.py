@@ -1,6 +1,7 @@
-"""How a handler's process is started: in the daemon's folder as its user by vfork and exec
-(``spawn``), or by subprocess where it needs another folder or user; with its queue's OOM score
-and, where there is a cgroup tree, in a cgroup of its own, both from its first instruction."""
+"""How a handler's process is started: in the daemon's folder as its user by ``spawn`` (cloned,
+the daemon not waiting for its exec), or by subprocess where it needs another folder or user;
+with its queue's OOM score and, where there is a cgroup tree, in a cgroup of its own, both from
+its first instruction."""
 
 from __future__ import annotations
 
@@ -17,29 +18,28 @@ from jobd.process.cgroup import Cgroup, Tree
 def start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int, tree: Tree | None,
-) -> tuple[int, tuple[Tree, Cgroup] | None]:  # fmt: skip
+) -> tuple[int, int | None, tuple[Tree, Cgroup] | None]:  # fmt: skip
     """``_start`` with the handler's OOM score, and its cgroup when there is a ``tree``, from
-    its first instruction (``spawn.OomScore``, ``cgroup.Tree.spawning``); its pid and where it
-    was placed."""
+    its first instruction (``spawn.OomScore``, ``cgroup.Tree.spawning``); its pid, where a
+    failure to start it is told (``spawn.spawn``), and where it was placed."""
     with spawn.LOCK:
-        taken = spawn.OOM.take(queue.resources.oom_score_adj)
+        spawn.OOM.take(queue.resources.oom_score_adj)
         try:
             if tree is None:
-                return _start(queue, here, job_env, stdin, stdout, stderr), None
+                return *_start(queue, here, job_env, stdin, stdout, stderr), None
             with tree.spawning(queue.resources) as cgroup:
-                pid = _start(queue, here, job_env, stdin, stdout, stderr)
-            return pid, (tree, cgroup)
+                pid, report = _start(queue, here, job_env, stdin, stdout, stderr)
+            return pid, report, (tree, cgroup)
         finally:
-            if taken:
-                spawn.OOM.restore()
+            spawn.OOM.give_back()  # at once, unless the child is before its exec
 
 
 def _start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int,
-) -> int:  # fmt: skip
+) -> tuple[int, int | None]:  # fmt: skip
     """Start the process in its own group with these descriptors as 0, 1, 2, and the queue's
-    environment plus ``job_env``; its pid."""
+    environment plus ``job_env``; its pid and where a failure to start it is told."""
     if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
         return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr)
     popen = subprocess.Popen(
@@ -53,7 +53,7 @@ def _start(
         **identity(queue),
     )
     popen.returncode = 0  # reaped by the daemon's loop, not by this object
-    return popen.pid
+    return popen.pid, None
 
 
 def identity(queue: QueueConfig) -> dict[str, object]:

@@ -1,20 +1,26 @@
-"""Starting a handler process: vfork and exec, with the GIL released while the child gets there.
+"""Starting a handler process: cloned and exec'd without the daemon waiting for the exec, or
+vfork and exec with the GIL released while the child gets there.
 
-With vfork the parent waits until the child has called exec: about 0.1 ms on an idle
-machine, several hundred microseconds when eight handlers share two cores, and the daemon's
-loop spent two thirds of its time there under load. ``os.posix_spawn`` holds the GIL through
-that wait, so the reader could not take in the next jobs nor the recorder send the last
-outcomes meanwhile. The C helper behind ``subprocess``, ``_posixsubprocess.fork_exec``,
-releases the GIL around its vfork (CPython gh-104372) and converts its arguments in C:
-measured +4 to +9 % jobs/s against ``os.posix_spawn`` in bench/compare.py (see README
-"Performance"). It is private to CPython, with the same arguments from 3.11 to 3.13; where it
-is missing or refuses them, ``os.posix_spawn`` does the same work, holding the GIL.
+The fast way is ``_clonexec`` (C, built with the package on x86_64 and aarch64 Linux): the
+child is cloned sharing the daemon's memory, as vfork does, but the caller is not suspended
+until it reaches exec. With vfork the daemon's loop waited 0.13 to 0.93 ms a start on a busy
+machine (the child queues behind running handlers for a CPU), most of its time a job, and one
+daemon could not start handlers as fast as ``xargs -P8`` (README "Performance"). A failure
+before or at exec (not found, not executable, a bad interpreter line) then comes later: the
+child writes it on a pipe and exits 127, and whoever reaps it reads the pipe (``start_error``).
+The OOM score the daemon takes for its handlers' sake waits for them (``OomScore``).
 
-The child: a process group of its own; the given descriptors as 0, 1 and 2 (stdin /dev/null
-when None) and no other (every descriptor the daemon opens is close-on-exec); no signal
-blocked, and every signal at its default action: exec resets caught signals, ``fork_exec``
-resets SIGPIPE and SIGXFSZ (which Python ignores), and ``reset_inherited_ignores`` leaves no
-other signal ignored in the daemon.
+The waiting way, where the C extension is missing: ``_posixsubprocess.fork_exec``, the C helper
+behind ``subprocess``, which releases the GIL around its vfork (CPython gh-104372) and converts
+its arguments in C: measured +4 to +9 % jobs/s against ``os.posix_spawn``. It is private to
+CPython, with the same arguments from 3.11 to 3.13; where it is missing or refuses them,
+``os.posix_spawn`` does the same work, holding the GIL.
+
+The child, either way: a process group of its own; the given descriptors as 0, 1 and 2 (stdin
+/dev/null when None) and no other (every descriptor the daemon opens is close-on-exec); no
+signal blocked, and every signal at its default action: exec resets caught signals,
+``_clonexec`` resets every action, ``fork_exec`` resets SIGPIPE and SIGXFSZ (which Python
+ignores), and ``reset_inherited_ignores`` leaves no other signal ignored in the daemon.
 """
 
 from __future__ import annotations
@@ -32,11 +38,17 @@ try:
 except ImportError:  # not CPython on a POSIX system
     _fork_exec = None
 
+try:
+    from jobd.process import _clonexec
+except ImportError:  # not built here (see setup.py): every start waits for its exec
+    _clonexec = None
+
 log = logging.getLogger("jobd.spawn")
 
 # Held by every thread of the daemon while it starts a process: a spawn changes what the daemon's
 # children inherit for its instant (its OOM score, its cgroup), which no other start may see.
-LOCK = threading.Lock()
+# Reentrant: giving the OOM score back takes it too, inside a start or from the loop.
+LOCK = threading.RLock()
 
 _devnull: int | None = None  # /dev/null, opened once, close-on-exec: an empty payload's stdin
 
@@ -44,11 +56,12 @@ _devnull: int | None = None  # /dev/null, opened once, close-on-exec: an empty p
 def spawn(
     argv: tuple[str, ...], env: Mapping[str, str], extra: Mapping[str, str], stdin: int | None,
     stdout: int, stderr: int,
-) -> int:  # fmt: skip
-    """Start ``argv[0]`` (a path) with ``argv`` and exactly ``env`` plus ``extra``; its pid.
-    ``env`` is a queue's environment, the same for each of its jobs, ``extra`` the job's own
-    variables. OSError when it cannot be started (not found, not executable, a bad interpreter
-    line)."""
+) -> tuple[int, int | None]:  # fmt: skip
+    """Start ``argv[0]`` (a path) with ``argv`` and exactly ``env`` plus ``extra``; its pid,
+    and where a failure to start it is told: None when this call waited for the exec (and
+    raised OSError for not found, not executable, a bad interpreter line), else a descriptor
+    for ``start_error`` once the process has exited. ``env`` is a queue's environment, the
+    same for each of its jobs, ``extra`` the job's own variables."""
     if _fork_exec is not None:
         # A name in both: ``extra`` wins, and the child must see it once (getenv takes the
         # first of two).
@@ -57,11 +70,44 @@ def spawn(
             _encode({k: v for k, v in env.items() if k not in shared}) if shared else _encoded(env)
         )
         entries = [*base, *_encode(extra)]
+        if _clonexec is not None and min(stdout, stderr, stdin or 3) > 2:
+            return _clone_exec(argv, entries, stdin, stdout, stderr)
         try:
-            return _vfork_exec(argv, entries, stdin, stdout, stderr)
+            return _vfork_exec(argv, entries, stdin, stdout, stderr), None
         except _OtherPython:
             _fall_back()
-    return _posix_spawn(argv, {**env, **extra}, stdin, stdout, stderr)
+    return _posix_spawn(argv, {**env, **extra}, stdin, stdout, stderr), None
+
+
+def _clone_exec(
+    argv: tuple[str, ...], env_list: list[bytes], stdin: int | None, stdout: int, stderr: int
+) -> tuple[int, int]:
+    """``_clonexec.start``: the pid at once, and the read end of the pipe the child reports a
+    failure on (non-blocking: read once the child has exited, it never waits)."""
+    args = [os.fsencode(a) for a in argv]
+    report_r, report_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        pid = _clonexec.start(  # type: ignore[union-attr]
+            args, env_list, _null() if stdin is None else stdin, stdout, stderr, report_w
+        )
+    except BaseException:
+        os.close(report_r)
+        raise
+    finally:
+        os.close(report_w)
+    return pid, report_r
+
+
+def start_error(report: int) -> OSError | None:
+    """What a child started by ``_clone_exec`` reported before or at exec (None: it got
+    there), read once it has exited; closes ``report``."""
+    try:
+        told = os.read(report, 4096)
+    except BlockingIOError:  # nothing written, and another child holds a copy of the pipe
+        told = b""
+    finally:
+        os.close(report)
+    return _reported_error(told) if told else None
 
 
 _encodings: dict[int, tuple[Mapping[str, str], list[bytes]]] = {}  # id(env) -> env, its entries
@@ -219,43 +265,80 @@ def raise_open_files_limit() -> None:
 
 class OomScore:
     """Handlers get their ``resources.oom_score_adj`` from their first instruction: the daemon
-    takes that score itself for the instant of each spawn (a child inherits its parent's at
-    fork) and goes back to its own right after (``/proc/self/oom_score_adj``, kept open, its
-    value read again each time: an operator may change it). Going back is always allowed (the
-    kernel refuses going below the lowest score a privileged process set, and ours was at least
-    that); a score lower than ours needs CAP_SYS_RESOURCE: refused, that queue's handlers keep
-    ours, said once a value in the log. During a spawn the daemon competes with its handlers for
-    the OOM killer, which picks the largest of equal scores: the handlers."""
+    takes that score itself for its spawns (a child inherits its parent's when it is made) and
+    goes back to its own once they are done (``/proc/self/oom_score_adj``, kept open, its value
+    read again each time it took none: an operator may change it). Going back is always allowed
+    (the kernel refuses going below the lowest score a privileged process set, and ours was at
+    least that); a score lower than ours needs CAP_SYS_RESOURCE: refused, that queue's handlers
+    keep ours, said once a value in the log. While it holds a handler's score the daemon
+    competes with its handlers for the OOM killer, which picks the largest of equal scores.
+
+    A child started without waiting for its exec (``_clonexec``) shares the daemon's memory
+    until then, and the kernel gives every process sharing that memory the score the daemon
+    writes for itself: so the daemon changes its score only once no such child is before its
+    exec (``give_back``, ``_clonexec.settle``). With one score for every queue (the default,
+    500) it keeps it while it starts handlers back to back, and goes back to its own within
+    ``GIVE_BACK_EVERY`` of the last start (the loop asks, ``holding``): about as long as it held
+    it before, when it waited for each child's exec at that score."""
 
     def __init__(self) -> None:
         self.fd: int | None = None
-        self.own = 0  # the daemon's score, as read before the last spawn
+        self.own = 0  # the daemon's score, as read before it last took one
+        self.held: int | None = None  # the score taken for handlers, until given back
         self.refused: set[int] = set()
         with contextlib.suppress(OSError):
             self.fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
 
-    def take(self, value: int) -> bool:
-        """Take ``value`` for a spawn; whether ``restore`` must follow."""
-        if self.fd is None or value in self.refused:
-            return False
-        try:
-            self.own = int(os.pread(self.fd, 16, 0))
-        except (OSError, ValueError):
-            return False
-        if value == self.own:
-            return False
+    def take(self, value: int) -> None:
+        """Hold ``value`` for the next spawn (the caller holds LOCK)."""
+        if self.fd is None or value in self.refused or value == self.held:
+            return
+        if self.held is None:
+            try:
+                self.own = int(os.pread(self.fd, 16, 0))
+            except (OSError, ValueError):
+                return
+            if value == self.own:
+                return
+        _settle(SETTLE_PATIENCE)  # another score: no child before its exec may take it
         try:
             os.write(self.fd, str(value).encode())
         except OSError as exc:
             self.refused.add(value)
             log.warning("handlers cannot get oom_score_adj %d (%s): they keep the daemon's (%d)",
                         value, exc.strerror or exc, self.own)  # fmt: skip
-            return False
-        return True
+            self.give_back()
+            return
+        self.held = value
 
-    def restore(self) -> None:
-        if self.fd is not None:
-            os.write(self.fd, str(self.own).encode())
+    def holding(self) -> bool:
+        return self.held is not None
+
+    def give_back(self) -> bool:
+        """The daemon's own score again, if it holds another and no child it started is before
+        its exec; True once it has its own."""
+        with LOCK:
+            if self.held is None or self.fd is None:
+                return True
+            if not _settle(0.0):
+                return False
+            with contextlib.suppress(OSError):
+                os.write(self.fd, str(self.own).encode())
+            self.held = None
+            return True
+
+
+def _settle(timeout: float) -> bool:
+    """Whether every child started without waiting has exec'd (or exited), waiting up to
+    ``timeout`` seconds."""
+    return _clonexec is None or _clonexec.settle(timeout)
+
+
+# How long a change of the daemon's score waits for the children before their exec: past it
+# (a child stopped before its exec, an exec from a hung file system) the change is made, and
+# such a child gets the new score.
+SETTLE_PATIENCE = 1.0
+GIVE_BACK_EVERY = 0.01  # seconds: how soon after its last start the loop gives the score back
 
 
 OOM = OomScore()

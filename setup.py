@@ -1,0 +1,17 @@
+"""The one part of the build pyproject.toml cannot say: jobd's C extension,
+``jobd.process._clonexec`` (a handler start the daemon does not wait for; see its source).
+Optional: where it cannot be built (another system, no C compiler), jobd starts handlers with
+vfork as before (``jobd.process.spawn``)."""
+
+import platform
+import sys
+
+from setuptools import Extension, setup
+
+NATIVE = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+
+setup(
+    ext_modules=[Extension("jobd.process._clonexec", ["jobd/process/_clonexec.c"], optional=True)]
+    if NATIVE
+    else []
+)
