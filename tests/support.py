@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,9 +35,21 @@ def wait_until(
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the kernel's range for outgoing connections: a port
+    bind() picks is in that range, and between the pick and a server's own bind the other
+    test worker's connections can take it (seen: a cluster node that could not listen)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        first_ephemeral = int(f.read().split()[0])
+    low = max(1024, first_ephemeral - 12000)
+    for _ in range(100):
+        port = random.randrange(low, first_ephemeral)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port")
 
 
 def find_redis_server() -> str:
@@ -73,8 +86,15 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         client = redis.Redis(port=self.port, socket_connect_timeout=1, **self.ping_options)  # type: ignore[arg-type]
-        wait_until(lambda: _pings(client), 10, "redis-server to answer")
+        wait_until(lambda: self._exited() or _pings(client), 10, "redis-server to answer")
         client.close()
+
+    def _exited(self) -> bool:
+        """Fails the test, with the server's last log lines, if it has exited."""
+        if self.proc is None or self.proc.poll() is None:
+            return False
+        log = (self.workdir / "redis.log").read_text(errors="replace").splitlines()[-3:]
+        pytest.fail(f"redis-server on port {self.port} exited: {' / '.join(log)}")
 
     def stop(self) -> None:
         """SIGTERM: Redis shuts down cleanly, writing its AOF when it keeps one."""
@@ -278,6 +298,13 @@ class LocalCluster:
         return self.servers + [r for group in self.replicas for r in group]
 
     def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()  # the servers started so far do not outlive a failed start
+            raise
+
+    def _start(self) -> None:
         for server in self.everyone():
             server.start()
         for i, (s, (first, last)) in enumerate(zip(self.servers, self.ranges, strict=True)):
