@@ -11,11 +11,12 @@ import platform
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from support import wait_until
 
 from jobd.process import spawn
 
@@ -53,7 +54,9 @@ if spawn._clonexec is not None or NATIVE:
 
 def test_the_c_extension_was_built_where_it_can_be() -> None:
     if not NATIVE:
-        pytest.skip(f"the C extension is built on x86_64 and aarch64 Linux only, not {platform.machine()}")
+        pytest.skip(
+            f"the C extension is built on x86_64 and aarch64 Linux only, not {platform.machine()}"
+        )
     assert spawn._clonexec is not None, "pip install -e . builds jobd.process._clonexec (setup.py)"
 
 
@@ -277,3 +280,126 @@ def test_a_signal_before_exec_never_runs_a_handler_of_the_daemon(one_cpu: object
     os.close(wake_w)
     assert hit > 0, "no child was signalled before its exec: the test proved nothing"
     assert caught == [], "the daemon's handler ran for a signal sent to a child"
+
+
+@pytest.fixture
+def own_score() -> object:
+    """This process's OOM score, put back after the test (which takes others for its
+    children, as the daemon does)."""
+    with open("/proc/self/oom_score_adj") as f:
+        before = f.read().strip()
+    yield int(before)
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write(before)
+
+
+def score_of(pid: int | str) -> int:
+    with open(f"/proc/{pid}/oom_score_adj") as f:
+        return int(f.read())
+
+
+def start_sleeper() -> tuple[int, int]:
+    return spawn._clone_exec(("/bin/sleep", "30"), [], None, *pipe_ends())
+
+
+def end(*children: tuple[int, int]) -> None:
+    for pid, report in children:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(report)
+
+
+def test_a_refused_score_starts_its_handler_with_the_daemons_own_not_the_one_held(
+    own_score: int,
+) -> None:
+    """From the review: held across starts, a queue's score reached the next handler of a
+    queue whose own score the kernel refused (it should keep the daemon's)."""
+    clone_starts()
+    score = spawn.OomScore()
+    score.refused.add(own_score - 1)  # as after a refusal (no CAP_SYS_RESOURCE)
+    with spawn.LOCK:
+        score.take(own_score + 100)
+        first = start_sleeper()
+        score.take(own_score - 1)
+        second = start_sleeper()
+    try:
+        assert score_of(first[0]) == own_score + 100
+        assert score_of(second[0]) == own_score, "the refused queue keeps the daemon's score"
+        assert score_of("self") == own_score
+    finally:
+        end(first, second)
+
+
+def test_a_child_stuck_before_its_exec_holds_no_score_for_ever(
+    own_score: int, one_cpu: object
+) -> None:
+    """From the review: a child stopped before its exec (or exec'ing from a hung file system)
+    kept the daemon at the handlers' score for good, and made every change of score wait."""
+    clone_starts()
+    score = spawn.OomScore()
+    with spawn.LOCK:
+        score.take(own_score + 100)
+        stuck = start_sleeper()
+    os.kill(stuck[0], signal.SIGSTOP)
+    try:
+        if not before_exec(stuck[0]):
+            pytest.skip("the child reached its exec before it was stopped")
+        wait_until(score.give_back, what="the daemon's own score back")
+        assert score_of("self") == own_score
+    finally:
+        end(stuck)
+
+
+def test_an_operators_change_of_the_daemons_score_is_kept(own_score: int) -> None:
+    """From the review: the score read before the first start was written back over an
+    operator's change made while a handler's was held."""
+    clone_starts()
+    score = spawn.OomScore()
+    with spawn.LOCK:
+        score.take(own_score + 100)
+        child = start_sleeper()
+    try:
+        wait_until(lambda: not before_exec(child[0]), what="its exec (until then it shares ours)")
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(own_score + 50))  # the operator
+        wait_until(score.give_back, what="the score given back")
+        assert score_of("self") == own_score + 50
+        assert score_of(child[0]) == own_score + 100
+    finally:
+        end(child)
+
+
+@pytest.mark.parametrize("memory", [None, 64 << 20])
+def test_a_handler_whose_cgroup_caps_memory_is_started_waiting_for_its_exec(
+    memory: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the review: a child before its exec shares the daemon's memory, and the kernel's
+    OOM killer, which passes over a vfork child, does not pass over a clone: picked in its
+    cgroup (a memory.max written before its exec, and exec needing more), it takes the daemon
+    with it. So where the cgroup caps memory the start waits for the exec, and the limit comes
+    after (this host may have no memory controller to show the kill itself)."""
+    import contextlib
+    from dataclasses import replace
+
+    from jobd.config import load
+    from jobd.config.types import Resources
+    from jobd.process import launch
+
+    waited: list[bool] = []
+
+    def recording(*args: object, wait: bool = False) -> tuple[int, None]:
+        waited.append(wait)
+        return 1, None
+
+    class Tree:
+        @contextlib.contextmanager
+        def spawning(self, resources: Resources) -> Iterator[str]:
+            yield "its cgroup"
+
+    monkeypatch.setattr(spawn, "spawn", recording)
+    config = Path(__file__).parent.parent / "config" / "example.yaml"
+    queue = next(iter(load(str(config)).queues.values()))
+    queue = replace(queue, resources=replace(queue.resources, memory=memory))
+    launch.start(queue, queue.cwd, {}, None, 3, 4, Tree())  # type: ignore[arg-type]
+    launch.start(queue, queue.cwd, {}, None, 3, 4, None)
+    assert waited == [memory is not None, False]

@@ -96,8 +96,15 @@ struct start {
     char **argv;
     char **envp;
     size_t size;
+    double born;  /* CLOCK_MONOTONIC seconds at the clone */
     struct start *next;
 };
+
+static double monotonic(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
 
 static struct start *in_flight = NULL;  /* guarded by the GIL */
 static int waiters = 0;  /* calls of settle() waiting without the GIL: nothing is freed meanwhile */
@@ -219,6 +226,7 @@ static PyObject *start(PyObject *self, PyObject *args) {
     if (s == MAP_FAILED)
         return PyErr_SetFromErrno(PyExc_OSError);
     s->size = size;
+    s->born = monotonic();
     memcpy(s->fds, fds, sizeof(fds));
     s->report = report;
     char *cursor = (char *)(s + 1);
@@ -263,50 +271,53 @@ static PyObject *in_flight_count(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(n);
 }
 
-/* Wait (without the GIL) until every child started here has left its mapping, or ``timeout``
- * seconds have passed; True when none is left. The kernel wakes the futex on the first word of
- * a start when it clears it (CLONE_CHILD_CLEARTID). */
+/* Wait (without the GIL) until every child started here less than ``stale`` seconds ago has
+ * left its mapping, or ``timeout`` seconds have passed; True when none of those is left. A child
+ * before its exec for longer (stopped, or exec'ing from a hung file system) is not waited for.
+ * The kernel wakes the futex on the first word of a start when it clears it
+ * (CLONE_CHILD_CLEARTID). */
 static PyObject *settle(PyObject *self, PyObject *args) {
     (void)self;
-    double timeout;
-    if (!PyArg_ParseTuple(args, "d", &timeout))
+    double timeout, stale;
+    if (!PyArg_ParseTuple(args, "dd", &timeout, &stale))
         return NULL;
     sweep();
-    if (!in_flight)
+    double now = monotonic(), end = now + timeout;
+    int waiting = 0;
+    for (struct start *s = in_flight; s; s = s->next)
+        waiting |= s->born + stale > now;
+    if (!waiting)
         Py_RETURN_TRUE;
-    struct timespec now, end;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += (time_t)timeout;
-    end.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
-    if (end.tv_nsec >= 1000000000L) {
-        end.tv_sec++;
-        end.tv_nsec -= 1000000000L;
-    }
+    if (timeout <= 0)
+        Py_RETURN_FALSE;
     waiters++;
     Py_BEGIN_ALLOW_THREADS
     for (struct start *s = in_flight; s; s = s->next) {
         pid_t tid;
+        double until = s->born + stale < end ? s->born + stale : end;
         while ((tid = __atomic_load_n(&s->tid, __ATOMIC_ACQUIRE)) != 0) {
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            long left = (end.tv_sec - now.tv_sec) * 1000000000L + (end.tv_nsec - now.tv_nsec);
+            double left = until - monotonic();
             if (left <= 0)
                 break;
-            struct timespec wait = {left / 1000000000L, left % 1000000000L};
+            struct timespec wait = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
             syscall(SYS_futex, &s->tid, FUTEX_WAIT, tid, &wait, NULL, 0);
         }
     }
     Py_END_ALLOW_THREADS
     waiters--;
     sweep();
-    if (in_flight)
-        Py_RETURN_FALSE;
+    now = monotonic();
+    for (struct start *s = in_flight; s; s = s->next) {
+        if (s->born + stale > now)
+            Py_RETURN_FALSE;
+    }
     Py_RETURN_TRUE;
 }
 
 static PyMethodDef methods[] = {
     {"settle", settle, METH_VARARGS,
-     "settle(timeout) -> bool: wait until every child started has exec'd or exited (True), or "
-     "timeout seconds (False)."},
+     "settle(timeout, stale) -> bool: wait until every child started less than stale seconds "
+     "ago has exec'd or exited (True), or timeout seconds (False)."},
     {"start", start, METH_VARARGS,
      "start(argv, envp, stdin, stdout, stderr, report_w) -> pid: clone and exec argv[0], not "
      "waiting for the exec; a failure is written on report_w."},

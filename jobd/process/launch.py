@@ -27,8 +27,10 @@ def start(
         try:
             if tree is None:
                 return *_start(queue, here, job_env, stdin, stdout, stderr), None
+            # A memory limit is written once the handler has exec'd (``spawn``'s docstring).
+            capped = queue.resources.memory is not None
             with tree.spawning(queue.resources) as cgroup:
-                pid, report = _start(queue, here, job_env, stdin, stdout, stderr)
+                pid, report = _start(queue, here, job_env, stdin, stdout, stderr, wait=capped)
             return pid, report, (tree, cgroup)
         finally:
             spawn.OOM.give_back()  # at once, unless the child is before its exec
@@ -36,12 +38,13 @@ def start(
 
 def _start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
-    stderr: int,
+    stderr: int, wait: bool = False,
 ) -> tuple[int, int | None]:  # fmt: skip
     """Start the process in its own group with these descriptors as 0, 1, 2, and the queue's
-    environment plus ``job_env``; its pid and where a failure to start it is told."""
+    environment plus ``job_env``; its pid and where a failure to start it is told. With
+    ``wait``, once it has exec'd (``spawn.spawn``)."""
     if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
-        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr)
+        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr, wait=wait)
     popen = subprocess.Popen(
         queue.argv,
         stdin=stdin if stdin is not None else subprocess.DEVNULL,

@@ -8,7 +8,11 @@ machine (the child queues behind running handlers for a CPU), most of its time a
 daemon could not start handlers as fast as ``xargs -P8`` (README "Performance"). A failure
 before or at exec (not found, not executable, a bad interpreter line) then comes later: the
 child writes it on a pipe and exits 127, and whoever reaps it reads the pipe (``start_error``).
-The OOM score the daemon takes for its handlers' sake waits for them (``OomScore``).
+The OOM score the daemon takes for its handlers' sake waits for them (``OomScore``). A handler
+placed in a cgroup with a memory limit is started with vfork (``wait``; ``launch``): that limit
+is written once it has exec'd, so a child before its exec, sharing the daemon's memory, is
+never the one the kernel's OOM killer picks in that cgroup, which would kill the daemon with it
+(the OOM killer passes over a vfork child, not over a clone).
 
 The waiting way, where the C extension is missing: ``_posixsubprocess.fork_exec``, the C helper
 behind ``subprocess``, which releases the GIL around its vfork (CPython gh-104372) and converts
@@ -55,13 +59,14 @@ _devnull: int | None = None  # /dev/null, opened once, close-on-exec: an empty p
 
 def spawn(
     argv: tuple[str, ...], env: Mapping[str, str], extra: Mapping[str, str], stdin: int | None,
-    stdout: int, stderr: int,
+    stdout: int, stderr: int, *, wait: bool = False,
 ) -> tuple[int, int | None]:  # fmt: skip
     """Start ``argv[0]`` (a path) with ``argv`` and exactly ``env`` plus ``extra``; its pid,
     and where a failure to start it is told: None when this call waited for the exec (and
     raised OSError for not found, not executable, a bad interpreter line), else a descriptor
     for ``start_error`` once the process has exited. ``env`` is a queue's environment, the
-    same for each of its jobs, ``extra`` the job's own variables."""
+    same for each of its jobs, ``extra`` the job's own variables. With ``wait``, the call
+    returns once the child has exec'd (vfork)."""
     if _fork_exec is not None:
         # A name in both: ``extra`` wins, and the child must see it once (getenv takes the
         # first of two).
@@ -70,7 +75,7 @@ def spawn(
             _encode({k: v for k, v in env.items() if k not in shared}) if shared else _encoded(env)
         )
         entries = [*base, *_encode(extra)]
-        if _clonexec is not None and min(stdout, stderr, stdin or 3) > 2:
+        if _clonexec is not None and not wait and min(stdout, stderr, stdin or 3) > 2:
             return _clone_exec(argv, entries, stdin, stdout, stderr)
         try:
             return _vfork_exec(argv, entries, stdin, stdout, stderr), None
@@ -266,20 +271,21 @@ def raise_open_files_limit() -> None:
 class OomScore:
     """Handlers get their ``resources.oom_score_adj`` from their first instruction: the daemon
     takes that score itself for its spawns (a child inherits its parent's when it is made) and
-    goes back to its own once they are done (``/proc/self/oom_score_adj``, kept open, its value
-    read again each time it took none: an operator may change it). Going back is always allowed
-    (the kernel refuses going below the lowest score a privileged process set, and ours was at
-    least that); a score lower than ours needs CAP_SYS_RESOURCE: refused, that queue's handlers
-    keep ours, said once a value in the log. While it holds a handler's score the daemon
-    competes with its handlers for the OOM killer, which picks the largest of equal scores.
+    goes back to its own once they are done (``/proc/self/oom_score_adj``, kept open). Going
+    back is always allowed (the kernel refuses going below the lowest score a privileged
+    process set, and ours was at least that); a score lower than ours needs CAP_SYS_RESOURCE:
+    refused, that queue's handlers keep ours, said once a value in the log.
 
     A child started without waiting for its exec (``_clonexec``) shares the daemon's memory
     until then, and the kernel gives every process sharing that memory the score the daemon
     writes for itself: so the daemon changes its score only once no such child is before its
-    exec (``give_back``, ``_clonexec.settle``). With one score for every queue (the default,
-    500) it keeps it while it starts handlers back to back, and goes back to its own within
-    ``GIVE_BACK_EVERY`` of the last start (the loop asks, ``holding``): about as long as it held
-    it before, when it waited for each child's exec at that score."""
+    exec (``_settle``), and keeps one score across starts back to back. The loop gives it back
+    within ``GIVE_BACK_EVERY`` of the last start (``holding``, ``give_back``). A child before
+    its exec for longer than ``STALE`` (stopped, or exec'ing from a hung file system) is not
+    waited for: it gets the score written next. The daemon's own score is read before it takes
+    one, and an operator's change while it held one is kept, not overwritten. While it holds a
+    handler's score the daemon competes with its handlers for the OOM killer (as it did for
+    each vfork, which took as long)."""
 
     def __init__(self) -> None:
         self.fd: int | None = None
@@ -290,54 +296,61 @@ class OomScore:
             self.fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
 
     def take(self, value: int) -> None:
-        """Hold ``value`` for the next spawn (the caller holds LOCK)."""
-        if self.fd is None or value in self.refused or value == self.held:
+        """Hold ``value`` for the next spawn, or the daemon's own score when ``value`` is
+        refused or is its own (the caller holds LOCK)."""
+        if self.fd is None or value == self.held:
             return
-        if self.held is None:
-            try:
-                self.own = int(os.pread(self.fd, 16, 0))
-            except (OSError, ValueError):
-                return
-            if value == self.own:
-                return
-        _settle(SETTLE_PATIENCE)  # another score: no child before its exec may take it
+        self.give_back(STALE)  # another score: no child before its exec may take it
+        if value in self.refused:
+            return
+        try:
+            self.own = int(os.pread(self.fd, 16, 0))
+        except (OSError, ValueError):
+            return
+        if value == self.own:
+            return
         try:
             os.write(self.fd, str(value).encode())
         except OSError as exc:
             self.refused.add(value)
             log.warning("handlers cannot get oom_score_adj %d (%s): they keep the daemon's (%d)",
                         value, exc.strerror or exc, self.own)  # fmt: skip
-            self.give_back()
             return
         self.held = value
 
     def holding(self) -> bool:
         return self.held is not None
 
-    def give_back(self) -> bool:
+    def give_back(self, wait: float = 0.0) -> bool:
         """The daemon's own score again, if it holds another and no child it started is before
-        its exec; True once it has its own."""
+        its exec (waiting up to ``wait`` seconds for them); True once it has its own."""
         with LOCK:
             if self.held is None or self.fd is None:
                 return True
-            if not _settle(0.0):
+            if not _settle(wait):
                 return False
-            with contextlib.suppress(OSError):
-                os.write(self.fd, str(self.own).encode())
+            try:
+                now = int(os.pread(self.fd, 16, 0))
+            except (OSError, ValueError):
+                now = self.held
+            if now == self.held:
+                with contextlib.suppress(OSError):
+                    os.write(self.fd, str(self.own).encode())
+            else:  # an operator set the daemon's score meanwhile: that is its own now
+                self.own = now
             self.held = None
             return True
 
 
 def _settle(timeout: float) -> bool:
-    """Whether every child started without waiting has exec'd (or exited), waiting up to
-    ``timeout`` seconds."""
-    return _clonexec is None or _clonexec.settle(timeout)
+    """Whether every child started without waiting less than STALE ago has exec'd (or
+    exited), waiting up to ``timeout`` seconds."""
+    return _clonexec is None or _clonexec.settle(timeout, STALE)
 
 
-# How long a change of the daemon's score waits for the children before their exec: past it
-# (a child stopped before its exec, an exec from a hung file system) the change is made, and
-# such a child gets the new score.
-SETTLE_PATIENCE = 1.0
+# A child before its exec for this long is not waited for any more (see OomScore): an exec takes
+# milliseconds, even queued behind busy handlers.
+STALE = 0.5
 GIVE_BACK_EVERY = 0.01  # seconds: how soon after its last start the loop gives the score back
 
 
