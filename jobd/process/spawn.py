@@ -300,7 +300,7 @@ class OomScore:
         refused or is its own (the caller holds LOCK)."""
         if self.fd is None or value == self.held:
             return
-        self.give_back(STALE)  # another score: no child before its exec may take it
+        self.give_back(STALE, force=True)  # another score: no child before its exec may take it
         if value in self.refused:
             return
         try:
@@ -321,13 +321,14 @@ class OomScore:
     def holding(self) -> bool:
         return self.held is not None
 
-    def give_back(self, wait: float = 0.0) -> bool:
+    def give_back(self, wait: float = 0.0, force: bool = False) -> bool:
         """The daemon's own score again, if it holds another and no child it started is before
-        its exec (waiting up to ``wait`` seconds for them); True once it has its own."""
+        its exec (waiting up to ``wait`` seconds for them; with ``force``, whatever is left
+        then); True once it has its own."""
         with LOCK:
             if self.held is None or self.fd is None:
                 return True
-            if not _settle(wait):
+            if not _settle(wait) and not force:
                 return False
             try:
                 now = int(os.pread(self.fd, 16, 0))
