@@ -579,11 +579,17 @@ def test_a_hand_back_whose_reply_was_lost_is_not_sent_again(
             recorder.record([Outcome(Verb.HAND_BACK, q, job)])
             wait_until(lambda: idle_of(r, first) > 10**12, what="the hand-back applied")
             r.xautoclaim("jobd:q", "jobd", "me", 0, "0-0", justid=True)  # taken back: a new run
+            claimed, accepted = idle_of(r, first), proxy.accepted
             proxy.restore()
             job = Job("q", second, {b"payload": b"x"}, "second", 1)
             recorder.record([Outcome(Verb.ACK, q, job)])
             wait_until(lambda: not r.xpending_range("jobd:q", "jobd", second, second, 1), 15)
-            assert idle_of(r, first) < 60_000, "the new run was handed back"
+            # Seen failing twice in full runs, never alone nor under load (session 12): what
+            # the proxy saw, for the next time.
+            seen = (
+                f"{claimed} ms idle after the claim, {accepted} connections then, {proxy.cuts} cut"
+            )
+            assert idle_of(r, first) < 60_000, f"the new run was handed back ({seen})"
         finally:
             recorder.stop()
             recorder.join(10)
