@@ -46,21 +46,6 @@
 
 #define CHILD_STACK (64 * 1024)
 
-static inline long raw3(long n, long a, long b, long c) {
-#if defined(__x86_64__)
-    long ret;
-    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
-    return ret;
-#else
-    register long x8 __asm__("x8") = n;
-    register long x0 __asm__("x0") = a;
-    register long x1 __asm__("x1") = b;
-    register long x2 __asm__("x2") = c;
-    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
-    return x0;
-#endif
-}
-
 static inline long raw4(long n, long a, long b, long c, long d) {
 #if defined(__x86_64__)
     long ret;
@@ -78,6 +63,8 @@ static inline long raw4(long n, long a, long b, long c, long d) {
     return x0;
 #endif
 }
+
+static inline long raw3(long n, long a, long b, long c) { return raw4(n, a, b, c, 0); }
 
 /* The kernel's struct sigaction (not the C library's). */
 struct ksigaction {
