@@ -13,7 +13,8 @@
  *   resolves a symbol lazily (a write to shared memory);
  * - the mapping is freed only once the kernel says the child has left it: CLONE_PARENT_SETTID
  *   writes the child's pid into its first word before the child runs, CLONE_CHILD_CLEARTID
- *   clears that word when the child execs or exits; each call frees the mappings cleared since;
+ *   clears that word when the child execs or exits, and kcmp(KCMP_VM) then says whether it
+ *   still shares the daemon's memory (``gone``); each call frees the mappings left since;
  * - every signal is blocked in the calling thread across the clone, so the child starts with
  *   all of them blocked, sets every action to the default (its own copy of the table: no
  *   CLONE_SIGHAND), and unblocks them only just before exec: no handler of the daemon ever runs
@@ -35,6 +36,7 @@
 #include <signal.h>
 #include <string.h>
 #include <linux/futex.h>
+#include <linux/kcmp.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -74,7 +76,7 @@ struct ksigaction {
     unsigned long mask;
 };
 
-/* One start: its first word is the child's pid until the child has left the mapping. */
+/* One start: its first word is the child's pid until the child begins its exec (or exits). */
 struct start {
     volatile pid_t tid;
     int fds[3];
@@ -84,6 +86,7 @@ struct start {
     char **envp;
     size_t size;
     double born;  /* CLOCK_MONOTONIC seconds at the clone */
+    pid_t pid;
     struct start *next;
 };
 
@@ -96,13 +99,24 @@ static double monotonic(void) {
 static struct start *in_flight = NULL;  /* guarded by the GIL */
 static int waiters = 0;  /* calls of settle() waiting without the GIL: nothing is freed meanwhile */
 
+/* Whether the child has left the daemon's memory: exec'd into its own, or exited. The kernel
+ * clears the tid word as an exec begins to replace the memory, a moment before the child stops
+ * sharing it (exec_mm_release, then the switch in exec_mmap): a score the daemon wrote in that
+ * moment would still reach the child. So, once the word is cleared, kcmp(KCMP_VM) says whether
+ * the child still shares the daemon's memory (where kcmp is missing, the word is taken). */
+static int gone(struct start *s) {
+    if (__atomic_load_n(&s->tid, __ATOMIC_ACQUIRE) != 0)
+        return 0;
+    return syscall(SYS_kcmp, getpid(), s->pid, KCMP_VM, 0, 0) != 0;
+}
+
 static void sweep(void) {
     if (waiters)
         return;
     struct start **at = &in_flight;
     while (*at) {
         struct start *s = *at;
-        if (__atomic_load_n(&s->tid, __ATOMIC_ACQUIRE) == 0) {
+        if (gone(s)) {
             *at = s->next;
             munmap(s, s->size);
         } else {
@@ -239,6 +253,7 @@ static PyObject *start(PyObject *self, PyObject *args) {
         errno = saved;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    s->pid = pid;
     s->next = in_flight;
     in_flight = s;
     /* The child puts itself in a group of its own; so does this, so that a signal to the
@@ -282,12 +297,17 @@ static PyObject *settle(PyObject *self, PyObject *args) {
     for (struct start *s = in_flight; s; s = s->next) {
         pid_t tid;
         double until = s->born + stale < end ? s->born + stale : end;
-        while ((tid = __atomic_load_n(&s->tid, __ATOMIC_ACQUIRE)) != 0) {
+        while (!gone(s)) {
             double left = until - monotonic();
             if (left <= 0)
                 break;
-            struct timespec wait = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
-            syscall(SYS_futex, &s->tid, FUTEX_WAIT, tid, &wait, NULL, 0);
+            if ((tid = __atomic_load_n(&s->tid, __ATOMIC_ACQUIRE)) != 0) {
+                struct timespec wait = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+                syscall(SYS_futex, &s->tid, FUTEX_WAIT, tid, &wait, NULL, 0);
+            } else {  /* between the two steps of its exec: microseconds */
+                struct timespec pause = {0, 20000};
+                nanosleep(&pause, NULL);
+            }
         }
     }
     Py_END_ALLOW_THREADS

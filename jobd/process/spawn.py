@@ -309,6 +309,8 @@ class OomScore:
             return
         if value == self.own:
             return
+        # Any child before its exec would take the score written now, whatever its own.
+        _settle(STALE)
         try:
             os.write(self.fd, str(value).encode())
         except OSError as exc:
