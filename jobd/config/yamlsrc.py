@@ -100,7 +100,7 @@ class _Builder:
         # An alias is built again where it is used: inside its own anchor it would never end,
         # and aliases of aliases grow exponentially ("billion laughs").
         if len(path) > MAX_DEPTH:
-            why = f"nested more than {MAX_DEPTH} levels deep once aliases are expanded"
+            why = f"{TOO_DEEP} once aliases are expanded"
             raise SourceError(f"{why} (an alias inside its own anchor?)", _pos(node.start_mark))
         self.built += 1
         if self.built > MAX_VALUES:
@@ -192,9 +192,7 @@ def load(
         raise SourceError(f"not a readable YAML text file: {exc}".splitlines()[0]) from None
     if (deep := _too_deep(text)) is not None:
         loader.dispose()
-        raise SourceError(
-            f"nested more than {MAX_DEPTH} levels deep; a config needs a handful", deep
-        )
+        raise SourceError(f"{TOO_DEEP}; a config needs a handful", deep)
     try:
         try:
             node = loader.get_single_node()
@@ -225,6 +223,7 @@ def load(
 
 
 MAX_DEPTH = 100  # mappings and sequences one in another; a config needs under ten
+TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"  # the start of both messages
 MAX_VALUES = 1_000_000  # values of a config, aliases expanded (a large one has some thousands)
 
 

@@ -102,6 +102,7 @@ class InForce:
     def __init__(self, config_path: str, text: str | None) -> None:
         self.config_path = config_path
         self.text = text  # None: the daemon reads the file
+        self.digest = None if text is None else config_digest(text)
         self.offered: dict[str, str] = {}  # digest: text, oldest first
 
     def offer(self, text: str) -> None:
@@ -129,13 +130,7 @@ class InForce:
         file's, if it still is (then no reload offered before is owed: the file is newer). A
         reload read or run is answered, with every one before it: none of them is owed to a
         daemon started again."""
-        text = None
-        if runs and (self.text is None or runs != config_digest(self.text)):
-            text = self.offered.get(runs)
-            if text is None and (text := self.reread()) is not None:
-                text = text if config_digest(text) == runs else None
-                if text is not None:
-                    self.offered.clear()
+        text = self._named(runs) if runs and runs != self.digest else None
         for answered in (read, runs):
             if answered in self.offered:
                 names = list(self.offered)
@@ -143,8 +138,19 @@ class InForce:
                     del self.offered[older]
         if text is None:
             return False
-        self.text = text
+        self.text, self.digest = text, runs
         return True
+
+    def _named(self, digest: str) -> str | None:
+        """The text of ``digest``: a reload offered, or else the file, re-read, if it is that
+        text (then every reload offered is answered: the file is newer than them all)."""
+        text = self.offered.get(digest)
+        if text is None:
+            text = self.reread()
+            if text is None or config_digest(text) != digest:
+                return None
+            self.offered.clear()
+        return text
 
     def reread(self) -> str | None:
         try:
