@@ -107,7 +107,9 @@ static int waiters = 0;  /* calls of settle() waiting without the GIL: nothing i
 static int gone(struct start *s) {
     if (__atomic_load_n(&s->tid, __ATOMIC_ACQUIRE) != 0)
         return 0;
-    return syscall(SYS_kcmp, getpid(), s->pid, KCMP_VM, 0, 0) != 0;
+    /* That moment is microseconds: an answer "the same" long after it is another task that got
+     * the child's pid once it was reaped (pids wrap around), a thread of the daemon's own. */
+    return syscall(SYS_kcmp, getpid(), s->pid, KCMP_VM, 0, 0) != 0 || monotonic() - s->born > 10;
 }
 
 static void sweep(void) {
