@@ -375,7 +375,7 @@ def test_an_operators_change_of_the_daemons_score_is_kept(own_score: int) -> Non
 
 @pytest.mark.parametrize("memory", [None, 64 << 20])
 def test_a_handler_whose_cgroup_caps_memory_is_started_waiting_for_its_exec(
-    memory: int | None, monkeypatch: pytest.MonkeyPatch
+    memory: int | None, monkeypatch: pytest.MonkeyPatch, own_score: int
 ) -> None:
     """From the review: a child before its exec shares the daemon's memory, and the kernel's
     OOM killer, which passes over a vfork child, does not pass over a clone: picked in its
@@ -401,6 +401,7 @@ def test_a_handler_whose_cgroup_caps_memory_is_started_waiting_for_its_exec(
             yield "its cgroup"
 
     monkeypatch.setattr(spawn, "spawn", recording)
+    monkeypatch.setattr(spawn, "OOM", spawn.OomScore())  # (the score it takes: own_score's)
     config = Path(__file__).parent.parent / "config" / "example.yaml"
     queue = next(iter(load(str(config)).queues.values()))
     queue = replace(queue, resources=replace(queue.resources, memory=memory))

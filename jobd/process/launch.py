@@ -23,17 +23,14 @@ def start(
     its first instruction (``spawn.OomScore``, ``cgroup.Tree.spawning``); its pid, where a
     failure to start it is told (``spawn.spawn``), and where it was placed."""
     with spawn.LOCK:
-        spawn.OOM.take(queue.resources.oom_score_adj)
-        try:
-            if tree is None:
-                return *_start(queue, here, job_env, stdin, stdout, stderr), None
-            # A memory limit is written once the handler has exec'd (``spawn``'s docstring).
-            capped = queue.resources.memory is not None
-            with tree.spawning(queue.resources) as cgroup:
-                pid, report = _start(queue, here, job_env, stdin, stdout, stderr, wait=capped)
-            return pid, report, (tree, cgroup)
-        finally:
-            spawn.OOM.give_back()  # at once, unless the child is before its exec
+        spawn.OOM.take(queue.resources.oom_score_adj)  # given back by the loop (OomScore)
+        if tree is None:
+            return *_start(queue, here, job_env, stdin, stdout, stderr), None
+        # A memory limit is written once the handler has exec'd (``spawn``'s docstring).
+        capped = queue.resources.memory is not None
+        with tree.spawning(queue.resources) as cgroup:
+            pid, report = _start(queue, here, job_env, stdin, stdout, stderr, wait=capped)
+        return pid, report, (tree, cgroup)
 
 
 def _start(

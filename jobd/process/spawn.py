@@ -75,7 +75,11 @@ def spawn(
             _encode({k: v for k, v in env.items() if k not in shared}) if shared else _encoded(env)
         )
         entries = [*base, *_encode(extra)]
-        if _clonexec is not None and not wait and min(stdout, stderr, stdin or 3) > 2:
+        if (
+            _clonexec is not None
+            and not wait
+            and min(stdout, stderr, _null() if stdin is None else stdin) > 2
+        ):
             return _clone_exec(argv, entries, stdin, stdout, stderr)
         try:
             return _vfork_exec(argv, entries, stdin, stdout, stderr), None
@@ -300,7 +304,9 @@ class OomScore:
         refused or is its own (the caller holds LOCK)."""
         if self.fd is None or value == self.held:
             return
-        self.give_back(STALE, force=True)  # another score: no child before its exec may take it
+        # Whatever is written next reaches every child before its exec, whatever its own score.
+        _settle(STALE)
+        self.give_back(force=True)
         if value in self.refused:
             return
         try:
@@ -309,8 +315,6 @@ class OomScore:
             return
         if value == self.own:
             return
-        # Any child before its exec would take the score written now, whatever its own.
-        _settle(STALE)
         try:
             os.write(self.fd, str(value).encode())
         except OSError as exc:
@@ -323,14 +327,13 @@ class OomScore:
     def holding(self) -> bool:
         return self.held is not None
 
-    def give_back(self, wait: float = 0.0, force: bool = False) -> bool:
+    def give_back(self, force: bool = False) -> bool:
         """The daemon's own score again, if it holds another and no child it started is before
-        its exec (waiting up to ``wait`` seconds for them; with ``force``, whatever is left
-        then); True once it has its own."""
+        its exec (with ``force``, whatever children are); True once it has its own."""
         with LOCK:
             if self.held is None or self.fd is None:
                 return True
-            if not _settle(wait) and not force:
+            if not force and not _settle(0.0):
                 return False
             try:
                 now = int(os.pread(self.fd, 16, 0))
