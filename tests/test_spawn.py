@@ -432,3 +432,17 @@ def test_a_child_started_at_the_daemons_own_score_keeps_it_when_another_is_taken
             assert (score_of(first[0]), score_of(second[0])) == (own_score, own_score + 100)
     finally:
         end(*children)
+
+
+def test_a_stdin_of_0_is_started_too() -> None:
+    """Descriptors 0 to 2 go to vfork (the clone takes only others): a stdin of 0 was taken
+    for "no stdin" and given to the clone, which refused it (ValueError)."""
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid, report = spawn.spawn(("/bin/true",), {}, {}, 0, out_w, out_w)
+    finally:
+        os.close(out_w)
+        os.close(out_r)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report is None, "waited for its exec"
