@@ -34,20 +34,32 @@ def wait_until(
         time.sleep(0.02)
 
 
+_handed: set[int] = set()  # ports free_port gave this process: a server may not have bound yet
+
+
 def free_port() -> int:
     """A loopback port free now, below the kernel's range for outgoing connections: a port
     bind() picks is in that range, and between the pick and a server's own bind the other
-    test worker's connections can take it (seen: a cluster node that could not listen)."""
+    test worker's connections can take it (seen: a cluster node that could not listen). Each
+    xdist worker picks in a share of its own, and never the same port twice (a cluster picks
+    all its ports before its first server binds one: seen, two picks alike)."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         first_ephemeral = int(f.read().split()[0])
     low = max(1024, first_ephemeral - 12000)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    share = (first_ephemeral - low) // max(1, workers)
+    low += share * (worker % max(1, workers))
     for _ in range(100):
-        port = random.randrange(low, first_ephemeral)
+        port = random.randrange(low, low + share)
+        if port in _handed:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _handed.add(port)
             return port
     raise RuntimeError("no free loopback port")
 
