@@ -53,7 +53,7 @@ def raw_rate(client: redis.Redis, data: list[bytes], batch: int) -> float:
 def jobd_rate(config: Path, lines: Path, jobs: int, batch: int) -> tuple[float, float]:
     """`jobd enqueue --lines`: (jobs/s over the whole process, jobs/s its summary says)."""
     command = [sys.executable, "-m", "jobd", "enqueue", "-c", str(config), "bulk",
-               "--lines", str(lines), "--batch", str(batch)]  # fmt: skip
+               "--lines", str(lines), "--chunk", str(batch)]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     elapsed = time.perf_counter() - start

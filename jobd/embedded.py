@@ -137,7 +137,11 @@ class EmbeddedServer:
         with contextlib.suppress(FileNotFoundError):
             (state / SOCKET).unlink()  # left by a server that died
         secure_directory(state)  # checked again: the server writes there from now on
-        with spawn.LOCK:  # not while a handler's start lends the daemon its cgroup
+        # Not while a handler's start lends the daemon its cgroup; and protected from the sweep
+        # (reaped by its own Popen, never there) before the lock is let go: the sweep lists the
+        # daemon's children under it, and a server loading its data for seconds before it
+        # answers is no stray.
+        with spawn.LOCK:
             self.proc = subprocess.Popen(
                 [binary, *self.arguments()],
                 stdin=subprocess.DEVNULL,
@@ -146,9 +150,22 @@ class EmbeddedServer:
                 umask=SERVER_UMASK,
                 env=server_environment(os.environ),
             )
-        self.wait_ready()
-        reaper.protect(self.proc.pid)  # reaped by its own Popen, never by the sweep
+            reaper.protect(self.proc.pid)
+        try:
+            self.wait_ready()
+        except BaseException:
+            self._end(self.proc)  # dead, or not answering: never left running unprotected
+            raise
         log.info("embedded Redis started: %s (pid %d), state in %s", binary, self.proc.pid, state)
+
+    @staticmethod
+    def _end(proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL a server that failed to start, reap it, and stop protecting its pid."""
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(ChildProcessError):
+            proc.wait()
+        reaper.unprotect(proc.pid)
 
     def wait_ready(self) -> None:
         client = _client(self.config, timeout=2)
@@ -220,6 +237,7 @@ class EmbeddedServer:
         while True:
             assert self.proc is not None
             code = self.proc.wait()
+            reaper.unprotect(self.proc.pid)  # reaped: its pid may be anyone's now
             if self._stopping:
                 return
             log.error("embedded Redis exited (%s); restarting it", code)
@@ -240,6 +258,8 @@ class EmbeddedServer:
             self.proc.terminate()
             with contextlib.suppress(ChildProcessError):
                 self.proc.wait(30)
+        if self.proc is not None and self.proc.returncode is not None:
+            reaper.unprotect(self.proc.pid)  # reaped: its pid may be anyone's now
         self.release()
 
 

@@ -32,6 +32,7 @@ Only another user (``run_as``) separates a handler from those.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -77,7 +78,7 @@ def protect_process(config_path: str | None = None) -> Protection:
         log.info("removed from the environment once read (secrets): %s", ", ".join(names))
     non_dumpable = set_non_dumpable()
     if non_dumpable:
-        log.info("non-dumpable: processes of this user cannot read /proc/%d/environ or mem",
+        log.debug("non-dumpable: processes of this user cannot read /proc/%d/environ or mem",
                  os.getpid())  # fmt: skip
     return Protection(non_dumpable, tuple(names))
 
@@ -91,10 +92,21 @@ def prctl(option: int, arg: int | bytes = 0) -> int:
     return got
 
 
+# /proc/self/oom_score_adj, opened before the process is made non-dumpable: from then on its
+# /proc/self files belong to root, and an unprivileged daemon could no longer open it to give
+# its handlers their scores (``process.spawn.OomScore`` takes this descriptor).
+OOM_SCORE_FD: int | None = None
+
+
 def set_non_dumpable() -> bool:
-    """prctl(PR_SET_DUMPABLE, 0); True once it holds, False where there is no prctl."""
+    """prctl(PR_SET_DUMPABLE, 0); True once it holds, False where there is no prctl. What of
+    /proc/self is needed afterwards is opened first (``OOM_SCORE_FD``)."""
+    global OOM_SCORE_FD
     if not sys.platform.startswith("linux"):
         return False
+    if OOM_SCORE_FD is None:
+        with contextlib.suppress(OSError):
+            OOM_SCORE_FD = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
     try:
         prctl(PR_SET_DUMPABLE, 0)
     except OSError as exc:

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import orjson
 
+from jobd import trace as _trace
+from jobd.logs import word
 from jobd.store.keys import QueueKeys
 
 if TYPE_CHECKING:
@@ -46,17 +48,43 @@ JOB_ID = b"job_id"
 RESERVED_JOB_ID = b"jobd_job_id"  # set by jobd when it re-adds a job (retries)
 RESERVED_ATTEMPT = b"jobd_attempt"
 UNIQUE = b"jobd_unique"  # set by `jobd enqueue --unique`: the job holds its job id's mark
+# Which enqueue a job is of, across its retries (each a new entry): the id of the entry its
+# enqueue added, set by jobd on its retries; or a producer's token, set on a timed job (which
+# has no entry yet when it is enqueued). A waiter (jobd.waiting) knows its job's ends by it: the
+# history records and events of an attempt carry it as "origin" when its entry has one.
+ORIGIN = b"jobd_origin"
+MAX_ORIGIN = 64  # bytes: a longer value (no id jobd wrote) is ignored
 # The most fields (name, value pairs) an entry may have to be run. A Lua script can pass at most
 # ~8000 values to one command (Lua's unpack limit, see REDIS-NOTES), so the scripts that copy an
 # entry (retry, promote, dead letter, requeue) could not copy a wider one: such an entry is
 # dead-lettered unrun as `malformed`. The scripts that copy fields name the same number.
 MAX_FIELDS = 1000
+# The longest job id jobd takes, in bytes: a job id is copied into every log line, event, history
+# record and mark of its job, so a longer one (a producer's mistake, or an attack) is no job id:
+# its entry is dead-lettered unrun as `malformed` under its stream id, and only a prefix of it is
+# ever logged. lua/lib/jobs.lua (job_id_of) and the producers (newjob) name the same number.
+MAX_JOB_ID = 1024
+# What one entry's fields may hold besides max_payload (names and values, bytes), to be read at
+# all: a reader's script hands a larger entry, or one of more than MAX_FIELDS fields (counted
+# as they are in the stream: a name may repeat), over as a stand-in holding none of its data
+# (OVERSIZE, its size, or OVERWIDE, its width; lua/lib/jobs.lua sized), dead-lettered as
+# `malformed`, so what one read brings into the daemon is bounded by its count times
+# max_payload plus this, in at most MAX_FIELDS fields an entry.
+ENTRY_SLACK = 1 << 20
+OVERSIZE = b"jobd_oversize"  # set by the read scripts only, on such a stand-in
+OVERWIDE = b"jobd_overwide"
 TIMEOUT = b"jobd_timeout"  # the producer's limits on this job (see the module docstring)
 MAX_ATTEMPTS = b"jobd_max_attempts"
 EXPIRES_AT = b"jobd_expires_at"
 LIMIT_FIELDS = (TIMEOUT, MAX_ATTEMPTS, EXPIRES_AT)
+# The job that enqueued this one through its JOBD_ENQUEUE file (docs: Workflows): "QUEUE JOB_ID"
+# (a queue name has no space), set by jobd only; its history records name it "parent".
+PARENT = b"jobd_parent"
+# The batch the job is a member of (`jobd enqueue --batch ID`; docs: Workflows), set by jobd only:
+# its end is counted there (lua/lib/workflows.lua).
+BATCH = b"jobd_batch"
 # jobd's fields that a retry carries (the limits only when usable: see next_attempt_fields)
-KEPT = (RESERVED_JOB_ID, RESERVED_ATTEMPT, UNIQUE, *LIMIT_FIELDS)
+KEPT = (RESERVED_JOB_ID, RESERVED_ATTEMPT, UNIQUE, ORIGIN, PARENT, BATCH, *LIMIT_FIELDS)
 
 # What Python's repr of a float, a printf %g or a hand write: 2.5, 30, 2., 1e+06; no sign, no
 # nan or inf, no spaces or underscores (float() alone would take those).
@@ -99,13 +127,27 @@ class Job:
     # late report about an earlier delivery of the same entry, handed back and claimed again by
     # this daemon, is told apart from this one.
     delivery: int = 0
+    # Why this entry must not run under any queue, decided as it is read ('' for nearly every
+    # entry): its job id is longer than MAX_JOB_ID (then ``job_id`` is the stream id), or it
+    # was too large to read (OVERSIZE).
+    malformed: str = ""
+    # The producer's W3C trace context (``jobd.trace``); None for a job without one.
+    trace: _trace.Trace | None = None
 
     @classmethod
     def from_entry(cls, queue: str, message_id: bytes, fields: dict[bytes, bytes]) -> Job:
         mid = message_id.decode("ascii")
+        job_id, malformed = _job_id(queue, mid, fields)
+        if OVERSIZE in fields:  # a stand-in (lua/lib/jobs.lua sized): the entry was not read
+            size = _said(fields[OVERSIZE])
+            malformed = (f"an entry of {size} bytes, more than max_payload and "
+                         f"{ENTRY_SLACK} bytes for its other fields: not read")  # fmt: skip
+        if OVERWIDE in fields:
+            width = _said(fields[OVERWIDE])
+            malformed = f"an entry of {width} fields, more than {MAX_FIELDS}: not read"
         return cls(
-            queue, mid, fields, _job_id(queue, mid, fields), _attempt(queue, mid, fields),
-            _limits(queue, mid, fields),
+            queue, mid, fields, job_id, _attempt(queue, mid, fields), _limits(queue, mid, fields),
+            malformed=malformed, trace=_trace.read(queue, mid, fields),
         )  # fmt: skip
 
     def delivered(self, delivery: int, clock_offset: float | None) -> Job:
@@ -114,13 +156,24 @@ class Job:
         several times more, once for every job)."""
         offset = self.clock_offset if clock_offset is None else clock_offset
         return Job(self.queue, self.message_id, self.fields, self.job_id, self.attempt,
-                   self.limits, offset, delivery)  # fmt: skip
+                   self.limits, offset, delivery, self.malformed, self.trace)  # fmt: skip
 
     def tag(self, queue: str) -> str:
         """How log lines name this job."""
-        # One word, so JSON logs parse it; the formatters escape control characters.
-        job = self.job_id.replace(" ", "\\x20")
-        return f"queue={queue} job={job} attempt={self.attempt}"
+        # One word, so JSON logs parse it, and no space or format character that could make
+        # it pass for another job's (logs.word). A traced job's lines name its trace.
+        tag = f"queue={queue} job={word(self.job_id)} attempt={self.attempt}"
+        if self.trace is None or self.trace.traceparent is None:
+            return tag
+        return f"{tag} trace={self.trace.trace_id}"
+
+    @property
+    def origin(self) -> str:
+        """Which enqueue this job is of (ORIGIN): its first entry's id, or a producer's token."""
+        raw = self.fields.get(ORIGIN)
+        if raw and len(raw) <= MAX_ORIGIN and raw.isascii() and raw.decode().isprintable():
+            return raw.decode()
+        return self.message_id
 
     def enqueued_at(self) -> float:
         """Unix time of this entry's stream id: when it was added (or re-added for a retry)."""
@@ -161,10 +214,16 @@ class Job:
     def next_attempt_fields(self) -> dict[bytes, bytes]:
         """The fields of this job's next attempt: its own, with jobd's bookkeeping renewed."""
         fields = {k: v for k, v in self.fields.items() if not k.startswith(b"jobd_")}
+        if self.trace is not None and self.trace.dropped:  # said once: not carried on
+            for name in _trace.FIELDS:
+                if not self.trace.kept(name):
+                    fields.pop(name, None)
         fields[RESERVED_JOB_ID] = os.fsencode(self.job_id)
         fields[RESERVED_ATTEMPT] = str(self.attempt + 1).encode()
-        if UNIQUE in self.fields:
-            fields[UNIQUE] = self.fields[UNIQUE]
+        fields[ORIGIN] = self.origin.encode()
+        for name in (UNIQUE, PARENT):
+            if name in self.fields:
+                fields[name] = self.fields[name]
         usable = (self.limits.timeout, self.limits.max_attempts, self.limits.expires_at)
         for name, value in zip(LIMIT_FIELDS, usable, strict=True):
             if value is not None and name in self.fields:  # as written; unusable ones stay behind
@@ -181,7 +240,10 @@ class Job:
 
     def mark_key(self, keys: QueueKeys, dedupe: bool) -> bytes | None:
         """The key of this job's mark when it has one to keep: a producer's job id on a queue
-        with a dedupe window, or a job enqueued with --unique."""
+        with a dedupe window, or a job enqueued with --unique (none when the producer's job id
+        was refused: ``job_id`` is then the stream id)."""
+        if self.malformed and self.job_id == self.message_id:
+            return None
         if UNIQUE in self.fields or (dedupe and JOB_ID in self.fields):
             return keys.job_mark(self.job_id)
         return None
@@ -199,21 +261,37 @@ class Job:
         )
 
 
-def _job_id(queue: str, message_id: str, fields: dict[bytes, bytes]) -> str:
+def _said(value: bytes) -> str:
+    """A stand-in's number as its script wrote it (decimal); a producer's field of that name
+    may hold anything, of any length: then "?"."""
+    said = value[:20]
+    return said.decode() if said.isdigit() else "?"
+
+
+def _job_id(queue: str, message_id: str, fields: dict[bytes, bytes]) -> tuple[str, str]:
+    """The entry's job id, and why the entry is malformed ('' when it is not): a job id longer
+    than MAX_JOB_ID makes the stream id the job's id, and the entry malformed (never run)."""
     for name in (JOB_ID, RESERVED_JOB_ID):
         raw = fields.get(name)
         if raw is None:
             continue
+        if len(raw) > MAX_JOB_ID:
+            why = f"field {name.decode()} of {len(raw)} bytes: a job id has at most {MAX_JOB_ID}"
+            log.warning(
+                "queue=%s message=%s: %s (it begins %r); using the stream id",
+                queue, message_id, why, raw[:64],
+            )  # fmt: skip
+            return message_id, why
         if raw and b"\0" not in raw:
             # Environment values are bytes to the kernel: surrogateescape keeps them exact.
-            return os.fsdecode(raw)
+            return os.fsdecode(raw), ""
         log.warning(
             "queue=%s message=%s: field %s is empty or holds a NUL byte; using the stream id",
             queue,
             message_id,
             name.decode(),
         )
-    return message_id
+    return message_id, ""
 
 
 def _attempt(queue: str, message_id: str, fields: dict[bytes, bytes]) -> int:

@@ -7,7 +7,8 @@ fields, its due time), checked before anything is written. ``jobd.producer`` wri
                    (``jobd.producer`` refuses a larger one: the daemon would not run it)
     job_id         the job's stable id (default: the stream id; a generated one for a timed job);
                    not empty, no NUL byte (the daemon could not use it: it would run the job
-                   under its stream id, and a unique job's mark would stay behind)
+                   under its stream id, and a unique job's mark would stay behind), at most
+                   ``job.MAX_JOB_ID`` (1024) bytes (the daemon would not run it)
     fields         extra fields, name -> str or bytes. Names starting ``jobd_`` are jobd's and
                    refused, except the three per-job limits below; ``payload`` and ``job_id``
                    too (they are the attributes above)
@@ -18,6 +19,11 @@ fields, its due time), checked before anything is written. ``jobd.producer`` wri
     max_attempts   attempts in all, the first included       -> field jobd_max_attempts ("3")
     expires_in / expires_at   seconds from now on Redis's clock / Unix seconds (not both): a
                    job not started by then is not run         -> field jobd_expires_at (Unix ms)
+    traceparent, tracestate, baggage   the W3C trace context the handler gets (TRACEPARENT,
+                   TRACESTATE, BAGGAGE: ``jobd.trace``)  -> fields of the same names. None: the
+                   fields of those names, if any, else this process's TRACEPARENT, TRACESTATE
+                   and BAGGAGE (a handler's follow-up keeps its trace); "": none. Checked,
+                   given or as fields (ValueError); the environment's left out unless usable
 
 The three ``jobd_`` fields are the ones a producer in any language may write; the daemon caps
 them by the queue's own values. A value given as a field is checked like the attribute. They
@@ -29,6 +35,7 @@ ahead (Redis's clock).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import math
 import os
 import re
@@ -38,14 +45,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from jobd import job as _job
 from jobd.job import EXPIRES_AT, JOB_ID, LIMIT_FIELDS, MAX_ATTEMPTS, PAYLOAD, TIMEOUT, UNIQUE
 from jobd.store.admin import NewEntry
 from jobd.store.delayed import Due, after
+from jobd.trace import BAGGAGE, TRACEPARENT, TRACESTATE, producer_fields
 
 # What a producer may ask for (the daemon reads the fields in ``jobd.job``, capped by the queue).
 MAX_TIMEOUT = 365 * 86400  # seconds: a longer one is a mistake (a unit), not a job
 MOST_ATTEMPTS = 1_000_000
 MAX_AHEAD_MS = 10 * 365 * 86400 * 1000  # how far ahead a due time or an expiry may be
+# The most seconds any time or duration may say (Unix seconds of the year 9999): more is no time
+# a producer meant, and in milliseconds no longer a finite number (1e308).
+MAX_SECONDS = 253_402_300_800
 # How far apart this host's clock and Redis's may be for the coarse check of ``at``: a time
 # within ten years of this host's clock, less this, is taken without asking Redis the time
 # (one round trip saved per job; a host more than this ahead could pass a little beyond).
@@ -69,6 +81,20 @@ class NewJob:
     max_attempts: int | None = None
     expires_in: float | None = None
     expires_at: float | None = None
+    # W3C trace context (fields traceparent, tracestate, baggage): None takes it from the
+    # fields, else from this process's TRACEPARENT, TRACESTATE, BAGGAGE; "" sends none.
+    traceparent: str | None = None
+    tracestate: str | None = None
+    baggage: str | None = None
+    # Workflows (jobd.workflows): the batch it is a member of (field jobd_batch); the jobs it
+    # waits for ("JOB_ID" of its queue, or (QUEUE, JOB_ID)), and whether it runs after any of
+    # their ends (else only once all are done); how long it waits at most (seconds; None: the
+    # queue's max_wait, if it has one, else no bound).
+    batch: str | None = None
+    on_complete: str | None = None  # the batch's callback queue (the first enqueue's to name one)
+    after: tuple[str | tuple[str, str], ...] = ()
+    after_any: bool = False
+    after_timeout: float | None = None
 
 
 class Clock(Protocol):
@@ -95,16 +121,21 @@ def prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
     due = due_arg(job.at, job.delay)
     if isinstance(due, int) and due > HostClock().now_ms() + MAX_AHEAD_MS - SKEW_MS:
         _check_ahead(f"at {job.at!r}", due, clock.now_ms())
-    job_id = uuid.uuid4().hex if due is not None and job.job_id is None else job.job_id
+    named = due is not None or job.after  # a timed or held job's id is known before it is added
+    job_id = uuid.uuid4().hex if named and job.job_id is None else job.job_id
     fields = job_fields(job.payload, job_id, job.unique)
     if job.fields:
         fields.update(_own_fields(job.fields))
+    given = {TRACEPARENT: job.traceparent, TRACESTATE: job.tracestate, BAGGAGE: job.baggage}
+    fields.update(producer_fields(given, fields, os.environ))
     for name, value in _limit_fields(job, clock).items():
         if name in fields:
             raise ValueError(f"{name.decode()} given twice: as an argument and as a field")
         fields[name] = value
     if any(name in fields for name in LIMIT_FIELDS):
         _check_limits(fields, due, clock)
+    if job.batch is not None:
+        fields[_job.BATCH] = job.batch.encode()
     return NewEntry(fields, due, job_id if job.unique else None), job_id
 
 
@@ -115,6 +146,14 @@ def check_limits(job: NewJob) -> None:
     Redis's clock says (this host's may be off)."""
     due_arg(job.at, job.delay)
     _check_limits(_limit_fields(job, HostClock()), None, None)
+
+
+def check_trace(job: NewJob) -> None:
+    """ValueError when the trace context ``job`` gives is not usable (``jobd.trace``), for a
+    command line to refuse a bad flag before any job is sent."""
+    given = {TRACEPARENT: job.traceparent, TRACESTATE: job.tracestate, BAGGAGE: job.baggage}
+    if any(value is not None for value in given.values()):
+        producer_fields(given, {}, {})
 
 
 def job_fields(payload: bytes, job_id: str | None, unique: bool) -> dict[bytes, bytes]:
@@ -132,11 +171,11 @@ def due_arg(at: float | None, delay: float | None) -> Due | None:
     (``store.delayed.after``); None for now. ValueError for a delay more than ten years long,
     or an ``at`` not a time (how far ahead it is, only a clock says: ``_check_ahead``)."""
     if delay is not None:
-        ms = round(_seconds("delay", delay) * 1000)
+        ms = round(_ms("delay", delay, "more than ten years"))
         if ms > MAX_AHEAD_MS:
             raise ValueError(f"delay {delay!r}: more than ten years")
         return after(ms)
-    return None if at is None else int(_seconds("at", at) * 1000)
+    return None if at is None else int(_ms("at", at))
 
 
 def _check_ahead(shown: str, due_ms: int, now_ms: int) -> None:
@@ -155,6 +194,11 @@ def _job_id_bytes(job_id: str) -> bytes:
         raise ValueError(f"job_id {job_id!r}: give a string (UTF-8)") from None
     if not raw:
         raise ValueError("job_id '': give a non-empty job id (or none: the stream id)")
+    if len(raw) > _job.MAX_JOB_ID:
+        raise ValueError(
+            f"job_id of {len(raw)} bytes (it begins {raw[:32]!r}): a job id has at most "
+            f"{_job.MAX_JOB_ID} bytes (jobd.job.MAX_JOB_ID)"
+        )
     if b"\0" in raw:
         raise ValueError(f"job_id {job_id!r}: holds a NUL byte, which no job id may hold")
     return raw
@@ -188,10 +232,10 @@ def _limit_fields(job: NewJob, clock: Clock) -> dict[bytes, bytes]:
     if job.expires_in is not None and job.expires_at is not None:
         raise ValueError("give expires_in or expires_at, not both")
     if job.expires_in is not None:
-        ms = clock.now_ms() + round(_seconds("expires_in", job.expires_in) * 1000)
+        ms = round(_ms("expires_in", job.expires_in, "more than ten years")) + clock.now_ms()
         limits[EXPIRES_AT] = str(ms).encode()
     elif job.expires_at is not None:
-        limits[EXPIRES_AT] = str(round(_seconds("expires_at", job.expires_at) * 1000)).encode()
+        limits[EXPIRES_AT] = str(round(_ms("expires_at", job.expires_at))).encode()
     return limits
 
 
@@ -243,6 +287,15 @@ def _seconds(name: str, value: float) -> float:
     return float(value)
 
 
+def _ms(name: str, value: float, ahead: str = "more than ten years ahead") -> float:
+    """``value`` seconds (``_seconds``) in milliseconds; ValueError saying ``ahead`` past
+    MAX_SECONDS (1e308 seconds are finite, but not in milliseconds: no int holds them)."""
+    seconds = _seconds(name, value)
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"{name} {value!r}: {ahead}")
+    return seconds * 1000
+
+
 def parse_time(text: str, what: str) -> float:
     """Unix seconds from ISO 8601 (a time without an offset is local time) or Unix seconds;
     ValueError saying which forms are meant (``what`` names the value)."""
@@ -258,3 +311,21 @@ def parse_time(text: str, what: str) -> float:
     if not math.isfinite(seconds):
         raise ValueError(f"{what} {text!r}: not a time")
     return seconds
+
+
+def follow_up_id(parent: str, n: int | str) -> str:
+    """The job id of a parent's ``n``th follow-up: ``PARENT.N``; for a parent id too long to
+    take the suffix, a digest of it in its place."""
+    derived = f"{parent}.{n}"
+    if len(os.fsencode(derived)) <= _job.MAX_JOB_ID:
+        return derived
+    return f"{hashlib.sha256(os.fsencode(parent)).hexdigest()}.{n}"
+
+
+def follow_up_template(parent: _job.Job) -> NewJob:
+    """What a line starts from: the parent's trace context (its follow-ups stay in its trace),
+    never the daemon's environment."""
+    t = parent.trace
+    if t is None or t.traceparent is None:
+        return NewJob(traceparent="", tracestate="", baggage="")
+    return NewJob(traceparent=t.traceparent, tracestate=t.tracestate or "", baggage=t.baggage or "")

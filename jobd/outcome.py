@@ -34,6 +34,8 @@ EXIT, SIGNAL, TIMEOUT, SPAWN, POISON, MALFORMED = (
 )
 EXPIRED = "expired"  # not started by its jobd_expires_at, or within its queue's max_wait
 MEMORY = "memory"  # stopped over resources.memory (sampled), or OOM-killed in its cgroup
+RESULT = "result"  # exited 0 with a result jobd will not take (over result_max): dead at once
+ENQUEUE = "enqueue"  # exited 0 with a JOBD_ENQUEUE file jobd will not take: dead at once
 
 
 class Verb(enum.Enum):
@@ -45,9 +47,15 @@ class Verb(enum.Enum):
     RELEASE = "release"  # record nothing, renew no more: the entry is someone else's to settle
 
 
+# What the journal's JOBD_OUTCOME says of each verb (docs/operations/logs.md).
+JOURNAL_OUTCOME = {Verb.ACK: "done", Verb.RETRY: "retry", Verb.DEAD_LETTER: "dead-lettered",
+                   Verb.HAND_BACK: "handed-back", Verb.CANCEL: "cancelled",
+                   Verb.RELEASE: "released"}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Ran:
-    """How an attempt's handler ran, for the job's history record (docs/history.md)."""
+    """How an attempt's handler ran, for the job's history record (docs/concepts/history.md)."""
 
     pid: int
     started: float  # time.monotonic() when it started
@@ -58,6 +66,20 @@ class Ran:
     stderr: bytes
     cpu_seconds: float | None = None  # what it cost (wait4's rusage: see process.handler)
     max_rss_bytes: int | None = None
+    progress: float | None = None  # what it last told of itself (process.channel.Told)
+    status: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A job a handler asked for in its JOBD_ENQUEUE file (``process.followups``): written
+    with its parent's acknowledgement only."""
+
+    queue: QueueConfig  # where it goes
+    fields: dict[bytes, bytes]
+    due: int | str | None  # None: now; Unix ms, or store.delayed.after's "+MS"
+    job_id: bytes
+    mark: bytes  # in its queue's slot: set by the move that adds it (on a cluster)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +116,8 @@ class Outcome:
     # settle.lua leaves it alone if the entry was delivered since (by this daemon too): a
     # hand-back is about its own delivery, never a later one.
     sent_at: float | None = None
+    result: bytes | None = None  # ACK: what the handler gave back (process.results), if any
+    follow_ups: tuple[FollowUp, ...] = ()  # ACK: enqueued with it (process.followups)
 
     @property
     def message_id(self) -> str:
@@ -106,3 +130,11 @@ class Outcome:
         if self.verb is Verb.DEAD_LETTER:
             return f"dead-lettered ({self.error})"
         return self.verb.value
+
+    def journal(self) -> dict[str, dict[str, str]]:
+        """``extra`` for the log line that says this outcome: its fields in the journal
+        (``logs.JournalHandler``), JOBD_OUTCOME, and JOBD_ERROR when it failed (``timeout``)."""
+        fields = {"JOBD_OUTCOME": JOURNAL_OUTCOME[self.verb]}
+        if self.error is not None:
+            fields["JOBD_ERROR"] = self.error
+        return {"journal": fields}

@@ -4,7 +4,8 @@ their durability in the same round trip, are the store's (``Store.enqueue``,
 replies mean.
 
 One job: ``enqueue(config, queue, payload, job_id=..., delay=...)``, or ``enqueue_job`` with a
-``NewJob``. Many: ``enqueue_many(config, queue, jobs)`` takes any iterable of ``NewJob`` and
+``NewJob``; to wait for its end and its result, ``submit(config, queue, NewJob(...)).wait()``
+(``jobd.waiting``). Many: ``enqueue_many(config, queue, jobs)`` takes any iterable of ``NewJob`` and
 sends them ``BATCH`` to a round trip (a timed or unique job through its script, in the same
 pipeline); it returns a ``Bulk``: the job ids of the jobs added, in input order, and a
 ``Refused`` (its index in the input, why) for each job not added; or, with ``on_batch``, hands
@@ -12,27 +13,35 @@ each batch's outcomes over as they come, for inputs too large to hold.
 
 ``NewJob`` (``jobd.newjob``) says what a job is: payload, job id, extra fields, delay or
 time, uniqueness, and the per-job limits (``jobd_timeout``, ``jobd_max_attempts``,
-``jobd_expires_at``); its docstring lists them. A payload above the queue's ``max_payload`` is
-refused (the daemon would not run it). A job refused (by its own checks or by Redis) is never
-half-written, and in a bulk enqueue does not stop the others.
+``jobd_expires_at``); its docstring lists them, ``after`` and ``batch`` too (``jobd.workflows``).
+A payload above the queue's ``max_payload`` is refused (the daemon would not run it). A job
+refused (by its own checks or by Redis) is never half-written, and in a bulk enqueue does not
+stop the others.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import redis
 from redis.exceptions import AskError, MovedError
 
+from jobd import waiting, workflows
 from jobd.config import Config, QueueConfig
-from jobd.job import MAX_FIELDS
+from jobd.job import MAX_FIELDS, ORIGIN
 from jobd.newjob import Clock, NewJob, prepare
 from jobd.store import connection as redisconn
 from jobd.store.admin import Durability, Enqueued, NewEntry
 from jobd.store.store import Store
+from jobd.waiting import Ended as Ended  # submit's, for callers: jobd.producer has them all
+from jobd.waiting import JobFailed as JobFailed
+from jobd.waiting import Pending
+from jobd.waiting import WaitError as WaitError
+from jobd.waiting import WaitTimeout as WaitTimeout
 
 BATCH = 1000  # jobs per round trip in enqueue_many: ~1 ms of Redis's time for small jobs
 BATCH_BYTES = 16 * 2**20  # and payload bytes per round trip, at most (one job may be larger)
@@ -161,16 +170,67 @@ def enqueue_job(
 ) -> str:
     """Add ``job`` to ``queue`` (as ``enqueue`` does, with its fields and per-job limits);
     returns its job id. ValueError, before anything is written, for a job refused."""
+    return _enqueue(config, queue, job, priority, client, durability, None)[0]
+
+
+def _enqueue(
+    config: Config, queue: str, job: NewJob, priority: str | None, client: redis.Redis | None,
+    durability: Durability | None, origin: str | None,
+) -> tuple[str, str | None]:  # fmt: skip
+    """``enqueue_job``, the job's entry carrying ``origin`` (``job.ORIGIN``) when given; its
+    job id, and the id of the entry it added (None: it went into the delayed set, or is held
+    until the jobs it waits for end: ``jobd.workflows``). A member of a batch is counted there."""
     q = _target(config, queue, priority)
-    with _store(config, client) as store:
+    with _store(config, client) as store, workflows.member(store, config, q, job) as member:
         entry, job_id = _prepare(job, RedisClock(store), q)
+        if origin is not None:
+            entry.fields[ORIGIN] = origin.encode()
+            check_width(entry.fields)
+        member.grow(1)  # counted before it is added: a batch never completes without it
+        if job.after:  # held until the jobs it waits for end (jobd.workflows)
+            workflows.hold(store, config, q, entry, job_id, job)  # type: ignore[arg-type]
+            return job_id, None  # type: ignore[return-value]
         added = store.enqueue(q, entry.fields, entry.due, entry.unique_id, durability)
+        member.added(int(added.error is None and added.exists is None))
     if isinstance(added.error, (MovedError, AskError)) and client is not None:
         store.refresh()  # not written: the slot moved
     job_id = _added(added, queue, job_id)
     if durability is not None:
         _check(job_id, durability, added.wait)
-    return job_id
+    return job_id, added.entry_id
+
+
+def submit(
+    config: Config,
+    queue: str,
+    job: NewJob,
+    priority: str | None = None,
+    client: redis.Redis | None = None,
+    durability: Durability | None = None,
+) -> Pending:
+    """Add ``job`` (as ``enqueue_job``) to be waited for: ``submit(...).wait(timeout)`` returns
+    its result once it is done (bytes, or None), and raises ``JobFailed`` when it ended
+    otherwise (dead-lettered, expired, cancelled: ``.ended``) or ``WaitTimeout``;
+    ``.outcome(timeout)`` returns how it ended instead (``jobd.waiting``). Where the queue's
+    events end is read before the job is added, so an end however soon is never missed.
+
+    The wait is for this enqueue's job, not another of its job id: its ends are known by the
+    entry the enqueue added, which its retries carry on (``job.ORIGIN``); a timed job, which
+    has no entry yet, carries a token of its own from the start."""
+    q = config.queues[queue]
+    own = client is None
+    store = Store.open(config.redis, "enqueue") if own else Store(client)
+    timed = job.delay is not None or job.at is not None
+    token = uuid.uuid4().hex if timed else None
+    try:
+        with _store(config, store.client) as reading:
+            after = waiting.mark(reading, q)
+        job_id, entry = _enqueue(config, queue, job, priority, store.client, durability, token)
+    except BaseException:
+        if own:
+            store.close()
+        raise
+    return Pending(store, q, job_id, token or entry or "", after, own)
 
 
 def enqueue_many(
@@ -192,10 +252,15 @@ def enqueue_many(
     q = _target(config, queue, priority)
     source, start, chunk = iter(jobs), 0, []
     try:
-        with _store(config, client) as store:
+        with _store(config, client) as store, workflows.member_of(store, config, q, source) as (
+            member, source,
+        ):  # fmt: skip
             clock = RedisClock(store)
             while chunk := _chunk(source, batch):
-                keep(_send(store, q, queue, chunk, start, clock))
+                member.grow(len(chunk))
+                outcomes = _send(store, q, queue, chunk, start, clock)
+                member.added(sum(not isinstance(o, Refused) for o in outcomes))
+                keep(outcomes)
                 start += len(chunk)
     except ProducerError as exc:
         raise Interrupted(str(exc), done, range(start, start + len(chunk))) from exc

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import DaemonProcess, RedisServer
+from support import DaemonProcess, LocalCluster, RedisServer
 
 # JOBD_TEST_PREFETCH=N: every queue that does not set `prefetch` reads N entries ahead, in the
 # daemons the tests start and in this process (tests/forced/sitecustomize.py).
@@ -29,12 +29,23 @@ if os.environ.get("JOBD_TEST_PREFETCH"):
     force_prefetch(int(os.environ["JOBD_TEST_PREFETCH"]))
 
 
-# The longest tests (tens of seconds each) go first: in two workers (`pytest -n 2`), one of them
+# The longest tests (tens of seconds each) go first: in the workers (`pytest -n 4`), one of them
 # started last would run alone at the end.
 LONGEST_FIRST = (
     "tests/test_stateful.py::",
     "tests/test_scaling.py::test_daemons_follow_a_sentinel_failover_under_load",
     "tests/test_bench.py::test_targets_bench_runs",
+    "tests/test_scaling.py::test_three_daemons_on_a_three_master_cluster",
+    "tests/test_install.py::test_the_install_script_into_a_temporary_prefix",
+    "tests/test_embedded.py::test_an_embedded_redis_that_loads_for_a_while",
+    "tests/test_hostile_entries.py::test_entries_of_a_million_empty_fields",
+    "tests/test_periodic_retention_safety.py::test_two_daemons_with_clocks_30s_apart",
+    "tests/test_cluster_migration.py::",
+    "tests/test_containment.py::test_a_pid_freed_during_a_stops_scan",
+    "tests/test_followups.py::test_a_parent_retried_after_its_first_success",
+    "tests/test_chains.py::test_replies_cut_as_jobs_settle",
+    "tests/test_cluster_failover.py::test_cluster_master_killed_under_load",
+    "tests/test_outages.py::test_redis_outages_under_load_lose_nothing",
 )
 
 
@@ -120,3 +131,21 @@ def durable_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def _three_masters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def cluster(_three_masters: LocalCluster) -> LocalCluster:
+    """A three-master Redis Cluster, flushed: one per session (it takes seconds to form), for
+    the tests that neither stop nor reshard a node (those start their own)."""
+    for server in _three_masters.servers:
+        with redis.Redis(port=server.port) as client:
+            client.flushall()
+    return _three_masters

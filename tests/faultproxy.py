@@ -8,6 +8,9 @@
         proxy.blackhole(2.5)                     # 2.5 s of silence: nothing forwarded, new
                                                  # connections accepted and held
         proxy.refuse()                           # new connections refused (ECONNREFUSED)
+        proxy.hold_reply(b"job7", to=b"EVAL")    # the first reply with b"job7" to a script
+        proxy.holding()                          # connections whose replies are held now
+        proxy.release()                          # held replies go on
         proxy.restore()                          # all faults off, listening again
         proxy.requests(b"XREADGROUP", since)     # round trips of each connection that reads
 
@@ -29,6 +32,12 @@ What each fault looks like to the client:
   complete their handshake (the kernel accepts) but reach Redis only when it ends.
 - refuse: the listening socket is closed; open connections are untouched (combine with cut()
   for "Redis is down").
+- hold_reply: one reply late, as long as the test wants: the request was executed by Redis (a
+  read delivered the job), but its reply, and all that follows on that connection, waits in
+  the proxy until ``release`` (or ``restore``). Other connections and requests go on. The
+  marker is looked for in each chunk the server sends (a small reply is one chunk), the
+  request in the first bytes of what the client sent last. So a test can hold the reply of a
+  read that delivered a given job, then stop or cut off the client before it sees it.
 """
 
 from __future__ import annotations
@@ -69,6 +78,7 @@ class _Connection:
         # however many chunks TCP cut it into; so one per round trip (a pipeline is one)
         self.requests: list[tuple[float, bytes]] = []
         self.replied = True  # the server spoke last: the client's next chunk starts a request
+        self.holding = False  # replies are held (hold_reply matched here), until release()
 
 
 def _drain(sock: socket.socket, timeout: float) -> None:
@@ -110,6 +120,7 @@ class FaultProxy:
         self._hold_until = 0.0  # monotonic time a blackhole ends
         self._hold_forever = False
         self._refusing = False
+        self._hold: tuple[bytes, bytes] | None = None  # armed hold_reply: (marker, request)
         self._listening = threading.Event()
         self._not_listening = threading.Event()
         self._closing = threading.Event()
@@ -188,6 +199,26 @@ class FaultProxy:
         with self._lock:
             return self._held()
 
+    def hold_reply(self, containing: bytes, to: bytes) -> None:
+        """Hold the first server reply that contains ``containing`` to a request that contains
+        ``to`` (in its first 200 bytes), and everything after it on its connection, until
+        ``release``; Redis has executed that request. One reply: the hold disarms when it
+        matches."""
+        with self._lock:
+            self._hold = (containing, to)
+
+    def holding(self) -> int:
+        """Connections whose replies are held now (see ``hold_reply``)."""
+        with self._lock:
+            return sum(1 for c in self._conns if c.holding)
+
+    def release(self) -> None:
+        """Held replies go on (as far as other faults let them); an armed hold is disarmed."""
+        with self._lock:
+            self._hold = None
+            for conn in self._conns:
+                conn.holding = False
+
     def refuse(self) -> None:
         """Refuse new connections (the listening socket is closed); returns once it is."""
         with self._lock:
@@ -198,13 +229,15 @@ class FaultProxy:
 
     def restore(self) -> None:
         """Every fault off: no latency, no blackhole, no armed cut, listening again on the same
-        port (returns once it is)."""
+        port (returns once it is); held replies go on."""
         with self._lock:
             self._latency, self._hold_until, self._hold_forever = 0.0, 0.0, False
             self._refusing = False
+            self._hold = None
             self._listening.clear()
             for conn in self._conns:
                 conn.cut_after = None
+                conn.holding = False
         if not self._listening.wait(5):
             raise ProxyError(f"the proxy could not listen on port {self.port} again")
 
@@ -328,16 +361,17 @@ class FaultProxy:
                 return kill
             with self._lock:
                 held = self._held()
+                replying = not conn.holding
             if held:
                 time.sleep(TICK)
                 continue
             now = time.monotonic()
             while to_server and to_server[0][0] <= now:
                 conn.upstream.sendall(to_server.popleft()[1])
-            while to_client and to_client[0][0] <= now:
+            while replying and to_client and to_client[0][0] <= now:
                 if self._send_reply(conn, to_client.popleft()[1]):
                     return conn.cut_reset
-            due = [q[0][0] for q in (to_server, to_client) if q]
+            due = [q[0][0] for q in (to_server, to_client if replying else ()) if q]
             wait = min([TICK, *(max(0.0, d - now) for d in due)])
             readable, _, _ = select.select([conn.client, conn.upstream], [], [], wait)
             for sock in readable:
@@ -357,9 +391,19 @@ class FaultProxy:
                 conn.replied = sock is conn.upstream
                 with self._lock:  # read now: the setting may have changed while we waited
                     latency = self._latency
+                    if sock is conn.upstream and self._matches(conn, data):
+                        conn.holding, self._hold = True, None
                 # order is kept: a chunk is never due before the one read before it
                 due_at = max(time.monotonic() + latency, queue[-1][0] if queue else 0.0)
                 queue.append((due_at, data))
+
+    def _matches(self, conn: _Connection, reply: bytes) -> bool:
+        """Whether ``reply`` (a server chunk) is the one an armed hold_reply waits for (the lock
+        held)."""
+        if self._hold is None or not conn.requests:
+            return False
+        containing, to = self._hold
+        return containing in reply and to in conn.requests[-1][1]
 
     def _send_reply(self, conn: _Connection, chunk: bytes) -> bool:
         """Send a server chunk to the client; True when an armed mid-reply cut fired."""

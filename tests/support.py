@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -220,6 +220,64 @@ def acked_all(r: redis.Redis, stream: str, count: int, group: str = "jobd") -> b
     return bool(g) and g["entries-read"] == count and g["pending"] == 0 and g["lag"] == 0
 
 
+def paused_behind_hostile(r: redis.Redis, d: DaemonProcess, config: Path, sequence: int) -> bytes:
+    """Queue q's stream with a hostile entry an hour ahead, sequence ``sequence``, run and
+    acked; then q paused and a normal producer's entry added behind it (every XADD * of that
+    hour takes that millisecond and the next sequence): returns the new entry's id."""
+    ahead = int(time.time() * 1000) + 3_600_000
+    r.xadd("jobd:q", {"payload": "x", "job_id": "hostile"}, id=f"{ahead}-{sequence}")
+    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the hostile entry run and acked")
+    paused = jobd_cli("pause", "-c", str(config), "q")
+    assert paused.returncode == 0, paused.stderr
+    d.wait_log("queue=q paused by ")  # read nothing from now on
+    victim = r.xadd("jobd:q", {"payload": "x", "job_id": "victim"})
+    assert victim == f"{ahead}-{sequence + 1}".encode()
+    return victim
+
+
+GET_JSON_TIMEOUT = 120  # seconds a dashboard request may take (some read 16 MiB entries)
+
+
+@contextlib.contextmanager
+def dashboard_server(config: Path) -> Iterator[int]:
+    """A real `jobd dashboard` of ``config`` on a free loopback port, listening: its port."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobd", "dashboard", "-c", str(config), "--listen",
+         f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def listening() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    try:
+        wait_until(listening, what="the dashboard to listen")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def get_json(port: int, path: str) -> dict:
+    """GET a dashboard's API path: its JSON (the reply must be 200)."""
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=GET_JSON_TIMEOUT)
+    try:
+        conn.request("GET", path)
+        reply = conn.getresponse()
+        body = reply.read()
+        assert reply.status == 200, body
+        return json.loads(body)
+    finally:
+        conn.close()
+
+
 def kill_with_handlers(d: DaemonProcess) -> None:
     """SIGKILL a daemon and every process it started, as a power cut would."""
     import psutil
@@ -243,6 +301,18 @@ def jobd_cli(
         timeout=60,
         env={**os.environ, **(env or {})},
     )
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Processes started inside take SIGINT as a user's Ctrl-C (Python's KeyboardInterrupt),
+    even when this test's process was started with SIGINT ignored (a shell's background job, as
+    in a CI run): an ignored signal stays ignored across exec, and Python then leaves it so."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler: SIG_DFL
+    try:  # across exec
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def queue_config(command: str, **settings: object) -> str:

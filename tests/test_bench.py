@@ -43,6 +43,11 @@ def test_enqueue_bench_runs() -> None:
     assert "median ratio jobd/raw: " in out and out.count("\nround ") == 2, out
 
 
+def test_startup_bench_runs() -> None:
+    out = run(str(BENCH / "startup.py"), "--runs", "1")
+    assert out.count("× the interpreter") == 5 and "jobd status" in out, out
+
+
 def test_settle_cost_bench_runs() -> None:
     tree = str(BENCH.parent)
     out = run(str(BENCH / "settle_cost.py"), tree, tree, "--calls", "5", "--batch", "10",
@@ -62,3 +67,15 @@ def test_loop_model_bench_runs() -> None:
     # The fork server is built where a C compiler is found (this project's build machine has
     # one); without one the model says so and measures the daemon's own spawn alone.
     assert "forkserver/vfork, median of the rounds: " in out or "no C compiler found" in out, out
+
+
+def test_notify_flood_bench_runs() -> None:
+    out = run(str(BENCH / "notify_flood.py"), "--jobs", "60", "--rounds", "1", "--rate", "2000")
+    assert "flooded/quiet, median of the rounds: " in out and "msgs/s" in out, out
+
+
+def test_dashboard_cost_bench_runs() -> None:
+    out = run(
+        str(BENCH / "dashboard_cost.py"), "--queues", "3", "--seconds", "0.5", "--rounds", "1"
+    )
+    assert "3 queues, medians of 1 rounds" in out and "of old)" in out, out

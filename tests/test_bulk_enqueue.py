@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -118,7 +119,7 @@ def test_refused_lines_are_named_by_number_and_the_others_enqueued(
     assert "timeout (jobd_timeout) '0'" in said[3] and "already past" in said[4]
     assert said[-1].startswith("jobd: 2 enqueued, 7 refused in ")
     help_text = jobd_cli("enqueue", "--help").stdout.decode()
-    assert "65 (EX_DATAERR)" in help_text
+    assert re.search(r"\b65 .*\(EX_DATAERR\)", help_text), help_text
 
 
 def test_unique_and_timed_jobs_in_bulk(config_path: str, r: redis.Redis) -> None:
@@ -255,7 +256,7 @@ def test_the_progress_line_is_drawn_only_on_a_terminal(
 ) -> None:
     source = tmp_path / "jobs.txt"
     source.write_bytes(b"".join(b"job %d\n" % i for i in range(3000)))
-    args = ("enqueue", "-c", config_path, "a", "--lines", str(source), "--batch", "500")
+    args = ("enqueue", "-c", config_path, "a", "--lines", str(source), "--chunk", "500")
     piped = jobd_cli(*args)
     assert piped.returncode == 0 and b"\r" not in piped.stderr and b"\x1b[" not in piped.stderr
     assert piped.stderr.count(b"\n") == 1, "the summary line alone"
@@ -303,7 +304,7 @@ def test_bulk_enqueue_on_a_cluster(tmp_path: Path) -> None:
 def test_bulk_usage_errors_and_unreachable_redis(
     config_path: str, write_config: Callable[..., Path], tmp_path: Path
 ) -> None:
-    for extra in (("x",), ("--job-id", "j"), ("--wait-replicas", "1"), ("--batch", "0")):
+    for extra in (("x",), ("--job-id", "j"), ("--wait-replicas", "1"), ("--chunk", "0")):
         out = jobd_cli("enqueue", "-c", config_path, "a", "--lines", "-", *extra, stdin=b"x\n")
         assert out.returncode == 2, extra
     missing = jobd_cli("enqueue", "-c", config_path, "a", "--lines", str(tmp_path / "none"))
@@ -411,7 +412,7 @@ def test_a_run_stopped_early_names_the_lines_not_sent(
     """Review finding 13: Redis gone, or stdout a closed pipe, the lines never sent were not
     named. A closed pipe exits 1 (the input or the output failed), with no traceback."""
     down = write_config(CONFIG.replace("{redis}", "redis://127.0.0.1:1/0"), "down.yaml")
-    out = jobd_cli("enqueue", "-c", str(down), "a", "--lines", "-", "--batch", "2",
+    out = jobd_cli("enqueue", "-c", str(down), "a", "--lines", "-", "--chunk", "2",
                    stdin=b"x\ny\nz\n")  # fmt: skip
     assert out.returncode == 69, out.stderr
     assert b"<stdin>: lines 1 to 2 were being sent" in out.stderr
@@ -420,7 +421,7 @@ def test_a_run_stopped_early_names_the_lines_not_sent(
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobd", "enqueue", "-c", config_path, "a", "--lines", "-",
-         "--print-ids", "--batch", "2"],
+         "--print-ids", "--chunk", "2"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -459,10 +460,44 @@ def test_an_input_that_fails_midway_names_the_lines_not_sent(
     err = io.StringIO()
     report = bulk.Report("in.txt", False, err)
     reader = bulk.Reader(io.BufferedReader(Failing(b"a\nb\nc\n")), NewJob(), report, False, 1024)
-    args = argparse.Namespace(queue="a", priority=None, batch=2)
+    args = argparse.Namespace(queue="a", priority=None, chunk=2)
     assert bulk.send(load(config_path), args, reader, report) == 1
     assert err.getvalue().splitlines()[:2] == [
         "jobd: cannot read line 4: Input/output error",
         "jobd: in.txt: lines 3 and after were not sent: none of them is enqueued",
     ]
     assert [e[b"payload"] for e in entries(r)] == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("batch", ["1", "100"])
+def test_a_time_too_large_for_milliseconds_is_a_refused_line(
+    config_path: str, r: redis.Redis, tmp_path: Path, batch: str
+) -> None:
+    """1e308 seconds is a finite float, but not in milliseconds: a delay, at, expires_in or
+    expires_at of 1e308 aborted the bulk run with a traceback (OverflowError) halfway through a
+    batch. Each is a line refused with its FILE:LINE; every other line is enqueued once."""
+    source = tmp_path / "jobs.ndjson"
+    source.write_bytes(
+        ndjson(
+            {"payload": "ok-1"},
+            {"payload": "x", "delay": 1e308},
+            {"payload": "x", "at": 1e308},
+            {"payload": "x", "expires_in": 1e308},
+            {"payload": "x", "expires_at": 1e308},
+            {"payload": "ok-2"},
+        )
+    )
+    out = jobd_cli("enqueue", "-c", config_path, "a", "--ndjson", str(source), "--chunk", batch)
+    assert out.returncode == 65, out.stderr
+    assert b"Traceback" not in out.stderr
+    assert [e[b"payload"] for e in entries(r)] == [b"ok-1", b"ok-2"] and r.zcard(DELAYED) == 0
+    said = out.stderr.decode().splitlines()
+    assert said[:-1] == [
+        f"{source}:2: delay 1e+308: more than ten years",
+        f"{source}:3: at 1e+308: more than ten years ahead",
+        f"{source}:4: expires_in 1e+308: more than ten years",
+        f"{source}:5: expires_at 1e+308: more than ten years ahead",
+    ]
+    one = jobd_cli("enqueue", "-c", config_path, "a", "x", "--at=1e308")
+    assert one.returncode == 2 and b"at 1e+308: more than ten years ahead" in one.stderr, one
+    assert b"Traceback" not in one.stderr and len(entries(r)) == 2

@@ -140,11 +140,18 @@ def test_every_process_in_it_ends_with_its_job_whatever_its_environment(
 
 
 def test_cpu_is_counted_for_the_whole_cgroup(
-    root: Path, r: redis.Redis, write_config, daemon: Daemon
+    root: Path, r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
 ) -> None:
     """A detached grandchild burns CPU while the handler sleeps: wait4's rusage never sees it
-    (it is not the handler's to wait for), the cgroup's cpu.stat does."""
-    burn = "'env -i setsid sh -c \"while :; do :; done\" & sleep 0.8; exit 0'"
+    (it is not the handler's to wait for), the cgroup's cpu.stat does. It burns half a second
+    of CPU, however long a loaded machine takes to give it that, then says so; the handler
+    ends after (a fixed wall time gave it 0.28 s of CPU under load)."""
+    burned = tmp_path / "burned"
+    burner = (f"import time; t = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n"
+              f"open({str(burned)!r}, 'w').close()\nwhile True: pass")  # fmt: skip
+    (tmp_path / "burn.py").write_text(burner)
+    burn = (f"'env -i setsid {sys.executable} {tmp_path}/burn.py & "
+            f"while [ ! -e {burned} ]; do sleep 0.05; done; exit 0'")  # fmt: skip
     daemon(write_config(f"cgroup: {root}\n" + queue_config(f"[/bin/sh, -c, {burn}]")))
     r.xadd("jobd:q", {"payload": "x", "job_id": "burner"})
     wait_until(lambda: r.hexists("{jobd:q}:history", "burner"), what="the job done")
@@ -340,12 +347,14 @@ def test_a_daemon_whose_cgroup_is_removed_while_it_spawns_makes_it_again(
         f"    try:\n        os.rmdir({str(home)!r})\n        open(sys.argv[1], 'w').close()\n"
         "        break\n    except OSError:\n        pass\n"
     ), str(removed)])  # fmt: skip
+    added = 0
     try:
         for batch in range(40):
             pipe = r.pipeline(transaction=False)
             for i in range(50):
                 pipe.xadd("jobd:q", {"payload": "x", "job_id": f"j{batch}-{i}"})
             pipe.execute()
+            added += 50
             if removed.exists():
                 break
         wait_until(removed.exists, what="the racer to remove the daemon's cgroup once")
@@ -353,25 +362,29 @@ def test_a_daemon_whose_cgroup_is_removed_while_it_spawns_makes_it_again(
         racer.kill()
         racer.wait()
     d.wait_log("had gone (")
-    wait_until(lambda: r.xlen("jobd:q") == r.hlen("{jobd:q}:history"), what="every job done")
+    # (Not the stream's length: the default retention trims it to its last 1000 entries.)
+    wait_until(lambda: r.hlen("{jobd:q}:history") == added, what="every job done")
     assert r.xlen("{jobd:q}:dead") == 0, r.xrange("{jobd:q}:dead", count=1)
     assert cgroup_of(d.proc.pid).endswith(f"/{root.name}/home")
     assert d.stop() == 0
 
 
 def test_a_cgroup_a_handler_made_inside_its_own_is_removed_with_it(
-    root: Path, r: redis.Redis, write_config, daemon: Daemon
+    root: Path, r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
 ) -> None:
     """Container runtimes make cgroups below their own: the job's cgroup is removed all the
-    same, what ran in the one below killed with it."""
+    same, what ran in the one below killed with it. (The handler ends once the test has seen
+    that process: a scan of every process can take longer than a fixed sleep, under load.)"""
+    go = tmp_path / "go"
     command = (
         "[/bin/sh, -c, 'cg=" + where.mount_point() + '$(sed -n "s/^0:://p" /proc/self/cgroup); '
         'mkdir $cg/sub && (sh -c "echo \\$\\$ > $cg/sub/cgroup.procs; exec sleep 360.1" &); '
-        "sleep 0.3; exit 0']"
+        f"while [ ! -e {go} ]; do sleep 0.05; done; exit 0']"
     )
     daemon(write_config(f"cgroup: {root}\n" + queue_config(command)))
     r.xadd("jobd:q", {"payload": "x", "job_id": "nested"})
     wait_until(lambda: alive("360.1"), what="the process in the cgroup below")
+    go.touch()
     wait_until(lambda: r.hexists("{jobd:q}:history", "nested"), what="the job done")
     wait_until(lambda: not alive("360.1"), what="it killed")
     wait_until(lambda: not handler_cgroups(root), what="the job's cgroup and the one below gone")

@@ -18,18 +18,39 @@ from support import jobd_cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_validate_valid_config_prints_one_summary_line(write_config: Callable[..., Path]) -> None:
+def test_validate_valid_config_prints_a_summary_and_each_queues_worst_case(
+    write_config: Callable[..., Path],
+) -> None:
     path = write_config("redis: {url: '{redis}'}\nqueues:\n  a: {command: [/bin/true]}\n")
     result = jobd_cli("validate", str(path))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.decode().splitlines()
-    assert len(lines) == 1 and " OK: 1 queue(s) (a) on redis://127.0.0.1:" in lines[0]
+    assert len(lines) == 2 and " OK: 1 queue(s) (a) on redis://127.0.0.1:" in lines[0]
+    assert lines[1].startswith("queue a: worst case in Redis "), lines[1]
 
 
 def test_validate_accepts_c_and_jobd_config(write_config: Callable[..., Path]) -> None:
     path = write_config("queues:\n  a: {command: [/bin/true]}\n")
     assert jobd_cli("validate", "-c", str(path)).returncode == 0
     assert jobd_cli("validate", env={"JOBD_CONFIG": str(path)}).returncode == 0
+
+
+def test_validate_and_run_refuse_a_stream_that_is_another_queues_level(
+    write_config: Callable[..., Path],
+) -> None:
+    """`b` reading `a`'s level 'high' would run a's jobs under b's command (and a b's)."""
+    path = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n"
+        "  a: {stream: s, command: [/bin/true], priorities: [high, low]}\n"
+        "  b: {stream: '{s}:priority:high', command: [/bin/true]}\n"
+    )
+    for command in ("validate", "run"):
+        result = jobd_cli(command, str(path))
+        assert result.returncode == 78, result.stderr
+        assert (
+            f"{path}:4:15: error: queues.b.stream: the stream '{{s}}:priority:high' is the stream "
+            "of priority level 'high' of queue 'a'"
+        ) in (result.stdout + result.stderr).decode()
 
 
 def test_validate_invalid_exits_78_with_every_problem(write_config: Callable[..., Path]) -> None:
@@ -62,9 +83,14 @@ def test_validate_json_format(write_config: Callable[..., Path]) -> None:
     ]
     good = write_config("queues:\n  a: {command: [/bin/true]}\n", name="good.yaml")
     body = json.loads(jobd_cli("validate", str(good), "--format", "json").stdout)
-    assert body["valid"] is True and body["queues"] == {
-        "a": {"stream": "jobd:a", "group": "jobd", "prefetch": "auto"}
+    assert body["valid"] is True and list(body["queues"]) == ["a"]
+    queue = body["queues"]["a"]
+    assert {k: queue[k] for k in ("stream", "group", "prefetch")} == {
+        "stream": "jobd:a",
+        "group": "jobd",
+        "prefetch": "auto",
     }
+    assert queue["effective"]["retention"]["maxlen"] == 1000 and queue["worst_case"]
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "empty", "list", "binary"])

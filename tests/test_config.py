@@ -52,7 +52,7 @@ def test_unknown_key_without_a_close_match_lists_the_keys(tmp_path: Path) -> Non
     [line] = problems(path)
     assert line == (
         "f:3:1: error: zzz: unknown key 'zzz'; expected one of: cgroup, dashboard, defaults, "
-        "metrics, processes, queues, redis, shutdown_grace"
+        "metrics, processes, queues, redis, shutdown_grace, tracing"
     )
 
 
@@ -122,6 +122,154 @@ def test_two_queues_on_one_stream_and_group(tmp_path: Path) -> None:
     assert line.startswith(
         "f:3:3: error: queues.b: reads stream 's' with group 'jobd' like queue 'a'"
     )
+
+
+# Every key jobd derives from queue a's stream 's' (priorities high, low: low reads 's'), as
+# keys.py derives it, with what the message calls it.
+A_WITH_LEVELS = "  a: {stream: s, command: [/bin/true], priorities: [high, low]}\n"
+DERIVED_OF_A = [
+    ("{s}:priority:high", "the stream of priority level 'high'"),
+    ("{s}:priority:high:delayed", "the delayed set of priority level 'high'"),
+    ("{s}:priority:high:trim", "the retention cursor of priority level 'high'"),
+    ("{s}:delayed", "the delayed set"),
+    ("{s}:trim", "the retention cursor"),
+    ("{s}:running", "the cluster-wide slots"),
+    ("{s}:rate", "the rate bucket"),
+    ("{s}:waiting", "the waiting consumers"),
+    ("{s}:paused", "the pause mark"),
+    ("{s}:cancels", "the cancel marks"),
+    ("{s}:cancels:gen", "the cancel generation"),
+    ("{s}:history", "the job history"),
+    ("{s}:history:at", "the history index"),
+    ("{s}:active", "the running-job records"),
+    ("{s}:events", "the events stream"),
+    ("{s}:outbox", "the follow-ups outbox"),
+    ("{s}:waiters", "the waiters (--after)"),
+    ("{s}:held", "the held jobs (--after)"),
+    ("{s}:after", "the held jobs' dependencies"),
+    ("{s}:held:until", "the held jobs' deadlines"),
+    ("{s}:job:j1", "a job mark"),
+    ("{s}:tick:nightly:1700000000", "a schedule's tick mark"),
+    ("{s}:schedule:nightly", "a schedule's last tick"),
+    ("{s}:timings:28333333", "a minute's timings"),
+    ("{s}:stats:28333333", "a minute's counters"),
+]
+
+
+def test_the_collisions_checked_are_every_key_keys_py_derives() -> None:
+    """A key added to keys.QueueKeys is a collision validate refuses, and is listed here."""
+    from jobd.store.keys import QueueKeys
+
+    exact = QueueKeys.of("s").derived(["high"]).exact
+    families = ("{s}:job:", "{s}:tick:", "{s}:schedule:", "{s}:timings:", "{s}:stats:")
+    assert set(exact) == {key for key, _ in DERIVED_OF_A if not key.startswith(families)}
+
+
+@pytest.mark.parametrize(("key", "what"), DERIVED_OF_A)
+def test_a_stream_that_is_a_key_derived_from_another_queues_stream(
+    tmp_path: Path, key: str, what: str
+) -> None:
+    """Another queue's priority level stream: each queue would run the other's jobs; its
+    delayed set, marks, records: one key used as two things."""
+    path = write(
+        tmp_path, f"queues:\n{A_WITH_LEVELS}  b: {{stream: '{key}', command: [/bin/true]}}\n"
+    )
+    [line] = problems(path)
+    assert line.startswith(f"f:3:15: error: queues.b.stream: the stream '{key}' is {what}")
+    assert line.endswith(
+        "of queue 'a'; jobd would use that key for both queues: name another stream"
+    )
+
+
+@pytest.mark.parametrize(("key", "what"), DERIVED_OF_A)
+def test_a_dead_letter_stream_that_is_a_key_derived_from_another_queues_stream(
+    tmp_path: Path, key: str, what: str
+) -> None:
+    """A dead letter written into a level stream runs again, for ever; `jobd dlq purge`
+    would delete a live level stream."""
+    path = write(
+        tmp_path,
+        f"queues:\n{A_WITH_LEVELS}  b: {{command: [/bin/true], dead_letter: {{stream: '{key}'}}}}\n",
+    )
+    [line] = problems(path)
+    assert line.startswith(
+        f"f:3:51: error: queues.b.dead_letter.stream: the dead-letter stream '{key}' is {what}"
+    )
+    assert "of queue 'a'; dead letters" in line
+    assert line.endswith("name another, e.g. '{jobd:b}:dead' (the default)")
+
+
+@pytest.mark.parametrize(("key", "what"), DERIVED_OF_A)
+def test_a_dead_letter_stream_that_is_a_key_derived_from_its_own_stream(
+    tmp_path: Path, key: str, what: str
+) -> None:
+    path = write(
+        tmp_path,
+        "queues:\n  a: {stream: s, command: [/bin/true], priorities: [high, low],\n"
+        f"      dead_letter: {{stream: '{key}'}}}}\n",
+    )
+    [line] = problems(path)
+    assert line.startswith(
+        f"f:3:29: error: queues.a.dead_letter.stream: the dead-letter stream '{key}' is {what}"
+    )
+    assert "of this queue; dead letters" in line
+
+
+@pytest.mark.parametrize(
+    ("stream", "key", "what"),
+    [
+        ("{a}:job", "{a}:job:delayed", "a job mark (--unique, dedupe)"),
+        ("{a}:priority", "{a}:priority:dead", "the stream of priority level 'dead'"),
+        ("{a}:schedule", "{a}:schedule:delayed", "a schedule's last tick"),
+        ("{a}:tick", "{a}:tick:delayed", "a schedule's tick mark"),
+    ],
+)
+def test_a_stream_whose_keys_are_another_queues_keys(
+    tmp_path: Path, stream: str, key: str, what: str
+) -> None:
+    """Queue a's job marks are '{a}:job:ID'; b on stream '{a}:job' has its dead letters,
+    history, events… on '{a}:job:dead', '{a}:job:history': a's marks of job ids 'dead',
+    'history', which a job of a with that id overwrites (its 'done' mark, a SET, replaced
+    b's dead-letter stream). Only b's stream was checked against a's keys, and a default
+    dead-letter stream not at all; every key b derives is now."""
+    path = write(
+        tmp_path,
+        "queues:\n  a: {stream: a, command: [/bin/true], dedupe: {window: 1h},"
+        " priorities: [dead, low]}\n"
+        f"  b: {{stream: '{stream}', command: [/bin/true]}}\n",
+    )
+    [line] = problems(path)
+    assert line.startswith(
+        f"f:3:15: error: queues.b.stream: from the stream '{stream}' jobd derives '{key}' "
+    )
+    assert f"which is {what} of queue 'a'; jobd would use that key for both queues" in line
+
+
+def test_two_streams_from_which_the_same_keys_are_derived(tmp_path: Path) -> None:
+    """'{s}' keeps its hash tag, 's' gets one: both derive '{s}:delayed', '{s}:history'…"""
+    path = write(
+        tmp_path,
+        "queues:\n  a: {stream: s, command: [/bin/true]}\n"
+        "  b: {stream: '{s}', command: [/bin/true], dead_letter: {stream: bd}}\n",
+    )
+    [line] = problems(path)
+    assert line.startswith(
+        "f:3:15: error: queues.b.stream: from the stream '{s}' jobd derives the same keys "
+        "(e.g. '{s}:delayed') as from queue 'a''s stream 's'"
+    )
+
+
+def test_keys_derived_from_a_stream_that_are_no_others_are_fine(tmp_path: Path) -> None:
+    """The default level reads the queue's stream: '{s}:priority:low' is nobody's; a queue
+    on the same stream with another group shares every key, by design."""
+    path = write(
+        tmp_path,
+        f"queues:\n{A_WITH_LEVELS}"
+        "  b: {stream: s, group: g2, command: [/bin/true], priorities: [high, low]}\n"
+        "  c: {stream: '{s}:priority:low', command: [/bin/true]}\n"
+        "  d: {stream: '{s}:other', command: [/bin/true], dead_letter: {stream: '{s}:dead2'}}\n",
+    )
+    assert set(load(str(path)).queues) == {"a", "b", "c", "d"}
 
 
 def test_same_stream_with_another_group_is_fine(tmp_path: Path) -> None:

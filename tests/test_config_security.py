@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grp
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -221,6 +222,103 @@ def test_summary_and_repr_never_show_secrets(
     assert config.dashboard.token == SECRET + "-token-file"
     assert config.queues["a"].env["API_KEY"] == SECRET
     assert SECRET not in repr(config) and SECRET not in str(config)
+
+
+# A YAML syntax error's excerpt shows a line's text up to its first ':' only (review 4 of
+# issue 32): a secret sits after a key of any name, in a flow mapping or a handler's env.
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A flow mapping on the redis line: the key the excerpt checked was 'redis'.
+        f"redis: {{password: {SECRET}]\nqueues: {{q: {{command: [/bin/cat]}}}}\n",
+        # A tab in front of a handler's environment variable: its value is 'never shown'.
+        f"queues:\n  q:\n    command: [/bin/cat]\n    env:\n\tSTRIPE: {SECRET}\n",
+        # A value holding ': ' unquoted, on an env line whose name says nothing of a secret.
+        f"queues:\n  q:\n    command: [/bin/cat]\n    env:\n      STRIPE: {SECRET}: x\n",
+        # A list item: no key, nothing of the line is shown.
+        f"queues:\n  q:\n    command:\n      - /bin/cat\n     - {SECRET}\n",
+    ],
+    ids=["redis-flow-mapping", "env-tab", "env-colon", "list-item"],
+)
+def test_a_yaml_syntax_errors_excerpt_never_shows_a_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    path = write(tmp_path, text)
+    for args in (["validate", str(path)], ["status", "-c", str(path)]):
+        assert cli.main(args) == 78
+        out = capsys.readouterr()
+        said = out.out + out.err
+        assert "YAML syntax error" in said and " | " in said and "^" in said, said
+        assert SECRET not in said, said
+
+
+def test_a_yaml_syntax_errors_excerpt_keeps_the_key_and_the_caret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(
+        tmp_path, f"queues:\n  q:\n    command: [/bin/cat]\n    env:\n\tSTRIPE: {SECRET}\n"
+    )
+    assert cli.main(["validate", str(path)]) == 78
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{path}:5:1: error: YAML syntax error: "), lines
+    assert lines[1:] == ["  5 | \\x09STRIPE: (not shown: it may be a secret)", "    | ^"]
+
+
+# A mapping or list used as a key (review 4 of issue 32): its kind is named, never the key.
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Braces doubled, as a template's escaping leaves them: the mapping becomes a key.
+        f"redis: {{{{url: 'redis://h:6379/0', password: {SECRET}}}}}\n"
+        "queues: {q: {command: [/bin/cat]}}\n",
+        # A handler's environment with a list where a name belongs.
+        f"queues: {{q: {{command: [/bin/cat], env: {{[{SECRET}]: x}}}}}}\n",
+    ],
+    ids=["redis-doubled-braces", "env-list-key"],
+)
+def test_a_key_that_is_no_string_is_not_quoted_with_the_secret_it_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    path = write(tmp_path, text)
+    for args in ((), ("--format", "json")):
+        shown = validate_output(path, capsys, *args)
+        assert "keys must be strings, not a " in shown and SECRET not in shown, shown
+
+
+def test_a_reload_refused_for_a_key_that_is_no_string_does_not_log_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon's reload says what `jobd validate` says: the key's kind, never the key."""
+    from jobd.daemon.queues import reloaded
+
+    path = write(tmp_path, QUEUE)
+    config = loaded(path)
+    path.write_text(f"queues: {{a: {{command: [/bin/true], env: {{[{SECRET}]: x}}}}}}\n")
+    daemon = logging.getLogger("jobd.daemon")
+    daemon.addHandler(caplog.handler)  # the daemon's logger may not propagate (logs.setup)
+    try:
+        assert reloaded(config)[0] is None
+    finally:
+        daemon.removeHandler(caplog.handler)
+    assert "keys must be strings, not a list; quote the key" in caplog.text, caplog.text
+    assert SECRET not in caplog.text
+
+
+def test_the_path_check_does_not_echo_a_handlers_env_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """env values are 'never shown in messages' (schema.json): env.PATH is one; the PATH jobd
+    gives a handler that sets none may be shown."""
+    path = write(
+        tmp_path, f"queues:\n  q:\n    command: [handler]\n    env: {{PATH: '/opt/{SECRET}/bin'}}\n"
+    )
+    for args in ((), ("--format", "json")):
+        shown = validate_output(path, capsys, *args)
+        assert "not found on the handler's PATH (the queue's env.PATH)" in shown, shown
+        assert SECRET not in shown
+    path.write_text("queues:\n  q:\n    command: [no-such-handler-anywhere]\n")
+    shown = validate_output(path, capsys)
+    assert f"not found on the handler's PATH ({os.environ['PATH']})" in shown, shown
 
 
 # -- (5) env values and secrets are the text written --------------------------------------------

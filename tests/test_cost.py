@@ -15,7 +15,7 @@ from support import DaemonProcess, free_port, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
 
-# Touches 256 MiB (well above the daemon's own size: see handler._peak), burns 0.3 s of CPU,
+# Touches 256 MiB (well above the daemon's own size: see exitstatus.peak), burns 0.3 s of CPU,
 # then fails.
 HOG = (
     "import time\n"
@@ -72,3 +72,24 @@ def test_a_daemon_started_by_a_large_process_still_says_what_a_job_cost(
     wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the hog dead-lettered")
     ((_, record),) = r.xrange("{jobd:q}:dead")
     assert int(record[b"jobd_max_rss_bytes"]) >= 256 << 20, d.log()
+
+
+def test_a_peak_that_is_not_known_is_said_to_be_unknown(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """From the review: a handler smaller than the daemon (most shell handlers) has no peak
+    jobd can tell (its wait4 figure holds the daemon's memory it shared until its exec): the
+    figure was left out, with nothing to say it was unknown rather than never measured. Now
+    the dead letter says it with an empty jobd_max_rss_bytes, the history with null, the log
+    line with 'max rss unknown'."""
+    config = write_config(queue_config("[/bin/sh, -c, 'exit 3']", retry="{max_attempts: 1}"))
+    d = daemon(config)
+    r.xadd("jobd:q", {"payload": "x", "job_id": "small"})
+    wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the job dead-lettered")
+    ((_, record),) = r.xrange("{jobd:q}:dead")
+    assert record[b"jobd_max_rss_bytes"] == b"" and float(record[b"jobd_cpu_seconds"]) >= 0
+    (history,) = [json.loads(x) for x in r.hget("{jobd:q}:history", "small").split(b"\n")]
+    assert "max_rss_bytes" in history and history["max_rss_bytes"] is None
+    d.wait_log("queue=q job=small attempt=1 exit 3 after ")
+    line = next(x for x in d.log().splitlines() if "job=small attempt=1 exit 3 after" in x)
+    assert "max rss unknown)" in line, line

@@ -371,6 +371,8 @@ def test_pause_resume_and_cancel_in_headless_chromium(
     pid = wait_until(lambda: site.started("long-1"), what="the long job to start")
     driver = browser
     driver.get(site.url + f"/#token={TOKEN}")
+    wait_until(lambda: "Queues (2)" in text_of(driver, "queues"), what="the overview")
+    driver.get(site.url + "/#/queue/q/running")
     wait_until(lambda: "Pause" in section_text(driver, "q"), what="the page with actions")
     click(driver, "//section[@id='queue-q']//button[text()='Pause']")
     wait_until(lambda: r.exists("{jobd:q}:paused"), what="the pause key")
@@ -379,11 +381,10 @@ def test_pause_resume_and_cancel_in_headless_chromium(
     banner = shown(driver, "paused")
     assert "PAUSED q since" in banner and BY in banner and "other" not in banner
     assert "paused" in queue_section(driver, "q").get_attribute("class").split()
-    assert "paused" not in queue_section(driver, "other").get_attribute("class").split()
     assert f"by {BY}" in queue_section(driver, "q").text
     # A pause lets running jobs run: long-1 is on the list, with its handler's pid.
-    wait_until(lambda: f"pid {pid}" in text_of(driver, "running"), what="the running job")
-    assert "long-1" in text_of(driver, "running") and alive(pid)  # type: ignore[arg-type]
+    wait_until(lambda: f"pid {pid}" in text_of(driver, "jobs"), what="the running job")
+    assert "long-1" in text_of(driver, "jobs") and alive(pid)  # type: ignore[arg-type]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(ARTIFACTS / "dashboard-paused.png"))
     click(driver, "//section[@id='queue-q']//button[text()='Resume']")
@@ -391,20 +392,27 @@ def test_pause_resume_and_cancel_in_headless_chromium(
     wait_until(lambda: "PAUSED" not in section_text(driver, "q"), what="the page to say so")
     assert not driver.find_element("id", "paused").is_displayed()
 
-    click(driver, "//section[@id='running']//tr[@data-job='long-1']//button[text()='Cancel']")
+    click(driver, "//div[@id='jobs']//tr[@data-job='long-1']//input[@type='checkbox']")
+    click(driver, "//button[@id='cancel-selected']")
     confirm(driver)
     wait_until(lambda: not alive(pid), 10, "the handler to be stopped")  # type: ignore[arg-type]
     wait_until(lambda: site.job("q", "long-1")["state"] == "cancelled", what="its outcome")
     assert "term long-1" in site.ran() and "done long-1" not in site.ran()
     wait_until(lambda: "cancel long-1: running on " in text_of(driver, "notice"), what="a notice")
-    wait_until(lambda: "long-1" not in text_of(driver, "running"), what="the list without it")
+    wait_until(lambda: "long-1" not in text_of(driver, "jobs"), what="the list without it")
     # The lookup shows its history; the feed shows who asked.
+    driver.get(site.url + "/#/")
+    wait_until(lambda: driver.find_elements("id", "lookup-id"), what="the lookup")
     driver.find_element("id", "lookup-id").send_keys("long-1\n")
     wait_until(lambda: "long-1 of q: cancelled" in text_of(driver, "job"), what="the lookup")
-    wait_until(lambda: f"cancel long-1 {BY}" in text_of(driver, "events"), what="the feed")
-    assert f"pause {BY}" in text_of(driver, "events") and "cancelled" in text_of(driver, "events")
+    page = text_of(driver, "job")
+    driver.get(site.url + "/#/")
+    wait_until(lambda: f"cancel\tlong-1\t{BY}" in text_of(driver, "events"), what="the feed")
+    assert f"pause\t\t{BY}" in text_of(driver, "events") and "cancelled" in text_of(
+        driver, "events"
+    )
     assert driver.save_screenshot(str(ARTIFACTS / "dashboard-controls.png"))
-    page = text_of(driver, "job") + text_of(driver, "events") + text_of(driver, "running")
+    page += text_of(driver, "events") + text_of(driver, "queues")
     assert "null" not in page and "undefined" not in page, page
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, f"console errors: {errors}"
@@ -414,17 +422,43 @@ def test_pause_resume_and_cancel_in_headless_chromium(
 def test_what_redis_holds_is_shown_as_text_never_as_markup(
     r: redis.Redis, site: Site, browser: Any
 ) -> None:
-    """A pause key, a delayed job's id: anyone who can write to Redis (or enqueue) chooses
-    them; the page shows them as text."""
+    """A pause key, job ids, dead letters, history records: anyone who can write to Redis (or
+    enqueue) chooses them; every view of the page shows them as text: the overview, a queue's
+    page in each of its states, a job's page, the events."""
     markup = '<img src=x onerror="window.pwned=1"><b>bold</b>'
     r.hset("{jobd:q}:paused", mapping={"since": int(time.time() * 1000), "by": markup})
     enqueue = ("enqueue", "-c", str(site.config), "other", "x", "--job-id", markup, "--delay", "1h")
     assert jobd_cli(*enqueue).returncode == 0
+    r.xadd("jobd:q", {"payload": markup, "job_id": markup + "-waiting"})  # paused: it waits
+    r.xadd("{jobd:q}:dead", {
+        "payload": markup, "jobd_job_id": markup + "-dead", "jobd_error": markup,
+        "jobd_exit_code": markup, "jobd_attempts": markup, "jobd_failed_at": markup,
+        "jobd_stderr": markup,
+    })  # fmt: skip
+    r.hset("{jobd:q}:history", markup + "-done", json.dumps({
+        "event": markup, "at": int(time.time() * 1000), "attempt": 1, "consumer": markup,
+        "error": markup, "stdout": markup, "stderr": markup}) + "\n")  # fmt: skip
+    r.zadd("{jobd:q}:history:at", {markup + "-done": int(time.time() * 1000)})
+    r.xadd("{jobd:q}:events", {"event": markup, "job": markup, "by": markup, "error": markup})
     driver = browser
     driver.get(site.url + f"/#token={TOKEN}")
-    wait_until(lambda: markup in section_text(driver, "other"), what="the delayed job")
-    assert markup in shown(driver, "paused") and markup in queue_section(driver, "q").text
+    views = {
+        "/#/": ("queues", "paused"),
+        "/#/queue/q": ("queues", "q"),
+        "/#/queue/q/waiting": ("jobs", "-waiting"),
+        "/#/queue/q/dead": ("jobs", "-dead"),
+        "/#/queue/q/recent": ("jobs", "-done"),
+        "/#/queue/other/delayed": ("jobs", "other"),
+        "/#/job/q/" + urllib.parse.quote(markup + "-done", safe=""): ("job", "-done"),
+    }
+    for address, (element, why) in views.items():
+        driver.get(site.url + address)
+        wait_until(lambda e=element: markup in text_of(driver, e), what=f"{address}: {why}")
+        assert markup in shown(driver, "paused")
+        assert driver.execute_script("return document.querySelectorAll('img').length") == 0
+        bold = "return [...document.querySelectorAll('b')].filter((b) => b.textContent === 'bold')"
+        assert driver.execute_script(bold + ".length") == 0, address
+        assert driver.execute_script("return window.pwned") is None, address
+    driver.get(site.url + "/#/")
+    wait_until(lambda: markup in text_of(driver, "events"), what="the events")
     assert driver.execute_script("return document.querySelectorAll('img').length") == 0
-    bold = "return [...document.querySelectorAll('b')].filter((b) => b.textContent === 'bold')"
-    assert driver.execute_script(bold + ".length") == 0
-    assert driver.execute_script("return window.pwned") is None

@@ -370,7 +370,9 @@ def test_dlq_purge_needs_no_transaction(
 ) -> None:
     for i in range(3):
         r.xadd(DEAD, {"payload": str(i), "jobd_job_id": f"j-{i}"})
-    purged = jobd_cli("dlq", "-c", acl_config(write_config, tmp_path, acl_user), "q", "purge")
+    purged = jobd_cli(
+        "dlq", "-c", acl_config(write_config, tmp_path, acl_user), "q", "purge", "--yes"
+    )
     assert purged.returncode == 0 and not purged.stderr, purged
     assert purged.stdout == b"purged 3 dead letter(s) from {jobd:q}:dead\n"
     assert r.exists(DEAD) == 0

@@ -1,6 +1,6 @@
 """Job history, the running set and the events stream, read back (`jobd job`, `jobd events`).
 
-The first part writes the keys itself, exactly as docs/history.md says the scripts do (and
+The first part writes the keys itself, exactly as docs/concepts/history.md says the scripts do (and
 garbage beside them), and reads them with the store and the command line; the second runs real
 daemons and reads what they wrote. All on the session's private Redis.
 """
@@ -273,13 +273,74 @@ def test_events_of_several_queues_merged_by_time_with_count_and_after(
     rows = [json.loads(x) for x in out.stdout.splitlines()]
     assert out.returncode == 0 and [x["id"] for x in rows] == ["2000-0", "3000-0", "4000-0"]
     assert rows[0] == {"event": "pause", "queue": "other", "job": "j", "by": "u@h",
-                       "id": "2000-0", "at": 2000}  # fmt: skip
+                       "id": "2000-0", "at": 2000, "after": "q=1500-0,other=2000-0"}  # fmt: skip
     per_queue = jobd_cli("events", "-c", str(config), "q", "other", "--json",
                          "--after", "other=3000", "--after", "0")  # fmt: skip
     assert [json.loads(x)["id"] for x in per_queue.stdout.splitlines()] == [
         "1000-0", "3000-0", "4000-0"]  # fmt: skip
-    bad = jobd_cli("events", "-c", str(config), "--after", "nope=1")
+    bad = jobd_cli("events", "-c", str(config), "--after", "1-x")
     assert bad.returncode == 2 and b"QUEUE=ID of a queue read" in bad.stderr
+
+
+@pytest.mark.parametrize("after", ["99999999999999999999-0", "1-18446744073709551616",
+                                   "q=18446744073709551616"])  # fmt: skip
+def test_events_refuses_an_after_id_redis_cannot_take(setup, after: str) -> None:
+    """``--after 99999999999999999999-0`` passed the 20-digit pattern but is no stream id
+    (over 2**64-1): `jobd events` printed nothing with exit 0, and `--follow` asked Redis ~20
+    times a second, each read failing, never showing an event."""
+    config, _, _ = setup
+    done = jobd_cli("events", "-c", str(config), "--after", after, "--follow")
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert b"each part of an event id is at most 18446744073709551615" in done.stderr
+    assert (
+        jobd_cli("events", "-c", str(config), "--after", "18446744073709551615-0").returncode == 0
+    )
+
+
+def test_events_resume_from_a_cursor_naming_queues_not_read(r: redis.Redis, setup) -> None:
+    """A --json event's ``after`` names every queue read (``q=ID,other=ID``): resuming one of
+    them with it, or after a queue left the config, was refused (exit 2). The queues not read
+    are left out; one not in the config any more is said on stderr."""
+    config, _, _ = setup
+    r.xadd(EVENTS, {"event": "done", "job": "old"}, id="1000-0")
+    r.xadd(EVENTS, {"event": "done", "job": "new"}, id="2000-0")
+    out = jobd_cli("events", "-c", str(config), "q", "--json", "--after", "q=1000-0,other=5-0")
+    assert out.returncode == 0, out
+    assert [json.loads(x)["job"] for x in out.stdout.splitlines()] == ["new"]
+    assert out.stderr == b""
+    out = jobd_cli("events", "-c", str(config), "q", "--after", "q=1000-0,gone=7-0")
+    assert out.returncode == 0, out
+    assert out.stdout.count(b"  done  new") == 1 and b"old" not in out.stdout
+    assert b"--after gone=7-0: no queue 'gone' in the config; left out" in out.stderr
+
+
+def test_a_reader_resuming_from_the_last_event_it_handled_misses_none_of_another_queue(
+    r: redis.Redis, setup
+) -> None:
+    """Two queues' events are two streams, each numbering its own: an event written into
+    'other' after one of 'q' in the same millisecond can have a smaller id, or the same. A
+    reader that resumes with the id of the last event it handled would skip it; the event's
+    `after` (every queue's position) misses nothing and shows nothing twice."""
+    config, _, _ = setup
+
+    def read(after: str, count: int = 20) -> list[dict]:
+        out = jobd_cli("events", "-c", str(config), "q", "other", "--json", "--after", after,
+                       "--count", str(count))  # fmt: skip
+        assert out.returncode == 0, out
+        return [json.loads(x) for x in out.stdout.splitlines()]
+
+    r.xadd(EVENTS, {"event": "done", "job": "first"}, id="1000-5")
+    (row,) = read("0")
+    assert row["job"] == "first"
+    r.xadd("{jobd:other}:events", {"event": "done", "job": "same-ms"}, id="1000-2")
+    r.xadd(EVENTS, {"event": "done", "job": "tie-q"}, id="2000-0")
+    r.xadd("{jobd:other}:events", {"event": "done", "job": "tie-other"}, id="2000-0")
+    seen = []
+    for _ in range(3):  # one at a time, as a reader stopped after each line would
+        (row,) = read(row.get("after", row["id"]), count=1)
+        seen.append(row["job"])
+    assert seen == ["same-ms", "tie-other", "tie-q"]  # ties: by queue name
+    assert read(row.get("after", row["id"])) == []
 
 
 def test_an_event_line_escapes_and_names_who(r: redis.Redis, setup) -> None:
@@ -529,3 +590,43 @@ def test_three_daemons_one_job_each_show_three_consumers(
     wait_until(lambda: all(store.job(q, f"long-{n}").state == "done" for n in range(3)))
     done = {job_json(config, f"long-{n}")["records"][-1]["consumer"] for n in range(3)}
     assert done == {d.consumer() for d in daemons}
+
+
+def test_pause_resume_and_requeue_escape_what_others_wrote(r: redis.Redis, setup) -> None:
+    """`jobd pause` (already paused), `jobd resume` and `jobd dlq requeue` print text held in
+    Redis (who paused, why a record stays): a terminal escape or a newline in it is escaped."""
+    config, _, _ = setup
+    evil = "\x1b]52;c;cm0gLXJmIH4=\x07\nFORGED\x9b2J"
+    r.hset("{jobd:q}:paused", mapping={"since": "1000", "by": evil})
+    r.xadd("{jobd:q}:dead", {"payload": "x", "jobd_job_id": "j", "jobd_fields": evil})
+    runs = [
+        jobd_cli("pause", "-c", str(config), "q"),
+        jobd_cli("resume", "-c", str(config), "q"),
+        jobd_cli("dlq", "-c", str(config), "q", "requeue", "--all"),
+    ]
+    for run in runs:
+        out = run.stdout + run.stderr
+        assert b"\\x1b]52" in out, run
+        assert b"\x1b" not in out and b"\x07" not in out and "\x9b".encode() not in out, out
+        assert not any(line.startswith(b"FORGED") for line in out.splitlines()), out
+    r.xadd("{jobd:q}:dead", {"payload": "x", "job_id": "victim\u00a0x", "jobd_job_id": "v\u200b"})
+    shown = jobd_cli("dlq", "-c", str(config), "q", "show", "v\u200b").stdout.decode()
+    assert "job_id: victim\\xa0x\n" in shown and "jobd_job_id: v\\u200b\n" in shown, shown
+
+
+def test_job_and_events_json_escape_c1_controls(r: redis.Redis, setup) -> None:
+    """JSON may carry C1 controls raw (U+009B is a terminal's CSI, U+0085 a newline) and the
+    line separators U+2028/9: `jobd job --json` and `jobd events --json` escape them."""
+    config, _, _ = setup
+    jid = "j\x85\x9b"
+    r.hset(HISTORY, jid, line("done", 3000, attempt=1, exit_code=0, stderr="a\x9b2J\u2028b"))
+    r.xadd(EVENTS, {"event": "done", "queue": "q", "job": jid, "consumer": "c\x90"}, id="5-1")
+    job = jobd_cli("job", "-c", str(config), "q", "--json", jid)
+    events = jobd_cli("events", "-c", str(config), "q", "--json")
+    for run in (job, events):
+        assert run.returncode == 0, run
+        assert not re.search(rb"\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]", run.stdout), run.stdout
+    assert json.loads(job.stdout)["records"][0]["stderr"] == "a\x9b2J\u2028b"
+    assert b'"j\\u0085\\u009b"' in job.stdout
+    row = json.loads(events.stdout)
+    assert (row["job"], row["consumer"]) == (jid, "c\x90")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -20,11 +21,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 import redis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from support import DaemonProcess, group_info, pending_count
+from support import (
+    DaemonProcess,
+    group_info,
+    jobd_cli,
+    pending_count,
+    queue_config,
+    wait_until,
+)
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -555,3 +564,208 @@ def test_payload_of_30_mib_around_max_payload(
     assert (record[b"jobd_error"], len(record[b"payload"])) == (b"exit", size)
     summary(h, "30 MiB payloads", sent)
     h.keeps_moving()
+
+
+def test_over_long_job_ids_are_dead_lettered_unrun(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A job id longer than jobd.job.MAX_JOB_ID (1024 bytes) would be copied into every log
+    line, event and history record of its job: the entry is dead-lettered unrun as malformed,
+    under its stream id, with only a prefix of the id in its record and the log; one of exactly
+    1024 bytes runs. With and without a dedupe window (which reads job ids before the start)."""
+    queues = {"ok": "ok", "ok_dd": "ok, dedupe: {window: 1h}"}
+    h = start(r, write_config, script, daemon, tmp_path, queues)
+    longest = b"k" * 1024
+    over = [(b"job_id", b"L" * 1025), (b"job_id", b"M" * (8 << 20)), (b"jobd_job_id", b"R" * 2000)]
+    sent = h.send([(q, {b"payload": b"p", name: value}) for q in h.queues for name, value in over])
+    fine = h.send([("ok", {b"payload": b"p", b"job_id": longest})])
+    h.check(sent + fine)
+    assert [run.job_id for run in h.runs()] == [longest]
+    for s in sent:
+        [record] = [d for d in h.dead(s.queue) if d[b"jobd_original_id"] == s.entry_id.encode()]
+        assert record[b"jobd_error"] == b"malformed"
+        assert b"a job id has at most 1024" in record[b"jobd_stderr"]
+        assert record[b"jobd_job_id"] == s.entry_id.encode()
+        if value := s.fields.get(b"job_id"):
+            assert record[b"job_id"] == value[:1024]
+            assert record[b"jobd_clipped"] == b"job_id %d" % len(value)
+    for queue in h.queues:
+        history = r.hkeys(f"{{jobd:{queue}}}:history")
+        assert max(map(len, history)) <= 1024, "a history record kept under an over-long id"
+        events = [v for _, e in r.xrange(f"{{jobd:{queue}}}:events") for v in e.values()]
+        assert max(map(len, events)) < 4096, "an event holds an over-long job id"
+    assert h.d.log_path.stat().st_size < 500_000, "the log holds the over-long job ids"
+    h.keeps_moving()
+
+
+def test_enqueue_refuses_an_over_long_job_id_and_a_clipped_record_is_not_requeued(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """`jobd enqueue --job-id` refuses an id longer than 1024 bytes (exit 2, nothing added); a
+    dead letter whose values were clipped (a malformed job's) is left in place by `dlq requeue`:
+    only a prefix of its job is left."""
+    h = start(r, write_config, script, daemon, tmp_path, {"ok": "ok"})
+    c = str(tmp_path / "jobd.yaml")
+    refused = jobd_cli("enqueue", "-c", c, "ok", "x", "--job-id", "j" * 1025)
+    assert refused.returncode == 2, refused.stderr
+    assert b"at most 1024 bytes" in refused.stderr and b"j" * 100 not in refused.stderr
+    assert jobd_cli("enqueue", "-c", c, "ok", "x", "--job-id", "j" * 1024).returncode == 0
+    h.send([("ok", {b"payload": b"p", b"job_id": b"L" * 5000})])
+    wait_until(lambda: len(h.dead("ok")) == 1)
+    [(record_id, record)] = r.xrange(dead_stream("ok"))
+    assert record[b"jobd_clipped"] == b"job_id 5000"
+    requeued = jobd_cli("dlq", "-c", c, "ok", "requeue", record_id.decode())
+    assert b"clipped" in requeued.stdout + requeued.stderr, requeued
+    assert r.xlen(dead_stream("ok")) == 1
+
+
+# Job ids that look like "victim" to a reader, or to the JSON log's tag parser: a no-break space,
+# a zero-width space, a line separator, a bidi override, a C1 newline (NEL), an en quad.
+LOOKALIKES = ["victim\u00a0attempt=1 exit 0", "victim\u200b", "victim\u2028forged", "victim\u202e",
+              "victim\x85forged", "victim\u2000x"]  # fmt: skip
+
+
+def test_job_ids_with_unicode_spaces_cannot_pass_for_another_job(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A job id with a Unicode space or format character (Zs, Zl, Zp, Cf) or a C1 control is
+    escaped wherever the log shows it: no line of the text log, and no JSON log line's `job`
+    field, names the job "victim" (it logged `job=victim\u00a0…`, which the JSON log parsed as
+    job "victim")."""
+    ran = handler(script, tmp_path)
+    text_daemon = daemon(write_config(config({"t": "ok"}), "text.yaml"))
+    json_log = tmp_path / "json.log"
+    with open(json_log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobd", "run", str(write_config(config({"j": "ok"}), "j.yaml")),
+             "--log-format", "json", "--log-level", "DEBUG"],
+            stderr=out,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: b"jobd running" in json_log.read_bytes())
+            for q in ("t", "j"):
+                for jid in LOOKALIKES:
+                    r.xadd(stream(q), {"payload": "x", "job_id": jid.encode()})
+            wait_until(lambda: ran.exists() and len(ran.read_bytes().splitlines()) == 12)
+            wait_until(lambda: json_log.read_bytes().count(b" exit 0 after ") >= 6)
+            text_daemon.wait_log("exit 0 after")
+            wait_until(lambda: text_daemon.log().count(" exit 0 after ") >= 6)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    jobs = {orjson.loads(line).get("job") for line in json_log.read_bytes().splitlines()}
+    assert "victim" not in jobs, "a hostile job id passed for job 'victim' in the JSON log"
+    assert "victim\\xa0attempt=1\\x20exit\\x200" in jobs and "victim\\u202e" in jobs
+    text = text_daemon.log_path.read_bytes().decode()
+    for jid in LOOKALIKES:
+        raw = "job=" + jid
+        assert raw not in text, f"the job id {jid!r} reached the text log unescaped"
+    assert "job=victim\\u200b attempt=1" in text and "job=victim\\x85forged attempt=1" in text
+
+
+def vm_hwm(pid: int) -> int:
+    """The process's peak resident memory (VmHWM), bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_an_entry_far_above_max_payload_is_never_read_into_the_daemon(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """64 MiB entries against max_payload 1MiB: each is dead-lettered as malformed, its record
+    holding a 1 KiB prefix and the size, and the daemon's peak memory does not grow by the
+    entry's size, whether the entry came while its reader waited (XREAD BLOCK), was there when
+    it read, or is taken over from a dead consumer (XAUTOCLAIM); on a queue with priority levels
+    too. (max_payload was checked once the whole entry was in the daemon: 256 MiB entries took
+    it to 1 GB.)"""
+    queues = {"ok": "ok, max_payload: 1MiB", "pq": "ok, max_payload: 1MiB, priorities: [hi, lo]"}
+    h = start(r, write_config, script, daemon, tmp_path, queues)
+    h.keeps_moving()
+    ran = len(h.runs())
+    before = vm_hwm(h.d.proc.pid)
+    size = 64 << 20
+    big = b"\xab" * size
+    r.xadd(stream("ok"), {b"payload": big, b"job_id": b"waited-for"})  # the reader was waiting
+    wait_until(lambda: len(h.dead("ok")) == 1, timeout=20)
+    grown = vm_hwm(h.d.proc.pid) - before
+    assert grown < size // 4, f"the daemon's peak memory grew by {grown >> 20} MiB"
+    r.xadd(stream("ok"), {b"payload": b"x", b"filler": big[: 2 << 20]})  # a little too large
+    wait_until(lambda: len(h.dead("ok")) == 2, timeout=20)
+    pipe = r.pipeline(transaction=True)  # read at once by a consumer that then dies
+    pipe.xadd(stream("ok"), {b"payload": big, b"job_id": b"claimed"})
+    pipe.xreadgroup("jobd", "ghost", {stream("ok"): ">"}, count=1)
+    assert pipe.execute()[1], "the ghost consumer holds it"
+    r.xadd("{jobd:pq}:priority:hi", {b"payload": big, b"job_id": b"high"})
+    wait_until(lambda: len(h.dead("ok")) == 3 and len(h.dead("pq")) == 1, timeout=30)
+    grown = vm_hwm(h.d.proc.pid) - before
+    print(f"peak memory grew by {grown / 2**20:.1f} MiB for four 64 MiB entries")
+    assert grown < size // 4, f"the daemon's peak memory grew by {grown >> 20} MiB"
+    records = [rec for q in h.queues for rec in h.dead(q)]
+    for rec in records:
+        assert rec[b"jobd_error"] == b"malformed", rec.get(b"jobd_stderr")
+        assert b"not read" in rec[b"jobd_stderr"], rec[b"jobd_stderr"]
+        assert len(rec[b"payload"]) <= 1024
+    clipped = sorted(rec[b"jobd_clipped"] for rec in records)
+    assert clipped == [b"filler %d" % (2 << 20), *[b"payload %d" % size] * 3], clipped
+    assert [rec.get(b"job_id") for rec in records] == [b"waited-for", None, b"claimed", b"high"]
+    assert len(h.runs()) == ran, "none of them ran"
+    h.keeps_moving()
+
+
+def test_entries_of_a_million_empty_fields_are_never_read_and_never_run(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Four entries of 1M (empty, empty) pairs, read in one batch (the queue paused while they
+    are added, then resumed): they hold no byte of names and values, but more than MAX_FIELDS
+    fields, so the read script hands each over as a stand-in (lua/lib/jobs.lua sized), and each
+    is dead-lettered as malformed unrun. (Passed whole, 2M values a reply, they took the
+    daemon's peak memory up by ~76 MiB, where 64 MiB entries take it up by 0.3 MiB; and, their
+    names one dict key, each ran.)"""
+    ran = tmp_path / "ran"
+    script("h.sh", f"#!/bin/sh\ncat >/dev/null\necho ran >> {ran}\n")
+    config = write_config(queue_config("[./h.sh]", max_payload="64KiB", concurrency=4))
+    d = daemon(config)
+    r.xadd("jobd:q", {"payload": "warm-up"})
+    wait_until(lambda: ran.exists(), what="the warm-up job")
+    before = vm_hwm(d.proc.pid)
+    r.hset("{jobd:q}:paused", mapping={"since": str(int(time.time() * 1000)), "by": "test"})
+    time.sleep(1.5)  # the readers see the pause (twice a second) before the entries come
+    for _ in range(4):
+        last = r.execute_command("XADD", "jobd:q", "*", *([b""] * 2_000_000))
+    r.delete("{jobd:q}:paused")
+
+    def settled() -> bool:
+        try:
+            [group] = r.xinfo_groups("jobd:q")
+        except redis.ResponseError as exc:  # BUSY: a read script still runs (a loaded machine)
+            if "BUSY" not in str(exc):
+                raise
+            return False
+        return group["last-delivered-id"] == last and group["pending"] == 0
+
+    wait_until(settled, timeout=60, what="the four wide entries read and settled")
+    grown = vm_hwm(d.proc.pid) - before
+    runs = ran.read_text().split()
+    dead = r.xrange("{jobd:q}:dead")
+    print(f"peak memory +{grown / 2**20:.1f} MiB; runs {len(runs)}; dead letters {len(dead)}")
+    assert grown < 16 << 20, f"the daemon's peak memory grew by {grown >> 20} MiB in one read"
+    assert len(runs) == 1 and len(dead) == 4, (
+        f"entries of 2M fields: {len(runs) - 1} run, {len(dead)} dead-lettered (malformed)"
+    )
+    for _, record in dead:
+        assert record[b"jobd_error"] == b"malformed", record
+        assert b"an entry of 1000000 fields, more than 1000: not read" in record[b"jobd_stderr"]
+
+
+def test_the_daemon_counts_an_entrys_width_as_it_came() -> None:
+    """The daemon's own guard behind the read scripts' bound: an entry of 1001 pairs of one
+    name (one dict key) handed over whole, as no script does (lua/lib/jobs.lua sized), is
+    malformed for its width, not a job of one field; one of 1000 pairs is not."""
+    from jobd.job import Job
+    from jobd.store.reading import _entry
+
+    wide = Job.from_entry("q", b"1-1", _entry([b"f", b""] * 1001))
+    assert wide.malformed == "an entry of 1001 fields, more than 1000: not read"
+    assert Job.from_entry("q", b"1-1", _entry([b"f", b""] * 1000)).malformed == ""

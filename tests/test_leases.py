@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from collections import Counter
@@ -11,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
+from faultproxy import FaultProxy
 from support import (
     DaemonProcess,
     acked_all,
@@ -23,7 +25,7 @@ from support import (
 
 from jobd.config import load
 from jobd.daemon.duties import Ticker
-from jobd.daemon.lease import Holdings, Renewal
+from jobd.daemon.lease import Holdings, Renewal, lease_clock
 from jobd.store import notes
 from jobd.store.scripts import Batch, Scripts
 from jobd.store.store import Store
@@ -62,11 +64,14 @@ def test_renewal_is_one_round_trip_and_keeps_the_delivery_count(r: redis.Redis, 
     assert store.renew(queue, ids[:1]) == []  # loads the script
     time.sleep(0.05)  # let the entries age, so a renewal is visible as a reset idle time
     before = evalsha_calls(r)
+    renewed_at = time.monotonic()
     assert store.renew(queue, ids) == []
     assert evalsha_calls(r) - before == 1, "one script call for 1000 entries"
     entries = r.xpending_range("jobd:q", "jobd", "-", "+", 1000)
+    since_ms = (time.monotonic() - renewed_at) * 1000
     assert {e["times_delivered"] for e in entries} == {1}
-    assert max(e["time_since_delivered"] for e in entries) < 50
+    # Renewed: idle no longer than since the renewal began (not renewed: 50 ms more than that)
+    assert max(e["time_since_delivered"] for e in entries) <= since_ms + 1
 
 
 def command_calls(r: redis.Redis, command: str) -> int:
@@ -88,9 +93,11 @@ def test_a_batch_asks_nothing_before_its_calls_and_reloads_flushed_scripts(
     def settle(some: list[str]) -> list[object]:
         batch = Batch()
         for mid in some:
-            keys = ["jobd:q", queue.keys.stats(), queue.keys.cancels, *notes.keys(queue)]
+            keys = ["jobd:q", queue.keys.stats(), queue.keys.cancels, *notes.keys(queue),
+                    queue.keys.waiters, queue.keys.outbox]  # fmt: skip
             note = ["done", mid, "", b'{"event":"done"}', 0]  # lua/lib/jobs.lua note_at
-            args = ["jobd", "me", 60, 0, notes.settings(queue), "ack", mid, 0, -1, *note]
+            # 0 after the settings: no outbox; 0 after the note: no follow-ups (store/outcomes.py)
+            args = ["jobd", "me", 60, 0, notes.settings(queue), 0, "ack", mid, 0, -1, *note, 0]
             batch.add(scripts.settle, keys, args)
         return batch.run(r)
 
@@ -127,17 +134,67 @@ def test_renewal_reports_acked_stolen_and_trimmed_entries(r: redis.Redis, queue)
     assert r.xpending_range("jobd:q", "jobd", "-", "+", 10, "other")[0]["times_delivered"] == 1
 
 
+def test_reclaim_flags_handed_back_entries_reading_only_the_rows_it_may_claim(
+    r: redis.Redis, queue
+) -> None:
+    """reclaim.lua flags an entry handed back (idle since 1970: settle.lua 'back') from the
+    rows of the pending entries XAUTOCLAIM looks at (count x 10 from the cursor, read before the
+    claim), not from a scan of the rest of the pending list on every call (10 000 entries
+    here). With count 1: nine entries a live consumer holds, one handed back (the window's
+    last), one whose lease lapsed, one handed back, then 10 000 held."""
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    pipe = r.pipeline()
+    for i in range(10_012):
+        pipe.xadd("jobd:q", {"payload": str(i)})
+    ids = pipe.execute()
+    r.xreadgroup("jobd", "live", {"jobd:q": ">"}, count=len(ids))
+    lapsed = int(queue.lease.reclaim_after * 1000) * 2
+    r.xclaim("jobd:q", "jobd", "dead", 0, [ids[9], ids[11]], time=1, justid=True)
+    r.xclaim("jobd:q", "jobd", "dead", 0, [ids[10]], idle=lapsed, justid=True)
+    store, cursor, seen = Store(r), "0-0", []
+    for _ in range(4):
+        page = store.reclaim(queue, cursor, 1)
+        seen += [(mid, back) for mid, _fields, _deliveries, back in page.claimed]
+        cursor = page.cursor
+    assert seen == [(ids[9], True), (ids[10], False), (ids[11], True)]
+    assert cursor == ids[22].decode()  # the fourth call looked at ten held entries
+
+
 def test_a_renewal_that_cannot_reach_redis_is_not_a_loss(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("redis: {url: 'redis://127.0.0.1:1/0'}\nqueues:\n  q: {command: [/bin/true]}\n")
     config = load(str(path))
     holdings = Holdings()
-    holdings.add(("jobd:q", "jobd"), ["1-0", "2-0"])
+    holdings.add(("jobd:q", "jobd"), ["1-0", "2-0"], lease_clock())
     reported: list = []
     store = Store.open(config.redis, "test", "me")
     ticker = Ticker([Renewal(store, config.queues["q"], holdings, reported.extend)])
     ticker.run_due(time.monotonic())
     assert reported == [] and sorted(holdings.snapshot(("jobd:q", "jobd"))) == ["1-0", "2-0"]
+
+
+def test_a_renewal_confirms_the_leases_it_kept_as_of_before_it_was_sent(
+    r: redis.Redis, queue
+) -> None:
+    """What a start checks (``Admission.lease_held``): a renewal moves an entry's confirmation
+    to the moment before it was sent, only for the entries it kept and only while held by the
+    same delivery; an entry lost is held no more, so it has no confirmation at all."""
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    for i in range(2):
+        r.xadd("jobd:q", {"payload": str(i)})
+    ids = [mid.decode() for mid, _ in r.xreadgroup("jobd", "me", {"jobd:q": ">"})[0][1]]
+    holdings, k, old = Holdings(), ("jobd:q", "jobd"), lease_clock() - 100
+    numbers = holdings.add(k, ids, old)
+    r.xclaim("jobd:q", "jobd", "other", 0, [ids[1]], justid=True)  # taken over
+    lost: list = []
+    before = lease_clock()
+    Renewal(Store(r, "me"), queue, holdings, lost.extend).tick()
+    kept = holdings.confirmed(k, ids[0], numbers[0])
+    assert kept is not None and before <= kept <= lease_clock()
+    assert holdings.confirmed(k, ids[1], numbers[1]) is None and [x.message_id for x in lost] == [
+        ids[1]
+    ]
+    assert holdings.confirmed(k, ids[0], numbers[0] + 7) is None, "another delivery's: none"
 
 
 # -- real daemons --------------------------------------------------------------------------------
@@ -228,6 +285,261 @@ def test_a_stalled_daemon_loses_its_lease_and_stops_its_stale_handler(
     ]
     assert not psutil.pid_exists(first_pid), "the stale handler was stopped before it finished"
     assert "outcome not recorded" not in healthy.log()
+
+
+# -- a daemon that comes back never starts a job another one took over ------------------------
+
+# The handler writes its payload to `starts` when it starts; "slow…" then runs 0.4 s and
+# writes it to `ended`.
+STARTS = """\
+#!/bin/sh
+p=$(cat)
+echo "$p" >> {dir}/starts
+case "$p" in slow*) sleep 0.4; echo "$p" >> {dir}/ended ;; esac
+"""
+SHORT_LEASE = "{renew_every: 300ms, reclaim_after: 1s}"
+
+
+def owner(r: redis.Redis, mid: str) -> str | None:
+    """The consumer entry ``mid`` is pending for; None when it is pending for no one."""
+    rows = r.xpending_range("jobd:q", "jobd", mid, mid, 1)
+    return rows[0]["consumer"].decode() if rows else None
+
+
+def delivered_while_away(
+    r: redis.Redis, a: DaemonProcess, proxy: FaultProxy, away: Callable[[], None], payload: str
+) -> str:
+    """A job delivered to daemon ``a`` (behind ``proxy``) while it is away (``away``: stopped,
+    or cut off): the reply of the read script that delivered it is held in the proxy until
+    ``a`` is away, then let go (into ``a``'s socket, or into the partition). Returns the job's
+    entry id, ``a`` still away: pending on ``a``'s consumer, whose reply ``a`` has not seen."""
+    proxy.hold_reply(payload.encode(), to=b"EVAL")
+    mid = r.xadd("jobd:q", {"payload": payload, "job_id": payload}).decode()
+    wait_until(lambda: owner(r, mid) == a.consumer() and proxy.holding(),
+               what="the job read by A, the reply held")  # fmt: skip
+    away()
+    proxy.release()
+    return mid
+
+
+def stop(a: DaemonProcess) -> None:
+    """SIGSTOP ``a``; returns once it is stopped."""
+    a.signal(signal.SIGSTOP)
+    process = psutil.Process(a.proc.pid)
+    wait_until(lambda: process.status() == psutil.STATUS_STOPPED, what="A stopped")
+
+
+def started_by(tmp_path: Path, name: str = "starts") -> Counter[str]:
+    path = tmp_path / name
+    return Counter(path.read_text().split()) if path.exists() else Counter()
+
+
+def spawned(a: DaemonProcess, payload: str) -> bool:
+    """Whether daemon ``a`` says it started a handler for the job (one stopped before it wrote
+    to `starts` included)."""
+    return any(f"job={payload} " in line and "started pid" in line for line in a.log().splitlines())
+
+
+def came_back(a: DaemonProcess, payload: str, tmp_path: Path) -> bool:
+    """Whether ``a``, back, has dealt with the job: started it a second time (the defect), or
+    said it did not start it (handed back unstarted, or its lease reported lost)."""
+    if started_by(tmp_path)[payload] >= 2:
+        return True
+    words = ("unstarted", "not started", "handed back", "lease lost")
+    lines = a.log().splitlines()
+    return any(f"job={payload} " in line and any(w in line for w in words) for line in lines)
+
+
+def test_a_stalled_daemon_never_starts_a_job_delivered_to_it_while_stopped(
+    r: redis.Redis, redis_server, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Issue 32: A is SIGSTOPped with the reply of the read that delivered a job on its way
+    (held in the proxy, then let into A's socket); B takes the job over after reclaim_after
+    and runs it. A, continued, finds the reply of its read: it must not start the job (it did,
+    and ran it in full)."""
+    script("h.sh", STARTS.format(dir=tmp_path))
+    text = queue_config("[./h.sh]", prefetch=0, lease=SHORT_LEASE)
+    direct = write_config(text)
+    with FaultProxy(redis_server.port) as proxy:
+        a = daemon(write_config(text.replace("{redis}", proxy.url), name="a.yaml"))
+        wait_group(r, "jobd:q")
+        payload = "delivered-while-away"
+        mid = delivered_while_away(r, a, proxy, lambda: stop(a), payload)
+        try:
+            b = daemon(direct)
+            wait_until(lambda: owner(r, mid) is None, what="B to take the job over and run it")
+        finally:
+            a.signal(signal.SIGCONT)
+        assert started_by(tmp_path)[payload] == 1 and f"job={payload} " in b.log()
+        wait_until(lambda: came_back(a, payload, tmp_path), what="A to deal with the stale reply")
+    assert started_by(tmp_path)[payload] == 1, "started once, by B only"
+    assert not spawned(a, payload), "A started no handler for it (one stopped at once too)"
+
+
+def test_a_round_trip_too_long_for_reclaim_after_is_one_clear_error(
+    r: redis.Redis, redis_server, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """With the round trip to Redis (0.5s) above half of reclaim_after (0.4s), each read's reply
+    arrives with its lease's confirmation already too old to start: the job is handed back
+    unstarted, reclaimed, handed back again, forever, with only warnings. One ERROR (a minute
+    apart at most) says the round trip is too long and to raise lease.reclaim_after."""
+    script("h.sh", STARTS.format(dir=tmp_path))
+    text = queue_config("[./h.sh]", prefetch=0, lease="{renew_every: 100ms, reclaim_after: 400ms}")
+    said = "the round trip to Redis is too long for reclaim_after"
+    with FaultProxy(redis_server.port) as proxy:
+        a = daemon(write_config(text.replace("{redis}", proxy.url), name="a.yaml"))
+        wait_group(r, "jobd:q")
+        # Each way: a reply the XADD wakes comes 0.25s late even to a read sent before this.
+        proxy.latency(0.25)
+        r.xadd("jobd:q", {"payload": "x0", "job_id": "x0"})
+        a.wait_log(said)
+        assert "raise lease.reclaim_after" in a.log()
+        proxy.restore()
+        wait_until(lambda: started_by(tmp_path)["x0"] == 1, what="x0 to start, Redis near again")
+    assert a.log().count(said) == 1, "said once a minute at most"
+
+
+def test_a_daemon_cut_off_never_starts_a_job_delivered_to_it_meanwhile(
+    r: redis.Redis, redis_server, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """The same with no stall: A is cut off from Redis (the proxy's blackhole, a partition)
+    for longer than reclaim_after, the reply of its read held up in the network."""
+    script("h.sh", STARTS.format(dir=tmp_path))
+    text = queue_config("[./h.sh]", prefetch=0, lease=SHORT_LEASE)
+    direct = write_config(text)
+    with FaultProxy(redis_server.port) as proxy:
+        a = daemon(write_config(text.replace("{redis}", proxy.url), name="a.yaml"))
+        wait_group(r, "jobd:q")
+        payload = "delivered-while-away"
+        mid = delivered_while_away(r, a, proxy, lambda: proxy.blackhole(None), payload)
+        try:
+            daemon(direct)
+            wait_until(lambda: owner(r, mid) is None, what="B to take the job over and run it")
+        finally:
+            proxy.restore()
+        assert started_by(tmp_path)[payload] == 1
+        wait_until(lambda: came_back(a, payload, tmp_path), what="A to deal with the late reply")
+    assert started_by(tmp_path)[payload] == 1, "started once, by B only"
+    assert not spawned(a, payload), "A started no handler for it (one stopped at once too)"
+
+
+def test_a_stalled_daemon_never_starts_a_job_it_read_ahead_while_stopped(
+    r: redis.Redis, redis_server, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Read ahead: A (one slot, one read ahead) runs `slow`; its reader reads `x` ahead, and
+    A is stopped before the reply reaches it. B takes both over and runs them. When A
+    continues, the read's reply hands it `x`, and a slot frees as `slow`'s exit is seen: A
+    must not start `x` in it. A comes back cut off from Redis, so that no renewal can report
+    the loss first: only the check made before a start stops it."""
+    script("h.sh", STARTS.format(dir=tmp_path))
+    text = queue_config("[./h.sh]", prefetch=1, lease=SHORT_LEASE)
+    direct = write_config(text)
+    with FaultProxy(redis_server.port) as proxy:
+        a = daemon(write_config(text.replace("{redis}", proxy.url), name="a.yaml"))
+        wait_group(r, "jobd:q")
+        r.xadd("jobd:q", {"payload": "slow", "job_id": "slow"})
+        wait_until(lambda: started_by(tmp_path)["slow"] == 1, what="slow to start")
+        payload = "delivered-while-away"
+        mid = delivered_while_away(r, a, proxy, lambda: stop(a), payload)
+        try:
+            daemon(direct)
+            wait_until(lambda: owner(r, mid) is None, what="B to take both over and run them")
+            proxy.blackhole(None)
+        finally:
+            a.signal(signal.SIGCONT)
+        try:
+            wait_until(lambda: came_back(a, payload, tmp_path), what="A to deal with it")
+        finally:
+            proxy.restore()
+    assert started_by(tmp_path)[payload] == 1, "started once, by B only"
+    assert not spawned(a, payload), "A started no handler for it (one stopped at once too)"
+
+
+def test_a_stalled_daemon_never_starts_a_job_waiting_for_a_slot(
+    r: redis.Redis, redis_server, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Read ahead: A (one slot, one read ahead) holds `slowN` running and `xN` waiting for the
+    slot when it is stopped; B takes both over and runs them. When A continues, `slowN` has
+    ended and its slot is free: A must not start `xN` (it did, one read-ahead entry in four
+    under load). A comes back cut off from Redis, so that its renewal cannot report the loss
+    first: only the checks made before a start keep it from running."""
+    script("h.sh", STARTS.format(dir=tmp_path))
+    text = queue_config("[./h.sh]", prefetch=1, lease=SHORT_LEASE)
+    direct = write_config(text)
+    with FaultProxy(redis_server.port) as proxy:
+        a = daemon(write_config(text.replace("{redis}", proxy.url), name="a.yaml"))
+        wait_group(r, "jobd:q")
+        for attempt in range(20):
+            pipe = r.pipeline(transaction=True)  # read together: one runs, one waits
+            for payload in (f"slow{attempt}", f"x{attempt}"):
+                pipe.xadd("jobd:q", {"payload": payload, "job_id": payload})
+            mid = pipe.execute()[1].decode()
+            wait_until(lambda m=mid: owner(r, m) == a.consumer(), what="x read")
+            a.signal(signal.SIGSTOP)
+            # Stopped while slow ran (so x cannot have started) and x waited (not handed back
+            # yet: not idle for decades)?
+            idle = r.xpending_range("jobd:q", "jobd", mid, mid, 1)[0]["time_since_delivered"]
+            if started_by(tmp_path, "ended")[f"slow{attempt}"] == 0 and idle < 10_000:
+                break
+            a.signal(signal.SIGCONT)  # too late: again
+            wait_until(lambda m=mid, n=attempt: owner(r, m) is None
+                       and started_by(tmp_path)[f"x{n}"] == 1, what="both to run")  # fmt: skip
+        else:
+            raise AssertionError("never stopped with an entry read ahead")
+        payload = f"x{attempt}"
+        try:
+            daemon(direct)
+            wait_until(lambda: owner(r, mid) is None, what="B to take both over and run them")
+            proxy.blackhole(None)
+        finally:
+            a.signal(signal.SIGCONT)
+        try:
+            wait_until(lambda: came_back(a, payload, tmp_path), what="A to deal with it")
+        finally:
+            proxy.restore()
+    assert started_by(tmp_path)[payload] == 1, "started once, by B only"
+    assert not spawned(a, payload), "A started no handler for it (one stopped at once too)"
+
+
+STALL = 4.0  # seconds the stalled daemon's spawn is held after its lease check passed
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (.ci/run installs it)")
+def test_a_daemon_stalled_between_its_lease_check_and_the_exec_never_starts_a_job_taken_over(
+    r: redis.Redis, redis_server, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Issue 32, a review's reproduction: the check a start makes (``Admission.lease_held``)
+    runs before the spawn, and a stall of the daemon after it (the spawn lock, the OOM step,
+    GIL hand-offs, the clone itself: p99 2.5-8 ms under load; a SIGSTOP or a VM pause landed
+    there 7 times in about 150) started a job another daemon had taken over. Deterministic:
+    strace delays every clone(2) of A's main thread (its handler's spawn, after the check) by
+    STALL, and A's link to Redis is blackholed once the job is delivered to it, so its renewals
+    stop as in a SIGSTOP; B takes the job over and runs it. When A's clone goes through, the
+    child, past its start's deadline, must not exec: the job is handed back unstarted."""
+    script("h.sh", STARTS.format(dir=tmp_path))
+    text = queue_config("[./h.sh]", prefetch=0, lease=SHORT_LEASE)
+    direct = write_config(text)
+    with FaultProxy(redis_server.port) as proxy:
+        strace = ["strace", "-o", str(tmp_path / "strace.out"), "-e", "trace=clone",
+                  "-e", f"inject=clone:delay_enter={int(STALL * 1e6)}"]  # fmt: skip
+        a = daemon(write_config(text.replace("{redis}", proxy.url), name="a.yaml"), prefix=strace)
+        wait_group(r, "jobd:q")
+        mid = r.xadd("jobd:q", {"payload": "x0", "job_id": "x0"}).decode()
+        wait_until(lambda: owner(r, mid) == a.consumer(), what="x0 delivered to A")
+        proxy.blackhole(None)  # A's renewals stop: its lease on x0 lapses after reclaim_after
+        try:
+            b = daemon(direct)
+            wait_until(lambda: "job=x0 " in b.log() and started_by(tmp_path)["x0"] == 1,
+                       what="B to take x0 over and run it")  # fmt: skip
+            # A's spawn, held since before B's takeover, goes through STALL after the check.
+            ends = ("job=x0 attempt=1 lease lapsed before exec", "job=x0 attempt=1 exit")
+            wait_until(lambda: any(end in a.log() for end in ends), STALL + 10,
+                       "A's start of x0 to end")  # fmt: skip
+        finally:
+            proxy.restore()
+    assert started_by(tmp_path)["x0"] == 1, "x0 started once, by B only"
+    assert "job=x0 attempt=1 exit" not in a.log(), "A's handler never ran"
+    assert "job=x0 attempt=1 lease lapsed before exec: handed back unstarted" in a.log()
 
 
 def test_crash_loop_loses_nothing(

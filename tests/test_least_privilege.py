@@ -27,7 +27,7 @@ def test_descriptors_the_daemon_inherited_never_reach_a_handler(
     log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115 - closed below
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jobd", "run", str(config)],
+            [sys.executable, "-m", "jobd", "run", str(config), "--log-level", "DEBUG"],
             stdout=log, stderr=subprocess.STDOUT, pass_fds=(fd,),
         )  # fmt: skip
     finally:

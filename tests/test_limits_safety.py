@@ -4,6 +4,7 @@ that stopped or died."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,9 +73,10 @@ def test_a_renewal_after_a_hand_back_leaves_the_entry_reclaimable_at_once(
     r.zadd(queue.keys.running, {slot: redis_ms(r) + 60_000})
     snapshot = [kept, handed]
     outcome = Batch()  # what the recorder sends: settle 'back', then the slot's release
-    keys = ["jobd:q", queue.keys.stats(), queue.keys.cancels, *notes.keys(queue)]
+    keys = ["jobd:q", queue.keys.stats(), queue.keys.cancels, *notes.keys(queue),
+            queue.keys.waiters, queue.keys.outbox]  # fmt: skip
     note = ["handed back", handed, "", b'{"event":"handed back"}', 0]  # lua/lib/jobs.lua note_at
-    args = ["jobd", "me", 60, 0, notes.settings(queue), "back", handed, 0, -1, *note]
+    args = ["jobd", "me", 60, 0, notes.settings(queue), 0, "back", handed, 0, -1, *note, 0]
     outcome.add(scripts.settle, keys, args)
     outcome.add(scripts.release, [queue.keys.running], [slot])
     assert outcome.run(r) == [[], 1]
@@ -133,3 +135,87 @@ def test_status_stops_listing_a_dead_daemon_as_waiting(
     daemon(config)  # an idle reader asks for slots before each read: it prunes the field
     wait_until(lambda: not r.hexists("{jobd:q}:waiting", "ghost-123-abcd"), 10, "the field pruned")
     assert b"ghost" not in jobd_cli("status", "-c", str(config)).stdout
+
+
+# -- a reload that adds limits.concurrency -----------------------------------------------------
+
+
+def test_a_reload_that_adds_a_concurrency_limit_counts_the_jobs_already_running(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Two jobs run on a queue with no limit; a reload sets limits.concurrency: 2. They held no
+    cluster-wide slot (none existed): the new reader must count them before it takes one, or
+    a third job starts, three running under a limit of two, until they end."""
+    gate = tmp_path / "gate"
+    script(
+        "slow.sh",
+        f'#!/bin/sh\np=$(cat)\necho "$p" >> {tmp_path}/started\n'
+        f"while [ ! -e {gate} ]; do sleep 0.05; done\n",
+    )
+    settings = {"concurrency": 3, "lease": "{renew_every: 1s, reclaim_after: 3s}"}
+    config = write_config(queue_config("[./slow.sh]", **settings))
+    d = daemon(config)
+
+    def started() -> list[str]:
+        path = tmp_path / "started"
+        return path.read_text().split() if path.exists() else []
+
+    for i in range(2):
+        r.xadd("jobd:q", {"payload": f"before-{i}"})
+    wait_until(lambda: len(started()) == 2, what="two jobs running")
+    write_config(queue_config("[./slow.sh]", limits="{concurrency: 2}", **settings))
+    d.signal(signal.SIGHUP)
+    d.wait_log("reload done: q")
+    r.xadd("jobd:q", {"payload": "after"})
+    # The new reader either starts it (the limit exceeded) or is refused a slot, and says so.
+    wait_until(
+        lambda: "after" in started() or r.hexists("{jobd:q}:waiting", d.consumer()),
+        what="the reader to start the job or wait for a slot",
+    )
+    assert sorted(started()) == ["before-0", "before-1"], "a third job ran under a limit of two"
+    assert r.zcard("{jobd:q}:running") == 2
+    gate.touch()
+    wait_until(lambda: "after" in started(), what="the job to start once a slot is free")
+
+
+def test_a_reload_moving_a_limited_queue_keeps_its_cluster_wide_limit(
+    r: redis.Redis, daemon: Daemon, write_config, tmp_path: Path
+) -> None:
+    """Queue q (limits.concurrency 2, local concurrency 4) runs 2 jobs on stream s1; a reload
+    moves it to s2 (same limit). The slots of the jobs still running live in ``{s1}:running``;
+    the new reader counted ``{s2}:running`` only, so 2 more of q's jobs started: 4 handlers of
+    q under a limit of 2. Now it binds them there too, and frees them once they end."""
+    runs, go = tmp_path / "runs", tmp_path / "go"
+    body = f"echo start >> {runs}; while [ ! -e {go} ]; do sleep 0.05; done"
+
+    def write(stream: str) -> Path:
+        return write_config(
+            f"""
+            redis: {{url: '{{redis}}'}}
+            queues:
+              q: {{command: [sh, -c, '{body}'], concurrency: 4, stream: '{stream}',
+                  limits: {{concurrency: 2}}}}
+            """
+        )
+
+    def started() -> int:
+        return runs.read_text().count("start") if runs.exists() else 0
+
+    config = write("s1")
+    d = daemon(config)
+    for i in range(3):
+        assert jobd_cli("enqueue", "-c", str(config), "q", f"j{i}").returncode == 0
+    wait_until(lambda: started() == 2, what="2 running")
+    write("s2")
+    d.signal(signal.SIGHUP)
+    d.wait_log("reload done")
+    for i in range(3, 5):
+        assert jobd_cli("enqueue", "-c", str(config), "q", f"j{i}").returncode == 0
+    # The new reader waits for a slot (acquire.lua found none free: its field in the waiting
+    # hash), the two old jobs' slots bound in the new running set; nothing more started.
+    wait_until(lambda: r.hlen("{s2}:waiting") == 1, what="the reader waiting for a slot")
+    assert r.zcard("{s2}:running") == 2
+    assert started() == 2, f"{started()} handlers of q at once under limits.concurrency 2"
+    go.touch()  # the two old jobs end: their slots are freed here too, and j3, j4 start
+    wait_until(lambda: started() == 4, what="the jobs read after the move")
+    wait_until(lambda: r.zcard("{s2}:running") == 0, what="every slot freed")

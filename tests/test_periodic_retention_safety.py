@@ -23,7 +23,16 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import DaemonProcess, RedisServer, queue_config, skewed, wait_until
+from support import (
+    DaemonProcess,
+    RedisServer,
+    jobd_cli,
+    paused_behind_hostile,
+    queue_config,
+    skewed,
+    wait_group,
+    wait_until,
+)
 
 from jobd.config import load
 from jobd.store.store import Store
@@ -215,7 +224,8 @@ def test_a_restart_within_catch_up_enqueues_the_hourly_tick_due_while_no_daemon_
     assert client.ttl("{jobd:q}:schedule:hourly") == -1, "kept however long the interval"
     # The every-second schedule's catch_up is 1s: the hour of ticks it missed stays missed.
     assert not [t for t in tick_seconds(client, "beat") if stopped < t < restarted - 2]
-    assert "older than catch_up (1s) on Redis's clock not enqueued" in again.log()
+    # Said by the duty that enqueues the ticks, maybe after the tick the wait above saw.
+    again.wait_log("older than catch_up (1s) on Redis's clock not enqueued")
 
 
 def test_a_reload_enqueues_the_hourly_tick_missed_while_redis_was_away(
@@ -306,19 +316,20 @@ def test_retention_deletes_acked_entries_behind_1500_pending_ones(
 def test_trim_calls_walk_past_any_pending_head_and_start_again_at_the_end(
     r: redis.Redis, write_config
 ) -> None:
-    """Group a: entries 0-1199 pending, then every 7th of 1200-2499, 2500-2999 undelivered;
-    group b: two others pending. Calls of 100 at most remove every other entry below 2500."""
+    """Group jobd (the queue's own: without it nothing is trimmed): entries 0-1199 pending,
+    then every 7th of 1200-2499, 2500-2999 undelivered; group b: two others pending. Calls of
+    100 at most remove every other entry below 2500."""
     queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
     store = Store(r)
-    r.xgroup_create("jobd:q", "a", id="0", mkstream=True)
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
     r.xgroup_create("jobd:q", "b", id="0")
     pipe = r.pipeline()
     for i in range(3000):
         pipe.xadd("jobd:q", {"payload": str(i)})
     ids = pipe.execute()
-    r.xreadgroup("a", "a1", {"jobd:q": ">"}, count=2500)
+    r.xreadgroup("jobd", "a1", {"jobd:q": ">"}, count=2500)
     a_pending = set(ids[:1200]) | {ids[i] for i in range(1200, 2500, 7)}
-    r.xack("jobd:q", "a", *(set(ids[:2500]) - a_pending))
+    r.xack("jobd:q", "jobd", *(set(ids[:2500]) - a_pending))
     r.xreadgroup("b", "b1", {"jobd:q": ">"}, count=3000)
     b_pending = {ids[1501], ids[2222]}
     r.xack("jobd:q", "b", *(set(ids) - b_pending))
@@ -338,6 +349,96 @@ def test_trim_calls_walk_past_any_pending_head_and_start_again_at_the_end(
     converge(must_stay)
     # Jobs at the head and further on finish: the next walks, from the start again, find them.
     done = {ids[5], ids[1207], ids[2002]}
-    r.xack("jobd:q", "a", *done)
+    r.xack("jobd:q", "jobd", *done)
     must_stay -= done
     converge(must_stay)
+
+
+# -- stream ids past 2**53 (review 3 of issue 32) ------------------------------------------------
+
+# A producer may add an entry with an explicit id of any sequence up to 2**64 - 1; XADD * then
+# goes on from it. trim.lua must neither compare nor step such ids as Lua numbers (doubles).
+HOSTILE_RETENTION = """\
+redis: {{url: '{{redis}}'}}
+shutdown_grace: 2s
+defaults:
+  command: [/bin/sh, -c, 'echo "$JOBD_JOB_ID" >> {ran}']
+  lease: {{renew_every: 200ms, reclaim_after: 1s}}
+queues:
+  q: {{concurrency: 2, retention: {{maxlen: 1}}}}
+"""
+
+
+def ran_jobs(tmp_path: Path) -> list[str]:
+    path = tmp_path / "ran"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def run_cli(*args: str) -> None:
+    done = jobd_cli(*args)
+    assert done.returncode == 0, done.stderr
+
+
+def test_retention_trims_a_normal_entry_not_yet_delivered_behind_a_hostile_ids_sequence(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+) -> None:
+    """One hostile producer's entry with an explicit id whose sequence is past 2**53 (dated an
+    hour ahead) makes every normal XADD * of that hour take the same millisecond and the next
+    sequence. trim.lua stepped and compared ids as Lua doubles: after(last delivered) rounded
+    up past the next, undelivered entry, so retention removed it, never delivered, never run and
+    never dead-lettered (here the queue is paused: a backlog does the same)."""
+    config = write_config(HOSTILE_RETENTION.format(ran=tmp_path / "ran"))
+    d = daemon(config)
+    victim = paused_behind_hostile(r, d, config, 2**53 + 2)  # victim: a normal producer's
+    wait_until(lambda: r.xlen("jobd:q") <= 1, what="the trimmer to bring the stream to maxlen")
+    assert r.xrange("jobd:q", victim, victim), "an entry never delivered was trimmed"
+    run_cli("resume", "-c", str(config), "q")
+    wait_until(lambda: "victim" in ran_jobs(tmp_path), what="the victim to run once resumed")
+
+
+def test_retention_goes_on_behind_an_entry_whose_id_sequence_is_the_largest(
+    r: redis.Redis, write_config
+) -> None:
+    """An entry with the id sequence 2**64 - 1 delivered and acknowledged: trim.lua formatted
+    its sequence + 1 with %d (out of range), then failed on every call, and retention stopped
+    for the stream. Every entry up to it goes; the one not delivered after it stays."""
+    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    older = [r.xadd("jobd:q", {"payload": str(i)}) for i in range(5)]
+    ahead = int(time.time() * 1000) + 3_600_000
+    hostile = r.xadd("jobd:q", {"payload": "x"}, id=f"{ahead}-{2**64 - 1}")
+    r.xreadgroup("jobd", "c", {"jobd:q": ">"}, count=10)
+    r.xack("jobd:q", "jobd", *older, hostile)
+    waiting = r.xadd("jobd:q", {"payload": "waiting"})  # XADD * after it: the next millisecond
+    assert waiting == f"{ahead + 1}-0".encode()
+    assert Store(r).trim(queue, 1, 100) == (6, False)  # the hostile one was acknowledged too
+    assert [mid for mid, _ in r.xrange("jobd:q")] == [waiting]
+
+
+# -- jobd's group missing (review 5 of issue 32) -------------------------------------------------
+
+
+def test_retention_never_trims_waiting_jobs_while_jobds_group_is_missing(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Retention's promise: never an entry not yet delivered, whichever application's group.
+    Another application's group on the queue's stream ('audit', which has read everything),
+    the queue paused with five jobs waiting, and jobd's group gone (XGROUP DESTROY; the reader
+    makes it again, from the stream's start, at its next read: none while paused). trim.lua
+    took the groups it found as all there are: 'audit' had had every entry, so they went (the
+    daemon's trimmer within a second; here a call of its own, not to wait on a race), and on
+    resume the group made again found nothing to run."""
+    config = write_config(HOSTILE_RETENTION.format(ran=tmp_path / "ran"))
+    run_cli("pause", "-c", str(config), "q")
+    daemon(config)
+    wait_group(r, "jobd:q")
+    ids = [r.xadd("jobd:q", {"payload": "x"}).decode() for _ in range(5)]
+    r.xgroup_create("jobd:q", "audit", id="0")
+    r.xreadgroup("audit", "a", {"jobd:q": ">"})
+    r.xack("jobd:q", "audit", *ids)
+    r.xgroup_destroy("jobd:q", "jobd")
+    queue = load(str(config)).queues["q"]
+    assert Store(r).trim(queue, 1, 100) == (0, False)  # what the daemon's trimmer calls
+    assert r.xlen("jobd:q") == 5, "waiting jobs were trimmed"
+    run_cli("resume", "-c", str(config), "q")
+    wait_until(lambda: sorted(ran_jobs(tmp_path)) == sorted(ids), what="all five jobs to run")

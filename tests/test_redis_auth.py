@@ -77,6 +77,8 @@ def test_acl_user_with_the_documented_commands_runs_everything(
     assert status.returncode == 0 and not status.stderr, status
     minutes = json.loads(status.stdout)["queues"]["q"]  # the test may cross a minute's end
     assert minutes["this_minute"]["done"] + minutes["last_minute"]["done"] >= 2
+    listed = json.loads(status.stdout)["daemons"]  # its heartbeat, under the same ACL
+    assert [x["name"] for x in listed] == [d.consumer()] and listed[0]["state"] == "alive"
     # Operator controls under the same ACL: pause, resume, cancel (a waiting job: its mark is
     # read by cancelled.lua; while marks exist, every renewal reads them too).
     assert jobd_cli("pause", "-c", c, "q").returncode == 0

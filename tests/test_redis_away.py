@@ -17,7 +17,7 @@ from support import DaemonProcess, RedisServer, answers_busy, pending_count, wai
 from support import words as lines
 
 from jobd.config import load
-from jobd.daemon.lease import Holdings, key
+from jobd.daemon.lease import Holdings, key, lease_clock
 from jobd.daemon.recorder import Recorder
 from jobd.job import Job
 from jobd.outcome import Outcome, Verb
@@ -74,7 +74,7 @@ def test_a_busy_redis_keeps_outcomes_until_it_answers_again(
     mid = r.xadd(queue.stream, {"payload": "x"}).decode()
     r.xreadgroup(queue.group, "me", {queue.stream: ">"})
     holdings = Holdings()
-    holdings.add(key(queue), [mid])
+    holdings.add(key(queue), [mid], lease_clock())
     recorder = Recorder(config, "me", holdings)
     recorder.start()
     recorder.store.client.ping()

@@ -110,7 +110,7 @@ def test_per_handler_limits_moved_to_resources(write_config) -> None:
     out = jobd_cli("validate", str(new))
     assert out.returncode == 0, out
     lines = out.stdout.decode().splitlines()
-    assert "containment: each handler in a process group of its own" in lines[0]
+    assert "containment: each handler in a session of its own" in lines[0]
     assert lines[1].startswith("resources.memory of q: ") and "sampled every 0.5s" in lines[1]
 
 

@@ -325,14 +325,63 @@ def test_starvation_after_lets_a_long_waiting_lower_job_go_first(
     script("h.sh", f"#!/bin/sh\necho $(cat) >> {tmp_path}/starts\nsleep 0.1\n")
     config = write_config(queue_config("[./h.sh]", priorities="[high, low]", starvation_after="1s"))
     high = "{jobd:q}:priority:high"
-    old = int(time.time() * 1000) - 5000
-    r.xadd("jobd:q", {"payload": "low-old"}, id=f"{old}-0")  # waiting 5 s already
-    r.xadd("jobd:q", {"payload": "low-new"})
+    now = int(time.time() * 1000)
+    r.xadd("jobd:q", {"payload": "low-old"}, id=f"{now - 5000}-0")  # waiting 5 s already
+    # Added a minute from now, as its id says (an age is Redis's clock minus the id's time): it
+    # cannot have waited a second however long the daemon takes to start (over 1 s under load:
+    # low-new went first, starving too).
+    r.xadd("jobd:q", {"payload": "low-new"}, id=f"{now + 60_000}-0")
     for i in range(5):
         r.xadd(high, {"payload": f"high{i}"})
     daemon(config)
     wait_until(lambda: len(starts(tmp_path)) == 7, what="every job")
     order = starts(tmp_path)
-    # The old low job goes first (aging); the new one waits for the high ones like before,
-    # until it too has waited a second.
+    # The old low job goes first (aging); the new one waits for the high ones like before.
     assert order[:2] == ["low-old", "high0"], order
+
+
+WEEK_MS = 7 * 86400 * 1000  # keys.UNIQUE_TTL: how long a 'queued' mark outlasts its job's due time
+
+
+def test_a_unique_mark_lasts_while_its_job_runs_and_past_its_retry(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A --unique job's mark was set to expire 7 days after the job was due, and nothing
+    kept it: a job running longer (or retried past that) lost it, and the same job id was
+    enqueued again while the first still ran. The daemon running it keeps it (each lease
+    renewal), and a retry's mark lasts 7 days past the retry's due time. The 7 days are
+    not waited: the mark is given the few seconds it would have left after them."""
+    gate = tmp_path / "gate"
+    script(
+        "slow.sh",
+        f'#!/bin/sh\necho "$JOBD_ATTEMPT" >> {tmp_path}/attempts\n'
+        f"while [ ! -e {gate} ]; do sleep 0.05; done\nexit 1\n",
+    )
+    config = write_config(
+        queue_config(
+            "[./slow.sh]",
+            lease="{renew_every: 200ms, reclaim_after: 1s}",
+            retry="{max_attempts: 2, backoff: 30d, max_backoff: 30d, jitter: 0}",
+        )
+    )
+    mark = "{jobd:q}:job:u-1"
+
+    def enqueue() -> int:
+        return jobd_cli(
+            "enqueue", "-c", str(config), "q", "x", "--job-id", "u-1", "--unique"
+        ).returncode
+
+    assert enqueue() == 0
+    daemon(config)
+    wait_until(lambda: (tmp_path / "attempts").exists(), what="the job to run")
+    r.pexpire(mark, 2000)  # as if it had run for 7 days, less 2 s
+    wait_until(
+        lambda: not r.exists(mark) or r.pttl(mark) > WEEK_MS - 60_000,
+        what="the mark kept, or gone",
+    )
+    assert r.get(mark) == b"queued", "the mark of a running job expired"
+    assert enqueue() == 3, "the same job id enqueued again while it runs"
+    gate.touch()  # it fails: its retry is due in 30 days
+    wait_until(lambda: r.zcard("{jobd:q}:delayed") == 1, what="the retry scheduled")
+    assert r.pttl(mark) > 30 * 86400 * 1000 + WEEK_MS - 60_000, "the mark ends before the retry"
+    assert enqueue() == 3

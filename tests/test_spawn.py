@@ -6,32 +6,38 @@ threads run while the child gets to exec."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import platform
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 from support import wait_until
+from test_hardening import open_dir  # noqa: F401 - a fixture: a folder nobody may enter
 
 from jobd.process import spawn
+from jobd.process.deadline import LAPSED, Lapsed
 
 Starter = Callable[..., int]
 # Where the C extension must have been built with the package (setup.py): its tests never skip.
 NATIVE = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
 
 
-def clone_exec(argv: tuple[str, ...], env: dict[str, str], *fds: int | None) -> int:
+def clone_exec(
+    argv: tuple[str, ...], env: dict[str, str], *fds: int | None, deadline: int | None = None
+) -> int:
     """``_clone_exec`` as a starter that raises what the child reported, like the others: it
     waits for the child to exit without reaping it (the caller does), then reads the report."""
     low = [os.dup(fd) if fd is not None and fd < 3 else None for fd in fds]
     given = [fd if dup is None else dup for fd, dup in zip(fds, low, strict=True)]
     try:
-        pid, report = spawn._clone_exec(argv, spawn._encode(env), *given)  # type: ignore[arg-type]
+        pid, report = spawn._clone_exec(argv, spawn._encode(env), *given, deadline)  # type: ignore[arg-type]
     finally:
         for fd in low:
             if fd is not None:
@@ -45,7 +51,9 @@ def clone_exec(argv: tuple[str, ...], env: dict[str, str], *fds: int | None) -> 
 
 
 STARTERS = {
-    "vfork_exec": lambda argv, env, *fds: spawn._vfork_exec(argv, spawn._encode(env), *fds),
+    "vfork_exec": lambda argv, env, *fds, deadline=None: spawn._vfork_exec(
+        argv, spawn._encode(env), *fds, deadline
+    ),
     "posix_spawn": spawn._posix_spawn,
 }
 if spawn._clonexec is not None or NATIVE:
@@ -75,9 +83,10 @@ def run(start: Starter, argv: tuple[str, ...], env: dict[str, str], stdin: int |
 
 
 @pytest.mark.parametrize("name", STARTERS)
-def test_the_child_has_its_group_its_descriptors_and_exactly_its_environment(name: str) -> None:
+def test_the_child_has_its_session_its_descriptors_and_exactly_its_environment(name: str) -> None:
     probe = (
-        'echo "pid=$$ pgid=$(ps -o pgid= -p $$ | tr -d " ")"; env | sort; read line; '
+        'echo "pid=$$ pgid=$(ps -o pgid= -p $$ | tr -d " ") sid=$(ps -o sid= -p $$ | tr -d " ")"; '
+        "env | sort; read line; "
         'echo "stdin=$line"; grep -E "^SigBlk" /proc/$$/status | tr -d "\\t" | '
         'tr ":\\n" "= " | sed "s/ $/\\n/"; ls /proc/$$/fd | sort -n | tr "\\n" " "'
     )
@@ -92,8 +101,8 @@ def test_the_child_has_its_group_its_descriptors_and_exactly_its_environment(nam
         os.close(in_r)
     lines = text.splitlines()
     assert lines.pop(-2) == "SigBlk=0000000000000000", "no signal blocked"
-    pid, pgid = (part.split("=")[1] for part in lines[0].split())
-    assert pid == pgid, "a process group of its own"
+    pid, pgid, sid = (part.split("=")[1] for part in lines[0].split())
+    assert pid == pgid == sid, "a session (and process group) of its own"
     env = {line.split("=", 1)[0] for line in lines[1:-2]}
     assert env <= {"PATH", "A", "PWD", "SHLVL", "_", "OLDPWD"}, env  # what sh itself adds
     assert {"PATH", "A"} <= env
@@ -101,6 +110,82 @@ def test_the_child_has_its_group_its_descriptors_and_exactly_its_environment(nam
     fds = lines[-1].split()
     assert fds[:3] == ["0", "1", "2"]
     assert str(in_r) not in fds, "the daemon's descriptors (close-on-exec) do not leak in"
+
+
+def boottime_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+@pytest.mark.parametrize("name", STARTERS)
+def test_a_start_past_its_deadline_never_execs_and_says_the_lease_lapsed(
+    name: str, tmp_path: Path
+) -> None:
+    """Issue 32: a start carries its job's lease deadline (CLOCK_BOOTTIME ns); a handler that
+    would get to its exec past it never runs (the clone's child checks it itself, just before
+    its execve; the others just before their fork), and the start says so with ``Lapsed``, not
+    an OSError, whatever the errno. With a deadline still ahead, it runs as ever."""
+    made = tmp_path / "ran"
+    argv = ("/bin/sh", "-c", f"touch {made}")
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        with pytest.raises(Lapsed, match="lease lapsed before exec"):
+            STARTERS[name](argv, {}, None, out_w, out_w, deadline=boottime_ns())
+        assert not made.exists(), "the handler never ran"
+        pid = STARTERS[name](argv, {}, None, out_w, out_w, deadline=boottime_ns() + 60 * 10**9)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(out_r)
+        os.close(out_w)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert made.exists(), "a deadline ahead: it ran"
+
+
+def test_a_clone_child_past_its_deadline_exits_reporting_a_code_no_errno_can_be(
+    tmp_path: Path,
+) -> None:
+    """The check is the child's own (no check in the caller: a stall between the call and the
+    child's exec is seen too, tests/test_leases.py), told on the report pipe as code 0x10000
+    (errnos are below 4096); the child exits 127 without exec'ing."""
+    clone_starts()
+    made = tmp_path / "ran"
+    pid, report = spawn._clone_exec(
+        ("/bin/sh", "-c", f"touch {made}"), [], None, *pipe_ends(), boottime_ns()
+    )
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 127
+    assert isinstance(spawn.start_error(report), Lapsed)
+    assert not made.exists()
+    assert isinstance(spawn._reported_error(b"OSError:%x:" % LAPSED), Lapsed)
+
+
+def test_a_subprocess_start_past_its_deadline_never_forks(tmp_path: Path) -> None:
+    """A queue with a folder of its own starts by ``subprocess.Popen``, which runs no check in
+    its child: the deadline is checked just before it."""
+    from dataclasses import replace
+
+    from jobd.config import load
+    from jobd.process import launch
+
+    config = Path(__file__).parent.parent / "config" / "example.yaml"
+    queue = next(iter(load(str(config)).queues.values()))
+    made = tmp_path / "ran"
+    argv = ("/bin/sh", "-c", f"touch {made}")
+    queue = replace(queue, command=argv, argv=argv, cwd=str(tmp_path), env={})
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        with pytest.raises(Lapsed):
+            launch.start(queue, os.getcwd(), {}, None, out_w, out_w, None, boottime_ns())
+        assert not made.exists(), "the handler never ran"
+        pid, _, _ = launch.start(
+            queue, os.getcwd(), {}, None, out_w, out_w, None, boottime_ns() + 60 * 10**9
+        )
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(out_r)
+        os.close(out_w)
+        spawn.OOM.give_back(force=True)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert made.exists()
 
 
 @pytest.mark.parametrize("name", STARTERS)
@@ -264,7 +349,7 @@ def test_a_signal_before_exec_never_runs_a_handler_of_the_daemon(one_cpu: object
         for _ in range(100):
             pid, report = spawn._clone_exec(("/bin/sleep", "5"), [], None, *pipe_ends())
             hit += before_exec(pid)
-            os.killpg(pid, signal.SIGUSR1)  # its group: the start made it before returning
+            os.kill(pid, signal.SIGUSR1)  # maybe before its setsid (a stop signals it too)
             _, status = os.waitpid(pid, 0)
             assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGUSR1
             assert spawn.start_error(report) is None
@@ -391,7 +476,9 @@ def test_a_handler_whose_cgroup_caps_memory_is_started_waiting_for_its_exec(
 
     waited: list[bool] = []
 
-    def recording(*args: object, wait: bool = False) -> tuple[int, None]:
+    def recording(
+        *args: object, wait: bool = False, deadline: int | None = None
+    ) -> tuple[int, None]:
         waited.append(wait)
         return 1, None
 
@@ -446,3 +533,113 @@ def test_a_stdin_of_0_is_started_too() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert report is None, "waited for its exec"
+
+
+# Run as the shipped unit runs jobd: an unprivileged user, non-dumpable. A child of the start
+# exec's a copy of sleep that user may execute but not read, so the kernel keeps it non-dumpable
+# after its exec too: kcmp is refused on it before and after. Meanwhile another process holds
+# a copy of the report pipe's write end (as one forked at the wrong instant would): nothing
+# proves the child has left the daemon's memory, and the safeguard must not take it as gone.
+AS_THE_UNIT = """
+import ctypes, errno, os, signal, subprocess, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE 0, as jobd makes itself
+from jobd.process import _clonexec, spawn
+
+# The premise: kcmp on a non-dumpable process, unprivileged, is refused.
+child = os.fork()
+if child == 0:
+    time.sleep(30)
+    os._exit(0)
+SYS_kcmp, KCMP_VM = 312, 1
+assert libc.syscall(SYS_kcmp, os.getpid(), child, KCMP_VM, 0, 0) == -1
+assert ctypes.get_errno() == errno.EPERM, ctypes.get_errno()
+os.kill(child, signal.SIGKILL)
+os.waitpid(child, 0)
+
+holders = []
+real_pipe2 = os.pipe2
+def pipe2(flags):
+    r, w = real_pipe2(flags)
+    holders.append(subprocess.Popen(["/bin/sleep", "60"], pass_fds=(w,)))
+    return r, w
+os.pipe2 = pipe2
+out_r, out_w = real_pipe2(os.O_CLOEXEC)
+pid, report = spawn._clone_exec((sys.argv[1], "30"), [], None, out_w, out_w)
+os.pipe2 = real_pipe2
+while b"(xsleep)" not in open(f"/proc/{pid}/stat", "rb").read():  # it has exec'd
+    time.sleep(0.01)
+print("in flight while unproven:", _clonexec.in_flight(), _clonexec.settle(0.0, 60.0))
+holders[0].kill()
+holders[0].wait()
+print("in flight once proven:", _clonexec.in_flight(), _clonexec.settle(5.0, 60.0))
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user needs root")
+def test_the_oom_safeguard_holds_in_an_unprivileged_non_dumpable_daemon(
+    request: pytest.FixtureRequest,
+) -> None:
+    """From the review: under the shipped unit the kernel refuses kcmp, and the safeguard took
+    the refusal for "the child has left the daemon's memory" as soon as its exec began: a score
+    written then reached a child still before its exec. A refusal proves nothing now; the
+    report pipe's end (the child's copy closed by its exec) does."""
+    clone_starts()
+    import shutil
+    import subprocess
+
+    from test_hardening import nobody_prefix
+
+    folder: Path = request.getfixturevalue("open_dir")
+    (folder / "mnt").mkdir()
+    xsleep = folder / "xsleep"
+    shutil.copy("/bin/sleep", xsleep)
+    xsleep.chmod(0o711)  # executable, not readable, by nobody
+    done = subprocess.run(
+        [*nobody_prefix(folder / "mnt"), sys.executable, "-c", AS_THE_UNIT, str(xsleep)],
+        capture_output=True, timeout=60, cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(Path(spawn.__file__).parents[2])},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode().splitlines()
+    assert lines == ["in flight while unproven: 1 False", "in flight once proven: 0 True"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user needs root")
+def test_every_handler_of_an_unprivileged_non_dumpable_daemon_starts_with_its_queues_score(
+    request: pytest.FixtureRequest, r: object, redis_server: object
+) -> None:
+    """The whole daemon as the units run it (nobody, non-dumpable: kcmp refused): handlers of
+    two queues with other scores, started back to back, each with its own queue's."""
+    import redis as redis_module
+    from test_hardening import nobody_prefix, running, write
+
+    folder: Path = request.getfixturevalue("open_dir")
+    (folder / "mnt").mkdir()
+    show = "[/bin/sh, -c, 'echo $JOBD_QUEUE $(cat /proc/self/oom_score_adj)']"
+    config = write(folder / "jobd.yaml", f"""
+        redis: {{url: '{redis_server.url}'}}
+        queues:
+          a: {{command: {show}, concurrency: 4, resources: {{oom_score_adj: 300}}}}
+          b: {{command: {show}, concurrency: 4, resources: {{oom_score_adj: 600}}}}
+        """)  # type: ignore[attr-defined]  # fmt: skip
+    os.chown(folder, 65534, 65534)
+    argv = [*nobody_prefix(folder / "mnt"), sys.executable, "-m", "jobd", "run", str(config)]
+    client = redis_module.Redis(port=redis_server.port)  # type: ignore[attr-defined]
+    with running(argv, folder / "daemon.log", {**os.environ}) as proc:
+        assert psutil.Process(proc.pid).uids().real == 65534
+        for i in range(40):
+            client.xadd(f"jobd:{'ab'[i % 2]}", {"payload": "x", "job_id": f"j{i}"})
+        wait_until(
+            lambda: sum(client.hlen(f"{{jobd:{q}}}:history") for q in "ab") == 40,
+            what="every job done",
+        )
+        seen = {
+            json.loads(raw.splitlines()[-1])["stdout"].strip()
+            for q in "ab"
+            for raw in client.hvals(f"{{jobd:{q}}}:history")
+        }
+    client.close()
+    assert seen == {"a 300", "b 600"}, seen

@@ -7,7 +7,8 @@ import argparse
 import os
 
 from jobd import __version__
-from jobd.config import DEFAULT_CONFIG
+from jobd.cli import exits, notify, workflow
+from jobd.configpath import DEFAULT_CONFIG
 
 
 def _config_arg(parser: argparse.ArgumentParser, positional: bool) -> None:
@@ -68,25 +69,39 @@ def build_parser() -> argparse.ArgumentParser:
         "script", help="print a Lua script as jobd sends it, to call from other languages"
     )
     script.add_argument("name", metavar="NAME", help="e.g. schedule (jobd/store/lua/NAME.lua)")
+    notify.add_arguments(commands)
+    _add_completion(commands)
+    _with_exit_codes(parser)
     return parser
 
 
-ENQUEUE_EPILOG = """\
-exit status: 0 enqueued; 1 --lines/--ndjson: the input could not be read or the job ids not
-written (stdout a closed pipe; stderr names the lines not sent); 2 a bad command line; 3
---unique and the job id is already there
-(one job); 65 (EX_DATAERR) --lines/--ndjson: some line was refused (each is named on stderr as
-FILE:LINE: why; the others are enqueued); 69 Redis cannot be reached, or could not take some
-lines now; 75 --wait-*: enqueued, but not confirmed durable.
-"""
+def _with_exit_codes(parser: argparse.ArgumentParser) -> None:
+    """End every command's --help (its subcommands' too) with the exit-code table, after the
+    notes it has (``exits``)."""
+    raw = argparse.RawDescriptionHelpFormatter
+    parser.epilog, parser.formatter_class = exits.epilog(None), raw
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for name, command in action.choices.items():
+            stack = [command]
+            while stack:
+                sub = stack.pop()
+                sub.epilog, sub.formatter_class = exits.epilog(name, sub.epilog or ""), raw
+                stack += [p for a in sub._actions if isinstance(a, argparse._SubParsersAction)
+                          for p in a.choices.values()]  # fmt: skip
+
+
+def _add_completion(commands: argparse._SubParsersAction) -> None:
+    completion = commands.add_parser(
+        "completion", help="print a shell completion script for jobd (from this parser)"
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"), metavar="SHELL",
+                            help="bash, zsh or fish")  # fmt: skip
 
 
 def _add_enqueue(commands: argparse._SubParsersAction) -> None:
     enqueue = commands.add_parser(
         "enqueue",
         help="add jobs to a queue: one, or one per line of a file",
-        epilog=ENQUEUE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _config_arg(enqueue, positional=False)
     enqueue.add_argument("queue", metavar="QUEUE")
@@ -116,7 +131,9 @@ def _add_enqueue(commands: argparse._SubParsersAction) -> None:
         "line already there is skipped, said on stderr)",
     )
     _add_limits(enqueue)
+    _add_trace(enqueue)
     _add_durability(enqueue)
+    workflow.add_enqueue_flags(enqueue)
 
 
 def _add_bulk(enqueue: argparse.ArgumentParser) -> None:
@@ -131,7 +148,14 @@ def _add_bulk(enqueue: argparse.ArgumentParser) -> None:
         "--ndjson",
         metavar="FILE",
         help="one job per line of FILE (- for stdin), a JSON object: payload (or payload_b64), "
-        "job_id, fields, delay, at, unique, timeout, max_attempts, expires_in, expires_at",
+        "job_id, fields, delay, at, unique, timeout, max_attempts, expires_in, expires_at, "
+        "traceparent, tracestate, baggage",
+    )
+    enqueue.add_argument(
+        "--json",
+        action="store_true",
+        help="one job: print one JSON document (queue, job_id, durable); --lines/--ndjson: "
+        "each job id added as NDJSON, one object a line: line (of the input), job_id",
     )
     enqueue.add_argument(
         "--print-ids",
@@ -139,12 +163,13 @@ def _add_bulk(enqueue: argparse.ArgumentParser) -> None:
         help="with --lines/--ndjson: print the job ids added, one per line, in input order",
     )
     enqueue.add_argument(
-        "--batch",
+        "--chunk",
         metavar="N",
         type=int,
         default=1000,
-        help="with --lines/--ndjson: jobs sent per round trip (default 1000); a batch goes "
-        "when full or at the input's end, so 1 sends each line of a slow stream at once",
+        help="with --lines/--ndjson: jobs sent per round trip (default 1000); a chunk goes "
+        "when full or at the input's end, so 1 sends each line of a slow stream at once "
+        "(was --batch N before --batch ID named a batch of jobs)",
     )
 
 
@@ -175,6 +200,21 @@ def _add_limits(enqueue: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_trace(enqueue: argparse.ArgumentParser) -> None:
+    """The W3C trace context the handler gets (jobd.trace); none given: the environment's."""
+    enqueue.add_argument(
+        "--traceparent",
+        metavar="VALUE",
+        help="the W3C traceparent the handler gets as TRACEPARENT (field traceparent); "
+        "without any of these three flags, this process's TRACEPARENT, TRACESTATE and BAGGAGE "
+        "are sent; '' sends none",
+    )
+    enqueue.add_argument(
+        "--tracestate", metavar="VALUE", help="its W3C tracestate (TRACESTATE, field tracestate)"
+    )
+    enqueue.add_argument("--baggage", metavar="VALUE", help="W3C baggage (BAGGAGE, field baggage)")
+
+
 def _add_durability(enqueue: argparse.ArgumentParser) -> None:
     enqueue.add_argument(
         "--wait-replicas",
@@ -190,10 +230,17 @@ def _add_durability(enqueue: argparse.ArgumentParser) -> None:
         "(WAITAOF, Redis 7.2+)",
     )
     enqueue.add_argument(
+        "--wait",
+        action="store_true",
+        help="return when the job has ended: print its result to stdout and exit 0 when done; "
+        "5 dead-lettered, 6 cancelled, 7 expired, 124 --wait-timeout passed (one job only)",
+    )
+    enqueue.add_argument(
         "--wait-timeout",
         metavar="DURATION",
-        default="1s",
-        help="how long --wait-replicas / --wait-aof may wait (default 1s)",
+        default=None,
+        help="how long --wait may wait for the job's end (default: as long as it takes), and "
+        "--wait-replicas / --wait-aof for the replicas (default 1s)",
     )
 
 
@@ -221,19 +268,43 @@ def _add_control(commands: argparse._SubParsersAction) -> None:
         _config_arg(command, positional=False)
         command.add_argument("queues", nargs="*", metavar="QUEUE")
         command.add_argument("--all", action="store_true", help="every queue of the config")
+        command.add_argument(
+            "--json", action="store_true",
+            help="print one JSON document: each queue, whether it is paused, whether this "
+            "changed it, and since when and by whom",
+        )  # fmt: skip
     cancel = commands.add_parser(
         "cancel",
         help="stop jobs wherever they are: running on any daemon, waiting, or delayed "
-        "(exit 3 when none is found)",
+        "(exit 3 when none is found; with --wait, 75 when one still runs at its end)",
     )
     _config_arg(cancel, positional=False)
     cancel.add_argument("queue", metavar="QUEUE")
     cancel.add_argument("job_ids", nargs="+", metavar="JOB_ID")
     cancel.add_argument(
         "--wait",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DURATION",
+        help="return once every job found running is settled, or after DURATION at most (exit "
+        "75 then); no DURATION: as long as it takes. 'stopped' (exit 0): the daemon that ran "
+        "it wrote its outcome, its handler ended; exit 4 when one was settled by another "
+        "daemon (taken over from one dead or cut off from Redis): its handler's end there "
+        "cannot be seen from Redis",
+    )
+    cancel.add_argument(
+        "--json", action="store_true",
+        help="print one JSON document at the end: where each job was found, and (--wait) "
+        "how each job found running ended",
+    )  # fmt: skip
+    cancel.add_argument(
+        "--unseen-for",
         default="1h",
         metavar="DURATION",
-        help="how long a job not found yet stays cancelled if it is read later (default 1h)",
+        help="how long a job found nowhere (not running, waiting or delayed) stays cancelled "
+        "if it is read later (default 1h); a job found running or waiting stays cancelled "
+        "until it is settled",
     )
 
 
@@ -249,24 +320,38 @@ def _add_dlq(commands: argparse._SubParsersAction) -> None:
     requeue = actions.add_parser("requeue", help="back to the queue, attempts reset, job id kept")
     requeue.add_argument("refs", nargs="*", metavar="ID", help="record ids or job ids")
     requeue.add_argument("--all", action="store_true", help="every record")
-    actions.add_parser("purge", help="delete every record")
+    purge = actions.add_parser(
+        "purge", help="delete every record (asks first on a terminal; --yes: without asking)"
+    )
+    purge.add_argument(
+        "-y", "--yes", action="store_true",
+        help="do not ask; needed when stdin is not a terminal (a script, a pipe)",
+    )  # fmt: skip
+    for action in (listing, show, requeue, purge):
+        action.add_argument("--json", action="store_true", help=JSON_HELP[action.prog.split()[-1]])
+
+
+JSON_HELP = {
+    "list": "print one JSON document: the queue, its dead-letter stream and the records",
+    "show": "print the record as one JSON document",
+    "requeue": "print one JSON document: the record ids requeued, those left in place and why",
+    "purge": "print one JSON document: how many records were deleted",
+}
 
 
 JOB_EPILOG = """\
-states: running (on which daemon, host and pid, since when, its deadline), delayed (due when),
-waiting (in the stream), done, dead-lettered, expired, poison, cancelled (its last record), or
+states: running (on which daemon, host and pid, since when, its deadline), cancelling (the same,
+once `jobd cancel` asked it to stop, until its handler ends), delayed (due when), waiting (in
+the stream), done, dead-lettered, expired, poison, cancelled (its last record), or
 unknown: no record of it (a job that has not run yet is found only by its entry id).
-exit status: 0 the job is known; 2 a bad command line; 3 its state is unknown; 69 Redis cannot be
-reached.
 """
 
 EVENTS_EPILOG = """\
 events: done, retried, dead-lettered, expired, poison, cancelled, lease lost, reclaimed,
 requeued, scheduled, promoted, handed back (a job's), and pause, resume, cancel, requeue, purge
-(an operator's, with who: user@host). Each event's id is its time on Redis's clock: --json
-prints it, and --after ID goes on from it.
-exit status: 0 (a follow too, on SIGINT or SIGTERM); 2 a bad command line; 69 Redis cannot be
-reached (a follow waits for it to come back, and goes on after the last event shown).
+(an operator's, with who: user@host). Each event's id is its time on Redis's clock. --json
+prints it, and `after`: every queue's position once the event is handled; --after AFTER goes on
+right after that event (one id alone can miss another queue's event of the same millisecond).
 """
 
 
@@ -300,6 +385,10 @@ def _add_history(commands: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     events.add_argument(
         "--after", action="append", metavar="ID",
-        help="the events after id ID (MS-SEQ, or MS: Redis ms); QUEUE=ID for one queue; "
-        "may be given again",
+        help="the events after id ID (MS-SEQ, or MS: Redis ms; now: the newest event when "
+        "the command starts, so --after now --follow prints only new events); QUEUE=ID for "
+        "one queue; "
+        "may be given again, or comma-separated (a --json event's `after`; queues it names "
+        "that are not read are left out)",
     )  # fmt: skip
+    workflow.add_batch_command(commands, _config_arg)

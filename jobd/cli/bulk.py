@@ -1,5 +1,5 @@
 """`jobd enqueue --lines FILE|-` and `--ndjson FILE|-`: one job per line of a file or of stdin,
-sent ``--batch`` to a round trip (``producer.enqueue_many``).
+sent ``--chunk`` to a round trip (``producer.enqueue_many``).
 
 ``--lines``: the line is the payload, without its newline (``\\n``, or ``\\r\\n``). A blank line
 (empty, or only spaces and tabs) is skipped, not refused: an operator's file has them by
@@ -8,8 +8,9 @@ accident. An empty payload is given with ``--ndjson`` (``{"payload": ""}``).
 its UTF-8 bytes; any other JSON value is sent as compact JSON) or ``payload_b64`` (base64, for
 binary); ``job_id``; ``fields`` (an object of string values); ``delay``, ``timeout``,
 ``expires_in`` (a duration: "30s", or seconds); ``at``, ``expires_at`` (ISO 8601 or Unix
-seconds); ``unique`` (true/false); ``max_attempts``. A key on a line overrides the flag of the
-same kind (``delay`` or ``at`` both of --delay and --at).
+seconds); ``unique`` (true/false); ``max_attempts``; ``traceparent``, ``tracestate``,
+``baggage`` (W3C trace context, ``jobd.trace``). A key on a line overrides the flag of the
+same kind (``delay`` or ``at`` both of --delay and --at; a trace key all three trace flags).
 
 A line that cannot be a job is named on stderr as ``FILE:LINE: why`` and the others are still
 enqueued; so is a job Redis refused. A payload above the queue's ``max_payload`` is refused
@@ -25,10 +26,7 @@ the input could not be read or the job ids could not be written (a closed pipe o
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import dataclasses
-import difflib
 import math
 import os
 import sys
@@ -40,9 +38,12 @@ from typing import BinaryIO, TextIO
 import orjson
 
 from jobd import exitcodes, producer
-from jobd.config import Config, durations
-from jobd.logs import printable
-from jobd.newjob import NewJob, parse_time
+from jobd.cli.common import text
+from jobd.config import Config
+from jobd.logs import printable, safe_json
+from jobd.ndjson import job_from_json
+from jobd.newjob import NewJob
+from jobd.workflows import WorkflowError
 
 PROGRESS_EVERY = 0.2  # seconds between redraws of the progress line
 SKIP_CHUNK = 2**20  # bytes read at a time through a --lines line too long to hold
@@ -66,7 +67,8 @@ def run_bulk(
     except OSError as exc:
         print(f"jobd: cannot read {path}: {exc.strerror}", file=sys.stderr)
         return exitcodes.USAGE
-    report = Report("<stdin>" if path == "-" else path, args.print_ids)
+    report = Report("<stdin>" if path == "-" else path, args.print_ids or args.json)
+    report.as_json = args.json
     largest = config.queues[args.queue].max_payload
     reader = Reader(stream, template, report, args.ndjson is not None, largest)
     try:
@@ -80,12 +82,15 @@ def send(config: Config, args: argparse.Namespace, reader: Reader, report: Repor
     """Send the jobs ``reader`` reads; the exit status (``run_bulk``)."""
     try:
         producer.enqueue_many(
-            config, args.queue, reader.jobs(), args.priority, None, args.batch,
+            config, args.queue, reader.jobs(), args.priority, None, args.chunk,
             on_batch=lambda outcomes: report.batch(outcomes, reader.pending),
         )  # fmt: skip
     except StreamError as exc:
         report.stopped(exc, deque(), reader.not_sent(sending=False))
         return exitcodes.FAILURE
+    except WorkflowError as exc:  # a complete batch: nothing was sent
+        print(f"jobd: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
     except producer.ProducerError as exc:
         report.stopped(exc, reader.pending, reader.not_sent(sending=True))
         return exitcodes.UNAVAILABLE
@@ -103,8 +108,8 @@ def _check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> No
         parser.error(f"--wait-replicas/--wait-aof are for one job, not with {flag}")
     if args.unique and args.lines is not None:
         parser.error("--unique needs job ids: use --ndjson, with a job_id on each line")
-    if args.batch < 1:
-        parser.error("--batch: give 1 or more")
+    if args.chunk < 1:
+        parser.error("--chunk: give 1 or more")
 
 
 class Reader:
@@ -186,98 +191,13 @@ def _lines(stream: BinaryIO, longest: int | None) -> Iterator[bytes | int]:
         yield size
 
 
-# --ndjson: each key of a line, and what reads its value (a ValueError says what is wrong).
-def _text(key: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{key}: give a non-empty string")
-    return value
-
-
-def _fields(key: str, value: object) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise ValueError(f"{key}: give an object of string values")
-    return value
-
-
-def _duration(key: str, value: object) -> float:
-    if not isinstance(value, str | int | float):
-        raise ValueError(f"{key}: give a duration (30s, 5m) or seconds")
-    try:
-        return durations.parse(value)
-    except ValueError as exc:
-        raise ValueError(f"{key}: {exc}") from None
-
-
-def _time(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"{key}: give ISO 8601 or Unix seconds")
-    return parse_time(str(value), key)
-
-
-def _flag(key: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{key}: give true or false")
-    return value
-
-
-def _count(key: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{key}: give a whole number")
-    return value
-
-
-READERS: dict[str, Callable[[str, object], object]] = {
-    "job_id": _text, "fields": _fields, "delay": _duration, "at": _time, "unique": _flag,
-    "timeout": _duration, "max_attempts": _count, "expires_in": _duration, "expires_at": _time,
-}  # fmt: skip
-PAYLOAD_KEYS = ("payload", "payload_b64")
-NDJSON_KEYS = (*PAYLOAD_KEYS, *READERS)
-EITHER = {"delay": "at", "at": "delay", "expires_in": "expires_at", "expires_at": "expires_in"}
-
-
-def job_from_json(body: bytes, template: NewJob) -> NewJob:
-    """The job of one --ndjson line: ``template`` with what the line says; ValueError."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    changes: dict[str, object] = {"payload": _payload(obj)}
-    for key, value in obj.items():
-        if key in PAYLOAD_KEYS:
-            continue
-        read = READERS.get(key)
-        if read is None:
-            close = difflib.get_close_matches(key, NDJSON_KEYS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown key {key!r}{hint}; keys: {', '.join(NDJSON_KEYS)}")
-        changes[key] = read(key, value)
-        other = EITHER.get(key)
-        if other is not None and other not in obj:
-            changes[other] = None  # the line's key replaces the flag of the same kind
-    return dataclasses.replace(template, **changes)  # type: ignore[arg-type]
-
-
-def _payload(obj: dict[str, object]) -> bytes:
-    """The payload a line gives: ``payload`` or ``payload_b64``, exactly one of them."""
-    if ("payload" in obj) == ("payload_b64" in obj):
-        raise ValueError("give payload (a string or any JSON) or payload_b64 (base64), once")
-    if "payload_b64" in obj:
-        try:
-            return base64.b64decode(_text("payload_b64", obj["payload_b64"]), validate=True)
-        except binascii.Error:
-            raise ValueError("payload_b64: not base64") from None
-    payload = obj["payload"]
-    return payload.encode() if isinstance(payload, str) else orjson.dumps(payload)
-
-
 class Report:
     """What the run tells: each line not added (stderr), the ids added (stdout, with
     ``print_ids``), a progress line while stderr is a terminal, a summary at the end."""
 
     def __init__(self, name: str, print_ids: bool, err: TextIO | None = None) -> None:
         self.name, self.print_ids = name, print_ids
+        self.as_json = False  # --json: the ids as NDJSON objects, with their lines
         self.err = err or sys.stderr
         self.added = self.refused = self.duplicates = self.temporary = 0
         self.started = time.monotonic()
@@ -301,13 +221,13 @@ class Report:
 
     def batch(self, outcomes: list[producer.Outcome], pending: deque[int]) -> None:
         """A batch's outcomes, in the order of ``pending``'s line numbers."""
-        ids = []
+        ids: list[tuple[int, str]] = []
         first, last = pending[0], pending[len(outcomes) - 1]
         for outcome in outcomes:
             number = pending.popleft()
             self._said_up_to(number)
             if isinstance(outcome, str):
-                ids.append(outcome)
+                ids.append((number, outcome))
                 continue
             if outcome.duplicate:
                 self.duplicates += 1
@@ -319,7 +239,7 @@ class Report:
         self.added += len(ids)
         if self.print_ids and ids:
             try:
-                sys.stdout.buffer.write(b"".join(os.fsencode(i) + b"\n" for i in ids))
+                sys.stdout.buffer.write(b"".join(map(self.id_line, ids)))
                 sys.stdout.buffer.flush()
             except OSError as exc:
                 raise StreamError(
@@ -328,6 +248,14 @@ class Report:
                 ) from exc
         if self.progress is not None:
             self.progress.show(self.added, self.started)
+
+    def id_line(self, added: tuple[int, str]) -> bytes:
+        """A job id printed: the id (``--print-ids``), or with ``--json`` an object with the
+        line it came from (NDJSON)."""
+        number, job_id = added
+        if not self.as_json:
+            return os.fsencode(job_id) + b"\n"
+        return safe_json(orjson.dumps({"line": number, "job_id": text(job_id)})) + b"\n"
 
     def stopped(self, exc: Exception, sending: deque[int], not_sent: str | None) -> None:
         """The run stopped (Redis went away, or the input or output failed): say which lines

@@ -1,6 +1,6 @@
 """What the one-shot commands share: the queue a command names, the store they open, what they
-say when Redis cannot be reached (they exit ``exitcodes.UNAVAILABLE``, 69), and who runs them
-(the events' ``by``)."""
+say when Redis cannot be reached (they exit ``exitcodes.UNAVAILABLE``, 69), who runs them
+(the events' ``by``), and how their ``--json`` is printed (``print_json``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import socket
 import sys
 from collections.abc import Iterator
 
+import orjson
+
 from jobd.config import Config, QueueConfig
+from jobd.logs import safe_json
 from jobd.store import connection
 from jobd.store.store import Store
 
@@ -37,10 +40,26 @@ def store_for(config: Config, role: str) -> Iterator[Store]:
     try:
         yield store
     except connection.UNAVAILABLE as exc:
+        if not from_redis(exc):  # stdout closed (`jobd … | head`), a full disk: not Redis away
+            raise
         print(f"jobd: cannot reach Redis at {config.redis.describe()}: {exc}", file=sys.stderr)
         raise Unreachable from exc
     finally:
         store.close()
+
+
+def from_redis(exc: BaseException) -> bool:
+    """Whether ``exc``, one of ``connection.UNAVAILABLE``, says Redis is away: any but an
+    OSError (redis-py's connection and timeout errors, a cluster's), and an OSError raised inside
+    redis-py (its socket); not one a write to stdout or a date raised in the command's code."""
+    if not isinstance(exc, OSError):
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").partition(".")[0] == "redis":
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def operator() -> str:
@@ -50,3 +69,22 @@ def operator() -> str:
     except (KeyError, OSError):  # no name for this uid (a container without /etc/passwd)
         user = str(os.getuid())
     return f"{user}@{socket.gethostname()}"
+
+
+def print_json(body: object) -> None:
+    """One JSON document on stdout (indented, then a newline): what every ``--json`` prints.
+    Others' bytes are escaped by the encoder and ``safe_json``, never by the text output's
+    ``printable`` (its escapes would be taken for the value). A reader that closed stdout
+    (`… --json | head`) has all it wanted."""
+    try:
+        sys.stdout.buffer.write(safe_json(orjson.dumps(body, option=orjson.OPT_INDENT_2)) + b"\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+
+
+def text(value: str | bytes) -> str:
+    """Redis's bytes (or a command line's text) as JSON can carry them: bytes that are not
+    UTF-8 as ``\\xff``."""
+    raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "backslashreplace")

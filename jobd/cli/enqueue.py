@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from jobd import exitcodes
-from jobd.cli.common import queue_named
+from jobd.cli.common import print_json, queue_named, text
+from jobd.cli.workflow import check_enqueue_flags
 from jobd.config import Config, durations
-from jobd.newjob import NewJob, check_limits, parse_time
+from jobd.newjob import NewJob, check_limits, check_trace, parse_time
 from jobd.producer import Durability
+from jobd.waiting import JobFailed, Pending, WaitError, WaitRefused, WaitTimeout
 
 
 def run_enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -23,7 +26,11 @@ def run_enqueue(config: Config, args: argparse.Namespace, parser: argparse.Argum
             config.queues[args.queue].level(args.priority)
         except ValueError as exc:
             parser.error(f"--priority {args.priority}: {exc}")
+    check_enqueue_flags(config, args, parser)
     template = job_of(args, parser)
+    if args.wait and (args.lines is not None or args.ndjson is not None):
+        parser.error("--wait waits for one job: not with --lines or --ndjson (the Python "
+                     "API's producer.submit waits for each)")  # fmt: skip
     if args.lines is not None or args.ndjson is not None:
         from jobd.cli.bulk import run_bulk
 
@@ -48,6 +55,10 @@ def enqueue_one(
 
     durability = durability_of(args, parser)
     try:
+        if args.wait:
+            timeout = _duration(args.wait_timeout, "--wait-timeout")
+            pending = producer.submit(config, args.queue, job, args.priority, None, durability)
+            return waited(args, pending, timeout, True if durability is not None else None)
         job_id = producer.enqueue_job(config, args.queue, job, args.priority, None, durability)
     except ValueError as exc:
         parser.error(str(exc))
@@ -55,14 +66,64 @@ def enqueue_one(
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.DUPLICATE
     except producer.NotDurable as exc:
-        print(exc.job_id)
+        said(args, exc.job_id, durable=False)
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.TEMPFAIL
     except producer.ProducerError as exc:
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
-    print(job_id)
+    said(args, job_id, durable=True if durability is not None else None)
     return exitcodes.OK
+
+
+def waited(
+    args: argparse.Namespace, pending: Pending, timeout: float | None, durable: bool | None
+) -> int:
+    """--wait: the job's end, waited for ``timeout`` seconds at most (None: no limit). Done:
+    its result on stdout as it is (with --json, in the JSON document), exit 0; else the exit
+    code of how it ended (``ENDED``: deduped, its earlier run's result, is as good as done),
+    or WAIT_TIMEOUT; FAILURE when Redis refuses a read the wait needs (WRONGTYPE)."""
+    try:
+        ended = pending.outcome(timeout)
+    except WaitTimeout as exc:
+        print(f"jobd: {exc} (it goes on)", file=sys.stderr)
+        return exitcodes.WAIT_TIMEOUT
+    except WaitRefused as exc:  # one line, as any error Redis answers
+        print(f"jobd: {exc}", file=sys.stderr)
+        return exitcodes.FAILURE
+    except WaitError as exc:
+        print(f"jobd: {exc}", file=sys.stderr)
+        return exitcodes.UNAVAILABLE
+    except KeyboardInterrupt:  # the job goes on without the waiter
+        return 128 + signal.SIGINT
+    if args.json:
+        result = None if ended.result is None else text(ended.result)
+        print_json({"queue": args.queue, "job_id": text(pending.job_id), "durable": durable,
+                    "ended": ended.event, "error": ended.fields.get("error"),
+                    "result": result})  # fmt: skip
+    elif ended.done and ended.result:
+        sys.stdout.buffer.write(ended.result)
+        sys.stdout.flush()
+    if not ended.done:
+        print(f"jobd: {JobFailed(ended)}", file=sys.stderr)
+    return ENDED.get(ended.event, exitcodes.JOB_DEAD)
+
+
+# --wait's exit code for each end (every other: dead-lettered, poison, malformed)
+ENDED = {"done": exitcodes.OK, "deduped": exitcodes.OK, "cancelled": exitcodes.JOB_CANCELLED,
+         "expired": exitcodes.JOB_EXPIRED}  # fmt: skip
+
+
+def said(args: argparse.Namespace, job_id: str, durable: bool | None) -> None:
+    """The job id added, on a line; with --json one JSON document: the queue, the job id, and
+    whether it was confirmed durable (null: --wait-* not asked). With --wait: nothing (the
+    result is what stdout carries; with --json, the end's document names the job)."""
+    if args.wait:
+        return
+    if args.json:
+        print_json({"queue": args.queue, "job_id": text(job_id), "durable": durable})
+    else:
+        print(job_id)
 
 
 def job_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> NewJob:
@@ -79,8 +140,19 @@ def job_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> NewJob:
             expires_at=None
             if args.expires_at is None
             else parse_time(args.expires_at, "--expires-at"),
+            traceparent=args.traceparent,
+            tracestate=args.tracestate,
+            baggage=args.baggage,
+            batch=args.batch,
+            on_complete=args.on_complete,
+            after=tuple(args.after or ()),
+            after_any=args.after_any_outcome,
+            after_timeout=_duration(args.after_timeout, "--after-timeout"),
         )
         check_limits(job)
+        check_trace(job)
+        if job.after_timeout is not None and job.after_timeout <= 0:
+            raise ValueError("--after-timeout: more than 0, or leave it out for no bound")
     except ValueError as exc:
         parser.error(str(exc))
     return job
@@ -96,6 +168,14 @@ def _attributes(job: NewJob) -> dict[str, object]:
         "max_attempts": job.max_attempts,
         "expires_in": job.expires_in,
         "expires_at": job.expires_at,
+        "traceparent": job.traceparent,
+        "tracestate": job.tracestate,
+        "baggage": job.baggage,
+        "batch": job.batch,
+        "on_complete": job.on_complete,
+        "after": job.after,
+        "after_any": job.after_any,
+        "after_timeout": job.after_timeout,
     }
 
 
@@ -133,7 +213,7 @@ def durability_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if replicas < 0:
         parser.error("--wait-replicas: give 0 or more")
     try:
-        timeout = durations.parse(args.wait_timeout)
+        timeout = durations.parse(args.wait_timeout or "1s")
     except ValueError as exc:
         parser.error(f"--wait-timeout: {exc}")
     return Durability(replicas, args.wait_aof, timeout)

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -20,16 +21,18 @@ import orjson
 from jobd import exitcodes
 from jobd.cli.common import Unreachable, queue_named, store_for
 from jobd.config import Config, QueueConfig
-from jobd.logs import printable
+from jobd.logs import printable, safe_json, word
 from jobd.store import connection
 from jobd.store.history import ENTRY_ID
-from jobd.store.records import Event, JobView, Record, Running
+from jobd.store.records import Event, JobView, Record, Running, links, result_text
 from jobd.store.store import Store
 
 FOLLOW_BLOCK_MS = 1000  # a follow's read waits this long for an event, then asks about a signal
 FOLLOW_COUNT = 1000  # events a follow's read takes at most
 NUMBERS = ("attempt", "exit_code", "signal", "duration_ms", "due", "count")  # ints in --json
+MAX_ID_PART = 2**64 - 1  # the largest part of a stream id Redis takes
 INTEGER = re.compile(r"-?[0-9]{1,18}")  # what JSON readers take as an exact integer
+NOW = "now"  # --after now: after each queue's newest event when the command starts
 SHOWN = ("time", "queue", "event", "job", "by", "consumer")  # an event line's columns, not details
 
 
@@ -74,7 +77,8 @@ def run_job(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
         return exitcodes.UNAVAILABLE
     try:
         if args.json:
-            sys.stdout.buffer.write(orjson.dumps(job_json(view), option=orjson.OPT_INDENT_2))
+            body = orjson.dumps(job_json(view), option=orjson.OPT_INDENT_2)
+            sys.stdout.buffer.write(safe_json(body))
             sys.stdout.buffer.write(b"\n")
         else:
             print("\n".join(job_lines(view)))
@@ -98,25 +102,36 @@ def job_json(view: JobView) -> dict[str, Any]:
         "consumer": view.consumer or None,
         "records": [r.raw for r in view.records],
         "skipped": view.skipped,
+        "result": done_result(view),
+        **links(view.records),  # parent, follow_ups, after, batch
     }
+
+
+def done_result(view: JobView) -> str | None:
+    """The result of the job's last done attempt, as text (bytes that are not UTF-8 as
+    ``\\xff``; its record keeps them exactly: docs/concepts/history.md); None: none kept."""
+    done = [r for r in view.records if r.event == "done"]
+    return result_text(done[-1].raw) if done else None
 
 
 def running_json(r: Running) -> dict[str, Any]:
     return {"job": _text(r.job_id), "stream": r.stream, "entry": r.entry,
             "consumer": r.consumer, "host": r.host, "pid": r.pid, "since": r.since_ms,
-            "attempt": r.attempt, "deadline": r.deadline_ms}  # fmt: skip
+            "attempt": r.attempt, "deadline": r.deadline_ms, "progress": r.progress,
+            "status": r.status}  # fmt: skip
 
 
 def job_lines(view: JobView) -> list[str]:
     """The human view: the state line, then each record with its output tails, indented."""
-    lines = [printable(f"job {view.job_id} of queue {view.queue}: {state_text(view)}")]
+    lines = [printable(f"job {word(view.job_id)} of queue {view.queue}: {state_text(view)}")]
     for record in view.records:
         lines.append(printable(record_line(record)))
-        for name in ("stdout", "stderr", "detail"):  # detail: why it never ran
-            tail = record.raw.get(name)
+        for name in ("stdout", "stderr", "detail", "result"):  # detail: why it never ran
+            tail = result_text(record.raw) if name == "result" else record.raw.get(name)
             if tail and isinstance(tail, str):
                 lines.append(f"  {name}:")
                 lines += [f"    {printable(line)}" for line in tail.rstrip("\n").split("\n")]
+        lines += links_lines(record.raw)
     if view.skipped:
         lines.append(f"({view.skipped} line(s) of its history were no record: skipped)")
     if view.state == "unknown" and not view.records:
@@ -127,12 +142,33 @@ def job_lines(view: JobView) -> list[str]:
     return lines
 
 
+def links_lines(raw: dict[str, Any]) -> list[str]:
+    """A record's workflow links (docs/workflows.md): the job that enqueued it, the jobs it
+    enqueued."""
+    lines = []
+    if isinstance(batch := raw.get("batch"), str):
+        lines.append(printable(f"  batch: {batch} (jobd batch {batch})"))
+    if isinstance(parent := raw.get("parent"), str):
+        lines.append(printable(f"  parent: {parent}"))
+    named = raw.get("follow_up_jobs")
+    if isinstance(count := raw.get("follow_ups"), int) and isinstance(named, list):
+        lines.append(f"  follow-ups: {count}")
+        lines += [printable(f"    {name}") for name in named if isinstance(name, str)]
+        if count > len(named):
+            lines.append(f"    … and {count - len(named)} more")
+    return lines
+
+
 def state_text(view: JobView) -> str:
     r = view.running
     if r is not None:
-        return (f"running on {r.consumer} (host {r.host or '?'}, pid {r.pid or '?'}) since "
+        stopping = view.state == "cancelling"
+        doing = "cancelling (jobd cancel): stopping its handler, " if stopping else ""
+        return (f"{doing}running on {r.consumer} (host {r.host or '?'}, pid {r.pid or '?'}) since "
                 f"{when(r.since_ms)}, attempt {r.attempt or '?'}, deadline "
-                f"{when(r.deadline_ms)}, entry {r.entry} of {r.stream}")  # fmt: skip
+                f"{when(r.deadline_ms)}, entry {r.entry} of {r.stream}{told_text(r)}")  # fmt: skip
+    if view.state in ("held", "released"):
+        return held_text(view)
     if view.state == "delayed":
         left = _seconds((view.due_ms or 0) - view.now_ms)
         return f"delayed: due {when(view.due_ms)} (in {left})"
@@ -144,6 +180,26 @@ def state_text(view: JobView) -> str:
     if view.state == "waiting":
         return f"waiting: due since {when(view.due_ms)}, moved to the stream by a daemon"
     return view.state
+
+
+def held_text(view: JobView) -> str:
+    """A job --after others (docs/workflows.md), from its records: what it waits for still."""
+    if view.state == "released":
+        return "released: every job it waited for has ended; in its stream, to run"
+    named: list[str] = []
+    for record in view.records:
+        if record.event == "waiting" and isinstance(after := record.raw.get("after"), list):
+            named = [str(x) for x in after]
+        elif record.event == "dependency" and record.raw.get("dependency") in named:
+            named.remove(record.raw["dependency"])
+    total = next((len(r.raw.get("after") or ()) for r in view.records if r.event == "waiting"), 0)
+    return f"held: waiting for {len(named)} of {total}: {', '.join(named)}"
+
+
+def told_text(r: Running) -> str:
+    """What its handler last told of itself (progress, status), as the running line ends."""
+    told = f", {r.progress:g}% done" if r.progress is not None else ""
+    return told + (f", status: {r.status}" if r.status is not None else "")
 
 
 def record_line(r: Record) -> str:
@@ -177,11 +233,12 @@ def run_events(config: Config, args: argparse.Namespace, parser: argparse.Argume
     queues = [queue_named(config, name, parser) for name in dict.fromkeys(names)]
     if args.count < 1:
         parser.error("--count: at least 1")
-    after = starts(queues, args.after or [], parser) if args.after else None
+    after = starts(queues, args.after or [], parser, config.queues) if args.after else None
     try:
         with store_for(config, "events") as store:
+            after = from_now(store, queues, after)
             shown = store.events(queues, after, args.count)
-            emit(shown, args.json)
+            emit(shown, args.json, positions(queues, after, shown))
             if not args.follow:
                 return exitcodes.OK
             return follow(store, queues, resume(queues, after, shown), args.json)
@@ -195,20 +252,46 @@ def run_events(config: Config, args: argparse.Namespace, parser: argparse.Argume
 
 
 def starts(
-    queues: list[QueueConfig], given: list[str], parser: argparse.ArgumentParser
+    queues: list[QueueConfig],
+    given: list[str],
+    parser: argparse.ArgumentParser,
+    known: Collection[str] = (),
 ) -> dict[str, str]:
     """``--after ID`` (every queue not named otherwise) and ``--after QUEUE=ID``, as queue name
-    -> id; an id given as MS is MS-0."""
+    -> id; an id given as MS is MS-0. A QUEUE=ID of a queue not read is left out, so a cursor
+    a --json event printed resumes whatever queues are asked for now (one not in the config,
+    ``known``, any more: said on stderr). Each part of an id must be at most 2**64-1, the
+    largest Redis takes: a larger one was taken, and showed nothing, or failed every read
+    of a follow."""
+    read = {q.name for q in queues}
     after: dict[str, str] = {}
-    for value in given:
+    for value in (part for values in given for part in values.split(",")):
         name, _, raw = value.rpartition("=")
-        entry = raw if "-" in raw else f"{raw}-0"
-        if not ENTRY_ID.fullmatch(entry) or (name and name not in {q.name for q in queues}):
+        entry = raw if "-" in raw or raw == NOW else f"{raw}-0"
+        if entry != NOW and not ENTRY_ID.fullmatch(entry):
             parser.error(
                 f"--after {value}: an event id (MS-SEQ or MS), or QUEUE=ID of a queue read"
             )
+        if entry != NOW and any(int(part) > MAX_ID_PART for part in entry.split("-")):
+            parser.error(f"--after {value}: each part of an event id is at most {MAX_ID_PART}")
+        if name and name not in read:
+            if name not in known:
+                print(f"jobd: --after {value}: no queue {name!r} in the config; left out",
+                      file=sys.stderr)  # fmt: skip
+            continue
         after |= {name: entry} if name else {q.name: entry for q in queues if q.name not in after}
     return after
+
+
+def from_now(
+    store: Store, queues: list[QueueConfig], after: dict[str, str] | None
+) -> dict[str, str] | None:
+    """``after`` with each ``now`` made the id of the queue's newest event (0-0: none yet), so
+    what is read is what comes after this moment."""
+    if after is None or NOW not in after.values():
+        return after
+    newest = {q.name: store.events([q], None, 1) for q in queues if after.get(q.name) == NOW}
+    return after | {name: found[-1].id if found else "0-0" for name, found in newest.items()}
 
 
 def resume(
@@ -217,10 +300,17 @@ def resume(
     """Where a follow goes on, per queue: after the last event shown of it; a queue with none
     shown, after where it started, or after the oldest event shown (its own were older and
     left out), or from its start."""
+    return positions(queues, after, shown) | {e.queue: e.id for e in shown}
+
+
+def positions(
+    queues: list[QueueConfig], after: dict[str, str] | None, shown: list[Event]
+) -> dict[str, str]:
+    """Where each queue's events were read from, before ``shown``: from ``after``, or (the
+    newest shown) after the oldest event shown."""
     start = dict(after or {})
     oldest = shown[0].id if shown and after is None else "0-0"
-    ids = {q.name: start.get(q.name, oldest) for q in queues}
-    return ids | {e.queue: e.id for e in shown}
+    return {q.name: start.get(q.name, oldest) for q in queues}
 
 
 def follow(store: Store, queues: list[QueueConfig], after: dict[str, str], as_json: bool) -> int:
@@ -239,7 +329,7 @@ def follow(store: Store, queues: list[QueueConfig], after: dict[str, str], as_js
             store.refresh()
             continue
         away.up()
-        emit(found, as_json)
+        emit(found, as_json, dict(after))
         after |= {e.queue: e.id for e in found}
         if not found and time.monotonic() - asked < FOLLOW_BLOCK_MS / 2000:
             stop.wait(0.2)  # a read that could not block (someone else's key): no busy loop
@@ -255,10 +345,17 @@ class _StderrLog:
     info = warning
 
 
-def emit(events: list[Event], as_json: bool) -> None:
+def emit(events: list[Event], as_json: bool, at: dict[str, str]) -> None:
+    """Print ``events``; as JSON, each with ``after``: every queue's position once it is
+    handled (``at``: each queue's before the first), the --after that resumes right after it.
+    One id cannot: two queues' streams number their events each on its own, so an event of
+    one can come after an event of another in the same millisecond with a smaller id."""
     for e in events:
         if as_json:
-            sys.stdout.buffer.write(orjson.dumps(event_json(e)) + b"\n")
+            at[e.queue] = e.id
+            cursor = ",".join(f"{name}={mid}" for name, mid in at.items())
+            line = orjson.dumps(event_json(e) | {"after": cursor})
+            sys.stdout.buffer.write(safe_json(line) + b"\n")
         else:
             sys.stdout.write(event_line(e) + "\n")
     sys.stdout.flush()
@@ -280,5 +377,6 @@ def event_line(e: Event) -> str:
     who = f.get("consumer") or f.get("by") or "-"
     details = [f"{k}={when(int(v)) if k == 'due' and INTEGER.fullmatch(v) else v}"
                for k, v in f.items() if k not in SHOWN]  # fmt: skip
-    head = [when(int(e.id.partition("-")[0])), e.queue, f.get("event", "?"), f.get("job", "-"), who]
+    job = word(f.get("job", "-"))
+    head = [when(int(e.id.partition("-")[0])), e.queue, f.get("event", "?"), job, who]
     return printable("  ".join(head + details))

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-import time
+import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
 
 import orjson
 
 from jobd import exitcodes
 from jobd.cli.arguments import build_parser
-from jobd.config import DEFAULT_CONFIG, Config, ConfigError, QueueConfig, load
+from jobd.configpath import DEFAULT_CONFIG
+from jobd.logs import printable, safe_json
+
+if TYPE_CHECKING:  # the config's loader is imported once a command needs it: a fast --help
+    from jobd.config import Config, ConfigError, QueueConfig
 
 
 def config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
@@ -41,7 +47,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exitcodes.OK
     if args.command == "script":
         return print_script(args.name, parser)
+    if args.command == "notify":  # from a handler: no config, no Redis
+        from jobd.cli.notify import send
+
+        return send(args)
+    if args.command == "completion":
+        from jobd.cli.completion import script
+
+        sys.stdout.write(script(args.shell, parser))
+        return exitcodes.OK
     path = config_path(args, parser)
+    from jobd.config import ConfigError, load
+
     if args.command == "validate":
         return validate(path, args.format)
     try:
@@ -114,6 +131,10 @@ def dispatch(config: Config, args: argparse.Namespace, parser: argparse.Argument
         from jobd.cli.control import run_control
 
         return run_control(config, args, parser)
+    if args.command == "batch":
+        from jobd.cli.workflow import run_batch
+
+        return run_batch(config, args)
     if args.command in ("job", "events"):
         from jobd.cli import history
 
@@ -123,9 +144,38 @@ def dispatch(config: Config, args: argparse.Namespace, parser: argparse.Argument
     return exitcodes.USAGE
 
 
-def report_problems(exc: ConfigError) -> None:
+def report_problems(exc: ConfigError, out: TextIO | None = None) -> None:
+    """Each problem on a line (``FILE:LINE:COL: error: …``), a YAML syntax error followed by
+    the line it is on and a caret under the column, indented (a grep for ': error: ' still
+    finds one line a problem)."""
     for problem in exc.problems:
-        print(problem.format(exc.path), file=sys.stderr)
+        print(problem.format(exc.path), file=out or sys.stderr)
+        if problem.message.startswith("YAML syntax error") and problem.pos.line:
+            for line in excerpt(exc.path, problem.pos.line, problem.pos.col):
+                print(line, file=out or sys.stderr)
+
+
+def excerpt(path: str, number: int, col: int) -> list[str]:
+    """Line ``number`` of the file, escaped, and a caret under column ``col``; [] when
+    unreadable. Of the line only the text up to its first ``:`` is shown (a key, whatever it is
+    called), none of a line without one: the rest may hold a secret (a password in a flow
+    mapping, a handler's environment value), which the syntax error may be about."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = next((text for i, text in enumerate(f, 1) if i == number), "")
+    except (OSError, UnicodeError):
+        return []
+    line = line.rstrip("\n")
+    if not line.strip():
+        return []
+    key, colon, rest = line.partition(":")
+    if not colon:
+        indent = line[: len(line) - len(line.lstrip())]
+        line = f"{indent}(not shown: it may be a secret)"
+    elif rest.strip():
+        line = f"{key}: (not shown: it may be a secret)"
+    gutter = f"  {number} | "
+    return [gutter + printable(line), " " * (len(gutter) - 2) + "| " + " " * (col - 1) + "^"]
 
 
 def summary(config: Config) -> str:
@@ -166,6 +216,12 @@ def server(config: Config) -> str:
 
 
 def validate(path: str, fmt: str) -> int:
+    """`jobd validate`: the file's problems, or a summary, each queue's worst case in Redis
+    and (``--format json``) its effective settings (``jobd.config.effective``)."""
+    from jobd.config import ConfigError, load
+    from jobd.config.effective import effective
+    from jobd.config.footprint import worst_case
+
     try:
         config = load(path)
     except ConfigError as exc:
@@ -173,8 +229,7 @@ def validate(path: str, fmt: str) -> int:
             body = {"file": path, "valid": False, "errors": [p.as_json() for p in exc.problems]}
             sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
         else:
-            for problem in exc.problems:
-                print(problem.format(exc.path))
+            report_problems(exc, sys.stdout)
         return exitcodes.CONFIG
     if fmt == "json":
         body = {
@@ -182,7 +237,13 @@ def validate(path: str, fmt: str) -> int:
             "valid": True,
             "errors": [],
             "queues": {
-                name: {"stream": q.stream, "group": q.group, "prefetch": prefetch(q)}
+                name: {
+                    "stream": q.stream,
+                    "group": q.group,
+                    "prefetch": prefetch(q),
+                    "effective": effective(q),
+                    "worst_case": worst_case(q).as_json(),
+                }
                 for name, q in config.queues.items()
             },
             "redis": server(config),
@@ -192,6 +253,8 @@ def validate(path: str, fmt: str) -> int:
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         print(summary(config))
+        for name, q in config.queues.items():
+            print(f"queue {name}: worst case in Redis {worst_case(q).describe()}")
     return exitcodes.OK
 
 
@@ -204,9 +267,6 @@ def enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
 
 def serve_dashboard(config: Config, listen: str) -> int:
     """`jobd dashboard`: the page on ``listen`` until SIGINT or SIGTERM."""
-    import signal
-    import threading
-
     from jobd.web.dashboard import Dashboard
     from jobd.web.server import serve_app
 
@@ -220,10 +280,7 @@ def serve_dashboard(config: Config, listen: str) -> int:
         f"jobd dashboard on http://{listen.rpartition(':')[0]}:{port}/ ({config.redis.describe()})"
     )
     sys.stdout.flush()
-    done = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: done.set())
-    done.wait()
+    watch_signals().wait()
     server.shutdown()
     return exitcodes.OK
 
@@ -240,16 +297,19 @@ def print_script(name: str, parser: argparse.ArgumentParser) -> int:
 
 
 def show_status(config: Config, args: argparse.Namespace) -> int:
+    """`jobd status`: the report once, or with --watch every SECONDS until SIGINT or SIGTERM
+    (exit 0 for either: a watch ends only so)."""
     from jobd.cli import status
     from jobd.store import connection as redisconn
     from jobd.store.status import gather
     from jobd.store.store import Store
 
+    stop = watch_signals() if args.watch else None
     store = Store.open(config.redis, "status")
     try:
-        while True:
+        while stop is None or not stop.is_set():
             try:
-                report = gather(store.client, config)
+                report = status.with_running(store, config, gather(store.client, config))
             except redisconn.UNAVAILABLE as exc:
                 print(
                     f"jobd: cannot reach Redis at {config.redis.describe()}: {exc}",
@@ -257,16 +317,26 @@ def show_status(config: Config, args: argparse.Namespace) -> int:
                 )
                 return exitcodes.UNAVAILABLE
             if args.json:
-                sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+                body = orjson.dumps(report, option=orjson.OPT_INDENT_2)
+                sys.stdout.buffer.write(safe_json(body) + b"\n")  # names others wrote
             else:
                 if args.watch:
                     sys.stdout.write("\x1b[H\x1b[2J")  # clear the terminal
                 print(status.render(report))
             sys.stdout.flush()
-            if not args.watch:
+            if stop is None:
                 return exitcodes.OK
-            time.sleep(args.watch)
+            stop.wait(args.watch)
+        return exitcodes.OK
     except KeyboardInterrupt:
         return exitcodes.OK
     finally:
         store.close()
+
+
+def watch_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM: a watch's end, asked for (exit 0, not killed)."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop

@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 from jobd.logs import printable
+
+if TYPE_CHECKING:
+    from jobd.config import Config
+    from jobd.store.store import Store
+
+
+def with_running(store: Store, config: Config, report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with each queue's running jobs (``running``: as ``jobd job --json`` shows
+    them, progress and status included where their handlers told them), oldest first."""
+    from jobd.cli.history import running_json
+
+    for name, queue in config.queues.items():
+        report["queues"][name]["running"] = [running_json(r) for r in store.running(queue)]
+    return report
 
 
 def _age(seconds: float | None) -> str:
@@ -19,7 +34,7 @@ def _age(seconds: float | None) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [f"jobd status on {report['redis']}"]
+    lines = [f"jobd status on {report['redis']}", *_daemons(report)]
     for name, s in report["queues"].items():
         lines.append(f"queue {name}  (stream {s['stream']}, group {s['group']})")
         if not s["exists"]:
@@ -30,9 +45,9 @@ def render(report: dict[str, Any]) -> str:
                          "no new job starts until `jobd resume`")  # fmt: skip
         last, this = s["last_minute"], s["this_minute"]
         lines += [
-            f"  length {s['length']}  lag {s['lag'] if s['lag'] is not None else '-'}  "
+            f"  length {s['length']}  lag {_lag(s)}  "
             f"pending {s['pending']} (oldest {_age(s['oldest_pending_age'])})  "
-            f"delayed {s['delayed']}  dead-lettered {s['dead_lettered']}",
+            f"delayed {_count(s['delayed'])}  dead-lettered {_count(s['dead_lettered'])}",
             f"  last minute: done {last['done']}, failed {last['failed']} "
             f"(retried {last['retried']}, dead {last['dead']});  "
             f"this minute: done {this['done']}, failed {this['failed']}",
@@ -40,11 +55,12 @@ def render(report: dict[str, Any]) -> str:
         if this["deduped"] or last["deduped"]:
             lines.append(f"  deduped: last minute {last['deduped']}, this minute {this['deduped']}")
         lines += _consumers(s["consumers"])
+        lines += _serving(s)
         for level, b in s.get("levels", {}).items():
-            lag = b["lag"] if b["lag"] is not None else "-"
+            lag = _lag(b)
             lines.append(
                 f"  level {level}: length {b['length']}  lag {lag}  pending {b['pending']}  "
-                f"delayed {b['delayed']}  (stream {b['stream']})"
+                f"delayed {_count(b['delayed'])}  (stream {b['stream']})"
             )
         limits = s["limits"]
         if "slots" in limits:
@@ -58,6 +74,7 @@ def render(report: dict[str, Any]) -> str:
         for name, w in limits.get("waiting", {}).items():
             what = "a slot" if w["for"] == "slot" else "a rate token"
             lines.append(f"  consumer {name} waiting for {what}")
+        lines += [_running(r) for r in s.get("running", [])]
         for p in s["schedule"]:
             at = datetime.datetime.fromtimestamp(p["next_tick"], datetime.UTC)
             lines.append(
@@ -65,6 +82,38 @@ def render(report: dict[str, Any]) -> str:
                 f"next tick {at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
             )
     return "\n".join(printable(line) for line in lines)  # names others wrote: escaped
+
+
+def _daemons(report: dict[str, Any]) -> list[str]:
+    """The daemon registry: one line per daemon, and a line per problem found."""
+    if "daemons" not in report:
+        return []
+    daemons = report["daemons"]
+    states = ", ".join(f"{n} {state}" for state, n in Counter(d["state"] for d in daemons).items())
+    lines = [f"daemons: {len(daemons)}" + (f" ({states})" if states else "")]
+    if report.get("daemons_error"):
+        lines.append(f"  registry: {report['daemons_error']}")
+    for d in daemons:
+        state = d["state"].upper() if d["state"] in ("dead", "stale") else d["state"]
+        up = "-"
+        if d["started"] is not None and d["beat"] is not None:
+            up = _age(d["beat"] + d["since_beat"] - d["started"])
+        queues = ", ".join(dict.fromkeys(q["name"] for q in d["queues"])) or "-"
+        lines.append(
+            f"  daemon {d['name']}  {state}  last beat {_age(d['since_beat'])} ago "
+            f"(lease {d['lease']:g}s)  host {d['host']} pid {d['pid']}  jobd {d['version']}  "
+            f"running {d['running']}/{d['slots']}  up {up}  queues {queues}"
+        )
+        lines += [f"    problem: {p}" for p in d["problems"]]
+    return lines
+
+
+def _serving(s: dict[str, Any]) -> list[str]:
+    """The daemons serving a queue (the registry's), read from it yet or not."""
+    if "daemons" not in s:
+        return []
+    serving = ", ".join(f"{d['name']} ({d['state']})" for d in s["daemons"])
+    return [f"  daemons serving it: {serving or 'none'}"]
 
 
 def _consumers(consumers: list[dict[str, Any]]) -> list[str]:
@@ -85,6 +134,26 @@ def _consumers(consumers: list[dict[str, Any]]) -> list[str]:
             for c in group
         ]
     return lines
+
+
+def _running(r: dict[str, Any]) -> str:
+    """One running job: where, and how far it is as its handler told."""
+    line = f"  running job {r['job']} on {r['consumer']} (attempt {r['attempt'] or '?'})"
+    if r["progress"] is not None:
+        line += f"  {r['progress']:g}%"
+    return line + (f"  status: {r['status']}" if r["status"] is not None else "")
+
+
+def _lag(s: dict[str, Any]) -> str:
+    """The lag; "≥N" where Redis could not say it and counting stopped at N; '-' unknown."""
+    if s["lag"] is None:
+        return "-"
+    return f"≥{s['lag']}" if s.get("lag_at_least") else str(s["lag"])
+
+
+def _count(n: int | None) -> str:
+    """A count, or '-' where Redis answered an error (a key of another type)."""
+    return "-" if n is None else str(n)
 
 
 def _when(unix: float) -> str:

@@ -40,11 +40,11 @@ from jobd.config.types import (
     Retry,
     ScheduleConfig,
     SentinelConfig,
+    TracingConfig,
     format_node,
 )
 from jobd.config.view import ConfigView
-
-DEFAULT_CONFIG = "/etc/jobd/jobd.yaml"
+from jobd.configpath import DEFAULT_CONFIG
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -64,6 +64,7 @@ __all__ = [
     "Retry",
     "ScheduleConfig",
     "SentinelConfig",
+    "TracingConfig",
     "digest",
     "format_node",
     "load",

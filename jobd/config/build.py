@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path as FilePath
 from types import MappingProxyType
 
-from jobd.config import convert, durations, sizes
+from jobd.config import chains, convert, durations, sizes
 from jobd.config.problems import ConfigError
 from jobd.config.queue_settings import QueueSettings
 from jobd.config.schema import TOP_DEFAULTS
@@ -30,6 +30,7 @@ from jobd.config.types import (
     Resources,
     Retry,
     SentinelConfig,
+    TracingConfig,
 )
 from jobd.config.view import ConfigView
 from jobd.config.yamlsrc import Path
@@ -42,7 +43,9 @@ def build(view: ConfigView, queues: Mapping[str, QueueSettings]) -> Config:
     return Config(
         path=str(FilePath(view.source.path).resolve()),
         redis=build_redis(view),
-        queues=MappingProxyType({name: build_queue(q) for name, q in queues.items()}),
+        queues=MappingProxyType(
+            {name: chains.attach(build_queue(q), q, queues) for name, q in queues.items()}
+        ),
         shutdown_grace=durations.parse(
             view.get(("shutdown_grace",), TOP_DEFAULTS["shutdown_grace"])
         ),
@@ -50,6 +53,7 @@ def build(view: ConfigView, queues: Mapping[str, QueueSettings]) -> Config:
         cgroup=view.get(("cgroup",), "auto"),
         dashboard=build_dashboard(view),
         processes=processes(view.get(("processes",), TOP_DEFAULTS["processes"])),
+        tracing=build_tracing(view),
     )
 
 
@@ -115,6 +119,20 @@ def build_dashboard(view: ConfigView) -> DashboardConfig:
     )
 
 
+def build_tracing(view: ConfigView) -> TracingConfig | None:
+    """``tracing``: on with ``enabled: true``, or with an ``otlp_endpoint`` and no
+    ``enabled: false``; None when the section is absent."""
+    section = view.get(("tracing",), None)
+    if section is None:
+        return None
+    endpoint = section.get("otlp_endpoint")
+    return TracingConfig(
+        enabled=bool(section.get("enabled", endpoint is not None)),
+        otlp_endpoint=endpoint,
+        service=section.get("service_name", "jobd"),
+    )
+
+
 def _secret(view: ConfigView, section: Path, name: str) -> str | None:
     try:
         return view.secret(section, name)
@@ -123,7 +141,7 @@ def _secret(view: ConfigView, section: Path, name: str) -> str | None:
         raise ConfigError(view.source.path, [problem]) from None
 
 
-def build_queue(q: QueueSettings) -> QueueConfig:
+def build_queue(q: QueueSettings) -> QueueConfig:  # long: one line per setting, nothing else
     """The typed queue, with its priority levels."""
     queue_keys, command, env, resources = q.keys(), q.command(), q.env(), q.resources()
     queue = QueueConfig(
@@ -158,8 +176,10 @@ def build_queue(q: QueueSettings) -> QueueConfig:
             output=sizes.parse(q.get("history", "output")),
             events=q.get("history", "events"),
         ),
-        retention_maxlen=q.get("retention", "maxlen", default=None),
+        retention_maxlen=_retention(q.get("retention", "maxlen")),
         max_payload=sizes.parse(q.get("max_payload")),
+        result_max=sizes.parse(q.get("result_max")),
+        max_follow_ups=int(q.get("max_follow_ups")),
         resources=resources,
         run_as_user=q.get("run_as", "user", default=None),
         run_as_group=q.get("run_as", "group", default=None),
@@ -171,8 +191,16 @@ def build_queue(q: QueueSettings) -> QueueConfig:
         starvation_after=q.optional_duration("starvation_after"),
         max_wait=q.optional_duration("max_wait"),
         keys=queue_keys,
+        max_timeout=q.optional_duration("max_timeout"),
+        watchdog=q.optional_duration("watchdog"),
+        progress_from_output=bool(q.get("progress_from_output")),
     )
     return with_levels(queue, *q.priorities())
+
+
+def _retention(maxlen: int | str) -> int | None:
+    """``retention.maxlen``: None when the operator asked for ``unbounded``."""
+    return None if maxlen == "unbounded" else int(maxlen)
 
 
 def _argv(command: tuple[str, ...], env: Mapping[str, str], limits: Resources) -> tuple[str, ...]:

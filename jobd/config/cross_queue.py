@@ -27,6 +27,7 @@ class Streams:
     stream: str
     group: str
     dead_letter: str
+    derived: keys.Derived  # every other key jobd derives from the stream (keys.py)
 
 
 def cross_queue_problems(
@@ -54,14 +55,114 @@ def cross_queue_problems(
             problems.append(Problem(where, ("queues", s.name, "dead_letter", "stream"), message))
         if cluster:
             problems += _cluster_slot_problems(s, view)
-    return problems
+    return problems + _derived_key_problems(streams, view)
 
 
 def _streams(q: QueueSettings) -> Streams | None:
     try:
-        return Streams(q.name, q.stream(), q.get("group"), q.keys().dead_letter)
+        names, default = q.priorities()
+        levels = [n for n in names or () if n != (default or names[-1])]
+        queue_keys = q.keys()
+        return Streams(
+            q.name, q.stream(), q.get("group"), queue_keys.dead_letter, queue_keys.derived(levels)
+        )
     except Unchecked:
         return None
+
+
+def _derived_key_problems(streams: list[Streams], view: ConfigView) -> list[Problem]:
+    """A stream or dead-letter stream that is a key jobd derives from another queue's stream
+    (or, for a dead-letter stream, from its own): a priority level's stream, a delayed set,
+    a job mark…; two streams from which jobd derives the same keys (``x`` and ``{x}``); and
+    a stream from which jobd derives keys that are another queue's (``_overlap``). Sharing one
+    would run one queue's jobs under the other's command, run dead letters again for ever,
+    or let ``jobd dlq purge`` delete a live stream. One problem a pair of queues at most
+    besides the stream and dead-letter checks: the first collision says what to change."""
+    problems: list[Problem] = []
+    told: set[frozenset[str]] = set()  # pairs of queues already told apart
+    for i, s in enumerate(streams):
+        for other in streams[:i]:
+            same = keys.derive(s.stream, "delayed")
+            if other.stream != s.stream and same == keys.derive(other.stream, "delayed"):
+                message = (
+                    f"from the stream {s.stream!r} jobd derives the same keys (e.g. {same!r}) "
+                    f"as from queue {other.name!r}'s stream {other.stream!r}; the two queues "
+                    "would share their delayed jobs, marks and history: name another stream"
+                )
+                problems.append(_at(view, ("queues", s.name, "stream"), message))
+                told.add(frozenset((s.name, other.name)))
+        own_dead = s.dead_letter == keys.derive(s.stream, "dead")
+        for other in streams:
+            what = other.derived.holds(s.stream) if other.stream != s.stream else None
+            if what is not None:
+                message = (
+                    f"the stream {s.stream!r} is {what} of queue {other.name!r}; jobd would "
+                    "use that key for both queues: name another stream"
+                )
+                problems.append(_at(view, ("queues", s.name, "stream"), message))
+                told.add(frozenset((s.name, other.name)))
+            if own_dead:  # a default one is a key derived from the stream (``_overlap``)
+                continue
+            if (what := other.derived.holds(s.dead_letter)) is not None:
+                whose = "this queue" if other is s else f"queue {other.name!r}"
+                message = (
+                    f"the dead-letter stream {s.dead_letter!r} is {what} of {whose}; dead "
+                    "letters written there would be run again or mixed with live keys, and "
+                    "`jobd dlq purge` would delete them: name another, e.g. "
+                    f"{keys.derive(s.stream, 'dead')!r} (the default)"
+                )
+                problems.append(_at(view, ("queues", s.name, "dead_letter", "stream"), message))
+                told.add(frozenset((s.name, other.name)))
+    return problems + _overlap_problems(streams, told, view)
+
+
+def _overlap_problems(
+    streams: list[Streams], told: set[frozenset[str]], view: ConfigView
+) -> list[Problem]:
+    """``_overlap`` for each pair of queues on two streams not ``told`` apart already."""
+    problems: list[Problem] = []
+    for i, s in enumerate(streams):
+        for other in streams[:i]:
+            if other.stream == s.stream or frozenset((s.name, other.name)) in told:
+                continue
+            found = _overlap(s, other) or _overlap(other, s)
+            if found is not None:
+                whose, message = found
+                problems.append(_at(view, ("queues", whose.name, "stream"), message))
+    return problems
+
+
+def _overlap(s: Streams, other: Streams) -> tuple[Streams, str] | None:
+    """A key jobd derives from ``s``'s stream (its default dead-letter stream included) that
+    is one of ``other``'s, or a family of ``s``'s keys inside one of ``other``'s: queue ``a``'s
+    job marks are ``{a}:job:ID``, so a queue on ``{a}:job`` has its dead letters, history and
+    events on ``{a}:job:dead``… — a's marks of job ids 'dead', 'history'…, which a job of
+    ``a`` with such an id overwrites. (None: they share no key.)"""
+    mine = dict(s.derived.exact)
+    if s.dead_letter == keys.derive(s.stream, "dead"):
+        mine[s.dead_letter] = "the dead-letter stream"
+    shared = [(key, own, other.derived.holds(key)) for key, own in mine.items()]
+    shared += [
+        (f"{prefix}…", own, what)
+        for prefix, own in s.derived.families.items()
+        for p, what in other.derived.families.items()
+        if prefix != p and prefix.startswith(p)
+    ]
+    found = next(((key, own, what) for key, own, what in shared if what is not None), None)
+    if found is None:
+        return None
+    key, own, what = found
+    message = (
+        f"from the stream {s.stream!r} jobd derives {key!r} ({own}), which is {what} of "
+        f"queue {other.name!r}; jobd would use that key for both queues (a job id of one "
+        "could overwrite the other's dead letters): name another stream"
+    )
+    return s, message
+
+
+def _at(view: ConfigView, path: Path, message: str) -> Problem:
+    where, set_in = _written_at(view, path)
+    return Problem(where, path, message.replace(";", f"{set_in};", 1) if set_in else message)
 
 
 def _cluster_slot_problems(s: Streams, view: ConfigView) -> list[Problem]:

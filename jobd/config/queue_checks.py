@@ -23,6 +23,7 @@ from jobd.config.view import run_checks
 # A lease must survive this many missed renewals before another consumer may take the job.
 RENEWALS_PER_RECLAIM = 3
 OUTPUT_MAX = 16384  # history.output: bytes of a tail a record keeps, at most
+RESULT_MAX = 2**20  # result_max at most: a result is kept whole in the history (store.notes)
 
 Check = Callable[[QueueSettings], list[Problem]]
 
@@ -75,6 +76,13 @@ def _history_output(q: QueueSettings) -> list[Problem]:
     return []
 
 
+def _result_max(q: QueueSettings) -> list[Problem]:
+    if sizes.parse(q.get("result_max")) > RESULT_MAX:
+        return [q.problem(("result_max",), "is more than 1MiB; a result is kept whole in the "
+                          "job's history: pass larger data by reference")]  # fmt: skip
+    return []
+
+
 def _backoff(q: QueueSettings) -> list[Problem]:
     if q.duration("retry", "max_backoff") < q.duration("retry", "backoff"):
         return [q.problem(("retry", "max_backoff"), "is shorter than retry.backoff; raise it")]
@@ -100,8 +108,10 @@ def _command(q: QueueSettings) -> list[Problem]:
         return _program_file(q, program)
     path = q.env().get("PATH")
     if shutil.which(program, path=path) is None:
+        # The PATH jobd gives is shown; the queue's own env.PATH is not: env values may be secrets.
+        given = "the queue's env.PATH" if "PATH" in q.get("env", default={}) else path
         message = (
-            f"{program!r} is not found on the handler's PATH ({path}); "
+            f"{program!r} is not found on the handler's PATH ({given}); "
             "give its full path, or set env.PATH"
         )
         return [q.problem(("command", 0), message)]
@@ -198,6 +208,14 @@ def _default_priority(q: QueueSettings) -> list[Problem]:
     return [q.problem(("default_priority",), message)]
 
 
+def _max_timeout(q: QueueSettings) -> list[Problem]:
+    most = q.optional_duration("max_timeout")
+    if most is None or most >= q.duration("timeout"):
+        return []
+    return [q.problem(("max_timeout",), "must be at least timeout (a handler cannot be given "
+                      "less time by asking for more)")]  # fmt: skip
+
+
 def _cwd(q: QueueSettings) -> list[Problem]:
     cwd = q.cwd()
     if os.path.isdir(cwd):
@@ -215,8 +233,11 @@ CHECKS: tuple[Check, ...] = (
     _positive_rate,
     _positive("starvation_after"),
     _positive("max_wait"),
+    _positive("watchdog"),
+    _max_timeout,
     _positive("history", "max_age"),
     _history_output,
+    _result_max,
     _lease,
     _backoff,
     _dead_letter_not_own_stream,

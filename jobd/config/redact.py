@@ -8,10 +8,11 @@ secret-variable search in ``hardening`` go through here.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from jobd.config.yamlsrc import Document, Path
+if TYPE_CHECKING:
+    from jobd.config.yamlsrc import Document, Path
 
 # Keys whose values may be secrets: no message echoes them, nor a mapping or list holding one.
 SECRET_KEYS = frozenset({"password", "token", "url"})
@@ -59,14 +60,3 @@ def holds_secret(doc: Document, path: Path) -> bool:
     """Whether the value at ``path`` is a secret or holds one."""
     n = len(path)
     return is_secret(path) or any(p[:n] == path and is_secret(p) for p in doc.values)
-
-
-def kind_of(value: Any) -> str:
-    """What ``value`` is, in words that do not quote it."""
-    if value is None:
-        return "empty"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return {dict: "a mapping", list: "a list"}.get(type(value), "a string")

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 import jsonschema
 
 from jobd.config.problems import Problem
-from jobd.config.redact import NOT_SHOWN, holds_secret, kind_of
-from jobd.config.yamlsrc import Document, Path
+from jobd.config.redact import NOT_SHOWN, holds_secret
+from jobd.config.yamlsrc import Document, Path, kind_of
 
 
 @cache

@@ -15,8 +15,8 @@ from typing import Any
 
 from jobd.config import yamlsrc
 from jobd.config.problems import ConfigError, Problem
-from jobd.config.redact import kind_of
 from jobd.config.schema import is_text
+from jobd.config.yamlsrc import kind_of
 
 
 @dataclass(frozen=True)

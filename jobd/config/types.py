@@ -35,7 +35,7 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class History:
-    """What `jobd job` and `jobd events` can show (docs/history.md)."""
+    """What `jobd job` and `jobd events` can show (docs/concepts/history.md)."""
 
     max_age: float  # seconds a job's records are kept after its latest one
     maxlen: int  # jobs whose records are kept; 0: none
@@ -45,7 +45,7 @@ class History:
 
 @dataclass(frozen=True)
 class Resources:
-    """What one handler may use (``resources:``; see the README's Containment). None: not
+    """What one handler may use (``resources:``; see docs/concepts/containment.md). None: not
     limited by jobd (the rlimits: inherited from the daemon)."""
 
     memory: int | None = None  # bytes, the handler's whole tree (memory.max, else sampled)
@@ -81,6 +81,17 @@ class Rate:
 
 
 @dataclass(frozen=True)
+class ChainStep:
+    """A job a queue's config enqueues after each of its own (docs: Workflows): a ``then:``
+    step when one is done, its ``on_dead_letter:`` when one is dead-lettered."""
+
+    queue: str  # the target queue's name
+    keys: QueueKeys  # the target's (its stream is the one jobs without a priority go to)
+    payload: str  # then: result, stdout or payload; on_dead_letter: record
+    delay: float | None = None  # seconds after the parent is done; None: at once
+
+
+@dataclass(frozen=True)
 class QueueConfig:
     name: str
     stream: str
@@ -102,8 +113,10 @@ class QueueConfig:
     max_deliveries: int
     dead_letter: DeadLetter
     history: History
-    retention_maxlen: int | None
+    retention_maxlen: int | None  # entries the stream keeps (retention.py); None: unbounded
     max_payload: int  # bytes
+    result_max: int  # bytes: a handler's result, at most (process.results)
+    max_follow_ups: int  # jobs one job may enqueue through JOBD_ENQUEUE (process.followups)
     resources: Resources
     run_as_user: str | None  # Unix user for handlers (queue key run_as.user)
     run_as_group: (
@@ -122,6 +135,16 @@ class QueueConfig:
     # level's stream is the queue's); the others share the queue's keys (keys.py).
     priority: str | None = None
     levels: tuple[QueueConfig, ...] = ()
+    # What a handler may say on its NOTIFY_SOCKET (process.channel): the longest an attempt may
+    # run, however it extends its deadline (None: its timeout); how long it may be silent once
+    # it has sent WATCHDOG=1 (None: no watchdog); and stdout's "N%" lines taken as progress.
+    max_timeout: float | None = None
+    watchdog: float | None = None
+    progress_from_output: bool = False
+    # Declarative chains (config.chains, process.chains): follow-ups of each done job, and
+    # the job the dead-letter record of each dead-lettered one goes to; none by default.
+    then: tuple[ChainStep, ...] = ()
+    on_dead_letter: ChainStep | None = None
 
     def all_levels(self) -> tuple[QueueConfig, ...]:
         """Where jobs of this queue are read from, highest priority first."""
@@ -216,9 +239,19 @@ class Config:
     # Daemon processes on this host (``auto`` resolved to the CPUs); over 1, ``jobd run`` is
     # their supervisor (daemon.supervisor).
     processes: int = 1
+    tracing: TracingConfig | None = None  # jobd's own spans (jobd.tracing); None: not configured
     # SHA-256 of the text it was loaded from (hex): how a supervisor learns which text a daemon
     # runs after a reload it may have refused (daemon.supervisor). Not part of what compares.
     digest: str = field(default="", compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    """jobd's own spans over OTLP/HTTP (jobd.tracing, the ``otel`` extra)."""
+
+    enabled: bool = False
+    otlp_endpoint: str | None = None  # None: the exporter's (OTEL_EXPORTER_OTLP_* variables)
+    service: str = "jobd"  # the spans' service.name
 
 
 @dataclass(frozen=True)

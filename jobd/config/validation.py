@@ -3,9 +3,10 @@ is built (``config.load``: parse → check → build).
 
 In order: ``${VAR}``s that did not expand and the schema's findings (``config_view``), then
 what a schema cannot express: each queue's settings (``queue_checks``), the queues against each
-other (``cross_queue``), and the ``redis`` and ``dashboard`` sections (here: one server, a URL
-that reads as written, secrets that can be read, TLS only where supported, a token for
-actions). A check that needs a value the schema refused is skipped; all others run.
+other (``cross_queue``), their chains (``chains``), and the ``redis`` and ``dashboard``
+sections (here: one server, a URL that reads as written, secrets that can be read, TLS only
+where supported, a token for actions). A check that needs a value the schema refused is
+skipped; all others run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from jobd.config import convert
+from jobd.config.chains import chain_problems
 from jobd.config.cross_queue import cross_queue_problems
 from jobd.config.problems import Problem
 from jobd.config.queue_checks import queue_problems
@@ -31,6 +33,8 @@ def check(view: ConfigView, queues: Mapping[str, QueueSettings]) -> list[Problem
     for q in queues.values():
         problems += queue_problems(q)
     problems += cross_queue_problems(list(queues.values()), view, _on_a_cluster(view))
+    named = view.data.get("queues")
+    problems += chain_problems(queues, [str(n) for n in named] if isinstance(named, dict) else [])
     return problems + run_checks(SECTION_CHECKS, view)
 
 

@@ -6,6 +6,7 @@ carry marks) and built into plain Python values here, recording where each path 
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,9 +119,9 @@ class _Builder:
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key = self._construct(key_node)
-            if not isinstance(key, str):
+            if not isinstance(key, str):  # its kind, never the key: it may hold a secret
                 raise SourceError(
-                    f"keys must be strings, not {type(key).__name__} {key!r}; quote the key",
+                    f"keys must be strings, not {kind_of(key)}; quote the key",
                     _pos(key_node.start_mark),
                 )
             if key in result:
@@ -245,11 +246,42 @@ def _too_deep(text: str) -> Pos | None:
     return None
 
 
-_QUOTED = re.compile(r"'[^']{3,}'")
+# A token PyYAML names ('<block end>', ',', '\\t'), kept; else a quoted text of 3 or more
+# characters. Left to right, so "expected ',' or ']'" is two tokens, not the text "' or '".
+_QUOTED = re.compile(r"'(<[a-z ]+>|\\?[^'])'|'[^']{3,}'")
+HINTS = (  # (words of PyYAML's message, what to do), the first that matches
+    ("'\\t'", "indent with spaces: YAML does not take tabs"),
+    ("flow sequence", "a [ list is not closed: add its ], or quote a value holding , or ]"),
+    ("flow mapping", "a { mapping is not closed: add its }, or quote a value holding , or }"),
+    ("quoted scalar", "a quoted value is not closed: add its closing quote"),
+    ("mapping values are not allowed", "quote a value holding ': ', or check the indentation"),
+    ("<block end>", "check this line's indentation against the lines above it"),
+)
 
 
 def _unquoted(problem: str) -> str:
     """A YAML error without the text it quotes (an alias, an anchor, a tag): that text is what
     was written in the file, and where a secret was meant (``password: *Hunter2``) it is the
-    secret. A quoted character or two (a tab, a '%') stays: it says what to fix."""
-    return _QUOTED.sub("(the text is not shown: it may be a secret)", problem)
+    secret. A token PyYAML names, or a quoted character (a tab, a '%'), stays: it says what to
+    fix. Then a hint, for the mistakes people make most."""
+    shown = _QUOTED.sub(
+        lambda m: m.group() if m.group(1) else "(the text is not shown: it may be a secret)",
+        problem,
+    )
+    hint = next((what for words, what in HINTS if words in problem), None)
+    return f"{shown}; hint: {hint}" if hint else shown
+
+
+def kind_of(value: Any) -> str:
+    """What ``value`` is, in words that do not quote it."""
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, datetime.date):  # YAML's timestamps (2024-01-01) are dates
+        return "a date"
+    if isinstance(value, str):
+        return "a string"
+    return {dict: "a mapping", list: "a list", tuple: "a list"}.get(type(value), "a value")

@@ -13,4 +13,14 @@ a byte in a pipe; the loop acts on them (``poller``).
 
 With ``processes`` over 1, `jobd run` is a ``supervisor`` of that many daemons, each a whole
 daemon as above, less what the supervisor does once for the host (``child``).
+
+Starting handlers. The loop starts handlers itself, and does not wait for them to reach exec:
+``spawn`` clones each one and returns its pid at once (a vfork-based spawn waited for the exec,
+a few hundred microseconds a start on a busy machine, most of the loop's time a job; it is still
+the way where the C extension is not built, see ``spawn``). A handler that could not reach exec
+tells so when it is reaped (``Handler.start_error``), and its job ends as one that could not
+start. Handing the spawn to threads was measured slower (bench/spawn.py, bench/compare.py):
+every hand-over is a GIL round trip between threads, and those cost more than the wait they
+hide. For the same reason the loop hands work to the other threads once per pass, never once per
+job.
 """

@@ -49,7 +49,7 @@ class Forwarder:
             step = self.store.promote(self.queue, FORWARD_BATCH, HOLD_MALFORMED_MS)
             moved += step.moved
             self._report(step.malformed, step.held, step.why)
-            if step.moved + step.malformed + step.held < FORWARD_BATCH:
+            if step.moved + step.malformed + step.held + step.cancelled < FORWARD_BATCH:
                 return moved
 
     def _report(self, malformed: int, held: int, why: str) -> None:

@@ -1,24 +1,31 @@
 """The handlers one loop runs: found by pid or by entry, counted by queue, their descriptors in
 the loop's poller, when the next one must act (its timeout, or SIGKILL after SIGTERM), which
 have run long enough (ACTIVE_AFTER) for their jobs' active records (``long_running``), and the
-processes that escaped their handler's group, ended once their job has (``process.reaper``).
+processes that escaped their handler's group, ended once their job has (``process.reaper``);
+and their channel, the one socket their NOTIFY_SOCKET names (``daemon.channel``).
 
 Used by the loop's thread only; the metrics thread reads ``in_queue`` one key at a time (an
-int the loop replaces whole).
+int the loop replaces whole), and the channel's thread looks a pid up in ``by_pid`` (one
+``dict.get``, or a copy of its values for ``cgroup_finder``: each whole under the GIL).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import select
+import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 
 from jobd.config import QueueConfig
+from jobd.daemon.channel import Channel, cgroup_finder
 from jobd.daemon.poller import Poller
 from jobd.job import Job
-from jobd.process import cgroup, containment, memory, reaper, where
+from jobd.process import cgroup, containment, memory, reaper, results, where
 from jobd.process.handler import Handler, StopReason
+from jobd.process.procfs import Sessions
 from jobd.store.leases import Lost
 from jobd.web.metrics import Metrics
 
@@ -42,8 +49,12 @@ def delivery(handler: Handler) -> reaper.Delivery:
 
 
 class Handlers:
-    def __init__(self, poller: Poller) -> None:
+    def __init__(self, poller: Poller, metrics: Metrics | None = None) -> None:
         self.poller = poller
+        self.metrics = metrics
+        self.channel = Channel(metrics)  # their NOTIFY_SOCKET (``daemon.channel``)
+        poller.register(self.channel.wakeup.r, select.EPOLLIN, "channel")  # its thread's bytes
+        self.in_cgroup = cgroup_finder(lambda: list(self.by_pid.values()))
         self.by_pid: dict[int, Handler] = {}
         self.by_entry: dict[EntryKey, Handler] = {}
         self.in_queue: Counter[str] = Counter()
@@ -52,6 +63,7 @@ class Handlers:
         self.reaper = reaper.Reaper()
         self.next_sample = 0.0  # when resources.memory is next sampled (process.memory)
         self.tree: cgroup.Tree | None = None  # where handlers get a cgroup each, if anywhere
+        self.scan = (-1.0, Sessions())  # ``sessions``: when read, and what
 
     def contain(self, queues: Iterable[QueueConfig], setting: str) -> bool:
         """Become the child subreaper (a handler's escaped processes become this process's:
@@ -71,8 +83,8 @@ class Handlers:
         if isinstance(found, str) and setting not in ("auto", "off"):
             log.error("cannot use cgroup: %s (%s); not starting", setting, found)
             return False
-        for line in containment.describe(queues, subreaper, found):
-            log.info("%s", line)
+        for line in containment.describe(queues, subreaper, found):  # `jobd validate` says it too
+            log.debug("%s", line)
         refused = containment.unenforced(queues, found)
         for line in refused:
             log.error("%s", line)
@@ -85,6 +97,7 @@ class Handlers:
         return iter(self.by_pid.values())
 
     def add(self, handler: Handler) -> None:
+        handler.strays = functools.partial(self.reaper.of, delivery(handler))  # stopped with it
         self.by_pid[handler.pid] = handler
         self.by_entry[entry_key(handler.queue, handler.job)] = handler
         self.in_queue[handler.queue.name] += 1
@@ -92,12 +105,36 @@ class Handlers:
         self.next_due = min(self.next_due, handler.due)
         self.started.append((handler.started + ACTIVE_AFTER, handler))
 
+    def listen(self) -> None:
+        """Their channel's thread starts (``daemon.channel``), with the loop."""
+        self.channel.start(
+            self.by_pid, lambda pid: self.in_cgroup(pid) if self.tree is not None else None
+        )
+
+    def hear(self, now: float) -> None:
+        """What their channel's thread read, each message to its sender's handler
+        (``daemon.channel``); one may make its handler due sooner (its watchdog). A watchdog
+        that waited for the channel is looked at again."""
+        for handler in self.channel.take(self.by_pid):
+            self.next_due = min(self.next_due, handler.due)
+        if self.channel.awaited:
+            self.channel.awaited = False
+            self.next_due = min(self.next_due, now)
+
     def remove(self, handler: Handler) -> None:
+        """Its leader has exited: out of the table (and out of the channel's reach: what it
+        sent before its exit is taken first, ``Channel.sync``)."""
+        self.channel.sync()
+        self.hear(time.monotonic())
         del self.by_pid[handler.pid]
+        if handler.stop_reason is StopReason.WATCHDOG and self.metrics is not None:
+            self.metrics.of(handler.queue.name).watchdogged.inc()
         key = entry_key(handler.queue, handler.job)
         if self.by_entry.get(key) is handler:
             del self.by_entry[key]
         self.in_queue[handler.queue.name] -= 1
+        if not self.in_queue[handler.queue.name]:  # a renamed queue's name is not kept
+            del self.in_queue[handler.queue.name]
         self.poller.forget_handler(handler)
 
     def long_running(self, now: float) -> list[Handler]:
@@ -125,10 +162,13 @@ class Handlers:
 
     def close(self) -> None:
         """The daemon stops: what escaped a handler's group, attributed or not, is ended (no
-        job runs any more), so nothing a job started outlives the daemon."""
+        job runs any more), so nothing a job started outlives the daemon; nor do the result
+        files a process of a job made after its end."""
         self.reaper.sweep(0.0, set(self.by_pid), {delivery(h) for h in self}, final=True)
+        results.FOLDERS.close()
         if self.tree is not None:
             self.tree.close()
+        self.channel.close()
 
     def running_in(self, queue: str) -> int:
         return self.in_queue[queue]
@@ -183,8 +223,15 @@ class Handlers:
         return True
 
     def stop(self, handler: Handler, reason: StopReason, now: float) -> None:
-        handler.stop(reason, now)
+        handler.stop(reason, now, self.sessions(now))
         self.next_due = min(self.next_due, handler.due)
+
+    def sessions(self, now: float) -> Sessions:
+        """Which process is in which session, read (if at all) once for every handler stopped
+        at ``now``: one pass of the loop (a shutdown, the lost leases of one renewal)."""
+        if self.scan[0] != now:
+            self.scan = (now, Sessions())
+        return self.scan[1]
 
     def stop_all(self, reason: StopReason, now: float) -> None:
         for handler in self.by_pid.values():
@@ -200,4 +247,10 @@ class Handlers:
         if now >= self.next_sample:
             self.sample_memory(now)
         if now >= self.next_due:
-            self.next_due = min((h.act(now) for h in self.by_pid.values()), default=float("inf"))
+            scan, heard = self.sessions(now), self.channel.drained
+            self.next_due = min(
+                (h.act(now, scan, heard) for h in self.by_pid.values()), default=float("inf")
+            )
+            # A watchdog past due that its channel was not heard out after: read it out.
+            if any(h.stop_reason is None and h.due <= now for h in self.by_pid.values()):
+                self.channel.ask()

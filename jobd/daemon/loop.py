@@ -13,16 +13,8 @@ The loop, as an algorithm:
         tell systemd the loop is alive (watchdog)
 
 Redis stays off this loop, and work reaches it and leaves it through queues only: see the
-package docstring (``jobd.daemon``) for the threads and their hand-offs.
-
-The loop starts handlers itself, and does not wait for them to reach exec: ``spawn`` clones
-each one and returns its pid at once (a vfork-based spawn waited for the exec, a few hundred
-microseconds a start on a busy machine, most of the loop's time a job; it is still the way
-where the C extension is not built, see ``spawn``). A handler that could not reach exec tells
-so when it is reaped (``Handler.start_error``), and its job ends as one that could not start.
-Handing the spawn to threads was measured slower (bench/spawn.py, bench/compare.py): every
-hand-over is a GIL round trip between threads, and those cost more than the wait they hide.
-For the same reason the loop hands work to the other threads once per pass, never once per job.
+package docstring (``jobd.daemon``) for the threads and their hand-offs, how the loop starts
+handlers without waiting for their exec, and why nothing is handed to them per job.
 
 Every job travels with the queue definition it was read under, and a handler keeps the one it
 started with: a reload (SIGHUP, ``queues``) never changes a running job.
@@ -30,8 +22,8 @@ started with: a reload (SIGHUP, ``queues``) never changes a running job.
 Shutdown order (SIGTERM/SIGINT): stop the readers so no new job is taken; hand back jobs read
 but not started (those read ahead included); let running handlers finish for up to
 ``shutdown_grace``, then SIGTERM them and SIGKILL after ``kill_grace``; hand back the entries
-of handlers stopped that way; then let the recorder write everything; the ticker, which renews
-leases, stops last. A second SIGTERM skips the rest of the grace period.
+of handlers stopped that way; the recorder writes everything; the ticker (leases) stops last;
+the daemon leaves the registry (``presence``). A second SIGTERM skips the rest of the grace.
 """
 
 from __future__ import annotations
@@ -43,9 +35,9 @@ import signal
 import time
 from collections import Counter
 
-from jobd import exitcodes, hardening, logs
+from jobd import exitcodes, hardening, logs, tracing
 from jobd.config import Config, QueueConfig
-from jobd.daemon import delayed, janitor, lease, periodic, queues, retention
+from jobd.daemon import delayed, janitor, lease, outbox, periodic, presence, queues, retention
 from jobd.daemon.admission import Admission
 from jobd.daemon.duties import Duty, Ticker
 from jobd.daemon.handlers import Handlers
@@ -77,7 +69,7 @@ class Daemon:
         self.notifier = notifier or Notifier.from_environ()
         self.metrics = Metrics()
         self.poller = Poller()
-        self.running = Handlers(self.poller)
+        self.running = Handlers(self.poller, self.metrics)
         self.inbox = Inbox()  # jobs read, leases lost: from the readers and the ticker
         self.outcomes: list[Outcome | Started] = []  # this pass's, for the recorder
         self.freed: Counter[str] = Counter()  # slots freed in this pass, by queue
@@ -92,17 +84,20 @@ class Daemon:
         # which lets it start them with vfork and exec (jobd/process/spawn.py), its fastest path.
         self.folder = os.path.dirname(config.path)
         self.admission = Admission(self.running, self.inbox, self.queues, self.metrics,
-                                   self.folder, lambda o: self.settle(o), self.freed)  # fmt: skip
-        self.ready = False
+                                   self.folder, lambda o: self.settle(o), self.freed,
+                                   self.holdings)  # fmt: skip
+        self.ready = self.stopping = False  # READY=1 told; a stop begun
         self.queue_list: tuple[QueueConfig, ...] = ()
         self.total_slots = 0
-        self.stopping = False
         self.stop_at = float("inf")  # when handlers still running at shutdown are stopped
         self.signals = Signals()
+        self.presence = presence.Presence(self.store, self.consumer, self.shown)
 
     # -- queues ---------------------------------------------------------------------------
 
-    def start_reader(self, q: QueueConfig, slots: Slots) -> Reader:
+    def start_reader(
+        self, q: QueueConfig, slots: Slots, earlier: frozenset[lease.LeaseKey] = frozenset()
+    ) -> Reader:
         self.metrics.watch(
             q.name,
             running=lambda: self.running.running_in(q.name),
@@ -110,7 +105,7 @@ class Daemon:
         )
         reader = Reader(
             q, self.config.redis, self.consumer, slots, self.holdings, self.inbox.deliver,
-            self.recorder.record, self.metrics,
+            self.recorder.record, self.metrics, report=self.inbox.report_lost, earlier=earlier,
         )  # fmt: skip
         reader.start()
         return reader
@@ -119,14 +114,17 @@ class Daemon:
         """Every duty of the queues in force, each built by the module that owns it; renewals
         go on for queues a reload removed or moved, while their jobs finish."""
         served = self.config.metrics_listen is not None
-        duties: list[Duty] = [
-            StatusReport(self.store.client, self.metrics, self.notifier, self.shown, served)
-        ]
+        report = StatusReport(self.store.client, self.metrics, self.notifier, self.shown, served)
+        duties: list[Duty] = [report, self.presence]
+        # A renewal no queue reads for any more and with nothing held is dropped: a queue whose
+        # stream a reload changes would otherwise leave one behind at each.
+        keep = self.queues.in_use() | self.holdings.keys()
+        self.renewals = {k: r for k, r in self.renewals.items() if k in keep}
         for queue in self.config.queues.values():
             self.renewals |= lease.renewals(
                 self.store, queue, self.holdings, self.inbox.report_lost
             )
-            for owner in (delayed, janitor, retention, periodic):
+            for owner in (delayed, janitor, retention, periodic, outbox):
                 duties += owner.duties(self.store, queue)
         return [*self.renewals.values(), *duties]
 
@@ -153,7 +151,7 @@ class Daemon:
         embedded Redis. (In-process tests skip it: ``open``, ``step``, ``close``.)"""
         spawn.raise_open_files_limit()
         if inherited := spawn.close_inherited_on_exec():
-            log.info("descriptors inherited at start, kept from handlers: %s", inherited)
+            log.debug("descriptors inherited at start, kept from handlers: %s", inherited)
         os.chdir(self.folder)
         if not self.running.contain(self.config.queues.values(), self.config.cgroup):
             return False
@@ -173,12 +171,15 @@ class Daemon:
         self.recorder.join()
         self.ticker.stop()
         self.ticker.join()
+        self.presence.leave(self.config.queues.values())  # its record, its empty consumers
         self.store.close()
+        tracing.shutdown()  # jobd's last spans, exported
 
     def open(self) -> None:
         """The loop's descriptors and threads: recorder, readers, ticker, metrics server."""
         self.poller.register(self.signals.fd, select.EPOLLIN, "signal")
         self.poller.register(self.inbox.wakeup.r, select.EPOLLIN, "wake")
+        self.running.listen()  # the handlers' channel's thread
         if self.config.metrics_listen:
             serve(self.metrics, self.config.metrics_listen, Dashboard(self.config))
         for name in self.config.queues:
@@ -206,6 +207,8 @@ class Daemon:
                 self.on_signals()
             elif what == "wake":
                 self.on_lost()
+            elif what == "channel":
+                self.running.hear(time.monotonic())
             elif what[1] == "exit":
                 exited.append(what[0])
             else:
@@ -230,6 +233,11 @@ class Daemon:
         if self.freed:
             self.queues.give(self.freed)
             self.freed.clear()
+        if self.queues.leaving:  # what a removed queue's name kept, once nothing of it is left
+            busy = lambda n: self.running.running_in(n) > 0 or self.admission.waiting.has(n)  # noqa: E731
+            for name in self.queues.gone(busy):
+                self.admission.forget(name)
+                self.metrics.forget(name)
 
     def heartbeat(self) -> None:
         now = time.monotonic()
@@ -249,11 +257,10 @@ class Daemon:
         return {}
 
     def shown(self) -> LoopView:
-        """The loop as other threads may see it: only values the loop replaces whole (a
-        tuple, ints, bools) and the size of its handler table, never a structure it changes
-        in place (a reload may change the queue set while another thread walks it)."""
+        """The loop as other threads may see it: only values the loop replaces whole (a tuple,
+        ints, bools) and the size of its handler table, never a structure it changes in place."""
         return LoopView(self.queue_list, len(self.running), self.total_slots,
-                        self.ready and not self.stopping)  # fmt: skip
+                        self.ready and not self.stopping, self.stopping)  # fmt: skip
 
     def queues_changed(self) -> None:
         """After a start or a reload: what the loop shows of its queues."""
@@ -313,18 +320,19 @@ class Daemon:
             log.exception("while finishing pid %d", handler.pid)
             self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
             return
+        if handler.lapsed:  # never exec'd, past its start's deadline: handed back unstarted
+            self.admission.lapsed(handler.queue, handler.job, handler.ending())
+            return
         if handler.start_error is not None and handler.ending() is None:
             self.admission.cannot_start(handler.queue, handler.job, handler.start_error)
             return
         took = time.monotonic() - handler.started
-        outcome = policy.decide(handler.queue, handler.job, status, handler.ending(),
-                                handler.stderr_tail(), (handler.waited, took),
-                                ran=handler.ran(status, took))  # fmt: skip
+        outcome = policy.of_handler(handler, status, took, self.config.queues)
         self.metrics.of(handler.queue.name).duration.observe(took)
-        self.admission.ended(handler.queue.name, took)
+        self.admission.ended(handler.queue.name, took, handler.span, outcome)
         level = logging.INFO if outcome.verb is Verb.ACK else logging.WARNING
         handler.log(level, "%s after %.3fs%s: %s", status.describe(), took, status.cost(),
-                    outcome.describe())  # fmt: skip
+                    outcome.describe(), outcome=outcome)  # fmt: skip
         self.settle(outcome)
 
     def settle(self, outcome: Outcome) -> None:
@@ -373,14 +381,16 @@ class Daemon:
         self.notifier.reloading()
         new, read = queues.reloaded(self.config)
         if new is not None:
-            self.queues.apply(new, self.store, self.running.running_in)
+            self.queues.apply(new, self.store, self.running.running_in, self.holdings.keys())
             self.admission.reloaded(self.config, new)
             self.config = new
             self.queues_changed()
             self.ticker.replace(self.periodic_duties())
             for name in new.queues:
                 self.metrics.of(name)
-            log.info("reload done: %s", ", ".join(new.queues))
+            ending = len(self.queues.retired)  # this reload's, and earlier ones' not ended yet
+            log.info("reload done: %s%s", ", ".join(new.queues),
+                     f" ({ending} replaced reader(s) still ending)" if ending else "")  # fmt: skip
         self.notifier.ready(self.status_line(), **self.ready_fields(read))
 
 

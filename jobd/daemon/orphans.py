@@ -1,7 +1,7 @@
 """What a dead daemon leaves behind: its handlers, which the supervisor ends before it starts
 the daemon again.
 
-A handler runs in a process group of its own, and a daemon is a child subreaper for its
+A handler runs in a session of its own, and a daemon is a child subreaper for its
 handlers' processes (``process.reaper``). When a daemon dies (SIGKILL, a crash), its handlers
 would be re-parented to init and run on, and after ``reclaim_after`` a sibling would run the
 same jobs again beside them. With one daemon, systemd kills its cgroup; under a supervisor,
@@ -11,11 +11,15 @@ re-parented to it (the kernel does so before the daemon's exit is reported), and
 Which of the supervisor's children are a dead daemon's: every child that is not one of its own
 (a daemon it started, the embedded Redis). The supervisor starts nothing else, and a live
 daemon, as a subreaper, adopts whatever its own handlers leave, so nothing of a live daemon's
-ever reaches the supervisor. Each such orphan is SIGKILLed with its process group and its
-descendants (handlers have children; those, re-parented in turn, are found by the next pass),
-and reaped by its pid alone (``waitpid(pid, WNOHANG)``), never "any child": a daemon's and the
-embedded server's exit statuses belong to their own Popen. ``reap`` also collects any adopted
-process that exits later: the supervisor may be PID 1 in a container, where every orphan comes.
+ever reaches the supervisor. Each such orphan is SIGKILLed with its descendants (handlers have
+children; those, re-parented in turn, are found by the next pass), and with its process group
+and session where it leads them, and once dead (not yet reaped: the group's number cannot be
+taken meanwhile) with its group where that is provably its job's (``reaper.end_group``: led by
+it, or of a session not the supervisor's; never a group of the supervisor's session it merely
+joined, which may be the supervisor's own), and reaped by its pid alone
+(``waitpid(pid, WNOHANG)``), never "any child": a daemon's and the embedded server's exit
+statuses belong to their own Popen. ``reap`` also collects any adopted process that exits
+later: the supervisor may be PID 1 in a container, where every orphan comes.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from jobd.process import reaper, spawn
+from jobd.process import procfs, reaper, spawn
 
 log = logging.getLogger("jobd.supervisor")
 
@@ -60,10 +64,17 @@ class Orphans:
         killed: set[int] = set()
         deadline = time.monotonic() + END_WITHIN
         while True:
-            left = [pid for pid in self.adopted() if not reaper.reaped(pid)]
-            for pid in left:
+            left, scan = [], procfs.Sessions()  # /proc read once a pass, if at all
+            for pid in self.adopted():
+                state = reaper.exited(pid)
+                if state is not False:  # dead: its group ended with it, where it is the job's
+                    if state:
+                        reaper.end_group(pid)
+                    reaper.reaped(pid)
+                    continue
+                left.append(pid)
                 if pid not in killed:
-                    killed |= reaper.kill_tree(pid, self.kept())
+                    killed |= reaper.kill_tree(pid, scan)
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(PASS_EVERY)

@@ -32,6 +32,7 @@ import redis
 from jobd.config import QueueConfig, ScheduleConfig
 from jobd.cron import job_id, ticks
 from jobd.job import JOB_ID, PAYLOAD
+from jobd.logs import word
 from jobd.store.store import Store
 
 log = logging.getLogger("jobd.periodic")
@@ -142,7 +143,8 @@ class Periodic:
         tick = self.store.tick(q, schedule.name, int(t), fields, keep_ms, deadline_ms)
         if tick.outcome == "added":
             late_by = time.time() - t
-            log.info("queue=%s job=%s enqueued for its tick (%.3fs after it)", q.name, jid, late_by)
+            log.info("queue=%s job=%s enqueued for its tick (%.3fs after it)",
+                     q.name, word(jid), late_by)  # fmt: skip
         return tick.outcome, tick.redis_time
 
 

@@ -84,7 +84,7 @@ class Signals:
         reset = spawn.reset_inherited_ignores()
         if reset:
             names = ", ".join(s.name for s in reset)
-            log.info("signals ignored when jobd started: %s; handlers get their default", names)
+            log.debug("signals ignored when jobd started: %s; handlers get their default", names)
         for signum in (*STOP_SIGNALS, signal.SIGHUP):
             signal.signal(signum, _note_signal)
         signal.set_wakeup_fd(self.pipe.w, warn_on_full_buffer=False)

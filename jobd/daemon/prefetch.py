@@ -100,6 +100,11 @@ class Waiting:
     def has(self, name: str) -> bool:
         return any(self._queues.get(name, {}).values())
 
+    def forget(self, name: str) -> None:
+        """A removed queue with nothing waiting: its name is not kept."""
+        if not self.has(name):
+            self._queues.pop(name, None)
+
     def pop(self, name: str, order: Iterable[str | None]) -> Delivery | None:
         """The next entry of queue ``name`` to start: of the first level in ``order`` (the
         levels in force, highest first) that has one, else of any."""

@@ -11,7 +11,9 @@ handed back when its queue was removed or moved.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 
 from jobd import hardening
 from jobd.config import Config, ConfigError, QueueConfig, digest, load, read_text
@@ -20,25 +22,29 @@ from jobd.daemon.reader import Reader
 from jobd.daemon.slots import Slots
 from jobd.process import containment
 from jobd.store import connection
+from jobd.store.leases import LeaseKey
 from jobd.store.store import Store
 
 log = logging.getLogger("jobd.daemon")
 
-StartReader = Callable[[QueueConfig, Slots], Reader]
-FIXED = ("redis", "metrics_listen", "dashboard", "cgroup")  # read once at start
+StartReader = Callable[[QueueConfig, Slots, frozenset[LeaseKey]], Reader]
+FIXED = ("redis", "metrics_listen", "dashboard", "cgroup", "tracing")  # read once at start
 
 
 class QueueSet:
     """Readers and slots by queue name; used by the loop's thread only."""
 
-    def __init__(
-        self, config: Config, start_reader: Callable[[QueueConfig, Slots], Reader]
-    ) -> None:
+    def __init__(self, config: Config, start_reader: StartReader) -> None:
         self.config = config
         self.start_reader = start_reader
         self.slots: dict[str, Slots] = {}
         self.readers: dict[str, Reader] = {}
-        self.retired: list[Reader] = []  # stopped by a reload, maybe still reading
+        # Stopped by a reload, maybe still reading; forgotten once ended (``prune``).
+        self.retired: list[Reader] = []
+        # Where a queue was read before reloads moved it: its reader's limiter counts the
+        # entries still held there against its limit (``limits.Limiter.keep_earlier``).
+        self.former: dict[str, frozenset[LeaseKey]] = {}
+        self.leaving: set[str] = set()  # removed queues whose slots are kept (``gone``)
 
     def start(self) -> None:
         for q in self.config.queues.values():
@@ -49,7 +55,9 @@ class QueueSet:
             self.slots[q.name].resize(q.concurrency)
         else:
             self.slots[q.name] = Slots(q.concurrency)
-        self.readers[q.name] = self.start_reader(q, self.slots[q.name])
+        self.readers[q.name] = self.start_reader(
+            q, self.slots[q.name], self.former.get(q.name, frozenset())
+        )
 
     def retire(self, name: str) -> None:
         reader = self.readers.pop(name)
@@ -59,7 +67,8 @@ class QueueSet:
     def give(self, freed: dict[str, int]) -> None:
         """Slots freed by ended handlers, back to their queues' readers."""
         for name, n in freed.items():
-            self.slots[name].give(n)
+            if slots := self.slots.get(name):
+                slots.give(n)
 
     def stop_reading(self) -> None:
         for reader in self.readers.values():
@@ -70,7 +79,34 @@ class QueueSet:
 
     def reading(self) -> bool:
         """Whether a reader, current or retired, may still deliver."""
+        self.prune()
         return any(r.is_alive() for r in (*self.readers.values(), *self.retired))
+
+    def prune(self) -> None:
+        """Forget the retired readers whose thread has ended: each holds its store, its
+        queue's config and its limiter, and a reload retires one per changed queue, so
+        keeping them grew the daemon by every reload it ever applied. (What is kept by a
+        removed queue's name goes once nothing of it is left: ``gone``.)"""
+        self.retired = [r for r in self.retired if r.is_alive()]
+
+    def gone(self, busy: Callable[[str], bool]) -> list[str]:
+        """The removed queues of which nothing is left: no reader of theirs still reading and
+        nothing ``busy`` (a handler running, an entry waiting); their slots and their record
+        of earlier streams are forgotten here, and the caller forgets the rest kept by name
+        (paces, metric series). Kept, a reload renaming queues left them all for ever."""
+        self.prune()
+        reading = {r.queue.name for r in self.retired}
+        names = [n for n in self.leaving if n not in reading and not busy(n)]
+        for name in names:
+            self.leaving.discard(name)
+            self.slots.pop(name, None)
+            self.former.pop(name, None)
+        return names
+
+    def in_use(self) -> set[LeaseKey]:
+        """Where the queues in force and the readers still reading hold leases."""
+        readers = (*self.readers.values(), *self.retired)
+        return {lease.key(q) for r in readers for q in r.levels}
 
     def current_level(self, queue: QueueConfig) -> QueueConfig | None:
         """The config now in force for jobs read from ``queue`` (the queue, or one of its
@@ -80,24 +116,41 @@ class QueueSet:
             return None
         return next((q for q in current.all_levels() if lease.key(q) == lease.key(queue)), None)
 
-    def apply(self, new: Config, store: Store, running_in: Callable[[str], int]) -> None:
-        """Serve ``new``'s queues from now on (``store``: to say what a moved queue leaves)."""
+    def apply(
+        self,
+        new: Config,
+        store: Store,
+        running_in: Callable[[str], int],
+        held: AbstractSet[LeaseKey] = frozenset(),
+    ) -> None:
+        """Serve ``new``'s queues from now on (``store``: to say what a moved queue leaves;
+        ``held``: where this daemon holds entries now)."""
         old, self.config = self.config, new
+        self.prune()
+        moved: list[tuple[QueueConfig, QueueConfig]] = []
         for name in old.queues.keys() - new.queues.keys():
             log.info(
                 "reload: queue %s removed; %d running handler(s) finish first",
                 name, running_in(name),
             )  # fmt: skip
             self.retire(name)
+            self.leaving.add(name)
         for name, q in new.queues.items():
             if name not in old.queues:
                 log.info("reload: queue %s added", name)
+                self.leaving.discard(name)  # back before it was forgotten: its slots serve
                 self.add(q)
             elif old.queues[name] != q:
                 log.info("reload: queue %s changed; running handlers finish as they started", name)
-                warn_if_moved(store, old.queues[name], q)
+                moved.append((old.queues[name], q))
+                now = {lease.key(level) for level in q.all_levels()}
+                before = {lease.key(level) for level in old.queues[name].all_levels()}
+                earlier = (self.former.get(name, frozenset()) | before) - now
+                self.former[name] = frozenset(k for k in earlier if k in held)
                 self.retire(name)
                 self.add(q)
+        if moved:
+            warn_moved_later(store, moved)
 
 
 def reloaded(config: Config) -> tuple[Config | None, str]:
@@ -130,6 +183,21 @@ def _applicable(config: Config, new: Config) -> Config | None:
             log.error("reload refused: %s", line)
         return None
     return new
+
+
+def warn_moved_later(store: Store, moved: list[tuple[QueueConfig, QueueConfig]]) -> None:
+    """``warn_if_moved`` for each (old, new) pair, on a short-lived thread: it asks Redis, and
+    the loop must never wait on Redis (cut off, each moved level took a ~10 s timeout: three
+    moved queues froze reaping, timeouts and signals past the units' 30 s WatchdogSec)."""
+
+    def warn() -> None:
+        try:
+            for old, new in moved:
+                warn_if_moved(store, old, new)
+        except Exception:  # a warning only: never a reason to stop anything
+            log.exception("reload: while saying what moved queues leave behind")
+
+    threading.Thread(target=warn, name="reload-moved", daemon=True).start()
 
 
 def warn_if_moved(store: Store, old: QueueConfig, new: QueueConfig) -> None:

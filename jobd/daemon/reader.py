@@ -7,6 +7,9 @@ many, and gives back what it did not fill. The daemon's main loop gives a slot b
 entry is settled. Reads stay off the main loop, so a Redis round trip never delays a spawn or a
 reap.
 
+Twice a second a reader asks whether its queue is paused and whether `jobd cancel` reached a job
+its daemon holds (``controls.ControlPoll``).
+
 An entry delivered more than ``max_deliveries`` times (poison) is never run: its dead letter
 goes to the recorder like any outcome (not held meanwhile: see ``dead_letter``). Every Redis
 call is the reader's own store's (``jobd.store.reading``, ``leases``).
@@ -23,14 +26,18 @@ import redis
 
 from jobd.config import QueueConfig, RedisConfig
 from jobd.daemon import limits
-from jobd.daemon.lease import Holdings
+from jobd.daemon.controls import PAUSE_POLL as PAUSE_POLL  # where tests and callers ask
+from jobd.daemon.controls import ControlPoll
+from jobd.daemon.groups import Groups
+from jobd.daemon.lease import Holdings, lease_clock, marks_of
+from jobd.daemon.screening import Screening
 from jobd.daemon.slots import Slots
 from jobd.job import Job
+from jobd.logs import word
 from jobd.outcome import POISON, Outcome, Verb
 from jobd.store import connection as redisconn
-from jobd.store.control import Paused
 from jobd.store.keys import slot_member
-from jobd.store.leases import key
+from jobd.store.leases import LeaseKey, Lost, key
 from jobd.store.reading import Claimed, Entry, UnsupportedServer
 from jobd.store.store import Store
 from jobd.web.metrics import Metrics
@@ -38,12 +45,9 @@ from jobd.web.metrics import Metrics
 log = logging.getLogger("jobd.reader")
 
 RECLAIM_EVERY = 1.0  # seconds between reclaim passes at most (a quarter of reclaim_after if less)
-# Seconds between two askings whether the queue is paused (`jobd pause`); no read blocks past
-# the next one, so no job of a paused queue is read later than this after the pause.
-PAUSE_POLL = 0.5
 
 
-class Reader(threading.Thread):
+class Reader(ControlPoll, Screening, Groups, threading.Thread):
     """Feeds one queue's free slots: first with entries whose lease lapsed, then new ones; on
     a queue with priority levels, from the highest non-empty level first."""
 
@@ -57,6 +61,8 @@ class Reader(threading.Thread):
         deliver: Callable[[QueueConfig, list[Job]], None],
         record: Callable[[list[Outcome]], None],
         metrics: Metrics,
+        report: Callable[[list[Lost]], None] | None = None,
+        earlier: frozenset[LeaseKey] = frozenset(),
     ) -> None:
         super().__init__(name=f"reader-{queue.name}", daemon=True)
         self.queue = queue
@@ -65,10 +71,15 @@ class Reader(threading.Thread):
         self.holdings = holdings
         self.deliver = deliver
         self.record = record  # the recorder's inbox: poison entries' dead letters
+        self.report = report  # the loop's inbox of leases lost: entries found cancelled
         self.metrics = metrics
         self.store = Store.open(redis_config, f"reader-{queue.name}", consumer)
-        self.limiter = limits.Limiter(self.store, queue) if limits.limited(queue) else None
-        self.levels = queue.all_levels()
+        # ``earlier``: where the queue was read before a reload moved it (``limits.Limiter``)
+        self.limiter = limits.limiter(self.store, queue, holdings, earlier)
+        self.levels = queue.all_levels()  # the levels read: all, but those set aside
+        self.aside: set[str] = set()  # streams of levels set aside: someone else's key there
+        self.next_aside_check = 0.0
+        self._checked = False  # whether this pass checked the groups (a WRONGTYPE is no level's)
         self.taken: list[str] = []  # slots of the entries handed over in this read pass
         self.filled = 0  # local slots filled in this read pass
         self.stopping = threading.Event()
@@ -77,7 +88,9 @@ class Reader(threading.Thread):
         self.next_reclaim = 0.0
         self.paused = False  # as last asked of Redis
         self.next_pause_check = 0.0
+        self.cancel_gen: bytes | None = None  # the queue's cancel generation, as last acted on
         self._group_ok = False
+        self.migrating = False  # whether its cluster slot was found migrating (note_migration)
         self.outage = redisconn.Outage(log, f"queue={queue.name} ")
 
     def stop(self) -> None:
@@ -96,7 +109,9 @@ class Reader(threading.Thread):
         while not self.stopping.is_set():
             try:
                 self.read_once()
+                self.note_migration()
                 self.outage.up()
+                self._checked = False
             except redisconn.UNAVAILABLE as exc:
                 self.store.refresh()
                 self.stopping.wait(self.outage.down(exc, "retrying"))
@@ -108,6 +123,8 @@ class Reader(threading.Thread):
                     log.warning("queue=%s group or stream vanished; recreating it", self.queue.name)
                 elif "UNBLOCKED" in str(exc):  # a failover ended the blocking read
                     log.warning("queue=%s read interrupted (%s); again", self.queue.name, exc)
+                elif "WRONGTYPE" in str(exc) and not self._checked:
+                    pass  # someone else's key at a level's name: the groups' check sets it aside
                 else:
                     log.error("queue=%s read failed: %s", self.queue.name, exc)
                     self.stopping.wait(redisconn.BACKOFF_MAX)
@@ -120,18 +137,12 @@ class Reader(threading.Thread):
                 self.stopping.wait(redisconn.BACKOFF_MAX)
 
     def read_once(self) -> None:
-        if not self._group_ok:
-            self.store.check_server()
-            for level in self.levels:
-                if self.store.ensure_group(level):
-                    log.info("queue=%s created group %r on stream %r",
-                             level.name, level.group, level.stream)  # fmt: skip
-                    if self.ready.is_set():
-                        self.group_recreated(level)
-            self._group_ok = True
-            self.ready.set()
+        if not self._group_ok or (self.aside and time.monotonic() >= self.next_aside_check):
+            self.check_groups()
         if self.held_by_pause():
             return
+        if self.limiter is not None:
+            self.limiter.keep_earlier()  # even while every local slot is taken
         free = self.slots.take_all(timeout=0.5)
         if not free:
             return
@@ -154,17 +165,16 @@ class Reader(threading.Thread):
         granted = free
         if self.limiter is not None:
             granted, wait = self.limiter.acquire(free)
-            if granted == 0:
-                self.stopping.wait(wait)  # holding nothing meanwhile
+            if granted == 0:  # holding nothing meanwhile; the pause and cancel poll goes on
+                self.stopping.wait(min(wait, max(0.0, self.next_pause_check - time.monotonic())))
                 return {}
         self.taken = []
         newest: dict[str, str] = {}  # stream -> newest id, to wait after when nothing was read
         try:
             if self.until_reclaim() <= 0:
                 self.next_reclaim = time.monotonic() + self.reclaim_every
-                for level in self.levels:
-                    self.reclaim(level, granted - self.filled)
-            if self.filled < granted and len(self.levels) > 1:
+                self.reclaim_levels(granted)
+            if self.filled < granted and len(self.queue.all_levels()) > 1:
                 _, newest = self.read_levels(granted - self.filled)
             elif self.filled < granted:
                 self.read_new(granted - self.filled, block=self.limiter is None)
@@ -173,18 +183,28 @@ class Reader(threading.Thread):
                 newest = {self.queue.stream: self.limiter.bind(granted, self.taken)} | newest
         return newest
 
-    def group_recreated(self, q: QueueConfig) -> None:
-        """The group vanished while this daemon read from it (XGROUP DESTROY, or the stream
-        deleted and added again) and was created again at the stream's start: every entry
-        still in the stream, done or not, is delivered again. jobd cannot tell which ran (the
-        group held that); at-least-once means running them again, so it says so loudly."""
-        self.metrics.groups_recreated.labels(queue=q.name).inc()
-        log.error(
-            "queue=%s consumer group %r on stream %r vanished and was created again from the "
-            "stream's start: its %d retained entries are delivered again, those already done "
-            "included (deleting a group or its stream under a running daemon re-runs jobs)",
-            q.name, q.group, q.stream, self.store.length(q.stream),
-        )  # fmt: skip
+    def reclaim_levels(self, granted: int) -> None:
+        """A reclaim pass over every level; none while the queue's cluster slot migrates (until a
+        read is served in one step again): its keys may be on two nodes then, and Redis refuses
+        reclaim.lua, a script of several, until the migration ends (TRYAGAIN). Entries whose
+        lease lapsed wait until then."""
+        if self.store.migrating(self.queue.stream):
+            return
+        try:
+            for level in self.levels:
+                self.reclaim(level, granted - self.filled)
+        except redisconn.UNAVAILABLE as exc:
+            if not redisconn.migrating(exc):
+                raise
+            self.store.found_migrating(self.queue.stream)
+
+    def note_migration(self) -> None:
+        """Log when the queue's cluster slot is found migrating, and when it no longer is."""
+        now = self.store.migrating(self.queue.stream)
+        if now != self.migrating:
+            what = "migrating: reading key by key" if now else "stable again: reading as before"
+            log.info("queue=%s its cluster slot is %s", self.queue.name, what)
+            self.migrating = now
 
     def until_reclaim(self) -> float:
         return max(0.0, self.next_reclaim - time.monotonic())
@@ -193,40 +213,24 @@ class Reader(threading.Thread):
         until = min(self.until_reclaim(), self.next_pause_check - time.monotonic())
         return max(1, min(redisconn.BLOCK_MS, int(until * 1000)))
 
-    def held_by_pause(self) -> bool:
-        """While the queue is paused (``jobd pause``) read nothing and reclaim nothing, holding
-        no slot: asked of Redis every PAUSE_POLL."""
-        if time.monotonic() >= self.next_pause_check:
-            self.learn_pause(self.store.paused(self.queue))
-        if self.paused:
-            self.stopping.wait(max(0.0, self.next_pause_check - time.monotonic()))
-        return self.paused
-
-    def learn_pause(self, paused: Paused | None) -> None:
-        """The queue's pause as just read: asked again PAUSE_POLL from now."""
-        if (paused is not None) != self.paused:
-            what = f"paused by {paused.by}: reading nothing" if paused else "resumed"
-            log.warning("queue=%s %s", self.queue.name, what)
-            self.slots.paused = paused is not None
-            self.deliver(self.queue, [])  # wakes the loop: it hands back what waits unstarted
-        self.paused = self.slots.paused = paused is not None
-        self.next_pause_check = time.monotonic() + PAUSE_POLL
-
     def read_new(self, count: int, block: bool = True) -> int:
         """XREADGROUP at most ``count`` new entries; blocks (with ``block``) until the next
         reclaim or pause check at most; the pause comes back with it (one round trip)."""
         q = self.queue
+        sent = lease_clock()
         read = self.store.read_new(q, count, self.block_ms() if block else None)
         if read.pause_known:
             self.learn_pause(read.paused)
-        return self.hand_over(q, jobs_of(q, read.entries), read.cancels)
+        self.learn_cancels(read.cancel_gen)
+        return self.hand_over(q, jobs_of(q, read.entries), sent, read.cancels)
 
     def read_levels(self, count: int) -> tuple[int, dict[str, str]]:
         """At most ``count`` new entries, highest level first, in one script call (it never
         blocks); returns how many were handed over, and when none, each level's newest id."""
-        read = self.store.read_levels(self.queue, count)
+        sent = lease_clock()
+        read = self.store.read_levels(self.queue, count, self.levels)
         used = sum(
-            self.hand_over(level, jobs_of(level, entries), read.cancels)
+            self.hand_over(level, jobs_of(level, entries), sent, read.cancels)
             for level, entries in read.entries
         )
         return used, read.newest
@@ -247,11 +251,12 @@ class Reader(threading.Thread):
         # Hand-backs Redis has not answered: a claim of one is the hand-back's too (reclaim.lua).
         backs = self.holdings.on_their_way_back(key(q))
         while used < count:
+            sent = lease_clock()
             page = self.store.reclaim(q, cursor, count - used, backs)
             cursor = page.cursor
             if backs:  # claimed now: whatever became of its hand-back, it is over
                 self.holdings.handed_back(key(q), [c[0].decode() for c in page.claimed])
-            used += self.take_over(q, page.claimed)
+            used += self.take_over(q, page.claimed, sent)
             for mid in page.deleted:
                 log.warning(
                     "queue=%s entry %s was pending but its data is gone (trimmed or deleted); "
@@ -263,17 +268,18 @@ class Reader(threading.Thread):
                 break
         return used
 
-    def take_over(self, q: QueueConfig, claimed: list[Claimed]) -> int:
-        """One page of entries this consumer just claimed: each is run, dead-lettered as poison,
-        or (one of its own, still running) kept. Whatever fails on the way, what was claimed
-        before is handed over (or recorded) and its own ones kept: a claim is a delivery, and
-        one that reached no handler would count toward poison for nothing. Returns slots used."""
+    def take_over(self, q: QueueConfig, claimed: list[Claimed], sent: float) -> int:
+        """One page of entries this consumer just claimed (by a call sent at ``sent``, on
+        ``lease_clock``): each is run, dead-lettered as poison, or (one of its own, still
+        running) kept. Whatever fails on the way, what was claimed before is handed over (or
+        recorded) and its own ones kept: a claim is a delivery, and one that reached no handler
+        would count toward poison for nothing. Returns slots used."""
         held = set(self.holdings.snapshot(key(q))) if claimed else set()
         jobs: list[Job] = []
         poison: list[tuple[Job, int]] = []
         own: list[str] = []
         try:
-            for raw_id, fields, deliveries in claimed:
+            for raw_id, fields, deliveries, back in claimed:
                 job = Job.from_entry(q.name, raw_id, fields)
                 if job.message_id in held:
                     # Our own job, still running: its lease lapsed while Redis was away and this
@@ -281,17 +287,21 @@ class Reader(threading.Thread):
                     own.append(job.message_id)
                 elif deliveries > q.max_deliveries:
                     poison.append((job, deliveries))
+                elif back:  # handed back unstarted (by any daemon): nothing went wrong
+                    log.info("queue=%s job=%s handed back earlier; picked up again (delivery %d)",
+                             q.name, word(job.job_id), deliveries)  # fmt: skip
+                    jobs.append(job)
                 else:
                     self.metrics.of(q.name).reclaimed.inc()
                     log.warning(
                         "queue=%s job=%s lease lapsed; taken over (delivery %d)",
                         q.name,
-                        job.job_id,
+                        word(job.job_id),
                         deliveries,
                     )
                     jobs.append(job)
         finally:
-            handed = self.hand_over(q, jobs)
+            handed = self.hand_over(q, jobs, sent)
             if own:
                 self.store.keep(q, own)
             self.dead_letter(q, self.poison_outcomes(q, poison))
@@ -311,7 +321,7 @@ class Reader(threading.Thread):
             "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
             "dead-lettering it as poison",
             q.name,
-            job.job_id,
+            word(job.job_id),
             deliveries,
             q.max_deliveries,
         )
@@ -325,22 +335,29 @@ class Reader(threading.Thread):
         if outcomes:
             self.record(outcomes)
 
-    def hand_over(self, q: QueueConfig, jobs: list[Job], cancels: bool | None = None) -> int:
+    def hand_over(
+        self, q: QueueConfig, jobs: list[Job], sent: float, cancels: bool | None = None
+    ) -> int:
         """Hold the jobs' leases from now on, and pass them to the main loop with ``q``, the
-        queue or the level they were read from; returns how many (the slots they take). Jobs
+        queue or the level they were read from; returns how many (the slots they take).
+        ``sent``: when the read or claim that delivered them was sent (``lease_clock``), their
+        leases' first confirmation (``lease``: no handler starts once it is too old). Jobs
         cancelled (``jobd cancel``) are acknowledged unrun first; ``cancels``: whether the queue
         has cancellation marks, when the read said (else asked when there are jobs)."""
-        if jobs and (cancels if cancels is not None else self.store.has_cancels(q)):
-            jobs = self.drop_cancelled(q, jobs)
+        if jobs and cancels is not False:
+
+            def drop(q: QueueConfig, jobs: list[Job]) -> list[Job]:
+                if cancels is None and not self.store.has_cancels(q):
+                    return jobs  # no mark at all (most reads): no script call
+                return self.drop_cancelled(q, jobs)
+
+            jobs = self.checked(q, jobs, sent, "cancellation", drop)
         if jobs and q.dedupe_window is not None:
-            try:
-                jobs = self.drop_done(q, jobs)
-            except redis.ResponseError as exc:  # never a reason to leave the batch unrun
-                log.error("queue=%s dedupe check failed (%s); running the batch", q.name, exc)
+            jobs = self.checked(q, jobs, sent, "dedupe", self.drop_done)
         if jobs:
             offset = self.clock_offset(q, jobs)
             ids = [job.message_id for job in jobs]
-            numbers = self.holdings.add(key(q), ids)
+            numbers = self.holdings.add(key(q), ids, sent, marks_of(q, jobs))
             jobs = [job.delivered(n, offset) for job, n in zip(jobs, numbers, strict=True)]
             if self.limiter is not None:
                 self.taken += [slot_member(self.consumer, q.stream, mid) for mid in ids]
@@ -359,32 +376,6 @@ class Reader(threading.Thread):
         except redis.RedisError as exc:
             log.warning("queue=%s cannot read Redis's clock (%s): not checking expiry", q.name, exc)
             return None
-
-    def drop_cancelled(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
-        """Acknowledge, unrun, the jobs ``jobd cancel`` marked (one script call); the others.
-        A check that fails (a marks key someone else wrote) runs the batch: never a wedge."""
-        try:
-            gone = self.store.cancelled(q, jobs)
-        except redis.ResponseError as exc:
-            log.error("queue=%s cancellation check failed (%s); running the batch", q.name, exc)
-            return jobs
-        for job in jobs:
-            if job.message_id in gone:
-                log.warning("%s cancelled (jobd cancel) before it started: acked unrun",
-                            job.tag(q.name))  # fmt: skip
-                self.metrics.cancelled.labels(queue=q.name).inc()
-        return [job for job in jobs if job.message_id not in gone]
-
-    def drop_done(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:
-        """Acknowledge, unrun, the jobs whose job id completed within the dedupe window (one
-        script call for the batch); returns the others."""
-        done = self.store.dedupe(q, jobs)
-        for job in jobs:
-            if job.message_id in done:
-                log.info(
-                    "%s already done within the dedupe window: acked, not run", job.tag(q.name)
-                )
-        return [job for job in jobs if job.message_id not in done]
 
 
 def jobs_of(q: QueueConfig, entries: list[Entry]) -> list[Job]:

@@ -28,6 +28,7 @@ import redis
 from jobd.config import RedisConfig
 from jobd.daemon import lease
 from jobd.daemon.lease import Holdings
+from jobd.logs import word
 from jobd.outcome import POISON, Outcome, Started, Verb
 from jobd.store import connection
 from jobd.store.store import Store
@@ -151,14 +152,14 @@ class Recorder(threading.Thread):
         if tries < WRITE_TRIES:
             log.warning(
                 "queue=%s job=%s cannot record its outcome (%s): %s; trying again (%d of %d)",
-                o.queue.name, o.job.job_id, o.verb.value, error, tries, WRITE_TRIES,
+                o.queue.name, word(o.job.job_id), o.verb.value, error, tries, WRITE_TRIES,
             )  # fmt: skip
             return [replace(o, timing=None)]  # its timings were counted with the first try
         del self.failures[key]
         log.error(
             "queue=%s job=%s cannot record its outcome (%s) after %d tries: %s; left pending: "
             "it is delivered again after lease.reclaim_after, and counts toward max_deliveries",
-            o.queue.name, o.job.job_id, o.verb.value, WRITE_TRIES, error,
+            o.queue.name, word(o.job.job_id), o.verb.value, WRITE_TRIES, error,
         )  # fmt: skip
         self.holdings.discard(lease.key(o.queue), [o.message_id], [o.job.delivery])
         self.holdings.handed_back(lease.key(o.queue), [o.message_id])
@@ -261,9 +262,26 @@ class Recorder(threading.Thread):
             if self.failures:
                 for o in outcomes:
                     self.failures.pop((*lease.key(o.queue), o.message_id), None)
+            self._move_follow_ups(outcomes, result)
         if kept:
             raise Away([*kept, *again], away)
         return again
+
+    def _move_follow_ups(self, outcomes: list[Outcome], not_held: list[tuple[str, str]]) -> None:
+        """On a cluster, the follow-ups just written into a queue's outbox (and a dead letter's
+        on_dead_letter job) go on to their queues now (store.outbox), and on any Redis the
+        notices of jobs' ends to the jobs waiting for them and to their batches
+        (store.workflows); what cannot is moved by the queue's outbox duty (daemon.outbox)."""
+        noticed = outcomes[0].queue.name in self.store.noticed
+        if not noticed and (not self.store.cluster or not any(map(_outboxed, outcomes))):
+            return
+        q, skipped = outcomes[0].queue, {mid for mid, _ in not_held}
+        if not noticed and all(o.message_id in skipped for o in outcomes if _outboxed(o)):
+            return
+        try:
+            self.store.move_follow_ups(q)
+        except Exception as exc:  # still in the outbox: its duty moves them
+            log.warning("queue=%s follow-ups not moved out of its outbox yet: %r", q.name, exc)
 
     def _report(self, outcomes: list[Outcome], not_held: list[tuple[str, str]]) -> None:
         q = outcomes[0].queue
@@ -272,7 +290,7 @@ class Recorder(threading.Thread):
             log.warning(
                 "queue=%s job=%s outcome not recorded: the lease was lost%s",
                 q.name,
-                job_id,
+                word(job_id),
                 f" to {owner}" if owner else " (entry gone)",
             )
 
@@ -288,7 +306,7 @@ class Recorder(threading.Thread):
         log.error(
             "queue=%s job=%s delivered %d times with no outcome (max_deliveries %d): "
             "dead-lettered as poison",
-            o.queue.name, o.job.job_id, o.attempts, o.queue.max_deliveries,
+            o.queue.name, word(o.job.job_id), o.attempts, o.queue.max_deliveries,
         )  # fmt: skip
 
     def _give_up(self, backlog: list[Outcome]) -> bool:
@@ -311,3 +329,8 @@ def sent(o: Outcome, now: float) -> Outcome:
     if o.verb is not Verb.HAND_BACK or o.sent_at is not None:
         return o
     return replace(o, sent_at=now)
+
+
+def _outboxed(o: Outcome) -> bool:
+    """Whether writing ``o`` (on a cluster) put jobs into its queue's outbox."""
+    return bool(o.follow_ups) or (o.verb is Verb.DEAD_LETTER and o.queue.on_dead_letter is not None)

@@ -1,7 +1,7 @@
 """The duty that reports how the queues are doing, every few seconds: ``STATUS=`` to systemd
 (running handlers, backlog) and the queue gauges of the metrics endpoint (lag, pending, oldest
-pending age, delayed, dead-lettered). Only when systemd listens or metrics are served:
-otherwise it costs nothing.
+pending age, delayed, dead-lettered; whether Redis answered). Only when systemd listens or
+metrics are served: otherwise it costs nothing.
 
 It runs on the ticker thread and reads nothing the loop changes in place: it asks for a
 ``LoopView``, an immutable value made of what the loop replaces whole.
@@ -16,6 +16,7 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.daemon.notify import Notifier
+from jobd.store import connection as redisconn
 from jobd.store import status
 from jobd.web.metrics import Metrics
 
@@ -30,6 +31,7 @@ class LoopView:
     running: int = 0  # handlers running
     slots: int = 0  # handler slots of the queues in force
     live: bool = False  # ready, and not stopping
+    stopping: bool = False  # from SIGTERM on
 
 
 def status_line(running: int, slots: int, backlog: int | None = None) -> str:
@@ -57,8 +59,14 @@ class StatusReport:
         if not (self.notifier.enabled or self.served) or not v.live:
             return
         backlog = 0
-        for q in v.queues:
-            report = status.queue_status(self.client, q)
-            backlog += report["lag"] or 0
-            self.metrics.queue_state(q.name, report)
+        clock = redisconn.Clock(self.client)  # ages on Redis's clock: one TIME per server
+        try:
+            for q in v.queues:
+                report = status.queue_status(self.client, q, clock.at(q.stream))
+                backlog += report["lag"] or 0
+                self.metrics.queue_state(q.name, report)
+        except redisconn.UNAVAILABLE:
+            self.metrics.redis_up.set(0)
+            raise
+        self.metrics.redis_up.set(1)
         self.notifier.status(status_line(v.running, v.slots, backlog))

@@ -13,8 +13,9 @@
  *   resolves a symbol lazily (a write to shared memory);
  * - the mapping is freed only once the kernel says the child has left it: CLONE_PARENT_SETTID
  *   writes the child's pid into its first word before the child runs, CLONE_CHILD_CLEARTID
- *   clears that word when the child execs or exits, and kcmp(KCMP_VM) then says whether it
- *   still shares the daemon's memory (``gone``); each call frees the mappings left since;
+ *   clears that word when the child execs or exits, and then either kcmp(KCMP_VM) says it no
+ *   longer shares the daemon's memory, or the child's copy of the report pipe is closed
+ *   (``gone``); each call frees the mappings left since;
  * - every signal is blocked in the calling thread across the clone, so the child starts with
  *   all of them blocked, sets every action to the default (its own copy of the table: no
  *   CLONE_SIGHAND), and unblocks them only just before exec: no handler of the daemon ever runs
@@ -22,6 +23,13 @@
  * - a failure before or at exec is written on the report pipe (close-on-exec, so exec closes
  *   it) as "OSError:<errno in hex>:", the format of subprocess's own helper, and the child
  *   exits 127; the caller reads it once the child has exited.
+ *
+ * A start may carry a deadline (CLOCK_BOOTTIME, in nanoseconds): the last moment the job's
+ * lease is known to hold (``Admission.lease_held``). The child reads that clock as its very
+ * last step before execve (a raw clock_gettime: no vDSO, which is the C library's) and, past
+ * the deadline, does not exec: it reports LAPSED, a code no errno can be (the kernel's are
+ * below 4096), and exits. However long the daemon was stopped between its own check and the
+ * clone, or the child waited for a CPU, what is left is the execve itself.
  *
  * x86_64 and aarch64 Linux only (the raw system calls); elsewhere the module is not built and
  * jobd starts handlers with vfork as before.
@@ -32,11 +40,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <linux/futex.h>
 #include <linux/kcmp.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -47,6 +57,8 @@
 #endif
 
 #define CHILD_STACK (64 * 1024)
+#define LAPSED 0x10000L  /* "lease lapsed before exec": reported as "OSError:10000:" */
+#define NO_DEADLINE LLONG_MAX
 
 static inline long raw4(long n, long a, long b, long c, long d) {
 #if defined(__x86_64__)
@@ -85,7 +97,9 @@ struct start {
     char **argv;
     char **envp;
     size_t size;
+    long long deadline;  /* CLOCK_BOOTTIME nanoseconds past which the child does not exec */
     double born;  /* CLOCK_MONOTONIC seconds at the clone */
+    int watch;  /* the report pipe's read end, our own copy (-1: none) */
     pid_t pid;
     struct start *next;
 };
@@ -102,14 +116,28 @@ static int waiters = 0;  /* calls of settle() waiting without the GIL: nothing i
 /* Whether the child has left the daemon's memory: exec'd into its own, or exited. The kernel
  * clears the tid word as an exec begins to replace the memory, a moment before the child stops
  * sharing it (exec_mm_release, then the switch in exec_mmap): a score the daemon wrote in that
- * moment would still reach the child. So, once the word is cleared, kcmp(KCMP_VM) says whether
- * the child still shares the daemon's memory (where kcmp is missing, the word is taken). */
+ * moment would still reach the child. So, once the word is cleared, one of two proofs:
+ * - kcmp(KCMP_VM) says the child's memory is another: it needs ptrace access to the child,
+ *   which the kernel refuses a non-dumpable daemon without CAP_SYS_PTRACE (the shipped unit:
+ *   an unprivileged user, non-dumpable) while the child shares its memory; a refusal proves
+ *   nothing;
+ * - the report pipe has no writer left: the child's copy is closed by its exec (close-on-exec,
+ *   after the switch of memory) or its exit (after it let go of the memory), and the daemon
+ *   closed its own at the start. Any process may ask this.
+ * Where neither holds, the child is taken as still there (``settle`` waits up to ``stale``
+ * seconds, then writes anyway). */
 static int gone(struct start *s) {
     if (__atomic_load_n(&s->tid, __ATOMIC_ACQUIRE) != 0)
         return 0;
-    /* That moment is microseconds: an answer "the same" long after it is another task that got
-     * the child's pid once it was reaped (pids wrap around), a thread of the daemon's own. */
-    return syscall(SYS_kcmp, getpid(), s->pid, KCMP_VM, 0, 0) != 0 || monotonic() - s->born > 10;
+    if (syscall(SYS_kcmp, getpid(), s->pid, KCMP_VM, 0, 0) > 0)
+        return 1;
+    if (s->watch >= 0) {
+        struct pollfd p = {s->watch, 0, 0};
+        return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
+    }
+    /* No pipe to watch (its copy could not be made): as before, kcmp's "the same" long after
+     * the clear is another task that got the child's pid once it was reaped. */
+    return monotonic() - s->born > 10;
 }
 
 static void sweep(void) {
@@ -120,6 +148,8 @@ static void sweep(void) {
         struct start *s = *at;
         if (gone(s)) {
             *at = s->next;
+            if (s->watch >= 0)
+                close(s->watch);
             munmap(s, s->size);
         } else {
             at = &s->next;
@@ -135,13 +165,20 @@ static int child(void *arg) {
         if (sig != SIGKILL && sig != SIGSTOP)
             raw4(SYS_rt_sigaction, sig, (long)&dfl, 0, 8);
     }
-    long err = raw3(SYS_setpgid, 0, 0, 0);
+    long err = raw3(SYS_setsid, 0, 0, 0);
     for (long i = 0; err >= 0 && i < 3; i++)
         err = raw3(SYS_dup3, s->fds[i], i, 0);
     if (err >= 0) {
         unsigned long none = 0;
         raw4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&none, 0, 8);
-        err = raw3(SYS_execve, (long)s->path, (long)s->argv, (long)s->envp);
+        struct timespec now = {0, 0};
+        if (s->deadline != NO_DEADLINE)  /* the last step before the exec: nothing in between */
+            err = raw3(SYS_clock_gettime, CLOCK_BOOTTIME, (long)&now, 0);
+        if (err >= 0 && s->deadline != NO_DEADLINE
+            && (long long)now.tv_sec * 1000000000LL + now.tv_nsec >= s->deadline)
+            err = -LAPSED;
+        else if (err >= 0)
+            err = raw3(SYS_execve, (long)s->path, (long)s->argv, (long)s->envp);
         unsigned long all = ~0UL;
         raw4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, 0, 8);
     }
@@ -205,9 +242,10 @@ static int sized(PyObject *items, size_t *bytes) {
 static PyObject *start(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *argv, *envp;
-    int fds[3], report;
-    if (!PyArg_ParseTuple(args, "O!O!iiii", &PyList_Type, &argv, &PyList_Type, &envp, &fds[0],
-                          &fds[1], &fds[2], &report))
+    int fds[3], report, report_r;
+    long long deadline = NO_DEADLINE;
+    if (!PyArg_ParseTuple(args, "O!O!iiiii|L", &PyList_Type, &argv, &PyList_Type, &envp, &fds[0],
+                          &fds[1], &fds[2], &report, &report_r, &deadline))
         return NULL;
     if (PyList_GET_SIZE(argv) < 1) {
         PyErr_SetString(PyExc_ValueError, "argv is empty");
@@ -229,7 +267,9 @@ static PyObject *start(PyObject *self, PyObject *args) {
     if (s == MAP_FAILED)
         return PyErr_SetFromErrno(PyExc_OSError);
     s->size = size;
+    s->deadline = deadline;
     s->born = monotonic();
+    s->watch = fcntl(report_r, F_DUPFD_CLOEXEC, 3);  /* kept until the start is freed */
     memcpy(s->fds, fds, sizeof(fds));
     s->report = report;
     char *cursor = (char *)(s + 1);
@@ -251,6 +291,8 @@ static PyObject *start(PyObject *self, PyObject *args) {
     int saved = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (pid < 0) {
+        if (s->watch >= 0)
+            close(s->watch);
         munmap(s, size);
         errno = saved;
         return PyErr_SetFromErrno(PyExc_OSError);
@@ -258,10 +300,9 @@ static PyObject *start(PyObject *self, PyObject *args) {
     s->pid = pid;
     s->next = in_flight;
     in_flight = s;
-    /* The child puts itself in a group of its own; so does this, so that a signal to the
-     * group sent before the child got there reaches it (as a shell does). Too late once the
-     * child has exec'd (EACCES): it did it then. */
-    setpgid(pid, pid);
+    /* The child puts itself in a session (and group) of its own. This cannot do it for it (a
+     * group leader's setsid is refused): a stop before the child got there signals the child
+     * itself too (its pidfd), which every signal reaches, blocked until its exec. */
     return PyLong_FromLong(pid);
 }
 
@@ -328,8 +369,11 @@ static PyMethodDef methods[] = {
      "settle(timeout, stale) -> bool: wait until every child started less than stale seconds "
      "ago has exec'd or exited (True), or timeout seconds (False)."},
     {"start", start, METH_VARARGS,
-     "start(argv, envp, stdin, stdout, stderr, report_w) -> pid: clone and exec argv[0], not "
-     "waiting for the exec; a failure is written on report_w."},
+     "start(argv, envp, stdin, stdout, stderr, report_w, report_r[, deadline]) -> pid: clone "
+     "and exec argv[0], not waiting for the exec; a failure is written on report_w (report_r, "
+     "its read end, is watched for the child's exec: a copy is kept). With a deadline "
+     "(CLOCK_BOOTTIME nanoseconds), a child that reaches its exec at or past it does not exec: "
+     "it reports code 0x10000 (no errno) and exits 127."},
     {"in_flight", in_flight_count, METH_NOARGS,
      "Starts whose child has not yet left its mapping (exec'd or exited)."},
     {NULL, NULL, 0, NULL},

@@ -17,14 +17,16 @@ cgroup of its own, ``jobd-<daemon pid>-<token>-<n>``, under it:
   its allocating past ``memory.max`` would be OOM-killed with the handler; its threads would count
   against ``pids.max``). What the handler did in those microseconds is charged to the cgroup, and
   a limit written below the usage is enforced at once.
-- **The end.** When the handler's leader exits, or it is stopped (timeout, cancel, lost lease,
-  shutdown), ``cgroup.kill`` ends every process left in the cgroup — escaped from the process
+- **The end.** A stop (timeout, cancel, lost lease, memory, shutdown) sends its SIGTERM to
+  every process in the cgroup, and its SIGKILL is ``cgroup.kill``. When the handler's leader
+  exits, ``cgroup.kill`` ends every process left in the cgroup — escaped from the process
   group or not, whatever its environment says; processes of another cgroup are never touched.
   What it used is read then: CPU from ``cpu.stat`` (the whole tree, escapees included; less
   what the cgroup had counted when the daemon left it, the daemon's own share), peak
   memory from ``memory.peak``, OOM kills from ``memory.events`` (outcome ``memory``). The cgroup
   is removed once empty (at once, or by a later sweep); cgroups left by a daemon that died are
-  ended and removed by the next one to start under the same parent.
+  ended and removed by the next one to start under the same parent (which knows a dead
+  daemon's by a lock the live one holds, not by its pid: ``Tree``).
 
 Without such a cgroup (``find`` says why) handlers are contained by their process group, the child
 subreaper (``process.reaper``) and the sampled memory cap (``process.memory``).
@@ -42,13 +44,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from jobd.config.types import Resources
-from jobd.process import where
+from jobd.process import owners, procfs, where
+from jobd.process.owners import OWNER, PREFIX
 from jobd.process.where import DAEMON_LEAF, DELEGATED_HOW, Found
 
 log = logging.getLogger("jobd.cgroup")
 
 CPU_PERIOD = 100_000  # microseconds: cpu.max's period
-PREFIX = "jobd-"
 BUSY_TRIES = 40  # removals found busy (one a sweep: 10 s) before the log says so
 
 
@@ -107,8 +109,32 @@ class Cgroup:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
 
-    def members(self) -> list[int]:
-        with contextlib.suppress(OSError), open(os.path.join(self.path, "cgroup.procs")) as f:
+    def send(self, signum: int) -> None:
+        """``signum`` to every process in it and in the cgroups below it (a process of the
+        handler's may make some: container runtimes do) — a stop's SIGTERM: ``kill`` is its
+        SIGKILL, recursive too; never to the daemon, were it in it. Each by a pidfd, and only if
+        the process is still in it once the pidfd holds it (``procfs.send``): a member that
+        exits after ``cgroup.procs`` was read leaves its pid to any process."""
+        mount = where.mount_point()
+        if mount is None:
+            return
+        top = os.path.normpath(self.path)
+
+        def inside(pid: int) -> bool:
+            now = where.cgroup_of(pid, mount)
+            return now is not None and (now == top or now.startswith(top + "/"))
+
+        for folder, _, _ in os.walk(top):
+            for pid in self.members(folder):
+                if pid != os.getpid():
+                    procfs.send(pid, signum, inside)
+
+    def members(self, folder: str | None = None) -> list[int]:
+        """The processes in it (or in ``folder``, a cgroup below it)."""
+        with (
+            contextlib.suppress(OSError),
+            open(os.path.join(folder or self.path, "cgroup.procs")) as f,
+        ):
             return [int(p) for p in f.read().split()]
         return []
 
@@ -156,12 +182,15 @@ class Usage:
 @dataclass
 class Tree:
     """The cgroup handlers are placed under, taken (``take``) by the daemon's process. Its
-    handlers' cgroups are ``jobd-<pid>-<token>-<n>``: the pid says whose (a dead daemon's are
-    ended by the next), the token, drawn at start, that they are this daemon's and no other's
-    (another daemon of the same pid: a reused pid, another pid namespace)."""
+    handlers' cgroups are ``jobd-<pid>-<token>-<n>``, the token drawn at start: they are this
+    daemon's and no other's (another daemon of the same pid: a reused pid, another pid
+    namespace). Whether another daemon's are a dead one's is told by its owner lock
+    (``owners``), not by its pid."""
 
     found: Found
     home_procs: int = -1  # the daemon's home's cgroup.procs, open for writing
+    owner: int = -1  # its owner cgroup, open and locked for the daemon's life
+    stale_owners: set[str] = field(default_factory=set)  # dead daemons' prefixes, owner left
     ending: list[Cgroup] = field(default_factory=list)  # killed, not yet removed
     counter: Iterator[int] = field(default_factory=itertools.count)
     prefix: str = field(default_factory=lambda: f"{PREFIX}{os.getpid()}-{os.urandom(4).hex()}-")
@@ -181,6 +210,7 @@ class Tree:
         enabled = _enable(root, found.controllers)
         tree = cls(Found(root, home, enabled, found.how))
         tree.home_procs = os.open(os.path.join(home, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        tree.owner = owners.lock(os.path.join(root, owners.name(tree.prefix)))
         tree.remove_stale()
         return tree
 
@@ -258,16 +288,41 @@ class Tree:
         """Remove the cgroups emptied since (their processes take a moment to exit)."""
         if self.ending:
             self.ending = [c for c in self.ending if not c.remove()]
+        if self.stale_owners:
+            self._remove_owners()
 
     def remove_stale(self) -> None:
-        """Cgroups of daemons that are gone (``jobd-<pid>-…``, that pid dead): ended, removed."""
+        """Cgroups of daemons that are gone (``jobd-<pid>-<token>-…``, whose owner is not
+        locked, or, with no owner, whose pid is dead): ended, removed; then their owners."""
+        judged: dict[str, bool] = {}  # prefix -> its daemon is gone
+        others: set[str] = set()  # prefixes of other daemons' owner cgroups
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.found.root):
-                pid = _owner(entry.name)
-                if pid is not None and pid != os.getpid() and not _alive(pid):
+                if entry.name.startswith(OWNER) and entry.name != owners.name(self.prefix):
+                    others.add(PREFIX + entry.name[len(OWNER) :] + "-")
+                pid = owners.pid_of(entry.name)
+                if pid is None or entry.name.startswith(self.prefix):
+                    continue
+                prefix = entry.name[: entry.name.rindex("-") + 1]
+                if prefix not in judged:
+                    judged[prefix] = owners.gone(self.found.root, prefix, pid)
+                if judged[prefix]:
                     log.warning("cgroup %s of a daemon that is gone: ending what is in it",
                                 entry.path)  # fmt: skip
                     self.end(Cgroup(entry.path))
+        root = self.found.root
+        self.stale_owners = {
+            p for p in others if judged.get(p, True) and owners.gone(root, p, None)
+        }
+        self._remove_owners()
+
+    def _remove_owners(self) -> None:
+        """Dead daemons' owner cgroups, once none of their handlers' cgroups is left."""
+        for prefix in list(self.stale_owners):
+            if not any(os.path.basename(c.path).startswith(prefix) for c in self.ending):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(self.found.root, owners.name(prefix)))
+                self.stale_owners.discard(prefix)
 
     def close(self) -> None:
         """The daemon stops: every cgroup of its handlers ended and, once empty, removed."""
@@ -279,26 +334,9 @@ class Tree:
         for cgroup in self.ending:
             self.kill(cgroup)
         self.tidy()
-
-
-def _owner(name: str) -> int | None:
-    """The pid of the daemon a ``jobd-<pid>-<token>-<n>`` cgroup belongs to."""
-    if not name.startswith(PREFIX):
-        return None
-    parts = name[len(PREFIX) :].split("-")
-    if len(parts) != 3 or not (parts[0].isdigit() and parts[2].isdigit()):
-        return None
-    return int(parts[0])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        if self.owner >= 0 and not self.ending:  # nothing of it left: its owner goes too
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(self.found.root, owners.name(self.prefix)))
 
 
 def _move(source: str, target: str, everyone: bool) -> None:

@@ -1,5 +1,5 @@
 """Which containment applies on this host, in words: what `jobd validate` and the daemon's
-startup log say (see the README's Containment)."""
+startup log say (see docs/concepts/containment.md)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,7 @@ def describe(
     else:
         escaped = "processes that leave its group may outlive their job (no child subreaper)"
     lines = [
-        f"containment: each handler in a process group of its own and {where.describe(found)}; "
-        + escaped
+        f"containment: each handler in a session of its own and {where.describe(found)}; " + escaped
     ]
     kernel = isinstance(found, where.Found) and "memory" in found.controllers
     sampled = [q.name for q in queues if q.resources.memory is not None and not kernel]
@@ -53,7 +52,7 @@ def unenforced(queues: Iterable[QueueConfig], found: where.Found | str) -> list[
                 lines.append(
                     f"queue {q.name}: resources.{key} needs a cgroup v2 with the {controller} "
                     f"controller, and {why.replace('%s', controller)}: run jobd under systemd "
-                    "with Delegate=yes (README: Containment), set cgroup: to such a cgroup, "
+                    "with Delegate=yes (docs: concepts/containment), set cgroup: to such a cgroup, "
                     f"or remove resources.{key}"
                 )
     return lines

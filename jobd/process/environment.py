@@ -1,4 +1,5 @@
-"""The environment a handler gets: a small inherited base, never the daemon's whole one."""
+"""The environment a handler gets: a small inherited base, never the daemon's whole one (its
+queue's ``env`` and its job's own variables come on top: ``process.jobenv``)."""
 
 from __future__ import annotations
 

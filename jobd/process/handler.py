@@ -1,12 +1,23 @@
 """The process seam: one running handler process and everything the OS does to it.
 
 A handler is started by a clone or vfork and exec (``spawn``; subprocess when it needs another
-folder or user; never preexec_fn, never a shell) in its own process group, gets its payload on a
-pipe, and has its stdout and stderr drained by the daemon's selector loop. Stopping it
-signals the whole group: SIGTERM, then SIGKILL.
+folder or user; never preexec_fn, never a shell) in a session of its own (so in its own process
+group, and no process of it can join a group of the daemon's session: setpgid across sessions
+is refused), gets its payload on a pipe, and has its stdout and stderr drained by the daemon's
+selector loop. Stopping it (SIGTERM, then SIGKILL) signals its whole tree, and nothing that
+jobd cannot prove is the job's: the leader (its pidfd), its group and, where it has a cgroup,
+every process in that cgroup and below it (``cgroup.kill`` for SIGKILL); where it has none,
+every process of its session (whose number, the leader's pid, cannot be reused while the leader
+is unreaped or any process is in the session; each signalled by a pidfd once it is seen still
+there, so a pid freed meanwhile is never another process's signal; and SIGKILLed at the
+leader's reap when jobd stopped it) and the processes that escaped it, adopted by the
+subreaper and attributed to its job (``strays``, ``process.reaper``), with their own sessions.
+A process
+that escaped by ``setsid`` and is still some other process's child is reached by the cgroup
+alone; without one, once it is adopted.
 
 A handler owns its life: ``State`` RUNNING → (TERMINATING →) EXITED; ``stop(reason)`` sends
-SIGTERM to the group and makes SIGKILL due ``kill_grace`` later; ``due`` says when it must be
+SIGTERM to its tree and makes SIGKILL due ``kill_grace`` later; ``due`` says when it must be
 acted on next (its timeout, then its SIGKILL) and ``act(now)`` does it. The loop only asks: it
 calls ``act`` on the handlers whose ``due`` has come, and ``exited()`` once the leader is reaped;
 nothing is read from the process after that but what is left in its pipes.
@@ -15,112 +26,36 @@ nothing is read from the process after that but what is left in its pipes.
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
+import math
 import os
 import resource
 import select
 import signal
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 
 from jobd.config import QueueConfig
 from jobd.job import Job
-from jobd.outcome import Ran, Started
-from jobd.process import launch, spawn
+from jobd.outcome import Outcome, Ran, Started
+from jobd.process import chains, exitstatus, launch, results, spawn
 from jobd.process.cgroup import Cgroup, Tree, Usage
+from jobd.process.channel import ProgressOutput, Talking, Told
+from jobd.process.deadline import Lapsed
+from jobd.process.exitstatus import ExitStatus
+from jobd.process.jobenv import attempt_environment
 from jobd.process.output import Output
-from jobd.process.procfs import own_status
+from jobd.process.procfs import Sessions
+from jobd.process.states import SpawnError, State, StopReason
 
 log = logging.getLogger("jobd.handler")
 
 STDERR_TAIL = 4096  # bytes of stderr kept for the dead-letter record
 
 
-class State(enum.Enum):
-    RUNNING = "running"
-    TERMINATING = "terminating"  # SIGTERM sent to the group; SIGKILL follows after kill_grace
-    EXITED = "exited"
-
-
-class StopReason(enum.Enum):
-    """Why jobd stopped a handler before it ended by itself (the policy reads it)."""
-
-    TIMEOUT = "timed out"
-    SHUTDOWN = "still running at the end of shutdown_grace"
-    LEASE_LOST = "lease lost"
-    CANCEL = "cancelled (jobd cancel)"
-    MEMORY = "over resources.memory"
-
-
-class SpawnError(Exception):
-    """The handler could not be started (missing, not executable, bad interpreter line)."""
-
-    @classmethod
-    def of(cls, queue: QueueConfig, exc: OSError) -> SpawnError:
-        return cls(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}")
-
-
-@dataclass(frozen=True, slots=True)
-class ExitStatus:
-    code: int | None  # the exit code, or None when a signal killed it
-    signal: int | None
-    timed_out: bool
-    # What it cost, from wait4's rusage: the leader and the descendants it waited for.
-    cpu_seconds: float | None = None  # user + system
-    max_rss_bytes: int | None = None  # the largest resident set of any one of them
-
-    @property
-    def ok(self) -> bool:
-        return self.code == 0 and not self.timed_out
-
-    def describe(self) -> str:
-        what = f"exit {self.code}" if self.code is not None else f"signal {_signame(self.signal)}"
-        return f"timed out ({what})" if self.timed_out else what
-
-    def cost(self) -> str:
-        """For the log line that ends a job: ' (cpu 0.012s, max rss 93.1MiB)', or ''."""
-        if self.cpu_seconds is None:
-            return ""
-        rss = "" if self.max_rss_bytes is None else f", max rss {self.max_rss_bytes / 2**20:.1f}MiB"
-        return f" (cpu {self.cpu_seconds:.3f}s{rss})"
-
-
-_own_peak = 0  # the daemon's peak resident memory (KiB) when last read: it only grows
-
-
-def _peak(usage: resource.struct_rusage | None) -> int | None:
-    """A reaped handler's peak resident memory, in bytes, when it is known: until its exec a
-    handler shares the daemon's memory (vfork, or spawn's clone), and the kernel counts that in
-    its peak, so a peak no larger than the daemon's own says nothing of the handler (None). The
-    daemon's own is read again only when a handler's is above it as last read."""
-    global _own_peak
-    if usage is None or usage.ru_maxrss <= _own_peak:
-        return None
-    _own_peak = _memory_peak()
-    if usage.ru_maxrss <= _own_peak:
-        return None
-    return usage.ru_maxrss * 1024  # KiB on Linux
-
-
-def _memory_peak() -> int:
-    """The peak of the daemon's own memory, KiB (VmHWM): what a vfork child shares. Not
-    getrusage's, which also holds the peak of whatever process exec'd the daemon (exec keeps
-    it): started by a large process, the daemon took every handler smaller than that for the
-    share, and reported none's peak."""
-    peak = own_status(b"VmHWM:")
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if peak is None else peak
-
-
-def _signame(signum: int | None) -> str:
-    try:
-        return signal.Signals(signum).name  # type: ignore[arg-type]
-    except ValueError:
-        return str(signum)
-
-
-class Handler:
-    """One attempt of one job, running as a process group led by ``pid``."""
+class Handler(Talking):
+    """One attempt of one job, running as a process group led by ``pid``; what it tells jobd
+    of itself: ``Talking``."""
 
     def __init__(self, job: Job, queue: QueueConfig, pid: int, stdin: int | None, stdout: int,
                  stderr: int, placed: tuple[Tree, Cgroup] | None = None,
@@ -140,7 +75,10 @@ class Handler:
         self.stop_reason: StopReason | None = None  # why jobd SIGTERMed it, if it did
         self.lease_lost = False  # its entry is someone else's now, whenever that was learnt
         self.cancelled = False  # `jobd cancel` asked for it, whenever that was learnt
-        self.stdout = Output(self, "stdout", queue.history.output)
+        self.told: Told | None = None  # what it said of itself (``process.channel``), if anything
+        plain = ProgressOutput if queue.progress_from_output else Output
+        out = chains.output_class(queue, plain) if queue.then else plain  # process.chains
+        self.stdout = out(self, "stdout", queue.history.output)
         self.stderr = Output(self, "stderr", max(queue.history.output, STDERR_TAIL))
         self.stdin_fd = stdin  # our end of its stdin pipe, until all is written
         self.pending_input = memoryview(b"")
@@ -151,15 +89,32 @@ class Handler:
         # once it is reaped (``spawn.start_error``); then that failure, if any.
         self.report = report
         self.start_error: SpawnError | None = None
+        # Told so once reaped: it reached its exec past its start's deadline and did not exec
+        # (``deadline.Lapsed``): the job never started here.
+        self.lapsed = False
         # Readable once the leader has exited. Watching each handler's own pidfd, never
         # waiting for "any child", leaves every other child alone (the embedded Redis, a
         # handler another thread is just starting).
         self.pidfd = os.pidfd_open(pid)
+        # The processes that escaped its session, adopted by the subreaper and attributed to
+        # its job (``process.reaper``; set by whoever runs it): signalled with it.
+        self.strays: Callable[[], Iterable[int]] = tuple
+        # jobd's span of this attempt (``jobd.tracing``), ended with its outcome; None unless
+        # tracing is on and the job carries a trace context.
+        self.span: object | None = None
+        # Its result once it exited: the channel's X_JOBD_RESULT (``result``, preferred), else
+        # its JOBD_RESULT file's (process.results); or why it fails the attempt.
+        self.kept_result: bytes | None = None
+        self.result_path: str | None = None
+        self.result_error: str | None = None
 
     # -- starting -------------------------------------------------------------------------
 
     @classmethod
-    def spawn(cls, job: Job, queue: QueueConfig, here: str, tree: Tree | None = None) -> Handler:
+    def spawn(
+        cls, job: Job, queue: QueueConfig, here: str, tree: Tree | None = None,
+        deadline: int | None = None, notify: str | None = None,
+    ) -> Handler:  # fmt: skip
         """Start the handler with its payload pipe filled as far as it goes.
 
         The fast path is ``spawn`` (a clone that the daemon does not wait for, or vfork; no
@@ -167,19 +122,12 @@ class Handler:
         daemon's user; otherwise subprocess.Popen, which can change folder and identity. With
         a ``tree``, in a cgroup of its own (``process.cgroup``). A failure to start raises
         SpawnError, or, where the start was not waited for, is ``start_error`` once reaped.
-        """
+        Past ``deadline`` (CLOCK_BOOTTIME nanoseconds: until when the job's lease is known to
+        hold) the handler does not exec: ``deadline.Lapsed`` is raised, or, where the start was
+        not waited for, ``lapsed`` is set once reaped (``process.deadline``). ``notify``: the
+        daemon's channel (NOTIFY_SOCKET)."""
         payload = job.stdin_bytes()
-        job_env = dict(  # the job's own variables, on top of the queue's environment
-            JOBD_QUEUE=queue.name,
-            JOBD_STREAM=queue.stream,
-            JOBD_JOB_ID=job.job_id,
-            JOBD_MESSAGE_ID=job.message_id,
-            JOBD_ATTEMPT=str(job.attempt),
-            JOBD_DEADLINE=str(int(time.time() + job.timeout(queue))),  # the job's own, if less
-            # A handler whose daemon dies while the payload is still being written reads a
-            # short stdin then EOF; this tells it so (extension of the contract, see README).
-            JOBD_PAYLOAD_BYTES=str(len(payload)),
-        )
+        job_env, span, result_path = attempt_environment(job, queue, len(payload), notify)
         # Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Ours stay
         # blocking as well (one syscall less each): output is read once per readiness, which
         # never blocks, and a payload is written ahead only when the empty pipe surely takes it.
@@ -192,16 +140,21 @@ class Handler:
             in_w = None
         child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
         try:
-            pid, report, placed = launch.start(queue, here, job_env, in_r, out_w, err_w, tree)
-        except OSError as exc:
+            pid, report, placed = launch.start(queue, here, job_env, in_r, out_w, err_w, tree,
+                                               deadline)  # fmt: skip
+        except (OSError, Lapsed) as exc:
             for fd in (out_r, err_r, in_w):
                 if fd is not None:
                     os.close(fd)
+            if isinstance(exc, Lapsed):
+                raise
             raise SpawnError.of(queue, exc) from exc
         finally:
             for fd in child_ends:
                 os.close(fd)
         handler = cls(job, queue, pid, in_w, out_r, err_r, placed, report)
+        handler.span = span
+        handler.result_path = result_path
         if in_w is not None:  # a larger payload: written as the handler reads it
             os.set_blocking(in_w, False)
             handler.pending_input = memoryview(payload)
@@ -259,8 +212,8 @@ class Handler:
 
     # -- stopping -------------------------------------------------------------------------
 
-    def stop(self, reason: StopReason, now: float) -> None:
-        """SIGTERM to the process group, SIGKILL due ``kill_grace`` later (``act``). A handler
+    def stop(self, reason: StopReason, now: float, scan: Sessions | None = None) -> None:
+        """SIGTERM to its tree, SIGKILL due ``kill_grace`` later (``act``). A handler
         already stopping keeps its reason and its SIGKILL time; a lost lease is noted whatever
         the state."""
         self.lease_lost |= reason is StopReason.LEASE_LOST
@@ -269,23 +222,35 @@ class Handler:
             return
         self.stop_reason = reason
         if reason is StopReason.TIMEOUT:
-            self.log(logging.WARNING, "timed out after %gs; SIGTERM", self.timeout)
+            self.log(logging.WARNING, "timed out after %.3fs; SIGTERM", now - self.started)
+        elif reason is StopReason.WATCHDOG:
+            self.log(logging.WARNING, "watchdog: no WATCHDOG=1 for %gs; SIGTERM",
+                     self.queue.watchdog)  # fmt: skip
         elif reason is StopReason.SHUTDOWN:
             self.log(logging.WARNING, "still running at the end of shutdown_grace; stopping it")
         self.state = State.TERMINATING
-        self._signal_group(signal.SIGTERM)
+        self._signal_tree(signal.SIGTERM, scan=scan)
         self.due = now + self.queue.kill_grace  # from now on: when SIGKILL is due
 
-    def act(self, now: float) -> float:
+    def act(self, now: float, scan: Sessions | None = None, heard: float = math.inf) -> float:
         """Do what is due by ``now`` (the timeout's SIGTERM, or SIGKILL after the grace);
-        returns when this handler is due next."""
+        returns when this handler is due next. Its watchdog stops it only when its channel
+        was heard out (``heard``: every message sent before then is taken) past its due time:
+        until then it waits (still RUNNING, its ``due`` past), as long as its timeout allows."""
         if self.due <= now:
             if self.state is State.RUNNING:
-                self.stop(StopReason.TIMEOUT, now)
+                told, watchdog = self.told, self.queue.watchdog
+                lapsed = told is not None and told.watchdog_lapsed(now, watchdog)
+                if told is not None and lapsed and not told.watchdog_lapsed(heard, watchdog):
+                    deadline = told.due(self.started + self.timeout, None)
+                    if deadline > now:
+                        return deadline  # the channel is behind: it may have spoken
+                    lapsed = False
+                self.stop(StopReason.WATCHDOG if lapsed else StopReason.TIMEOUT, now, scan)
             elif self.state is State.TERMINATING:
                 self.log(logging.WARNING, "still running %gs after SIGTERM; SIGKILL",
                          self.queue.kill_grace)  # fmt: skip
-                self.kill()
+                self.kill(scan=scan)
                 self.due = float("inf")
         return self.due
 
@@ -296,31 +261,69 @@ class Handler:
             return StopReason.LEASE_LOST
         return StopReason.CANCEL if self.cancelled else self.stop_reason
 
-    def kill(self) -> None:
+    def kill(self, whole: bool = True, scan: Sessions | None = None) -> None:
+        """SIGKILL to its tree (``_signal_tree``)."""
         if self.state is not State.EXITED:
-            self._signal_group(signal.SIGKILL)
+            self._signal_tree(signal.SIGKILL, whole, scan)
 
-    def _signal_group(self, signum: int) -> None:
+    def _signal_tree(self, signum: int, whole: bool = True, scan: Sessions | None = None) -> None:
+        """``signum`` to every process of the handler jobd can prove is its job's (the module
+        docstring); never to another. Called while the leader is unreaped: its pid, which
+        numbers its group and its session, is no other process's. Not ``whole``: without a
+        cgroup, the leader and its group only (a look at every process's session costs a read
+        of /proc per process: for a stop, not for every job's end; ``scan``, one such look
+        shared by the handlers one pass stops)."""
+        # Before its setsid, the leader alone; one that exec'd a setuid program may refuse (the
+        # group's signal below says so).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            signal.pidfd_send_signal(self.pidfd, signum)
         try:
             os.killpg(self.pid, signum)
         except ProcessLookupError:
             pass
         except PermissionError as exc:  # a member changed its uid: nothing more we can do
             self.log(logging.WARNING, "cannot signal process group %d: %s", self.pid, exc)
+        if self.placed is not None:  # every process in its cgroup, whatever group or session
+            tree, cgroup = self.placed
+            if signum == signal.SIGKILL:
+                tree.kill(cgroup)
+            else:
+                cgroup.send(signum)
+            return
+        if not whole:
+            return
+        sessions = {self.pid}
+        strays = list(self.strays())
+        own = os.getsid(0)
+        for pid in strays:  # adopted: jobd's unreaped children, their pids theirs
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+                session = os.getsid(pid)
+                if session != own:  # made by the job's process that escaped, or one before it
+                    sessions.add(session)
+        scan = scan or Sessions()
+        for pid in scan.of(sessions):  # each by a pidfd, if still in the session (``send``)
+            scan.send(pid, signum)
 
     def reap(self) -> int:
         """The leader exited (its pidfd is readable): end what is left of its group, then
         collect its wait status and its resource usage (``usage``: wait4's). While the leader
         is a zombie its pid, which is the group id, cannot be reused, so SIGKILL to the group
-        reaches only this handler's descendants."""
-        self.kill()
-        if self.placed is not None:  # everything in its cgroup, escaped from the group or not
-            self.placed[0].kill(self.placed[1])
+        reaches only this handler's descendants; with a cgroup, every process in it, escaped
+        from the group or not. A handler jobd stopped (TERMINATING) is killed whole: its SIGKILL
+        was due anyway, and without a cgroup a process of its session in a group of its own
+        would outlive a leader that died of the SIGTERM (the session's number, the leader's
+        pid, is still the handler's: the zombie holds it). (What left the group of a handler
+        that ended by itself, without a cgroup, is the sweep's: ``process.reaper``.)"""
+        self.kill(whole=self.state is State.TERMINATING)
         _, wait_status, self.usage = os.wait4(self.pid, 0)
         os.close(self.pidfd)
         if self.report is not None:
             failed, self.report = spawn.start_error(self.report), None
-            self.start_error = None if failed is None else SpawnError.of(self.queue, failed)
+            if isinstance(failed, Lapsed):
+                self.lapsed = True
+            elif failed is not None:
+                self.start_error = SpawnError.of(self.queue, failed)
         if self.placed is not None:
             tree, cgroup = self.placed
             self.cgroup_usage = cgroup.usage()
@@ -342,9 +345,11 @@ class Handler:
                 while not self.read_output(fd):
                     pass
             self.close_output(fd)
+        if self.told is not None:
+            self.log(logging.DEBUG, "told jobd: %s", self.told.describe())
         usage, used = self.usage, self.cgroup_usage
         cpu = None if usage is None else usage.ru_utime + usage.ru_stime
-        peak = _peak(usage)
+        peak = exitstatus.peak(usage)
         if used is not None:  # the cgroup's figures take in the whole tree, escapees too
             cpu = cpu if used.cpu_seconds is None else used.cpu_seconds
             peak = peak if used.peak_bytes is None else used.peak_bytes
@@ -354,13 +359,20 @@ class Handler:
         self.status = ExitStatus(
             code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
-            timed_out=self.stop_reason is StopReason.TIMEOUT,
+            timed_out=self.stop_reason in (StopReason.TIMEOUT, StopReason.WATCHDOG),
+            watchdog=self.stop_reason is StopReason.WATCHDOG,
             cpu_seconds=cpu,
             max_rss_bytes=peak,
         )
+        self.kept_result, self.result_error = results.collected(
+            self.result_path, self.result, self.queue, self.status.ok
+        )
         return self.status
 
-    def stderr_tail(self) -> bytes:
+    def detail(self) -> bytes:
+        """For its record: its stderr tail, and a last line when its watchdog stopped it."""
+        if self.stop_reason is StopReason.WATCHDOG:
+            return bytes(self.stderr.tail) + b"\njobd: stopped by its watchdog\n"
         return bytes(self.stderr.tail)
 
     def noted(self) -> Started:
@@ -369,10 +381,15 @@ class Handler:
 
     def ran(self, status: ExitStatus, seconds: float) -> Ran:
         """How it ran, for the job's history record."""
+        told = self.told
+        progress, said = (None, None) if told is None else (told.progress, told.status)
         return Ran(self.pid, self.started, seconds, status.code, status.signal,
                    bytes(self.stdout.tail), bytes(self.stderr.tail), status.cpu_seconds,
-                   status.max_rss_bytes)  # fmt: skip
+                   status.max_rss_bytes, progress, said)  # fmt: skip
 
-    def log(self, level: int, message: str, *args: object) -> None:
+    def log(self, level: int, message: str, *args: object, outcome: Outcome | None = None) -> None:
+        """A line about this job: its tag first; ``outcome``, the one this line says (its
+        fields in the journal: ``Outcome.journal``)."""
         if log.isEnabledFor(level):  # the tag is built for every job: not for nothing
-            log.log(level, "%s " + message, self.job.tag(self.queue.name), *args)
+            extra = None if outcome is None else outcome.journal()
+            log.log(level, "%s " + message, self.job.tag(self.queue.name), *args, extra=extra)

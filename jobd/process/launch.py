@@ -13,44 +13,51 @@ import subprocess
 from jobd.config import QueueConfig
 from jobd.process import spawn
 from jobd.process.cgroup import Cgroup, Tree
+from jobd.process.deadline import check
 
 
 def start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
-    stderr: int, tree: Tree | None,
+    stderr: int, tree: Tree | None, deadline: int | None = None,
 ) -> tuple[int, int | None, tuple[Tree, Cgroup] | None]:  # fmt: skip
     """``_start`` with the handler's OOM score, and its cgroup when there is a ``tree``, from
     its first instruction (``spawn.OomScore``, ``cgroup.Tree.spawning``); its pid, where a
-    failure to start it is told (``spawn.spawn``), and where it was placed."""
+    failure to start it is told (``spawn.spawn``), and where it was placed. Past ``deadline``
+    (CLOCK_BOOTTIME nanoseconds) it does not exec: ``deadline.Lapsed``, raised or told."""
     with spawn.LOCK:
         spawn.OOM.take(queue.resources.oom_score_adj)  # given back by the loop (OomScore)
         if tree is None:
-            return *_start(queue, here, job_env, stdin, stdout, stderr), None
+            return *_start(queue, here, job_env, stdin, stdout, stderr, deadline=deadline), None
         # A memory limit is written once the handler has exec'd (``spawn``'s docstring).
         capped = queue.resources.memory is not None
         with tree.spawning(queue.resources) as cgroup:
-            pid, report = _start(queue, here, job_env, stdin, stdout, stderr, wait=capped)
+            pid, report = _start(queue, here, job_env, stdin, stdout, stderr, capped, deadline)
         return pid, report, (tree, cgroup)
 
 
 def _start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
-    stderr: int, wait: bool = False,
+    stderr: int, wait: bool = False, deadline: int | None = None,
 ) -> tuple[int, int | None]:  # fmt: skip
-    """Start the process in its own group with these descriptors as 0, 1, 2, and the queue's
-    environment plus ``job_env``; its pid and where a failure to start it is told. With
-    ``wait``, once it has exec'd (``spawn.spawn``)."""
+    """Start the process in a session of its own with these descriptors as 0, 1, 2, and the
+    queue's environment plus ``job_env``; its pid and where a failure to start it is told. With
+    ``wait``, once it has exec'd (``spawn.spawn``). Popen runs no check in its child: the
+    deadline is checked just before it, and what is left is Popen's own Python up to its fork
+    and the child's steps to its exec (its folder and identity too)."""
     if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
-        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr, wait=wait)
+        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr, wait=wait,
+                           deadline=deadline)  # fmt: skip
+    env, switch = {**queue.env, **job_env}, identity(queue)
+    check(deadline)
     popen = subprocess.Popen(
         queue.argv,
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
         cwd=queue.cwd,
-        env={**queue.env, **job_env},
-        process_group=0,
-        **identity(queue),
+        env=env,
+        start_new_session=True,  # as ``spawn`` (its docstring)
+        **switch,
     )
     popen.returncode = 0  # reaped by the daemon's loop, not by this object
     return popen.pid, None

@@ -17,32 +17,19 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 
+from jobd.process import procfs
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SAMPLE_EVERY = 0.5  # seconds between two samples
 
 
 def processes() -> tuple[dict[int, list[int]], dict[int, int]]:
-    """Every process's children (by parent pid) and resident bytes, from ``/proc/PID/stat``."""
+    """Every process's children (by parent pid) and resident bytes (``procfs.scan``)."""
     children: dict[int, list[int]] = defaultdict(list)
     rss: dict[int, int] = {}
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:  # gone meanwhile
-                continue
-            # pid (comm) state ppid …: comm may hold spaces and parentheses; it ends at the last ')'
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            try:
-                parent, pages = int(fields[1]), int(fields[21])  # ppid; rss: field 24 of stat
-            except (IndexError, ValueError):  # not what Linux writes: skipped
-                continue
-            pid = int(entry.name)
-            children[parent].append(pid)
-            rss[pid] = pages * PAGE
+    for pid, found in procfs.scan().items():
+        children[found.ppid].append(pid)
+        rss[pid] = found.pages * PAGE
     return children, rss
 
 

@@ -12,6 +12,9 @@
 | stopped because jobd is shutting down              | handed back at once; not an attempt      |
 | its lease was lost to another consumer             | nothing: the new owner settles the job   |
 | stopped by ``jobd cancel`` (and not exit 0)        | cancelled: acked, no retry, no dead letter |
+| exit 0, its result refused (over ``result_max``…)  | dead letter at once (``result``)         |
+| exit 0, its JOBD_ENQUEUE file refused              | dead letter at once (``enqueue``)        |
+| exit 0, a ``then:`` step's payload refused         | dead letter at once (``enqueue``)        |
 
 "Retry" means: while attempts remain (``retry.max_attempts`` in all, the first included, or the
 job's own ``jobd_max_attempts`` when lower), the job waits in the delayed set for
@@ -21,7 +24,8 @@ attempt would be due after its ``jobd_expires_at`` is dead-lettered at once inst
 failure's own ``jobd_error`` (that failure's stderr is kept; an ``expired`` record would hide it).
 
 Some jobs must not run at all (``refusal``, before a handler starts): too wide to retry or
-with a payload above ``max_payload`` (``malformed``), or too late (``expired``): its
+with a payload above ``max_payload`` or a job id longer than ``job.MAX_JOB_ID``
+(``malformed``), or too late (``expired``): its
 ``jobd_expires_at`` has passed, or it waited longer than the queue's ``max_wait`` since its
 entry was added (a retry: since it was due again and re-added). "Now" is Redis's clock, the
 one that stamped the entry's id: this host's clock plus the offset to Redis's ``TIME`` that
@@ -33,14 +37,18 @@ off neither expires fresh jobs nor runs expired ones. When that offset could not
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from dataclasses import replace
 
 from jobd.config import QueueConfig, Retry
 from jobd.job import EXPIRES_MIN_MS, MAX_FIELDS, Job
 from jobd.outcome import (
+    ENQUEUE,
     EXIT,
     EXPIRED,
     MALFORMED,
     MEMORY,
+    RESULT,
     SIGNAL,
     SPAWN,
     TIMEOUT,
@@ -48,9 +56,31 @@ from jobd.outcome import (
     Ran,
     Verb,
 )
-from jobd.process.handler import ExitStatus, StopReason
+from jobd.process import chains, followups
+from jobd.process.handler import ExitStatus, Handler, StopReason
 
 _RNG = random.Random()
+
+
+def of_handler(
+    handler: Handler, status: ExitStatus, took: float, queues: Mapping[str, QueueConfig]
+) -> Outcome:
+    """``decide`` on what a reaped handler says of its attempt, ``took`` seconds long; its
+    follow-ups (JOBD_ENQUEUE), when it succeeded, go to ``queues`` (the config's)."""
+    ok = status.ok and handler.ending() is not StopReason.MEMORY and handler.result_error is None
+    follow_ups, error = followups.collected(handler.result_path, handler.job, handler.queue,
+                                            queues, ok)  # fmt: skip
+    if handler.queue.then and ok and error is None:  # its then: steps (process.chains)
+        steps, error = chains.then_follow_ups(handler.job, handler.queue, queues,
+                                              handler.kept_result, handler.stdout)  # fmt: skip
+        follow_ups += steps
+    outcome = decide(handler.queue, handler.job, status, handler.ending(), handler.detail(),
+                     (handler.waited, took), ran=handler.ran(status, took),
+                     result=handler.kept_result, result_error=handler.result_error,
+                     follow_up_error=error)  # fmt: skip
+    if follow_ups and outcome.verb is Verb.ACK:
+        return replace(outcome, follow_ups=follow_ups)
+    return outcome
 
 
 def decide(
@@ -62,15 +92,25 @@ def decide(
     timing: tuple[float, float] | None = None,
     rng: random.Random | None = None,
     ran: Ran | None = None,
+    result: bytes | None = None,
+    result_error: str | None = None,
+    follow_up_error: str | None = None,
 ) -> Outcome:
     """The outcome of one attempt. ``status`` is None when the handler could not be started;
     ``stopped`` is why jobd stopped it, if it did (``Handler.ending``); ``detail`` the stderr
     tail or why it could not start; ``timing`` its enqueue-to-start and run time; ``ran`` how it
-    ran, for its history."""
+    ran, for its history; ``result`` what it gave back, or ``result_error`` why that fails it
+    (it exited 0: dead-lettered at once, its work done, a run again would give as much); so
+    does ``follow_up_error``, why its JOBD_ENQUEUE file fails it (``process.followups``)."""
     if stopped is StopReason.LEASE_LOST:
         return Outcome(Verb.RELEASE, queue, job)
     if status is not None and status.ok and stopped is not StopReason.MEMORY:
-        return Outcome(Verb.ACK, queue, job, timing=timing, ran=ran)
+        if result_error is None and follow_up_error is None:
+            return Outcome(Verb.ACK, queue, job, timing=timing, ran=ran, result=result)
+        error, why = (ENQUEUE, follow_up_error) if result_error is None else (RESULT, result_error)
+        detail = detail + f"\njobd: {why}".encode()
+        return Outcome(Verb.DEAD_LETTER, queue, job, error, attempts=job.attempt,
+                       detail=detail, exit_code=0, timing=timing, ran=ran)  # fmt: skip
     if stopped is StopReason.CANCEL:
         return Outcome(Verb.CANCEL, queue, job, timing=timing, ran=ran)
     if stopped is StopReason.SHUTDOWN:
@@ -131,6 +171,8 @@ def expired(queue: QueueConfig, job: Job, now: float | None = None) -> str | Non
 
 def refused(queue: QueueConfig, job: Job) -> str | None:
     """Why this job must not run at all, if it must not (it is dead-lettered as malformed)."""
+    if job.malformed:
+        return job.malformed
     if (width := job.too_wide()) is not None:
         return f"{width} fields with jobd's: more than jobd can retry or dead-letter ({MAX_FIELDS})"
     if job.payload_size() > queue.max_payload:

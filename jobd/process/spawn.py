@@ -5,7 +5,7 @@ The fast way is ``_clonexec`` (C, built with the package on x86_64 and aarch64 L
 child is cloned sharing the daemon's memory, as vfork does, but the caller is not suspended
 until it reaches exec. With vfork the daemon's loop waited 0.13 to 0.93 ms a start on a busy
 machine (the child queues behind running handlers for a CPU), most of its time a job, and one
-daemon could not start handlers as fast as ``xargs -P8`` (README "Performance"). A failure
+daemon could not start handlers as fast as ``xargs -P8`` (docs/performance.md). A failure
 before or at exec (not found, not executable, a bad interpreter line) then comes later: the
 child writes it on a pipe and exits 127, and whoever reaps it reads the pipe (``start_error``).
 The OOM score the daemon takes for its handlers' sake waits for them (``OomScore``). A handler
@@ -20,7 +20,12 @@ its arguments in C: measured +4 to +9 % jobs/s against ``os.posix_spawn``. It is
 CPython, with the same arguments from 3.11 to 3.13; where it is missing or refuses them,
 ``os.posix_spawn`` does the same work, holding the GIL.
 
-The child, either way: a process group of its own; the given descriptors as 0, 1 and 2 (stdin
+A start may carry a ``deadline``, past which its handler must not exec (``deadline``): the
+clone's child checks it just before its execve, the other ways just before their fork.
+
+The child, either way: a session of its own (``setsid``: its own process group too, and no
+way for any process of it to join a group of the daemon's session, where the embedded Redis,
+a supervisor or an operator's shell may be); the given descriptors as 0, 1 and 2 (stdin
 /dev/null when None) and no other (every descriptor the daemon opens is close-on-exec); no
 signal blocked, and every signal at its default action: exec resets caught signals,
 ``_clonexec`` resets every action, ``fork_exec`` resets SIGPIPE and SIGXFSZ (which Python
@@ -37,6 +42,9 @@ import signal
 import threading
 from collections.abc import Mapping
 
+from jobd import hardening
+from jobd.process.deadline import LAPSED, NO_DEADLINE, Lapsed, check
+
 try:
     from _posixsubprocess import fork_exec as _fork_exec
 except ImportError:  # not CPython on a POSIX system
@@ -49,6 +57,7 @@ except ImportError:  # not built here (see setup.py): every start waits for its 
 
 log = logging.getLogger("jobd.spawn")
 
+
 # Held by every thread of the daemon while it starts a process: a spawn changes what the daemon's
 # children inherit for its instant (its OOM score, its cgroup), which no other start may see.
 # Reentrant: giving the OOM score back takes it too, inside a start or from the loop.
@@ -59,14 +68,15 @@ _devnull: int | None = None  # /dev/null, opened once, close-on-exec: an empty p
 
 def spawn(
     argv: tuple[str, ...], env: Mapping[str, str], extra: Mapping[str, str], stdin: int | None,
-    stdout: int, stderr: int, *, wait: bool = False,
+    stdout: int, stderr: int, *, wait: bool = False, deadline: int | None = None,
 ) -> tuple[int, int | None]:  # fmt: skip
     """Start ``argv[0]`` (a path) with ``argv`` and exactly ``env`` plus ``extra``; its pid,
     and where a failure to start it is told: None when this call waited for the exec (and
-    raised OSError for not found, not executable, a bad interpreter line), else a descriptor
-    for ``start_error`` once the process has exited. ``env`` is a queue's environment, the
-    same for each of its jobs, ``extra`` the job's own variables. With ``wait``, the call
-    returns once the child has exec'd (vfork)."""
+    raised OSError for not found, not executable, a bad interpreter line, or ``Lapsed``), else
+    a descriptor for ``start_error`` once the process has exited. ``env`` is a queue's
+    environment, the same for each of its jobs, ``extra`` the job's own variables. With
+    ``wait``, the call returns once the child has exec'd (vfork). Past ``deadline``
+    (CLOCK_BOOTTIME nanoseconds) the handler does not exec (the module docstring)."""
     if _fork_exec is not None:
         # A name in both: ``extra`` wins, and the child must see it once (getenv takes the
         # first of two).
@@ -80,25 +90,27 @@ def spawn(
             and not wait
             and min(stdout, stderr, _null() if stdin is None else stdin) > 2
         ):
-            return _clone_exec(argv, entries, stdin, stdout, stderr)
+            return _clone_exec(argv, entries, stdin, stdout, stderr, deadline)
         try:
-            return _vfork_exec(argv, entries, stdin, stdout, stderr), None
+            return _vfork_exec(argv, entries, stdin, stdout, stderr, deadline), None
         except _OtherPython:
             _fall_back()
-    return _posix_spawn(argv, {**env, **extra}, stdin, stdout, stderr), None
+    return _posix_spawn(argv, {**env, **extra}, stdin, stdout, stderr, deadline), None
 
 
 def _clone_exec(
-    argv: tuple[str, ...], env_list: list[bytes], stdin: int | None, stdout: int, stderr: int
-) -> tuple[int, int]:
+    argv: tuple[str, ...], env_list: list[bytes], stdin: int | None, stdout: int, stderr: int,
+    deadline: int | None = None,
+) -> tuple[int, int]:  # fmt: skip
     """``_clonexec.start``: the pid at once, and the read end of the pipe the child reports a
-    failure on (non-blocking: read once the child has exited, it never waits)."""
+    failure on (non-blocking: read once the child has exited, it never waits). The child
+    checks ``deadline`` itself, just before its exec."""
     args = [os.fsencode(a) for a in argv]
     report_r, report_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    fds = (_null() if stdin is None else stdin, stdout, stderr, report_w, report_r)
+    until = NO_DEADLINE if deadline is None else deadline
     try:
-        pid = _clonexec.start(  # type: ignore[union-attr]
-            args, env_list, _null() if stdin is None else stdin, stdout, stderr, report_w
-        )
+        pid = _clonexec.start(args, env_list, *fds, until)  # type: ignore[union-attr]
     except BaseException:
         os.close(report_r)
         raise
@@ -107,9 +119,10 @@ def _clone_exec(
     return pid, report_r
 
 
-def start_error(report: int) -> OSError | None:
+def start_error(report: int) -> OSError | Lapsed | None:
     """What a child started by ``_clone_exec`` reported before or at exec (None: it got
-    there), read once it has exited; closes ``report``."""
+    there; ``Lapsed``: it got there past its deadline, and did not exec), read once it has
+    exited; closes ``report``."""
     try:
         told = os.read(report, 4096)
     except BlockingIOError:  # nothing written, and another child holds a copy of the pipe
@@ -143,19 +156,23 @@ class _OtherPython(Exception):
 
 
 def _vfork_exec(
-    argv: tuple[str, ...], env_list: list[bytes], stdin: int | None, stdout: int, stderr: int
-) -> int:
-    """``fork_exec`` as ``subprocess`` calls it; ``env_list``: ``NAME=value`` entries."""
+    argv: tuple[str, ...], env_list: list[bytes], stdin: int | None, stdout: int, stderr: int,
+    deadline: int | None = None,
+) -> int:  # fmt: skip
+    """``fork_exec`` as ``subprocess`` calls it; ``env_list``: ``NAME=value`` entries. Raises
+    ``Lapsed`` past ``deadline``, checked as the last statement before the vfork."""
     args = [os.fsencode(a) for a in argv]
+    stdin = _null() if stdin is None else stdin
     # The child reports a failure before or at exec on this pipe; exec closes it.
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     try:
+        check(deadline)  # then fork_exec: its arguments converted in C, the GIL let go, vfork
         pid = _fork_exec(  # type: ignore[misc]
             args, [args[0]], False, (), None, env_list,
-            _null() if stdin is None else stdin, -1, -1, stdout, -1, stderr,
+            stdin, -1, -1, stdout, -1, stderr,
             report_r, report_w,
             True,  # restore_signals: SIGPIPE and SIGXFSZ to their default
-            False, 0,  # call_setsid: no; pgid_to_set: a group of its own
+            True, -1,  # call_setsid: a session (and group) of its own; pgid_to_set: none
             None, None, None, -1,  # gid, extra groups, uid, umask: the daemon's
             None, True,  # preexec_fn: none; allow_vfork
         )  # fmt: skip
@@ -178,12 +195,15 @@ def _vfork_exec(
     return pid
 
 
-def _reported_error(report: bytes) -> OSError:
-    """The child's report, ``OSError:<errno in hex>:…`` (or ``SubprocessError:0:<text>``)."""
+def _reported_error(report: bytes) -> OSError | Lapsed:
+    """The child's report, ``OSError:<errno in hex>:…`` (or ``SubprocessError:0:<text>``);
+    ``Lapsed`` for the code ``LAPSED``."""
     _, _, rest = report.partition(b":")
     code, _, text = rest.partition(b":")
     with contextlib.suppress(ValueError):
         errno = int(code, 16)
+        if errno == LAPSED:
+            return Lapsed()
         if errno:
             return OSError(errno, os.strerror(errno))
     return OSError(0, text.decode("utf-8", "replace") or "the child could not start")
@@ -196,16 +216,20 @@ def _fall_back() -> None:
 
 
 def _posix_spawn(
-    argv: tuple[str, ...], env: Mapping[str, str], stdin: int | None, stdout: int, stderr: int
-) -> int:
+    argv: tuple[str, ...], env: Mapping[str, str], stdin: int | None, stdout: int, stderr: int,
+    deadline: int | None = None,
+) -> int:  # fmt: skip
+    """``os.posix_spawn``; raises ``Lapsed`` past ``deadline``, checked as the last statement
+    before it."""
     actions = [
         (os.POSIX_SPAWN_DUP2, stdin, 0) if stdin is not None
         else (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_DUP2, stdout, 1),
         (os.POSIX_SPAWN_DUP2, stderr, 2),
     ]  # fmt: skip
+    check(deadline)
     return os.posix_spawn(
-        argv[0], list(argv), env, file_actions=actions, setpgroup=0,
+        argv[0], list(argv), env, file_actions=actions, setsid=True,
         setsigdef=DEFAULT_SIGNALS, setsigmask=(),
     )  # fmt: skip
 
@@ -296,8 +320,10 @@ class OomScore:
         self.own = 0  # the daemon's score, as read before it last took one
         self.held: int | None = None  # the score taken for handlers, until given back
         self.refused: set[int] = set()
-        with contextlib.suppress(OSError):
-            self.fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
+        self.fd = hardening.OOM_SCORE_FD  # opened while /proc/self was still this user's
+        if self.fd is None:
+            with contextlib.suppress(OSError):
+                self.fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
 
     def take(self, value: int) -> None:
         """Hold ``value`` for the next spawn, or the daemon's own score when ``value`` is

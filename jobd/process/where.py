@@ -44,7 +44,12 @@ def mount_point() -> str | None:
 
 def own_cgroup(mount: str) -> str | None:
     """This process's cgroup v2 directory (``/proc/self/cgroup``'s ``0::`` line), or None."""
-    with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
+    return cgroup_of("self", mount)
+
+
+def cgroup_of(pid: int | str, mount: str) -> str | None:
+    """A process's cgroup v2 directory (``/proc/PID/cgroup``'s ``0::`` line), or None."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup") as f:
         for line in f:
             if line.startswith("0::"):
                 path = line[3:].rstrip("\n")

@@ -20,6 +20,7 @@ from jobd.config import QueueConfig
 from jobd.job import JOB_ID, RESERVED_JOB_ID, Job
 from jobd.store import connection, notes
 from jobd.store.base import StoreBase
+from jobd.store.browse import READ_BUDGET
 from jobd.store.delayed import Due, schedule_call
 from jobd.store.keys import UNIQUE_TTL, flatten
 
@@ -136,8 +137,9 @@ class AdminOps(StoreBase):
         self, queue: QueueConfig, count: int, fields: Sequence[tuple[str, int]]
     ) -> list[Shown]:
         """The newest ``count`` records, only ``fields`` of each: (name, bytes kept: the first
-        N, or with -N the last N), cut in Redis, so a huge record never leaves it whole."""
-        args: list[object] = [count]
+        N, or with -N the last N), cut in Redis, so a huge record never leaves it whole; no
+        record read once those read hold ``READ_BUDGET`` bytes."""
+        args: list[object] = [count, READ_BUDGET]
         for name, cap in fields:
             args += [name, cap]
         rows = self.scripts.dead_letters_shown(keys=[queue.dead_letter.stream], args=args)
@@ -212,7 +214,9 @@ class AdminOps(StoreBase):
 
 def _requeue_call(queue: QueueConfig, chunk: list[Record], by: str) -> tuple[list, list]:
     """KEYS and ARGV of ``lua/requeue.lua``, with the mark of each --unique job."""
-    keys: list[str | bytes] = [queue.dead_letter.stream, queue.stream, *notes.keys(queue)]
+    keys: list[str | bytes] = [
+        queue.dead_letter.stream, queue.stream, *notes.keys(queue), queue.keys.cancels,
+    ]  # fmt: skip
     args: list[str | int] = [UNIQUE_TTL * 1000, notes.settings(queue), by]
     for record in chunk:
         mark = _mark(queue, record)

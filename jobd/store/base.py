@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Self
 
 import redis
+from redis.cluster import RedisCluster
 
 from jobd.config import RedisConfig
 from jobd.store import connection
@@ -15,8 +16,18 @@ from jobd.store.scripts import Batch, Scripts
 class StoreBase:
     def __init__(self, client: redis.Redis, consumer: str = "") -> None:
         self.client = client
+        # A Redis Cluster's queues are in slots of their own: a job's follow-ups go through its
+        # queue's outbox (store.outbox), never straight into their queues.
+        self.cluster = isinstance(client, RedisCluster)
         self.scripts = Scripts(client)
         self.consumer = consumer  # '' for a command line tool, which holds no entry
+        # reading.read_new's waits that timed out, by stream: the ids and when (see there)
+        self._idle: dict[str, tuple[dict[str, str], float]] = {}
+        # reading.found_migrating: streams whose cluster slot was found migrating, and until
+        # when (time.monotonic) their reads go key by key
+        self._migrating: dict[str, float] = {}
+        # outcomes.settle: the queues whose outbox its last call wrote workflow notices into
+        self.noticed: set[str] = set()
 
     @classmethod
     def open(cls, config: RedisConfig, role: str, consumer: str = "") -> Self:

@@ -15,8 +15,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import (
+    AskError,
     ClusterError,
     MasterDownError,
+    MovedError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
@@ -75,6 +77,24 @@ def away(exc: BaseException) -> bool:
     if isinstance(exc, (*UNAVAILABLE, ReadOnlyError, OutOfMemoryError, MasterDownError)):
         return True
     return isinstance(exc, redis.ResponseError) and str(exc).startswith("BUSY ")
+
+
+class SlotMigrating(ClusterError):
+    """A queue's cluster slot migrates, and what was asked of it needs a script of several of
+    its keys, which Redis refuses until the migration ends: Redis away, for that queue."""
+
+
+def migrating(exc: BaseException) -> bool:
+    """Whether an error says the keys' cluster slot is being migrated (resharding), with the
+    command's keys not all on the node it reached: Redis refuses a command of several keys
+    then (TRYAGAIN; ASK, at the source, when it has none of them, then TRYAGAIN at the target),
+    and the cluster client, after 16 tries, gives up ("TTL exhausted"). Nothing ran. A command
+    of one key is served wherever the key is (the cluster client follows ASK)."""
+    if isinstance(exc, MovedError):
+        return False
+    if isinstance(exc, (TryAgainError, AskError, SlotMigrating)):
+        return True
+    return type(exc) is ClusterError and "TTL exhausted" in str(exc)
 
 
 class _FailoverAware:
@@ -186,5 +206,24 @@ ACL_COMMANDS = (
     "xgroup|delconsumer", "zadd", "zrangebyscore", "zrange", "zrem", "zcard", "del",
     "hincrby", "expire", "hgetall", "wait", "get", "set", "exists", "pexpire", "hget", "hmget",
     "hset", "hdel", "zcount", "zremrangebyscore", "xread", "time", "zscore", "type", "hsetnx",
+    "hstrlen",
 )  # fmt: skip
 # ... and on Redis 7.2+, "waitaof" for `jobd enqueue --wait-aof` (7.0 refuses the name in ACLs).
+
+
+class Clock:
+    """Redis's clock, Unix seconds, read once per server a request reads (``at``): ages and
+    minute windows are measured on it, never on the host's clock, so any host shows the same
+    figures. On a cluster each node's own, read the first time one of its keys is asked for."""
+
+    def __init__(self, client: redis.Redis | RedisCluster) -> None:
+        self.client = client
+        self.read: dict[int, float] = {}
+
+    def at(self, key: str) -> float:
+        """Redis's time on the server holding ``key``, read once (the first call) per server."""
+        node = node_for(self.client, key)
+        if id(node) not in self.read:
+            seconds, micros = node.time()
+            self.read[id(node)] = int(seconds) + int(micros) / 1_000_000
+        return self.read[id(node)]

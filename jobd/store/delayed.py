@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from jobd.config import QueueConfig
 from jobd.store import notes
 from jobd.store.base import StoreBase
-from jobd.store.keys import flatten
+from jobd.store.keys import STATS_TTL, flatten
 
 Due = int | str  # Unix ms, or after(ms)
 
@@ -49,6 +49,7 @@ class Promoted:
     malformed: int  # members that were not jobs, dead-lettered as malformed
     held: int  # members that were not jobs and could not be dead-lettered: held back
     why: str  # the error that held them back ('' when none were)
+    cancelled: int = 0  # jobs `jobd cancel` marked by job id: removed, recorded cancelled
 
 
 class DelayedOps(StoreBase):
@@ -64,18 +65,25 @@ class DelayedOps(StoreBase):
     def promote(self, queue: QueueConfig, batch: int, hold_malformed_ms: int) -> Promoted:
         """Move up to ``batch`` due jobs to the stream. A member that is not a job is
         dead-lettered as malformed, or held back ``hold_malformed_ms`` when its record cannot
-        be written."""
+        be written; a job `jobd cancel` marked by job id is removed, recorded cancelled."""
         settings = notes.settings(queue)
-        moved, _next_due, malformed, held, why = self.scripts.promote(
-            keys=[queue.keys.delayed, queue.stream, queue.dead_letter.stream, *notes.keys(queue)],
-            args=[batch, queue.name, queue.dead_letter.maxlen, hold_malformed_ms, settings],
-        )
+        moved, _next_due, malformed, held, why, cancelled = self.scripts.promote(
+            keys=[
+                queue.keys.delayed, queue.stream, queue.dead_letter.stream, *notes.keys(queue),
+                queue.keys.cancels, queue.keys.stats(), queue.keys.waiters, queue.keys.outbox,
+            ],
+            args=[
+                batch, queue.name, queue.dead_letter.maxlen, hold_malformed_ms, settings,
+                STATS_TTL, queue.keys.job_mark(""),
+            ],
+        )  # fmt: skip
         text = why.decode(errors="replace") if isinstance(why, bytes) else ""
-        return Promoted(int(moved), int(malformed), int(held), text)
+        return Promoted(int(moved), int(malformed), int(held), text, int(cancelled))
 
-    def delayed_list(self, queue: QueueConfig, limit: int = 1000) -> list[Waiting]:
-        """The members of the delayed set, soonest first; a malformed one says why."""
-        rows = self.scripts.delayed_list(keys=[queue.keys.delayed], args=[limit])
+    def delayed_list(self, queue: QueueConfig, limit: int = 1000, first: int = 0) -> list[Waiting]:
+        """The members of the delayed set, soonest first, from index ``first`` on (a page, read
+        by index: ZRANGE, never the whole set); a malformed one says why."""
+        rows = self.scripts.delayed_list(keys=[queue.keys.delayed], args=[limit, first])
         return [_waiting(row) for row in rows]
 
     def delayed_count(self, queue: QueueConfig) -> int:

@@ -10,12 +10,12 @@ queue is one pipeline of 120 HGETALLs, one round trip.
 from __future__ import annotations
 
 import bisect
-import time
 from typing import Any
 
 import redis
 
 from jobd.config import QueueConfig
+from jobd.store import connection as redisconn
 
 # Upper bounds of the histogram buckets, seconds (the metrics' own: jobd.web.metrics); one more
 # bucket holds everything above the last.
@@ -48,6 +48,26 @@ def percentile(counts: list[int], p: float) -> float | str | None:
     return "+Inf"
 
 
+def interpolated(counts: list[int], p: float) -> float | None:
+    """The p-th percentile estimated from bucket counts as Prometheus's histogram_quantile
+    does: linear within the bucket that holds it (from the bound below, 0 for the first); in
+    the bucket above the last bound, that bound (the histogram knows nothing past it). None:
+    no data."""
+    total = sum(counts)
+    if not total:
+        return None
+    rank = total * p / 100
+    seen = 0
+    for i, n in enumerate(counts):
+        if n and seen + n >= rank:
+            if i >= len(BUCKETS):
+                return float(BUCKETS[-1])
+            low = BUCKETS[i - 1] if i else 0.0
+            return low + (BUCKETS[i] - low) * (rank - seen) / n
+        seen += n
+    return float(BUCKETS[-1])
+
+
 def _count(raw: bytes) -> int:
     """A counter as HINCRBY keeps it; 0 for anything else (a value someone else wrote)."""
     try:
@@ -57,8 +77,9 @@ def _count(raw: bytes) -> int:
 
 
 def last_hour(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
-    """Per-minute counters of the last hour (oldest first) and the hour's percentiles."""
-    minute = int((time.time() if now is None else now) // 60)
+    """Per-minute counters of the last hour (oldest first), each minute's run-time percentiles,
+    and the hour's percentiles; the hour ends at ``now``, Redis's time (read when not given)."""
+    minute = int((redisconn.Clock(client).at(q.stream) if now is None else now) // 60)
     minutes = list(range(minute - HOUR + 1, minute + 1))
     pipe = client.pipeline(transaction=False)
     for m in minutes:
@@ -73,11 +94,13 @@ def last_hour(client: redis.Redis, q: QueueConfig, now: float | None = None) -> 
         for name, values in series.items():
             values.append(_count(counts.get(name.encode(), b"0")))
     hist = {kind: [0] * (len(BUCKETS) + 1) for kind in ("wait", "run")}
+    latency: dict[str, list[float | None]] = {f"p{p}": [] for p in PERCENTILES}
     for raw in timings:
-        for name, value in (raw if isinstance(raw, dict) else {}).items():
-            kind, _, index = name.decode("utf-8", "replace").partition(":")
-            if kind in hist and index.isdigit() and int(index) <= len(BUCKETS):
-                hist[kind][int(index)] += _count(value)
+        minute_hist = _histograms(raw)
+        for kind, counts in minute_hist.items():
+            hist[kind] = [a + b for a, b in zip(hist[kind], counts, strict=True)]
+        for p in PERCENTILES:
+            latency[f"p{p}"].append(interpolated(minute_hist["run"], p))
     return {
         "minutes": [m * 60 for m in minutes],
         "series": series,
@@ -85,6 +108,24 @@ def last_hour(client: redis.Redis, q: QueueConfig, now: float | None = None) -> 
             kind: {f"p{p}": percentile(counts, p) for p in PERCENTILES}
             for kind, counts in hist.items()
         },
+        # Interpolated within the buckets (not their bounds): the hour's, and each minute's
+        # run time (None: no job timed that minute).
+        "estimated": {
+            kind: {f"p{p}": interpolated(counts, p) for p in PERCENTILES}
+            for kind, counts in hist.items()
+        },
+        "latency": latency,
         "jobs_timed": sum(hist["run"]),
         "top_bucket": BUCKETS[-1],  # a percentile of "+Inf" is above this
     }
+
+
+def _histograms(raw: object) -> dict[str, list[int]]:
+    """One minute's timings hash as bucket counts per kind (wait, run); a field or value that
+    is not jobd's counts nothing."""
+    hist = {kind: [0] * (len(BUCKETS) + 1) for kind in ("wait", "run")}
+    for name, value in (raw if isinstance(raw, dict) else {}).items():
+        kind, _, index = name.decode("utf-8", "replace").partition(":")
+        if kind in hist and index.isdigit() and int(index) <= len(BUCKETS):
+            hist[kind][int(index)] += _count(value)
+    return hist

@@ -1,4 +1,5 @@
-"""Reading the history (docs/history.md): a job's records and where it is now (``job``), the
+"""Reading the history (docs/concepts/history.md): a job's records and where it is now (``job``: a
+running job ``jobd cancel`` marked is 'cancelling' until its outcome is written), the
 jobs running now (``running``), the queues' events (``events``); the settling scripts write them.
 A bounded number of round trips, a pipeline per node, never a walk of a stream: a job is found by
 its id in the history and active hashes, or, for an id shaped like an entry id, at that id. What
@@ -7,6 +8,7 @@ not known, an active record is believed only when XPENDING agrees."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -86,28 +88,49 @@ class HistoryOps(StoreBase):
         if running is not None and running.stream not in groups:
             running = None  # not one of this queue's streams: someone else's bytes
         wanted = _wanted(records[-1], groups) if records else []
-        held = self._held(running, groups)
+        held = self._held(running, groups) + self._marked(running, keys.cancels)
         second = self._pipelined(held + self._probes(wanted, groups))
         if running is not None and _holder(second[0], _lapse(queue)) != running.consumer:
             running = None  # stale: its daemon died (kill -9), or another holds the entry
         found = _found(job_id, shaped, groups, replies[3:])
         found = found or _found(job_id, wanted, groups, second[len(held) :])
         state, extra = _state(records, now_ms, running, found)
+        if running is not None and isinstance(second[1], float):
+            state = "cancelling"  # `jobd cancel` marked it: its handler is being stopped
         return JobView(queue.name, job_id, state, tuple(records), now_ms, running,
                        skipped=skipped, **extra)  # fmt: skip
 
     def running(self, queue: QueueConfig) -> list[Running]:
         """The jobs of ``queue`` running now, oldest first: the active records XPENDING agrees
-        with (a stale one, of a daemon killed -9, is left out). Two round trips."""
-        groups = {level.stream: level.group for level in queue.all_levels()}
-        reply = self._pipelined([(queue.keys.active, lambda p: p.hgetall(queue.keys.active))])[0]
-        active = reply if isinstance(reply, dict) else {}
-        parsed = (parse_active(os.fsdecode(jid), raw) for jid, raw in active.items())
-        candidates = [r for r in parsed if r is not None and r.stream in groups]
-        checks = [c for r in candidates for c in self._held(r, groups)]
-        held = zip(candidates, self._pipelined(checks), strict=True)
-        running = [r for r, pending in held if _holder(pending, _lapse(queue)) == r.consumer]
-        return sorted(running, key=lambda r: (r.since_ms or 0, r.job_id))
+        with (a stale one, of a daemon killed -9, is left out), each marked ``cancelling`` once
+        `jobd cancel` asked it to stop. Two round trips."""
+        return self.running_of([queue])[queue.name]
+
+    def running_of(self, queues: list[QueueConfig]) -> dict[str, list[Running]]:
+        """``running`` of every queue of ``queues`` by name, in the same two round trips (a
+        pipeline per node each): the overview's count of jobs running, not of entries held."""
+        replies = self._pipelined([(q.keys.active, lambda p, k=q.keys.active: p.hgetall(k))
+                                   for q in queues])  # fmt: skip
+        candidates: list[tuple[QueueConfig, Running]] = []
+        for q, reply in zip(queues, replies, strict=True):
+            groups = {level.stream: level.group for level in q.all_levels()}
+            active = reply if isinstance(reply, dict) else {}
+            parsed = (parse_active(os.fsdecode(jid), raw) for jid, raw in active.items())
+            candidates += [(q, r) for r in parsed if r is not None and r.stream in groups]
+        checks = [
+            c
+            for q, r in candidates
+            for c in (*self._held(r, {lvl.stream: lvl.group for lvl in q.all_levels()}),
+                      *self._marked(r, q.keys.cancels))
+        ]  # fmt: skip
+        checked = self._pipelined(checks)
+        found: dict[str, list[Running]] = {q.name: [] for q in queues}
+        for (q, r), pending, mark in zip(candidates, checked[::2], checked[1::2], strict=True):
+            if _holder(pending, _lapse(q)) == r.consumer:
+                # cancelling: `jobd cancel` marked it, its handler is being stopped
+                found[q.name].append(dataclasses.replace(r, cancelling=isinstance(mark, float)))
+        return {name: sorted(rs, key=lambda r: (r.since_ms or 0, r.job_id))
+                for name, rs in found.items()}  # fmt: skip
 
     def events(
         self,
@@ -168,6 +191,11 @@ class HistoryOps(StoreBase):
         """XPENDING of a running job's entry: who holds it."""
         s, e = (r.stream, r.entry) if r else ("", "")
         return [(s, lambda p: p.xpending_range(s, groups[s], e, e, 1))] if r else []
+
+    def _marked(self, r: Running | None, marks: str) -> list[Call]:
+        """Whether ``jobd cancel`` marked a running job's entry (ZSCORE of its mark)."""
+        member = f"id:{r.stream}|{r.entry}".encode() if r else b""
+        return [(marks, lambda p: p.zscore(marks, member))] if r else []
 
     def _probes(self, where: list[tuple[str, str]], groups: dict[str, str]) -> list[Call]:
         """Three commands for each (stream, entry): the entry, its pending record, the groups
@@ -247,6 +275,8 @@ def _state(
         return "waiting", dict(zip(("stream", "entry", "consumer"), found, strict=True))
     if last.event in TERMINAL:
         return last.event, {}
+    if last.event in ("waiting", "dependency", "released"):  # --after (jobd.workflows)
+        return "released" if last.event == "released" else "held", {}
     if last.event in DUE:  # due: in the delayed set until a daemon moves it to the stream
         return "waiting", {"due_ms": last.due_ms}
     return "unknown", {}

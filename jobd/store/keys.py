@@ -16,8 +16,9 @@ Layout of a queue whose stream is S:
                        dead, deduped; kept STATS_TTL seconds, so any host can read recent
                        throughput
   derive(S, "job:J")   the mark of job id J (a string, with a TTL): "queued" from
-                       `jobd enqueue --unique` until the job is done or dead-lettered (at most
-                       UNIQUE_TTL), then "done" for the queue's dedupe window when it has one
+                       `jobd enqueue --unique` until the job is done or dead-lettered (UNIQUE_TTL
+                       past its due time, kept by its holder's renewals and past a retry's due
+                       time: lua/keep_marks.lua), then "done" for the dedupe window if any
   derive(S, "tick:N:T") set once the tick at Unix second T of the queue's schedule N was
                        enqueued (see periodic.py); kept catch_up + 10 minutes
   derive(S, "schedule:N") the latest tick of schedule N enqueued (Unix second); no expiry
@@ -35,33 +36,91 @@ Layout of a queue whose stream is S:
   derive(S, "paused")  `jobd pause`: a hash, since (Redis ms) and by (user@host); while it
                        exists no reader of the queue reads (resume deletes it)
   derive(S, "cancels") `jobd cancel`: a sorted set of cancellation marks, "id:STREAM|ENTRY"
-                       (an entry found pending on that stream, the queue's or a level's: its
-                       handler is stopped at its next lease renewal) and "job:JOB_ID" (acked
-                       unrun when read), scored by when the mark expires (Redis ms)
+                       (an entry found pending or waiting on that stream, the queue's or a
+                       level's: its handler is stopped, or it is acked unrun when read), scored
+                       +inf: held until the entry is settled; and "job:JOB_ID" (a job of that id
+                       read meanwhile is acked unrun), scored by when it expires (Redis ms)
+  derive(S, "cancels:gen") `jobd cancel`'s generation: a string, Redis's time (µs) of the last
+                       cancel that found a job pending; readers read it with the pause (one
+                       round trip) and, when it changed, ask at once whether an entry their
+                       daemon holds was cancelled
   derive(S, "history")  job history: a hash, job id -> its records, oldest first, one JSON object a
-                       line (docs/history.md has the format), written by the script that settles
-                       each attempt; at most HISTORY_BYTES a job (the oldest records go)
+                       line (docs/concepts/history.md has the format), written by the script that
+                       settles each attempt; at most HISTORY_BYTES a job (the oldest records go)
   derive(S, "history:at") a sorted set, job id -> Redis ms of its latest record: history's age
                        and length caps (history.max_age, history.maxlen) trim both keys by it
   derive(S, "active")   the jobs running now: a hash, job id -> "STREAM|ENTRY\n" and a JSON object
                        (consumer, host, pid, since, attempt, deadline); the settling script
                        deletes it (a stale one, of a daemon killed -9, is checked against XPENDING)
   derive(S, "events")   the queue's events: a stream of outcomes and operator actions (the audit
-                       trail; docs/history.md), capped at about history.events entries
+                       trail; docs/concepts/history.md), capped at about history.events entries
+  derive(S, "outbox")   on a Redis Cluster, the follow-ups (JOBD_ENQUEUE) of the queue's jobs,
+                       written with their parents' acks and moved on to their queues by the
+                       daemons (store/outbox.py): a stream, one entry a follow-up
+  derive(S, "follow-up:Q|N|L:O|J") the mark of the Nth follow-up of job J (of enqueue O, L its
+                       length) of queue Q, once moved into this queue: kept FOLLOW_UP_TTL
+  derive(S, "waiters")  the jobs waiting for jobs of this queue (`enqueue --after`): a hash, job id
+                       -> one JSON line per waiter (store/workflows.py), read and deleted by the
+                       script that ends the job (lua/lib/workflows.lua)
+  derive(S, "held")    jobs of this queue waiting for others: a hash, job id -> cmsgpack {due,
+                       delayed member id, fields…} (lua/hold.lua), until released or dead-lettered
+  derive(S, "after")   what each held job waits for: a hash, job id -> JSON {deps, all, any,
+                       timeout_ms}
+  derive(S, "held:until") the held jobs that wait at most so long (--after-timeout, max_wait): a
+                       sorted set, job id scored by its deadline (Redis ms), popped by the
+                       outbox duty (lua/expire_held.lua)
+  derive(S, "follow-up:batch|ID") the mark of batch ID's callback job in this (its --on-complete)
+                       queue, once added: kept FOLLOW_UP_TTL (lua/callback.lua)
   derive(S, "priority:L") the stream of priority level L (queues with `priorities`; the
                        default level's stream is S), with its own delayed set
                        derive(derive(S, "priority:L"), "delayed"); every other key is the queue's
+
+Batches (`enqueue --batch ID`): each in a slot of its own, not a queue's (its members may be in
+several queues); under ``{jobd:batch:ID}``, covered by the documented ACL user's ``~{jobd:*``:
+  batch(ID)            a hash: state, open, total, done, failed, ttl, created, completed,
+                       on_complete, callback (lua/batch.lua); expires with the history's max_age
+  batch_members(ID)    a set of the members counted ("QUEUE JOB_ID")
+
+The daemon registry: one per Redis database, not per queue (every daemon on that Redis is in it,
+whatever its config), all in the slot of ``jobd:daemons``, so one script writes a daemon's beat
+(and under the documented ACL user's key pattern ``~{jobd:*``):
+  DAEMONS              a sorted set, consumer name -> its last beat (Redis ms)
+  DAEMONS_SWEEP        a sorted set, consumer name -> when its entry goes (Redis ms)
+  daemon_record(C)     daemon C's record: a hash (host, pid, version, queues, running, slots,
+                       started, beat, ...: ``store.registry``), expiring when its entry goes
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
 
+# Families of keys a queue derives one of per name (job id, schedule, minute, level):
+# derive(S, FAMILY + name). ``QueueKeys.derived`` lists them for the config's collision checks.
+JOB_MARK, TICK, SCHEDULE, TIMINGS, STATS, PRIORITY, FOLLOW_UP = (
+    "job:", "tick:", "schedule:", "timings:", "stats:", "priority:", "follow-up:"
+)  # fmt: skip
+TRIM = "trim"
+# What each key of ``QueueKeys`` holds, for saying which key two queues would share.
+HOLDS = {
+    "dead_letter": "dead-letter stream", "delayed": "delayed set",
+    "running": "cluster-wide slots (limits.concurrency)", "rate": "rate bucket (limits.rate)",
+    "waiting": "waiting consumers (limits)", "paused": "pause mark", "cancels": "cancel marks",
+    "cancel_gen": "cancel generation",
+    "history": "job history", "history_at": "history index", "active": "running-job records",
+    "events": "events stream", "outbox": "follow-ups outbox",
+    "waiters": "waiters (--after)", "held": "held jobs (--after)",
+    "after": "held jobs' dependencies", "held_until": "held jobs' deadlines",
+}  # fmt: skip
 STATS_TTL = 2 * 3600  # seconds a minute's counters are kept
 UNIQUE_TTL = 7 * 86400  # seconds a --unique job's "queued" mark lasts if its job is lost
 HISTORY_BYTES = 65536  # bytes of records the history keeps a job (lua/lib/jobs.lua's remember)
+# How long a follow-up's mark says it was moved out of an outbox (seconds): a move of it again (a
+# mover that died between the move and the outbox's XDEL, two movers at once) within this
+# time adds nothing (lua/follow_up.lua).
+FOLLOW_UP_TTL = UNIQUE_TTL
 
 
 def hash_tag(key: str) -> str | None:
@@ -102,10 +161,16 @@ class QueueKeys:
     waiting: str
     paused: str
     cancels: str
+    cancel_gen: str
     history: str
     history_at: str
     active: str
     events: str
+    outbox: str
+    waiters: str
+    held: str
+    after: str
+    held_until: str
 
     @classmethod
     def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
@@ -119,46 +184,124 @@ class QueueKeys:
             waiting=derive(stream, "waiting"),
             paused=derive(stream, "paused"),
             cancels=derive(stream, "cancels"),
+            cancel_gen=derive(stream, "cancels:gen"),
             history=derive(stream, "history"),
             history_at=derive(stream, "history:at"),
             active=derive(stream, "active"),
             events=derive(stream, "events"),
+            outbox=derive(stream, "outbox"),
+            waiters=derive(stream, "waiters"),
+            held=derive(stream, "held"),
+            after=derive(stream, "after"),
+            held_until=derive(stream, "held:until"),
         )
 
     def level(self, name: str) -> QueueKeys:
         """The keys of priority level ``name``: its stream is ``{S}:priority:NAME``."""
-        stream = derive(self.base, f"priority:{name}")
+        stream = derive(self.base, f"{PRIORITY}{name}")
         return replace(self, stream=stream, delayed=derive(stream, "delayed"))
 
     def trim_cursor(self) -> str:
         """Where retention (trim.lua) keeps its walk over this stream's acknowledged entries
         behind pending ones."""
-        return derive(self.stream, "trim")
+        return derive(self.stream, TRIM)
 
     def job_mark(self, job_id: str | bytes) -> bytes:
         """The dedupe / uniqueness mark of a producer's job id. Bytes: a job id is any bytes
         a producer wrote (a ``str`` here is ``os.fsdecode``'d and goes back exactly)."""
-        return derive(self.base, "job:").encode() + os.fsencode(job_id)
+        return derive(self.base, JOB_MARK).encode() + os.fsencode(job_id)
+
+    def follow_up(self, queue: str, job_id: str, origin: str, n: int | str) -> bytes:
+        """The mark of the ``n``th follow-up of job ``job_id`` (of enqueue ``origin``) of queue
+        ``queue``, in this (its target) queue's slot: set by the move that enqueues it, so
+        that no second move does (lua/follow_up.lua). The job id last: any bytes. ``n`` is
+        ``then.N`` for a ``then:`` step's, ``dead`` for an ``on_dead_letter`` job's."""
+        head = f"{derive(self.base, FOLLOW_UP)}{queue}|{n}|{len(origin)}:{origin}|"
+        return head.encode() + os.fsencode(job_id)
+
+    def callback_mark(self, batch: str) -> str:
+        """The mark of batch ``batch``'s callback job in this (its --on-complete) queue."""
+        return f"{derive(self.base, FOLLOW_UP)}batch|{batch}"
 
     def tick(self, schedule: str, at: int) -> str:
         """The key of a periodic schedule's tick at Unix second ``at``."""
-        return derive(self.base, f"tick:{schedule}:{at}")
+        return derive(self.base, f"{TICK}{schedule}:{at}")
 
     def schedule_last(self, schedule: str) -> str:
         """The key holding the latest tick a periodic schedule enqueued."""
-        return derive(self.base, f"schedule:{schedule}")
+        return derive(self.base, f"{SCHEDULE}{schedule}")
 
     def timings(self, minute: int | None = None) -> str:
         """The histograms of minute ``minute``: enqueue-to-start and run times (figures.py)."""
         if minute is None:
             minute = int(time.time() // 60)
-        return derive(self.base, f"timings:{minute}")
+        return derive(self.base, f"{TIMINGS}{minute}")
 
     def stats(self, minute: int | None = None) -> str:
         """The counters of ``minute`` (Unix time // 60; default: now)."""
         if minute is None:
             minute = int(time.time() // 60)
-        return derive(self.base, f"stats:{minute}")
+        return derive(self.base, f"{STATS}{minute}")
+
+    def derived(self, levels: Iterable[str] = ()) -> Derived:
+        """Every key the queue derives from its stream (all but the stream and the dead-letter
+        stream), with what it holds; ``levels``: its priority levels but the default one
+        (which reads the queue's stream). What another queue must not use as a stream."""
+        exact = {
+            getattr(self, f.name): f"the {HOLDS[f.name]}"
+            for f in fields(self)
+            if f.name not in ("stream", "base", "dead_letter")  # every other field: in HOLDS
+        }
+        exact[self.trim_cursor()] = "the retention cursor"
+        for name in levels:
+            level = self.level(name)
+            exact[level.stream] = f"the stream of priority level {name!r}"
+            exact[level.delayed] = f"the delayed set of priority level {name!r}"
+            exact[level.trim_cursor()] = f"the retention cursor of priority level {name!r}"
+        families = {
+            derive(self.base, JOB_MARK): "a job mark (--unique, dedupe)",
+            derive(self.base, TICK): "a schedule's tick mark",
+            derive(self.base, SCHEDULE): "a schedule's last tick",
+            derive(self.base, TIMINGS): "a minute's timings",
+            derive(self.base, STATS): "a minute's counters",
+            derive(self.base, FOLLOW_UP): "a follow-up's mark (workflows)",
+        }
+        return Derived(exact, families)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """The keys a queue derives: ``exact`` keys, and ``families`` of keys (one per job id,
+    schedule or minute) by the prefix they share; each with what it holds."""
+
+    exact: dict[str, str]
+    families: dict[str, str]
+
+    def holds(self, key: str) -> str | None:
+        """What ``key`` is among these (None: none of them)."""
+        if key in self.exact:
+            return self.exact[key]
+        return next((what for p, what in self.families.items() if key.startswith(p)), None)
+
+
+def batch(batch_id: str) -> str:
+    """The hash of batch ``batch_id`` (its own slot: ``{jobd:batch:ID}``)."""
+    return f"{{jobd:batch:{batch_id}}}"
+
+
+def batch_members(batch_id: str) -> str:
+    return f"{batch(batch_id)}:members"
+
+
+DAEMONS = "{jobd:daemons}"
+DAEMONS_SWEEP = "{jobd:daemons}:sweep"
+DAEMON_RECORD = "{jobd:daemons}:daemon:"
+
+
+def daemon_record(consumer: str | bytes) -> bytes:
+    """The key of a daemon's record in the registry (bytes: a member another client wrote
+    into the registry may be any bytes)."""
+    return DAEMON_RECORD.encode() + os.fsencode(consumer)
 
 
 def slot_member(consumer: str, stream: str, message_id: str) -> str:

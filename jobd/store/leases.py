@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import orjson
 import redis
 
 from jobd.config import QueueConfig
 from jobd.store import notes
 from jobd.store.base import StoreBase
 from jobd.store.connection import BLOCK_MS
+from jobd.store.keys import UNIQUE_TTL
 
 LeaseKey = tuple[str, str]  # (stream, group): where an entry's lease lives
 
@@ -49,6 +51,28 @@ class Lost:
 
 
 @dataclass(frozen=True, slots=True)
+class Shown:
+    """What a running handler told of itself (``process.channel.Told``), as its job's active
+    record shows it (``jobd job``: ``running.progress``, ``running.status``)."""
+
+    message_id: str
+    job_id: str
+    progress: float | None
+    status: bytes | None  # at most STATUS_MAX bytes, as sent
+
+    def fields(self) -> bytes:
+        """The record's members' text, '"progress":42,"status":"half way"' (those known): a
+        status that is not UTF-8 is kept with its bytes escaped (``\\xff``)."""
+        shown: dict[str, object] = {}
+        if self.progress is not None:
+            whole = self.progress.is_integer()
+            shown["progress"] = int(self.progress) if whole else self.progress
+        if self.status is not None:
+            shown["status"] = self.status.decode("utf-8", "backslashreplace")
+        return orjson.dumps(shown)[1:-1]
+
+
+@dataclass(frozen=True, slots=True)
 class Grant:
     """What acquire.lua granted: at most the slots and tokens asked for; when none, how long
     until a token is due (rate), or 0: ask again soon (slots)."""
@@ -69,24 +93,43 @@ def pending_lease_ms(queue: QueueConfig) -> int:
 
 
 class LeaseOps(StoreBase):
+    def keep_marks(self, marks: list[bytes]) -> None:
+        """Keep the 'queued' marks of --unique jobs this daemon holds (one queue's) for
+        ``UNIQUE_TTL`` from now at least: a job that runs longer keeps its mark."""
+        self.scripts.keep_marks(keys=marks, args=[UNIQUE_TTL * 1000] * len(marks))
+
     def renew(self, queue: QueueConfig, ids: list[str]) -> list[Lost]:
         """Renew ``ids`` in one script call, with their cluster-wide slots when the queue has
         a limit; returns the ones this consumer no longer holds (all of them when the group or
         its stream was deleted)."""
+        return self.renew_telling(queue, ids, [])[0]
+
+    def renew_telling(
+        self, queue: QueueConfig, ids: list[str], told: list[Shown]
+    ) -> tuple[list[Lost], list[str]]:
+        """``renew``, and in the same call what the handlers of some of ``ids`` told of
+        themselves written into their jobs' active records, for those renewed (``told``: what
+        changed since the last renewal). Returns the entries lost and the ids of ``told`` whose
+        fields were written (one whose active record is not written yet is not)."""
         keys = [queue.stream, queue.keys.cancels, *notes.keys(queue)]
         keys += [queue.keys.running] if queue.slots else []
-        args = [queue.group, self.consumer, slot_lease_ms(queue), notes.settings(queue), *ids]
+        args: list[object] = [queue.group, self.consumer, slot_lease_ms(queue)]
+        args += [notes.settings(queue), len(told)]
+        for shown in told:
+            args += [shown.message_id, os.fsencode(shown.job_id), shown.fields()]
         try:
-            reply = self.scripts.renew(keys=keys, args=args)
+            reply = self.scripts.renew(keys=keys, args=[*args, *ids])
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            return [Lost(key(queue), mid, "") for mid in ids]
-        lost, cancelled = reply
-        return [
+            return [Lost(key(queue), mid, "") for mid in ids], []
+        lost, cancelled, written = reply
+        gone = [
             Lost(key(queue), lost[i].decode(), os.fsdecode(lost[i + 1]))  # owner: any bytes
             for i in range(0, len(lost), 2)
-        ] + [Lost(key(queue), mid.decode(), self.consumer, cancelled=True) for mid in cancelled]
+        ]
+        gone += [Lost(key(queue), mid.decode(), self.consumer, cancelled=True) for mid in cancelled]
+        return gone, [mid.decode() for mid in written]
 
     def acquire(self, queue: QueueConfig, want: int) -> Grant:
         """Take up to ``want`` slots and rate tokens before a read."""
@@ -114,6 +157,10 @@ class LeaseOps(StoreBase):
             ],
         )  # fmt: skip
         return newest.decode() if isinstance(newest, bytes) else str(newest)
+
+    def release_slots(self, queue: QueueConfig, members: list[str]) -> None:
+        """Free these slots of the queue's running set (``keys.slot_member``s)."""
+        self.scripts.release(keys=[queue.keys.running], args=members)
 
     def leave(self, queue: QueueConfig) -> None:
         """This consumer no longer waits for a slot or a token: its field in the waiting hash

@@ -1,6 +1,6 @@
 """What the settling scripts write about a job besides its outcome: its history record and the
-queue's event (docs/history.md), sent as a "note" (lua/lib/jobs.lua ``note_at``) and written in
-the same step as the outcome, so no job is ever settled without its record.
+queue's event (docs/concepts/history.md), sent as a "note" (lua/lib/jobs.lua ``note_at``) and
+written in the same step as the outcome, so no job is ever settled without its record.
 
 A record is a JSON object; the script puts Redis's time (``at``, and ``started_at`` from the
 run time) in front of it, so every host's records are on one clock.
@@ -8,6 +8,8 @@ run time) in front of it, so every host's records are on one clock.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import os
 import socket
 import time
@@ -15,11 +17,13 @@ import time
 import orjson
 
 from jobd.config import QueueConfig
-from jobd.outcome import EXPIRED, POISON, Outcome, Started, Verb
+from jobd.job import BATCH, ORIGIN, PARENT
+from jobd.outcome import EXPIRED, POISON, RESULT, Outcome, Started, Verb
 from jobd.store.keys import HISTORY_BYTES
 
 HOST = socket.gethostname()
 RECORD_BYTES = HISTORY_BYTES // 2  # one record's JSON at most (its output tails cut to fit)
+FOLLOW_UPS_SHOWN = 20  # follow-ups a done record names ("QUEUE JOB_ID"); it counts them all
 
 # The event of each verb (a dead letter's depends on why: see ``event_of``).
 EVENTS = {
@@ -61,7 +65,14 @@ def note(o: Outcome, consumer: str) -> list[object]:
         "consumer": consumer,
         "host": HOST,
     }
-    extras: list[object] = ["consumer", consumer, "attempt", job.attempt]
+    extras: list[object] = ["batch", job.fields[BATCH]] if BATCH in job.fields else []  # first
+    extras += ["consumer", consumer, "attempt", job.attempt]
+    if ORIGIN in job.fields:  # a retry's, or a timed job's: which enqueue it is of (a waiter's)
+        record["origin"] = job.origin
+        extras += ["origin", job.origin]
+    if job.trace is not None and (trace_id := job.trace.trace_id) is not None:
+        record["trace_id"] = trace_id
+        extras += ["trace_id", trace_id]
     run_ms: object = ""
     if o.error:
         record["error"] = o.error
@@ -72,8 +83,11 @@ def note(o: Outcome, consumer: str) -> list[object]:
         record.update(pid=ran.pid, duration_ms=duration, exit_code=ran.exit_code, signal=ran.signal)
         if ran.cpu_seconds is not None:
             record["cpu_seconds"] = round(ran.cpu_seconds, 6)
-        if ran.max_rss_bytes is not None:
-            record["max_rss_bytes"] = ran.max_rss_bytes
+        record["max_rss_bytes"] = ran.max_rss_bytes  # null: not known (docs: concepts/containment)
+        if ran.progress is not None:  # what its handler last told of itself (process.channel)
+            record["progress"] = int(ran.progress) if ran.progress.is_integer() else ran.progress
+        if ran.status is not None:
+            record["status"] = _text(ran.status)
         extras += ["duration_ms", duration]
         if ran.exit_code is not None:
             extras += ["exit_code", ran.exit_code]
@@ -84,7 +98,28 @@ def note(o: Outcome, consumer: str) -> list[object]:
             record["stderr"] = _text(ran.stderr[-keep:])
     elif o.detail and keep:  # why it never ran (malformed, expired, could not start)
         record["detail"] = _text(o.detail[-keep:])
+    if o.error == RESULT:  # why its result was refused: the detail's last line
+        record["detail"] = _text(o.detail.rpartition(b"\njobd: ")[2])
+    record.update(links(o))
     return [event_of(o), os.fsencode(job.job_id), run_ms, _fit(record), len(extras) // 2, *extras]
+
+
+def links(o: Outcome) -> dict[str, object]:
+    """A record's result, if any, and its workflow links: the job whose JOBD_ENQUEUE file
+    named this one (``parent``), its batch, the jobs this one enqueued (their count, the first
+    FOLLOW_UPS_SHOWN named)."""
+    found: dict[str, object] = {}
+    if o.verb is Verb.ACK and o.result is not None:  # and what it gave back
+        found.update(result_field(o.result))
+    if PARENT in o.job.fields:
+        found["parent"] = _text(o.job.fields[PARENT])
+    if BATCH in o.job.fields:  # its end is counted there (lua/lib/workflows.lua batch_of)
+        found["batch"] = _text(o.job.fields[BATCH])
+    if o.follow_ups:
+        found["follow_ups"] = len(o.follow_ups)
+        shown = o.follow_ups[:FOLLOW_UPS_SHOWN]
+        found["follow_up_jobs"] = [f"{f.queue.name} {_text(f.job_id)}" for f in shown]
+    return found
 
 
 def active(s: Started, consumer: str, now: float) -> list[object]:
@@ -97,9 +132,23 @@ def active(s: Started, consumer: str, now: float) -> list[object]:
         "pid": s.pid,
         "attempt": _number(s.job.attempt),
     }
+    if s.job.trace is not None and (trace_id := s.job.trace.trace_id) is not None:
+        record["trace_id"] = trace_id
     prefix = f"{s.queue.stream}|{s.message_id}\n"
     ran_ms, timeout_ms = int((now - s.at) * 1000), int(s.timeout * 1000)
     return [os.fsencode(s.job.job_id), prefix, ran_ms, timeout_ms, orjson.dumps(record)]
+
+
+def result_field(result: bytes) -> dict[str, str]:
+    """A result as its record keeps it (docs/concepts/history.md): ``result``, its text, when
+    it is UTF-8 and JSON takes it in no more room than base64; else ``result_base64``. Either
+    way its bytes come back exactly (``records.result_of``)."""
+    encoded = base64.b64encode(result).decode("ascii")
+    with contextlib.suppress(UnicodeDecodeError):
+        text = result.decode("utf-8")
+        if len(orjson.dumps(text)) <= len(encoded) + 2 or len(text) < 64:
+            return {"result": text}
+    return {"result_base64": encoded}
 
 
 def _number(n: int) -> int | str:
@@ -117,7 +166,7 @@ def _fit(record: dict[str, object]) -> bytes:
         for k in ("stdout", "stderr"):
             text = record.get(k)
             if isinstance(text, str):
-                record[k] = text[len(text) // 2 :]
+                record[k] = text[(len(text) + 1) // 2 :]  # to '' in the end: a result stays
         body = orjson.dumps(record)
     return body
 

@@ -12,20 +12,25 @@ when the entry was delivered since (``Outcome.sent_at``).
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from itertools import chain
 
 from jobd.config import QueueConfig
-from jobd.outcome import Outcome, Started, Verb
-from jobd.store import figures, notes
+from jobd.outcome import MALFORMED, Outcome, Started, Verb
+from jobd.store import chains, figures, notes
 from jobd.store.base import StoreBase
-from jobd.store.keys import STATS_TTL, flatten, slot_member
+from jobd.store.keys import STATS_TTL, UNIQUE_TTL, flatten, slot_member
 from jobd.store.scripts import Batch
 
 SETTLE_OPS = {Verb.ACK: "ack", Verb.HAND_BACK: "back", Verb.CANCEL: "cancel"}  # settle.lua's
 STDERR_LIMIT = 4096  # bytes of a handler's stderr a dead-letter record keeps (its tail)
+# Bytes of each value a malformed job's dead-letter record keeps (the first): a payload refused
+# for its size, or a job id for its length, is not copied whole (dead_letter.lua, jobd_clipped),
+# nor is such a job's when it is dead-lettered as poison first.
+CLIP_BYTES = 1024
 
 # One write's outcomes and what came of it: the (message id, owner now) pairs of the entries
 # left alone because this consumer no longer holds them, or the error the call failed with.
@@ -52,7 +57,16 @@ class OutcomeOps(StoreBase):
             calls.append(group)
         self._release_slots(sent, outcomes)
         self._timings(sent, outcomes)
+        self._keep_retry_marks(sent, outcomes)
         replies = self.run(sent)
+        # Queues whose outbox got workflow notices now (settle.lua's last pair says; a dead
+        # letter may have: they are few), for the recorder to move them on at once.
+        self.noticed = {
+            group[0].queue.name
+            for group, reply in zip(calls, replies, strict=False)
+            if group[0].verb is Verb.DEAD_LETTER
+            or (isinstance(reply, list) and reply[-2:] == [b"", b"notices"])
+        }
         return [
             (group, reply if isinstance(reply, Exception) else _not_held(group, reply))
             for group, reply in zip(calls, replies, strict=False)  # the rest: slots, timings
@@ -63,6 +77,10 @@ class OutcomeOps(StoreBase):
         (its job id's) is set or cleared in the same step."""
         q = outcomes[0].queue
         keys: list[str | bytes] = [q.stream, q.keys.stats(), q.keys.cancels, *notes.keys(q)]
+        outbox = 0  # where settle.lua finds the outbox in KEYS (a cluster's); 0: none
+        if self.cluster and any(o.follow_ups for o in outcomes):
+            keys.append(q.keys.outbox)
+            outbox = len(keys)
         ops: list[object] = []
         for o in outcomes:
             mark_index = 0  # where settle.lua finds the job's mark in KEYS; 0: none
@@ -72,14 +90,15 @@ class OutcomeOps(StoreBase):
                 mark_index = len(keys)
             again = -1 if o.sent_at is None else int((time.monotonic() - o.sent_at) * 1000)
             ops += [SETTLE_OPS[o.verb], o.message_id, mark_index, again,
-                    *notes.note(o, self.consumer)]  # fmt: skip
+                    *notes.note(o, self.consumer),
+                    *follow_up_args(o, keys, outbox == 0)]  # fmt: skip
         window_ms = int((q.dedupe_window or 0) * 1000)
-        args = [q.group, self.consumer, STATS_TTL, window_ms, notes.settings(q), *ops]
-        return self.scripts.settle, keys, args
+        args = [q.group, self.consumer, STATS_TTL, window_ms, notes.settings(q), outbox, *ops]
+        return self.scripts.settle, [*keys, q.keys.waiters, q.keys.outbox], args
 
     def _retry(self, o: Outcome) -> tuple:
         """retry.lua: the next attempt into the delayed set, due ``delay`` from now on Redis's
-        clock, and the entry acked."""
+        clock, and the entry acked; or, when `jobd cancel` marked it, acked as cancelled."""
         q = o.queue
         delay_ms = int(o.delay * 1000)
         fields = flatten(o.job.next_attempt_fields())
@@ -87,22 +106,43 @@ class OutcomeOps(StoreBase):
             q.group, self.consumer, o.message_id, delay_ms, STATS_TTL, notes.settings(q),
             *notes.note(o, self.consumer), *fields,
         ]  # fmt: skip
-        keys = [q.stream, q.keys.delayed, q.keys.stats(), *notes.keys(q)]
-        return self.scripts.retry, keys, args
+        keys = [q.stream, q.keys.delayed, q.keys.stats(), *notes.keys(q), q.keys.cancels,
+                q.keys.waiters, q.keys.outbox]  # fmt: skip
+        mark = _mark(o)  # cleared when `jobd cancel` marked the entry: no next attempt then
+        return self.scripts.retry, [*keys, mark] if mark is not None else keys, args
 
     def _dead_letter(self, o: Outcome) -> tuple:
         """dead_letter.lua: the record and the ack in one step (and a --unique job's
-        'queued' mark cleared)."""
+        'queued' mark cleared, and the queue's on_dead_letter job enqueued: store.chains); or,
+        when `jobd cancel` marked it, acked as cancelled."""
         q = o.queue
         dead = q.dead_letter
         max_age = "" if dead.max_age is None else int(dead.max_age * 1000)
+        keys: list[str | bytes] = [
+            q.stream, dead.stream, q.keys.stats(), *notes.keys(q), q.keys.cancels,
+            q.keys.waiters, q.keys.outbox,
+        ]  # fmt: skip
+        mark = _mark(o)  # cleared when `jobd cancel` marked the entry: cancelled, not dead
+        if mark is not None:
+            keys.append(mark)
+        jobd_fields = record_fields(o)
+        hook = [0] if q.on_dead_letter is None else chains.hook_args(o, jobd_fields, keys,
+                                                                     self.cluster)  # fmt: skip
         args = [
             q.group, self.consumer, o.message_id, dead.maxlen, max_age, STATS_TTL,
-            notes.settings(q), *notes.note(o, self.consumer), *record_fields(o),
+            notes.settings(q), CLIP_BYTES if o.error == MALFORMED or o.job.malformed else "",
+            *hook, *notes.note(o, self.consumer), *jobd_fields,
         ]  # fmt: skip
-        keys: list[str | bytes] = [q.stream, dead.stream, q.keys.stats(), *notes.keys(q)]
-        mark = _mark(o)
-        return self.scripts.dead_letter, keys if mark is None else [*keys, mark], args
+        return self.scripts.dead_letter, keys, args
+
+    def _keep_retry_marks(self, sent: Batch, outcomes: list[Outcome]) -> None:
+        """A retried --unique job's mark lasts UNIQUE_TTL past the retry's due time, as a new
+        job's does (enqueue_unique.lua): else a backoff longer than what the mark had left let
+        the same job id be enqueued again while the job waits for its retry. (Sent after the
+        retry: a retry not written leaves the entry pending, its mark as it was.)"""
+        for o in outcomes:
+            if o.verb is Verb.RETRY and (mark := o.job.mark_key(o.queue.keys, False)):
+                sent.add(self.scripts.keep_marks, [mark], [UNIQUE_TTL * 1000 + int(o.delay * 1000)])
 
     def _timings(self, sent: Batch, outcomes: list[Outcome]) -> None:
         """This minute's histograms of enqueue-to-start and run times, per queue (figures)."""
@@ -140,6 +180,20 @@ class OutcomeOps(StoreBase):
             sent.add(self.scripts.release, [running], members)
 
 
+def follow_up_args(o: Outcome, keys: list[str | bytes], direct: bool) -> list[object]:
+    """An entry's follow-ups as settle.lua takes them (lib/jobs.lua follow_ups_at); ``direct``
+    (one Redis): their streams and delayed sets added to ``keys``, where they are written."""
+    args: list[object] = [len(o.follow_ups)]
+    for f in o.follow_ups:
+        fq = f.queue
+        if direct:
+            keys += [k for k in (fq.stream, fq.keys.delayed) if k not in keys]
+        due = "" if f.due is None else f.due
+        args += [fq.name, fq.stream, fq.keys.delayed, f.mark, due, secrets.token_hex(8), f.job_id,
+                 len(f.fields), *flatten(f.fields)]  # fmt: skip
+    return args
+
+
 def record_fields(o: Outcome) -> list[object]:
     """The jobd_* fields of a dead-letter record (the script adds the job's own fields and
     jobd_failed_at)."""
@@ -162,8 +216,8 @@ def _cost(o: Outcome) -> list[object]:
     cost: list[object] = []
     if ran is not None and ran.cpu_seconds is not None:
         cost += ["jobd_cpu_seconds", f"{ran.cpu_seconds:.6f}"]
-    if ran is not None and ran.max_rss_bytes is not None:
-        cost += ["jobd_max_rss_bytes", ran.max_rss_bytes]
+    if ran is not None:  # empty: the peak is not known (docs: concepts/containment)
+        cost += ["jobd_max_rss_bytes", "" if ran.max_rss_bytes is None else ran.max_rss_bytes]
     return cost
 
 
@@ -179,4 +233,5 @@ def _not_held(outcomes: list[Outcome], reply: object) -> list[tuple[str, str]]:
         return []
     if outcomes[0].verb in (Verb.RETRY, Verb.DEAD_LETTER):
         return [(outcomes[0].message_id, os.fsdecode(reply[1]))] if reply else []
-    return [(reply[i].decode(), os.fsdecode(reply[i + 1])) for i in range(0, len(reply), 2)]
+    return [(reply[i].decode(), os.fsdecode(reply[i + 1])) for i in range(0, len(reply), 2)
+            if reply[i]]  # fmt: skip  # '', 'notices': see settle

@@ -3,25 +3,36 @@ or every priority level in one script: ``lua/read_levels.lua``), entries whose l
 (``lua/reclaim.lua``) and the ones this consumer still runs among them (``lua/keep.lua``),
 deliveries of jobs already done (``lua/dedupe.lua``), and the wait for new entries that holds
 nothing (XREAD). What a reader does with them: ``jobd.daemon.reader``.
+
+While a queue's Redis Cluster slot migrates (resharding), Redis refuses a command of several of
+its keys unless they are all on the node it reaches (TRYAGAIN), for as long as the migration
+lasts: the queue is then read key by key for a while (``_read_apart``), each command routed to
+wherever its key is, and the wait follows the slot's keys there (``doorbell``).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
+from redis.exceptions import ClusterError, MovedError
 
 from jobd.config import QueueConfig
-from jobd.job import Job
-from jobd.store import connection, notes
+from jobd.job import ENTRY_SLACK, MAX_FIELDS, ORIGIN, OVERWIDE, Job
+from jobd.store import doorbell, notes
 from jobd.store.base import StoreBase
-from jobd.store.control import Paused, paused_from
+from jobd.store.connection import SlotMigrating, away, migrating, node_for
+from jobd.store.control import Paused, generation, paused_from
 from jobd.store.keys import STATS_TTL
 
 Fields = dict[bytes, bytes]
 Entry = tuple[bytes, Fields]  # a stream entry: its id as Redis sends it (Job.from_entry), fields
-Claimed = tuple[bytes, Fields, int]  # an entry a reclaim took: its id, fields, delivery count
+# An entry a reclaim took: its id, fields, delivery count, and whether it had been handed back
+# (picked up again, not taken over from a lapsed lease).
+Claimed = tuple[bytes, Fields, int, bool]
 OLDEST_SERVER = (6, 2, 2)  # XAUTOCLAIM, and its cursor fixes in 6.2.2 (see REDIS-NOTES)
 
 
@@ -38,6 +49,8 @@ class Levels:
     entries: list[tuple[QueueConfig, list[Entry]]]
     newest: dict[str, str]
     cancels: bool = False  # whether the queue has cancellation marks (asked after the read)
+    paused: Paused | None = None  # the queue's pause after the read, when asked (read_new)
+    cancel_gen: bytes | None = None  # and its cancel generation (None: none, or not asked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +68,36 @@ def _fields(flat: list[bytes]) -> Fields:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+def _entry(flat: list[bytes]) -> Fields:
+    """An entry's fields as a read script handed them over. More than MAX_FIELDS pairs, counted
+    as they came (a name may repeat: the dict can be far narrower), are marked too wide as the
+    script's stand-in is (lua/lib/jobs.lua sized, which hands over no such entry: a guard)."""
+    fields = _fields(flat)
+    if len(flat) > 2 * MAX_FIELDS:
+        fields[OVERWIDE] = b"%d" % (len(flat) // 2)
+    return fields
+
+
+IDLE_TRUSTED = 5.0  # seconds read_new waits after the same ids without reading first
+MIGRATING_FOR = 5.0  # seconds a queue's reads go key by key after its slot was found migrating
+_WRONGTYPE = redis.ResponseError("WRONGTYPE the pause key holds another type")
+
+
+def entry_limit(queue: QueueConfig) -> int:
+    """The most bytes an entry's fields may hold to be read (lua/lib/jobs.lua ``sized``)."""
+    return queue.max_payload + ENTRY_SLACK
+
+
 @dataclass(frozen=True, slots=True)
 class NewEntries:
     """What ``read_new`` found: the entries, whether the queue has cancellation marks, and its
-    pause (None when it is not paused), asked after the read; ``pause_known`` is False when
-    Redis could not say (busy, out of memory: the pause is as it was)."""
+    pause (None when it is not paused), asked after the read or the wait, in its round trip
+    (``pause_known`` is always True now: a read that cannot say fails as a whole)."""
 
     entries: list[Entry]
     cancels: bool
     paused: Paused | None
+    cancel_gen: bytes | None = None  # the queue's cancel generation (None: none yet)
     pause_known: bool = True
 
 
@@ -90,42 +124,148 @@ class ReadingOps(StoreBase):
             return False
 
     def read_new(self, queue: QueueConfig, count: int, block_ms: int | None) -> NewEntries:
-        """At most ``count`` new entries (XREADGROUP), waiting up to ``block_ms`` for one; and,
-        in the same round trip and after the read, whether the queue has cancellation marks
-        (then the reader asks which of these are cancelled: a job cancelled before this read
-        is caught there, one cancelled after it was pending, which cancel.lua sees) and whether
-        it is paused now (so an idle reader asks nothing more between two blocking reads)."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xreadgroup(
-            queue.group, self.consumer, {queue.stream: ">"}, count=count, block=block_ms
-        )
-        pipe.exists(queue.keys.cancels)
-        pipe.hgetall(queue.keys.paused)
-        reply, cancels, pause = pipe.execute(raise_on_error=False)
-        for answer in (reply, cancels):
-            if isinstance(answer, Exception):
-                raise answer
-        entries = [(mid, fields) for mid, fields in reply[0][1]] if reply else []
-        if isinstance(pause, Exception) and connection.away(pause):  # after the read: no raise
-            return NewEntries(entries, bool(cancels), None, pause_known=False)
-        return NewEntries(entries, bool(cancels), paused_from(pause))
+        """At most ``count`` new entries, waiting up to ``block_ms`` for one; and, in the same
+        round trip and after the read, whether the queue has cancellation marks (then the reader
+        asks which of these are cancelled: a job cancelled before this read is caught there,
+        one cancelled after it was pending, which cancel.lua sees), whether it is paused now and
+        its cancel generation (so an idle reader asks nothing more between two blocking reads).
 
-    def read_levels(self, queue: QueueConfig, count: int) -> Levels:
-        """At most ``count`` new entries of the queue's levels, highest first, in one script
-        call that never blocks; a lower level's entry that waited ``starvation_after`` (on
-        Redis's clock) goes first."""
-        levels = queue.all_levels()
-        after_ms = int((queue.starvation_after or 0) * 1000)
-        entries, newest, marks = self.scripts.read_levels(
-            keys=[*(level.stream for level in levels), queue.keys.cancels],
-            args=[queue.group, self.consumer, count, 0, after_ms, len(levels)],  # 0: Redis's clock
+        Read by read_levels.lua (its one level), which hands over an entry larger than the
+        queue's max_payload and ``job.ENTRY_SLACK`` as a stand-in; the wait is XREAD BLOCK on a
+        reply this daemon skips unread (``doorbell``): no read brings such an entry in."""
+        idle = self._idle.pop(queue.stream, None)
+        if block_ms is None or idle is None or time.monotonic() - idle[1] > IDLE_TRUSTED:
+            read = self._read_new_entries(queue, [queue], count, pause=True)
+            if read.entries[0][1] or block_ms is None:
+                return NewEntries(read.entries[0][1], read.cancels, read.paused, read.cancel_gen)
+            idle = (read.newest, time.monotonic())
+        came, pause, gen = doorbell.wait(
+            self.client, idle[0], block_ms, queue.keys.paused, queue.keys.cancel_gen
         )
+        # Nothing came: the next call waits after the same ids without reading first (one
+        # round trip an idle cycle); a reset of the group meanwhile is seen by the next read,
+        # at most IDLE_TRUSTED later, or by the reclaim pass.
+        if not came:
+            self._idle[queue.stream] = idle
+            assert pause is not None
+            return NewEntries([], False, paused_from(pause), gen)
+        read = self._read_new_entries(queue, [queue], count, pause=True)
+        return NewEntries(read.entries[0][1], read.cancels, read.paused, read.cancel_gen)
+
+    def read_levels(
+        self, queue: QueueConfig, count: int, levels: Sequence[QueueConfig] | None = None
+    ) -> Levels:
+        """At most ``count`` new entries of the queue's levels (``levels``: those of them to
+        read, default all), highest first, in one script call that never blocks; a lower
+        level's entry that waited ``starvation_after`` (on Redis's clock) goes first."""
+        return self._read_new_entries(queue, levels or queue.all_levels(), count)
+
+    def migrating(self, stream: str) -> bool:
+        """Whether a read of ``stream``'s queue found its cluster slot migrating, and no read
+        since was served in one step (its reads go key by key meanwhile: ``_read_apart``)."""
+        return stream in self._migrating
+
+    def found_migrating(self, stream: str) -> None:
+        """``stream``'s cluster slot was found migrating: for MIGRATING_FOR from now its
+        queue's reads go key by key (then one tries the script again), and its reader reclaims
+        nothing until a read is served in one step."""
+        self._migrating[stream] = time.monotonic() + MIGRATING_FOR
+
+    def _read_new_entries(
+        self,
+        queue: QueueConfig,
+        levels: Sequence[QueueConfig],
+        count: int,
+        pause: bool = False,
+    ) -> Levels:
+        """read_levels.lua on ``levels`` (entries larger than ``entry_limit`` as stand-ins); with
+        ``pause``, the queue's pause read after them. The script goes straight to the node of
+        the queue's slot, so a refusal while the slot migrates comes back at once (not after the
+        cluster client's 16 tries); then, and for MIGRATING_FOR, reads go key by key."""
+        if time.monotonic() < self._migrating.get(queue.stream, 0.0):
+            return self._read_apart(queue, levels, count, pause)
+        after_ms = int((queue.starvation_after or 0) * 1000)
+        keys = [*(level.stream for level in levels), queue.keys.cancels]
+        keys += [queue.keys.paused, queue.keys.cancel_gen] if pause else []
+        args = [queue.group, self.consumer, count, 0, after_ms, len(levels), entry_limit(queue)]
+        try:  # ARGV[4] 0: Redis's clock
+            try:
+                reply = self.scripts.read_levels(keys, args, node_for(self.client, keys[0]))
+            except MovedError:  # the cluster client follows it, and learns the slot's node
+                reply = self.scripts.read_levels(keys=keys, args=args)
+        except (redis.ResponseError, ClusterError) as exc:
+            if not migrating(exc):
+                raise
+            self.found_migrating(queue.stream)
+            return self._read_apart(queue, levels, count, pause)
+        self._migrating.pop(queue.stream, None)
+        entries, newest, marks, paused, gen = reply
         read = [
-            (level, [(mid, _fields(flat)) for i, mid, flat in entries if i == index])
+            (level, [(mid, _entry(flat)) for i, mid, flat in entries if i == index])
             for index, level in enumerate(levels, start=1)
         ]
         ids = {level.stream: mid.decode() for level, mid in zip(levels, newest, strict=False)}
-        return Levels(read, ids, bool(marks))
+        if not pause:
+            return Levels(read, ids, bool(marks))
+        state = paused_from(_WRONGTYPE if paused == b"wrongtype" else _fields(paused or []))
+        return Levels(read, ids, bool(marks), state, generation(gen))
+
+    def _read_apart(
+        self, queue: QueueConfig, levels: Sequence[QueueConfig], count: int, pause: bool
+    ) -> Levels:
+        """What ``_read_new_entries`` reads, while the queue's cluster slot migrates (its keys
+        may be on either node, or split): each level by read_levels.lua on its stream alone,
+        highest first, then whether there are cancellation marks, and with ``pause`` the pause
+        and the generation, each a command of one key, which the cluster client sends where
+        the key is (following ASK). A few round trips more, and strict priority (no aging),
+        for a while. A level that fails once an earlier one's entries were read (delivered)
+        ends the read with them, as the script does. A queue whose entries a script of several
+        keys must check before they run (dedupe, cancellation marks) is not read: those would
+        wait, delivered, until the migration ends and then reclaim_after more (SlotMigrating,
+        Redis away for the queue until then)."""
+        if queue.dedupe_window is not None or self.client.exists(queue.keys.cancels):
+            raise SlotMigrating(f"the cluster slot of {queue.stream} migrates")
+        read: list[tuple[QueueConfig, list[Entry]]] = []
+        newest: dict[str, str] = {}
+        left = count
+        for level in levels:
+            args = [queue.group, self.consumer, left, 0, 0, 1, entry_limit(queue)]
+            try:
+                entries, last = self.scripts.read_levels(keys=[level.stream], args=args)[:2]
+            except redis.RedisError:
+                if any(got for _, got in read):
+                    break
+                raise
+            read.append((level, [(mid, _entry(flat)) for _, mid, flat in entries]))
+            newest |= {level.stream: last[0].decode()} if last else {}
+            left -= len(entries)
+            if left <= 0:
+                break
+        marks, paused, gen = self._controls_apart(queue, pause)
+        if any(got for _, got in read):
+            newest = {}
+        return Levels(read, newest, marks, paused, gen)
+
+    def _controls_apart(
+        self, queue: QueueConfig, pause: bool
+    ) -> tuple[bool, Paused | None, bytes | None]:
+        """Whether the queue has cancellation marks; with ``pause``, its pause and generation:
+        one command each, in one pipeline (a command the node sends elsewhere, ASK, is sent
+        again on its own, after it). Redis being away is raised."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.exists(queue.keys.cancels)
+        if pause:
+            pipe.hgetall(queue.keys.paused)
+            pipe.get(queue.keys.cancel_gen)
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception) and (
+                not isinstance(reply, redis.ResponseError) or away(reply)
+            ):
+                raise reply
+        if not pause:
+            return bool(replies[0]), None, None
+        return bool(replies[0]), paused_from(replies[1]), generation(replies[2])
 
     def reclaim(
         self, queue: QueueConfig, cursor: str, count: int, backs: Sequence[str] = ()
@@ -137,11 +277,14 @@ class ReadingOps(StoreBase):
         after, claimed, deleted = self.scripts.reclaim(
             keys=[queue.stream, *notes.keys(queue)],
             args=[queue.group, self.consumer, min_idle, cursor, count, notes.settings(queue),
-                  *backs],
+                  entry_limit(queue), *backs],
         )  # fmt: skip
         return Reclaimed(
             after.decode(),
-            [(mid, _fields(flat), int(deliveries)) for mid, flat, deliveries in claimed],
+            [
+                (mid, _entry(flat), int(deliveries), bool(back))
+                for mid, flat, deliveries, back in claimed
+            ],
             [mid.decode() for mid in deleted],
         )
 
@@ -152,20 +295,24 @@ class ReadingOps(StoreBase):
 
     def dedupe(self, queue: QueueConfig, jobs: list[Job]) -> set[str]:
         """Acknowledge, unrun, the jobs whose job id's mark says done (within the queue's
-        dedupe window), in one script call; returns their message ids."""
-        marks = [(job.message_id, mark) for job in jobs if (mark := job.mark_key(queue.keys, True))]
+        dedupe window), in one script call, each with its event (and record: lua/dedupe.lua);
+        returns their message ids."""
+        marks = [(job, mark) for job in jobs if (mark := job.mark_key(queue.keys, True))]
         if not marks:
             return set()
-        acked = self.scripts.dedupe(
-            keys=[queue.stream, queue.keys.stats(), *(mark for _, mark in marks)],
-            args=[queue.group, STATS_TTL, *(mid for mid, _ in marks)],
-        )
+        args: list[object] = [queue.group, STATS_TTL, notes.settings(queue)]
+        for job, _ in marks:
+            origin = job.origin if ORIGIN in job.fields else ""
+            args += [job.message_id, os.fsencode(job.job_id), origin]
+        keys = [queue.stream, queue.keys.stats(), *notes.keys(queue), *(m for _, m in marks)]
+        acked = self.scripts.dedupe(keys=keys, args=args)
         return {raw.decode() for raw in acked}
 
-    def wait_for_entries(self, newest: dict[str, str], block_ms: int) -> None:
-        """Wait up to ``block_ms`` until a stream has an entry after its ``newest`` id; XREAD
-        reads without consuming anything, and holds nothing."""
-        self.client.xread(newest, count=1, block=block_ms)  # type: ignore[arg-type]
+    def wait_for_entries(self, newest: dict[str, str], block_ms: int) -> bool:
+        """Wait up to ``block_ms`` until a stream has an entry after its ``newest`` id; True
+        when one has. XREAD holds nothing, and its reply (an entry: any size) is skipped as it
+        comes, never held (``doorbell``)."""
+        return doorbell.wait(self.client, newest, block_ms, None)[0]
 
     def length(self, stream: str) -> int:
         """How many entries ``stream`` holds (XLEN)."""

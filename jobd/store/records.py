@@ -1,9 +1,11 @@
-"""The history's formats as read (docs/history.md): a job's records, an active record, an event,
-and the view of a job ``jobd job`` and the dashboard show. What is read is anyone's bytes: a line
-that is no JSON object is skipped, a value of the wrong type is not known."""
+"""The history's formats as read (docs/concepts/history.md): a job's records, an active record,
+an event, and the view of a job ``jobd job`` and the dashboard show. What is read is anyone's
+bytes: a line that is no JSON object is skipped, a value of the wrong type is not known."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,12 +61,16 @@ class Running:
     since_ms: int | None = None
     attempt: int | None = None
     deadline_ms: int | None = None
+    progress: float | None = None  # percent, as its handler last told (renewals write it)
+    status: str | None = None  # its status line as told (not UTF-8 bytes escaped: ``\\xff``)
+    cancelling: bool = False  # `jobd cancel` asked it to stop: its handler is being stopped
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
     """A job's records, oldest first, and its state on Redis's clock ``now_ms``: 'running'
-    (``running``), 'delayed' (``due_ms``), 'waiting' (the ``entry`` of ``stream`` that carries
+    (``running``), 'cancelling' (running, and `jobd cancel` asked it to stop: ``running``),
+    'delayed' (``due_ms``), 'waiting' (the ``entry`` of ``stream`` that carries
     it when known; ``consumer`` when delivered but not running: about to start, or its daemon
     died), the last terminal record's event (done, dead-lettered, expired, poison, cancelled),
     or 'unknown'."""
@@ -116,6 +122,24 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\\\x{ord(match.group()) - 0xDC00:02x}"  # \\\\ in JSON: one backslash
 
 
+def result_of(raw: dict[str, Any]) -> bytes | None:
+    """The result a record keeps, its bytes exactly (``notes.result_field``): ``result`` as
+    UTF-8, or ``result_base64`` decoded; None when it keeps none (or someone else's bytes)."""
+    text, encoded = raw.get("result"), raw.get("result_base64")
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogateescape")
+    if isinstance(encoded, str):
+        with contextlib.suppress(ValueError):
+            return base64.b64decode(encoded, validate=True)
+    return None
+
+
+def result_text(raw: dict[str, Any]) -> str | None:
+    """A record's result as text to show: not UTF-8 bytes as ``\\xff``."""
+    result = result_of(raw)
+    return None if result is None else result.decode("utf-8", "backslashreplace")
+
+
 def parse_records(blob: bytes | None) -> tuple[list[Record], int]:
     """A history value's records, and how many of its lines were none."""
     records, skipped = [], 0
@@ -142,5 +166,35 @@ def parse_active(job_id: str, raw: bytes) -> Running | None:
     if not (stream and entry and consumer):
         return None
     number = {name: _value(obj, name, True) for name in ("pid", "since", "attempt", "deadline")}
+    progress, status = obj.get("progress"), obj.get("status")
+    if not isinstance(progress, int | float) or isinstance(progress, bool):
+        progress = None
     return Running(job_id, stream, entry, consumer, _value(obj, "host", False), number["pid"],
-                   number["since"], number["attempt"], number["deadline"])  # fmt: skip
+                   number["since"], number["attempt"], number["deadline"], progress,
+                   status if isinstance(status, str) else None)  # fmt: skip
+
+
+def links(records: list[Record]) -> dict[str, Any]:
+    """A job's workflow links, from its records (docs/workflows.md), where they say: ``parent``
+    (the job whose JOBD_ENQUEUE file named it, "QUEUE JOB_ID"), ``follow_ups`` (``count`` and the
+    first ``jobs`` of its latest attempt that enqueued some), ``after`` (``all`` it waited for,
+    those ``left``, ``any``: it runs after any outcome) and ``batch``; None for each unknown."""
+    found: dict[str, Any] = {"parent": None, "follow_ups": None, "after": None, "batch": None}
+    for record in records:
+        raw = record.raw
+        for name in ("parent", "batch"):
+            if isinstance(raw.get(name), str):
+                found[name] = raw[name]
+        jobs = raw.get("follow_up_jobs")
+        if isinstance(count := raw.get("follow_ups"), int) and isinstance(jobs, list):
+            found["follow_ups"] = {"count": count, "jobs": [j for j in jobs if isinstance(j, str)]}
+        if record.event == "waiting" and isinstance(after := raw.get("after"), list):
+            every = [str(x) for x in after]
+            found["after"] = {"all": every, "left": list(every), "any": raw.get("any") is True}
+        elif record.event == "dependency" and found["after"] is not None:
+            left = found["after"]["left"]
+            if raw.get("dependency") in left:
+                left.remove(raw["dependency"])
+        elif record.event == "released" and found["after"] is not None:
+            found["after"]["left"] = []
+    return found

@@ -28,7 +28,9 @@ NAMES = (
     "retry", "schedule", "promote", "delayed_list", "requeue", "trim", "dedupe",
     "enqueue_unique", "tick", "acquire", "bind", "release", "read_levels", "observe", "keep",
     "purge", "dead_letters_shown", "pause", "resume", "cancel", "cancel_delayed", "cancelled",
-    "start", "scheduled", "forget",
+    "start", "scheduled", "forget", "keep_marks", "cancel_waiting", "follow_up", "beat",
+    "entries_shown", "delayed_shown", "recent", "wait_on", "hold", "unblock", "batch", "callback",
+    "cancel_held", "expire_held",
 )  # fmt: skip
 
 
@@ -37,14 +39,14 @@ USES = "--! uses "
 
 @cache
 def source(name: str) -> str:
-    """The script as sent to Redis: ``lua/NAME.lua``, after the library its first line names
-    (``--! uses LIB``, from ``lua/lib/``): Redis runs each script alone, so what several share
-    is sent with each."""
+    """The script as sent to Redis: ``lua/NAME.lua``, after the libraries its first line names
+    (``--! uses LIB [LIB…]``, from ``lua/lib/``, in that order): Redis runs each script alone,
+    so what several share is sent with each."""
     folder = resources.files("jobd.store").joinpath("lua")
     text = folder.joinpath(f"{name}.lua").read_text("utf-8")
     if text.startswith(USES):
-        lib = text.split("\n", 1)[0].removeprefix(USES).strip()
-        text = folder.joinpath("lib", lib).read_text("utf-8") + text
+        libs = text.split("\n", 1)[0].removeprefix(USES).split()
+        text = "".join(folder.joinpath("lib", lib).read_text("utf-8") for lib in libs) + text
     return text
 
 
@@ -77,11 +79,25 @@ class Scripts:
     resume: Script
     cancel: Script
     cancel_delayed: Script
+    cancel_waiting: Script
     cancelled: Script
     start: Script
     scheduled: Script
     forget: Script
     dead_letters_shown: Script
+    keep_marks: Script
+    follow_up: Script
+    beat: Script
+    entries_shown: Script
+    delayed_shown: Script
+    recent: Script
+    wait_on: Script
+    hold: Script
+    unblock: Script
+    batch: Script
+    callback: Script
+    cancel_held: Script
+    expire_held: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

@@ -9,16 +9,22 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import time
 from typing import Any
 
 import redis
 
 from jobd import cron
 from jobd.config import Config, QueueConfig
+from jobd.store import connection as redisconn
+from jobd.store import registry, scripts
 from jobd.store.control import paused_from
+from jobd.store.keys import DAEMONS
 
-LAG_COUNT_CAP = 100_000  # when Redis reports lag as null, count at most this many entries
+# When Redis reports a group's lag as null, the entries after its last delivered one are counted
+# in Redis (lua/count_after.lua), LAG_COUNT_STEP at a time, LAG_COUNT_CAP at most: beyond, the
+# lag is given as at least that (``lag_at_least``).
+LAG_COUNT_CAP = 10_000
+LAG_COUNT_STEP = 16
 
 
 def _ms_of(stream_id: bytes | str) -> int:
@@ -27,10 +33,11 @@ def _ms_of(stream_id: bytes | str) -> int:
 
 
 def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
-    """Where queue ``q`` (one stream: a priority level is a queue here) stands at ``now``."""
-    now = time.time() if now is None else now
+    """Where queue ``q`` (one stream: a priority level is a queue here) stands at ``now``:
+    Redis's time (``connection.Clock``; read here when not given), never the host's."""
+    now = redisconn.Clock(client).at(q.stream) if now is None else now
     minute = int(now // 60)
-    redis_ms = _redis_ms(client) if q.slots is not None or q.rate is not None else 0
+    redis_ms = int(now * 1000)
     replies = _read(client, q, minute, redis_ms)
     length, groups, pending, consumers, delayed, dead, last, this = replies[:8]
     slots_used, bucket, waiting, paused = replies[8:]
@@ -43,10 +50,11 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         "length": 0 if isinstance(length, Exception) else length,
         "exists": group is not None,
         "lag": None,
+        "lag_at_least": False,  # lag is a lower bound: Redis said null, and counting stopped
         "pending": 0,
         "oldest_pending_age": None,
-        "delayed": delayed,
-        "dead_lettered": dead,
+        "delayed": _count(delayed),
+        "dead_lettered": _count(dead),
         "last_minute": _counters(last),
         "this_minute": _counters(this),
         "consumers": [],
@@ -62,7 +70,8 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         return result
     result["lag"] = group.get("lag")
     if result["lag"] is None:
-        result["lag"] = count_after(client, q.stream, group["last-delivered-id"])
+        counted, exact = count_after(client, q.stream, group["last-delivered-id"])
+        result["lag"], result["lag_at_least"] = counted, not exact
     if not isinstance(pending, Exception) and pending["pending"]:
         result["pending"] = pending["pending"]
         result["oldest_pending_age"] = max(0.0, now - _ms_of(pending["min"]) / 1000)
@@ -90,6 +99,12 @@ def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> li
     return pipe.execute(raise_on_error=False)
 
 
+def _count(reply: object) -> int | None:
+    """A count Redis answered; None for its error (a key of another type, written by someone
+    else): the JSON report cannot hold the exception, and the text shows '-'."""
+    return None if isinstance(reply, Exception) else reply  # type: ignore[return-value]
+
+
 def _pause(fields: object) -> dict[str, Any] | None:
     """``jobd pause``: since when (Unix seconds, Redis's clock) and by whom; None: running."""
     found = paused_from(fields)  # type: ignore[arg-type]
@@ -107,6 +122,8 @@ def _consumer(info: dict[str, Any]) -> dict[str, Any]:
     (None for another name, or a daemon on its own)."""
     name = info["name"].decode("utf-8", "backslashreplace")
     parts = CONSUMER.fullmatch(name)
+    if parts and max(len(parts["pid"]), len(parts["process"] or "")) > 15:
+        parts = None  # not a daemon's: a pid or index past any (and past JSON's integers)
     process = parts["process"] if parts else None
     return {
         "name": name,
@@ -116,12 +133,6 @@ def _consumer(info: dict[str, Any]) -> dict[str, Any]:
         "pid": int(parts["pid"]) if parts else None,
         "process": int(process) if process else None,
     }
-
-
-def _redis_ms(client: redis.Redis) -> int:
-    """Redis's clock, Unix ms: slots and tokens live on it (acquire.lua)."""
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _limits(
@@ -155,17 +166,16 @@ def _waiting(value: bytes) -> dict[str, Any] | None:
     return {"for": reason, "since": int(since) / 1000} if since.isdigit() else None
 
 
-def count_after(client: redis.Redis, stream: str, last_delivered: bytes) -> int:
-    """Entries after ``last_delivered`` (what lag means), counted, up to LAG_COUNT_CAP."""
-    start = f"({last_delivered.decode()}"
-    counted = 0
-    while counted < LAG_COUNT_CAP:
-        rows = client.xrange(stream, start, "+", count=10_000)
-        counted += len(rows)
-        if len(rows) < 10_000:
-            break
-        start = f"({rows[-1][0].decode()}"
-    return counted
+def count_after(client: redis.Redis, stream: str, last_delivered: bytes) -> tuple[int, bool]:
+    """Entries after ``last_delivered`` (what lag means), counted in Redis up to LAG_COUNT_CAP
+    (``lua/count_after.lua``: no entry leaves Redis), and whether that is all of them; 0 for a
+    stream of another type (its error is shown elsewhere)."""
+    count = client.register_script(scripts.source("count_after"))
+    try:
+        counted, ended = count(keys=[stream], args=[last_delivered, LAG_COUNT_CAP, LAG_COUNT_STEP])
+    except redis.ResponseError:
+        return 0, True
+    return int(counted), bool(ended)
 
 
 def _counters(raw: object) -> dict[str, int]:
@@ -177,13 +187,26 @@ def _counters(raw: object) -> dict[str, int]:
     return counts
 
 
-def gather(client: redis.Redis, config: Config) -> dict[str, Any]:
-    now = time.time()
-    return {
-        "redis": config.redis.describe(),
-        "time": now,
-        "queues": {name: with_levels(client, q, now) for name, q in config.queues.items()},
-    }
+def gather(
+    client: redis.Redis, config: Config, clock: redisconn.Clock | None = None
+) -> dict[str, Any]:
+    """Every queue's status and the daemon registry. Ages and minutes are on Redis's clock (one
+    TIME per server: ``clock``); ``time`` is the registry's server's (what the registry's
+    listing and the dashboard's every reply say), so any host shows the same figures."""
+    clock = redisconn.Clock(client) if clock is None else clock
+    queues = {name: with_levels(client, q, clock.at(q.stream)) for name, q in config.queues.items()}
+    report = {"redis": config.redis.describe(), "time": clock.at(DAEMONS), "queues": queues}
+    return with_daemons(client, config, report)
+
+
+def with_daemons(client: redis.Redis, config: Config, report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with the daemon registry (``daemons``, and ``daemons_error`` when it cannot be
+    read whole), and each queue's ``daemons``: those serving it, read from it yet or not."""
+    listed = registry.listing(client)
+    report["daemons"], report["daemons_error"] = listed["daemons"], listed["error"]
+    for name, q in config.queues.items():
+        report["queues"][name]["daemons"] = registry.serving(listed["daemons"], q.stream, q.group)
+    return report
 
 
 def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, Any]:
@@ -194,6 +217,6 @@ def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, An
         for level in q.levels:
             s = result if level.stream == q.stream else queue_status(client, level, now)
             result["levels"][level.priority] = {
-                k: s[k] for k in ("stream", "length", "lag", "pending", "delayed")
+                k: s[k] for k in ("stream", "length", "lag", "lag_at_least", "pending", "delayed")
             }
     return result

@@ -41,10 +41,12 @@ class Tick:
 class UpkeepOps(StoreBase):
     def trim(self, queue: QueueConfig, maxlen: int, batch: int) -> tuple[int, bool]:
         """One bounded trim call: the number of entries removed, and whether it stopped at its
-        budget with the stream still above ``maxlen`` (another call can go on at once)."""
+        budget with the stream still above ``maxlen`` (another call can go on at once). Nothing
+        is removed while the queue's own group is missing from its stream (``queue`` is one
+        stream's: the queue's, or a priority level's, with its group)."""
         trimmed, deleted, more = self.scripts.trim(
             keys=[queue.stream, queue.keys.trim_cursor()],
-            args=[maxlen, batch, CURSOR_TTL * 1000],
+            args=[maxlen, batch, CURSOR_TTL * 1000, queue.group],
         )
         return int(trimmed) + int(deleted), bool(more)
 

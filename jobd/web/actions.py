@@ -4,7 +4,7 @@ Dead letters: ``/api/dead-letters/requeue {queue, ids | all}`` and ``/purge {que
 (``jobd.dlq``). Operator controls, as ``jobd pause``/``resume``/``cancel`` do them
 (``jobd.cancel``): ``/api/pause {queue}``, ``/api/resume {queue}`` and ``/api/cancel
 {queue, job_ids}``, which says where each job was found (running, waiting, delayed, or nowhere
-yet: a mark then waits for it for ``CANCEL_WAIT``).
+yet: it stays cancelled for ``CANCEL_UNSEEN``).
 
 Every action needs the token (checked before, by the dashboard), ``dashboard.actions: true``,
 a POST, and the CSRF header ``X-Jobd-CSRF``; its body is a JSON object read to its
@@ -36,7 +36,7 @@ MAX_IDS = 1000  # record ids in one requeue
 RECORD_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 MAX_JOB_IDS = 100  # job ids in one cancel
 MAX_JOB_ID = 1024  # characters of a job id asked for (cancel, lookup)
-CANCEL_WAIT = 3600.0  # seconds a mark waits for a job not found yet (as `jobd cancel`'s --wait)
+CANCEL_UNSEEN = 3600.0  # seconds a job found nowhere stays cancelled (`jobd cancel --unseen-for`)
 CONTROLS = ("/api/pause", "/api/resume", "/api/cancel")
 Reply = tuple[str, Any]  # an HTTP status and the JSON to send
 
@@ -99,12 +99,13 @@ def control(store: Store, config: Config, environ: dict[str, Any], action: str) 
                  "was paused" if ended else "was not paused")  # fmt: skip
         return "200 OK", {"queue": queue.name, "resumed": pause_shown(ended)}
     ids = job_ids(body.get("job_ids"))
-    wait = max(CANCEL_WAIT, queue.lease.renew_every + 1)
-    found = cancel(store, queue, ids, int(wait * 1000), by)
+    unseen = CANCEL_UNSEEN
+    found = cancel(store, queue, ids, int(unseen * 1000), by)
     log.info("dashboard: %s cancelled job(s) %s of queue %s: %s", by, ids, queue.name,
              ", ".join(f.where for f in found))  # fmt: skip
-    return "200 OK", {"queue": queue.name, "wait": wait,
-                      "found": [found_shown(f, wait) for f in found]}  # fmt: skip
+    # "wait": the old name of "unseen_for", kept for scripts that read it.
+    return "200 OK", {"queue": queue.name, "unseen_for": unseen, "wait": unseen,
+                      "found": [found_shown(f, unseen) for f in found]}  # fmt: skip
 
 
 def operator(environ: dict[str, Any]) -> str:
@@ -118,12 +119,12 @@ def pause_shown(state: Paused | None) -> dict[str, Any] | None:
     return None if state is None else {"since": state.since_ms / 1000, "by": state.by}
 
 
-def found_shown(f: Found, wait: float) -> dict[str, Any]:
+def found_shown(f: Found, unseen: float) -> dict[str, Any]:
     """Where a cancel found a job, and what that means, in `jobd cancel`'s words."""
     return {
         "job_id": f.job_id, "where": f.where, "consumer": f.consumer, "entry": f.entry,
         "due": f.due_ms / 1000 if f.where == "delayed" else None,
-        "said": where(f, f"{wait:g}s"),
+        "said": where(f, f"{unseen:g}s"),
     }  # fmt: skip
 
 

@@ -30,8 +30,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
-import time
 import urllib.parse
 from collections.abc import Callable, Iterable
 from importlib import resources
@@ -41,30 +39,17 @@ import orjson
 import redis
 
 from jobd.config import Config, QueueConfig
-from jobd.job import JOB_ID, RESERVED_ATTEMPT, RESERVED_JOB_ID
 from jobd.store import connection as redisconn
 from jobd.store import figures, status
-from jobd.store.admin import Shown
-from jobd.store.delayed import Waiting
-from jobd.store.records import Event, Record, Running
+from jobd.store.browse import DelayedShown
+from jobd.store.keys import DAEMONS
+from jobd.store.records import Event, Record, links
 from jobd.store.store import Store
-from jobd.web import actions
+from jobd.web import actions, pages, shown
 from jobd.web.actions import BadRequest
 
 log = logging.getLogger("jobd.dashboard")
 
-DEAD_LETTERS_SHOWN = 20
-STDERR_SHOWN = 2048  # bytes of each record's stderr tail on the page
-PAYLOAD_SHOWN = 4096  # bytes of the head of each payload, when payloads are shown
-FIELD_SHOWN = 256  # bytes of the head of every other field
-# What the page shows of a record: its name there, the record's field, and the bytes Redis
-# returns of it (the first N; -N: the last N). The payload comes last (shown or not).
-SHOWN = (
-    ("job_id", "jobd_job_id", FIELD_SHOWN), ("error", "jobd_error", FIELD_SHOWN),
-    ("exit_code", "jobd_exit_code", FIELD_SHOWN), ("signal", "jobd_signal", FIELD_SHOWN),
-    ("attempts", "jobd_attempts", FIELD_SHOWN), ("failed_at", "jobd_failed_at", FIELD_SHOWN),
-    ("stderr", "jobd_stderr", -STDERR_SHOWN), ("payload", "payload", PAYLOAD_SHOWN),
-)  # fmt: skip
 DELAYED_SHOWN = 5  # the next delayed jobs shown per queue
 RUNNING_SHOWN = 200  # running jobs shown per queue, oldest first
 EVENTS_SHOWN = 50  # events a feed request returns by default (at most EVENTS_MAX)
@@ -85,107 +70,54 @@ STATIC = {
 StartResponse = Callable[[str, list[tuple[str, str]]], object]
 
 
-def overview(store: Store, config: Config, now: float | None = None) -> dict[str, Any]:
-    """What the page shows, for every queue."""
-    now = time.time() if now is None else now
+def overview(store: Store, config: Config, query: object = None) -> dict[str, Any]:
+    """Every queue with its figures, dead letters, delayed and running jobs: what the page
+    showed before it had an overview and queue pages (kept for scripts that read it)."""
+    clock = redisconn.Clock(store.client)  # Redis's time, not this host's
     queues = {}
     for name, q in config.queues.items():
+        now = clock.at(q.stream)
         queues[name] = status.with_levels(store.client, q, now)
         queues[name]["hour"] = figures.last_hour(store.client, q, now)
-        queues[name]["dead_letters"] = dead_letters(store, q, config.dashboard.show_payloads)
-        queues[name]["next_delayed"] = next_delayed(store, q)
-        queues[name]["running_jobs"] = [_running(r) for r in store.running(q)[:RUNNING_SHOWN]]
-    return {"redis": config.redis.describe(), "time": now, "queues": queues}
+        queues[name].update(_lists(store, q, config.dashboard.show_payloads))
+        queues[name]["running_jobs"] = [shown.running(r) for r in store.running(q)[:RUNNING_SHOWN]]
+    report = {"redis": config.redis.describe(), "time": clock.at(DAEMONS), "queues": queues}
+    return status.with_daemons(store.client, config, report)
+
+
+def _lists(store: Store, q: QueueConfig, show_payloads: bool) -> dict[str, Any]:
+    """A queue's newest dead letters and next delayed jobs; a key of another type empties its
+    list and is said in ``errors`` (never a 500)."""
+    lists: dict[str, Any] = {"dead_letters": [], "next_delayed": [], "errors": []}
+    try:
+        lists["dead_letters"] = dead_letters(store, q, show_payloads)
+    except redis.ResponseError as exc:
+        lists["errors"].append(pages.unreadable(store.client, pages.READ["dead"](q), exc))
+    try:
+        lists["next_delayed"] = next_delayed(store, q)
+    except redis.ResponseError as exc:
+        keys = {k: v for lvl in q.all_levels() for k, v in pages.READ["delayed"](lvl).items()}
+        lists["errors"].append(pages.unreadable(store.client, keys, exc))
+    return lists
 
 
 def next_delayed(store: Store, q: QueueConfig) -> list[dict[str, Any]]:
     """The ``DELAYED_SHOWN`` jobs due soonest, of every priority level of the queue."""
-    soonest: list[tuple[QueueConfig, Waiting]] = []
+    soonest: list[tuple[QueueConfig, DelayedShown]] = []
     for level in q.all_levels():
-        soonest += [(level, w) for w in store.delayed_list(level, DELAYED_SHOWN)]
+        page = store.delayed_shown(level, 0, DELAYED_SHOWN, DELAYED_SHOWN, cap=shown.JOB_ID_SHOWN)
+        soonest += [(level, d) for d in page.rows]
     soonest.sort(key=lambda pair: pair[1].due_ms)
-    return [_delayed(level, w) for level, w in soonest[:DELAYED_SHOWN]]
-
-
-def _delayed(level: QueueConfig, w: Waiting) -> dict[str, Any]:
-    """A delayed job as the page shows it: when it is due, its job id and attempt (none of its
-    payload); a member that is not a job says why."""
-    job_id = w.fields.get(JOB_ID) or w.fields.get(RESERVED_JOB_ID)
-    item: dict[str, Any] = {
-        "due": w.due_ms / 1000,
-        "job_id": None if job_id is None else _text(job_id[:FIELD_SHOWN]),
-        "attempt": _text(w.fields.get(RESERVED_ATTEMPT, b"1")[:FIELD_SHOWN]) if w.fields else None,
-        "level": level.priority,
-    }
-    if w.malformed:
-        item["bad"] = w.malformed[:FIELD_SHOWN]
-    return item
+    return [shown.delayed(level, w) for level, w in soonest[:DELAYED_SHOWN]]
 
 
 def dead_letters(store: Store, q: QueueConfig, show_payloads: bool) -> list[dict]:
     """The newest records, only the fields shown, cut in Redis (``Store.dead_letters_shown``):
     a record of any size costs the daemon a few KiB."""
-    fields = SHOWN if show_payloads else SHOWN[:-1]
+    fields = shown.SHOWN if show_payloads else shown.SHOWN[:-1]
     asked = [(field, cap) for _, field, cap in fields]
-    shown = store.dead_letters_shown(q, DEAD_LETTERS_SHOWN, asked)
-    return [_dead_letter(s, fields) for s in shown]
-
-
-def _dead_letter(shown: Shown, fields: tuple[tuple[str, str, int], ...]) -> dict[str, Any]:
-    """One record as the page shows it; a field jobd would not have written is shown as it is,
-    with why the record is bad, never failing the page."""
-    item: dict[str, Any] = {"id": shown.id}
-    cut = []
-    for (name, _, cap), (value, length) in zip(fields, shown.values, strict=True):
-        item[name] = _text(value)
-        if length > abs(cap):
-            cut.append(name)
-    item["exit_code"] = item["exit_code"] or None
-    item["signal"] = item["signal"] or None
-    item["failed_at"], bad = _failed_at(item["failed_at"], "failed_at" in cut)
-    if bad:
-        item["bad"] = bad
-    if cut:
-        item["cut"] = cut  # only the tail of stderr, the head of the others
-    return item
-
-
-def _failed_at(text: str, cut: bool) -> tuple[float | None, str | None]:
-    """Seconds since the epoch from jobd_failed_at (milliseconds), or None and why not."""
-    if not text:
-        return None, "no jobd_failed_at"
-    try:
-        if cut:
-            raise ValueError(text)
-        return int(text) / 1000, None
-    except (ValueError, OverflowError):
-        return None, "jobd_failed_at is not a time in milliseconds"
-
-
-def _text(value: bytes | None) -> str:
-    return "" if value is None else value.decode("utf-8", "backslashreplace")
-
-
-def _seconds(ms: int | None) -> float | None:
-    return None if ms is None else ms / 1000
-
-
-def _job_id(job_id: str) -> dict[str, Any]:
-    """A job id as the page shows it, and whether the page can name it back exactly (cancel,
-    lookup): not when it is not UTF-8 (shown with escapes) or is longer than an action takes."""
-    raw = os.fsencode(job_id)
-    text = raw.decode("utf-8", "backslashreplace")
-    exact = text == raw.decode("utf-8", "replace") and len(text) <= actions.MAX_JOB_ID
-    return {"job_id": text} if exact else {"job_id": text, "inexact": True}
-
-
-def _running(r: Running) -> dict[str, Any]:
-    """A running job as the page shows it (times: Unix seconds on Redis's clock)."""
-    return {
-        **_job_id(r.job_id), "stream": r.stream, "entry": r.entry, "consumer": r.consumer,
-        "host": r.host, "pid": r.pid, "since": _seconds(r.since_ms), "attempt": r.attempt,
-        "deadline": _seconds(r.deadline_ms),
-    }  # fmt: skip
+    found = store.dead_letters_shown(q, shown.DEAD_LETTERS_SHOWN, asked)
+    return [shown.dead_letter(s, fields) for s in found]
 
 
 def job_lookup(store: Store, config: Config, query: dict[str, list[str]]) -> dict[str, Any]:
@@ -196,20 +128,21 @@ def job_lookup(store: Store, config: Config, query: dict[str, list[str]]) -> dic
         raise BadRequest(f"id is a job id of 1 to {actions.MAX_JOB_ID} characters")
     view = store.job(queue, job_id)
     return {
-        "queue": view.queue, **_job_id(view.job_id), "state": view.state,
-        "now": view.now_ms / 1000, "due": _seconds(view.due_ms), "entry": view.entry,
+        "queue": view.queue, **shown.job_id_shown(view.job_id), "state": view.state,
+        "now": view.now_ms / 1000, "due": shown.seconds(view.due_ms), "entry": view.entry,
         "stream": view.stream, "consumer": view.consumer, "skipped": view.skipped,
-        "running": None if view.running is None else _running(view.running),
+        "running": None if view.running is None else shown.running(view.running),
         "records": [_record(rec) for rec in view.records],
+        **links(view.records),  # parent, follow_ups, after, batch: the page links them
     }  # fmt: skip
 
 
 def _record(rec: Record) -> dict[str, Any]:
     """A history record as the page shows it: what it says (times in Unix seconds)."""
-    shown = {name: getattr(rec, name) for name in RECORD_FIELDS}
+    said = {name: getattr(rec, name) for name in RECORD_FIELDS}
     for name in ("at", "started", "due"):
-        shown[name] = _seconds(getattr(rec, name + "_ms"))
-    return shown
+        said[name] = shown.seconds(getattr(rec, name + "_ms"))
+    return said
 
 
 def events_feed(store: Store, config: Config, query: dict[str, list[str]]) -> dict[str, Any]:
@@ -235,9 +168,10 @@ def events_feed(store: Store, config: Config, query: dict[str, list[str]]) -> di
 def _event(event: Event) -> dict[str, Any]:
     """An event as the page shows it: its time, queue, and (the first 32 of) its fields."""
     fields = dict(list(event.fields.items())[:32])
-    shown = {k[:FIELD_SHOWN]: v[:FIELD_SHOWN] for k, v in fields.items()}
+    cap = shown.FIELD_SHOWN
+    said = {k[:cap]: v[:cap] for k, v in fields.items()}
     at = int(event.id.split("-", 1)[0]) / 1000
-    return {"id": event.id, "queue": event.queue, "at": at, "fields": shown}
+    return {"id": event.id, "queue": event.queue, "at": at, "fields": said}
 
 
 def _cursor(config: Config, text: str) -> dict[str, str]:
@@ -297,8 +231,10 @@ class Dashboard:
             return _static(path, start_response)
         if not self.authorized(environ):
             return _reply(start_response, "401 Unauthorized", {"error": "a valid token is needed"})
-        if method == "GET" and path == "/api/overview":
-            report = overview(self.store, self.config)
+        if method == "GET" and path in ("/api/overview", "/api/summary"):
+            report = (overview if path == "/api/overview" else pages.summary)(
+                self.store, self.config, {}
+            )
             report["actions"] = self.config.dashboard.actions
             report["csrf"] = self.csrf
             return _reply(start_response, "200 OK", report)
@@ -329,7 +265,7 @@ class Dashboard:
         return _reply(start_response, *reply)
 
 
-READS = {"/api/job": job_lookup, "/api/events": events_feed}
+READS = {"/api/job": job_lookup, "/api/events": events_feed, **pages.READS}
 
 
 def _path(environ: dict[str, Any]) -> str:

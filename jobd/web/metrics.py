@@ -13,18 +13,35 @@ is in the daemon's environment at start: ``SHARED``), and the supervisor alone s
 merged (``HostMetrics``): counters and histograms summed over every daemon that ran (a restart
 loses no count), running handlers and free slots summed over the live ones, the queues' state
 (which every daemon reads from Redis) the latest reading of a live one.
+
+Whoever serves also says which jobd it is (``jobd_build_info``, always 1, its labels the
+version and Python's) and how its process does (prometheus_client's ``process_*`` series:
+``process_start_time_seconds`` changes at each restart). No ``*_created`` series: a counter's
+creation time is one more series per counter that dashboards show as a value.
 """
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app, values
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    make_wsgi_app,
+    values,
+)
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from jobd import __version__
 from jobd.outcome import Outcome, Verb
 from jobd.store import figures
 from jobd.web.server import Server, serve_app
@@ -37,6 +54,27 @@ SHARED: bool = getattr(values.ValueClass, "_multiprocess", False)
 DURATION_BUCKETS = figures.BUCKETS  # shared with the per-minute figures in Redis
 RSS_BUCKETS = tuple(float(2**n) for n in range(20, 37, 2))  # 1 MiB to 64 GiB, ×4
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
+
+disable_created_metrics()  # prometheus_client's switch is process-wide; read at each scrape
+
+
+class BuildInfo:
+    """``jobd_build_info{version, python} 1``: which jobd answers (a collector, not a gauge:
+    in multiprocess mode its value would otherwise go through the files)."""
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "jobd_build_info", "The jobd that serves these metrics: always 1.",
+            labels=["version", "python"],
+        )  # fmt: skip
+        family.add_metric([__version__, platform.python_version()], 1)
+        yield family
+
+
+def own_series(registry: CollectorRegistry) -> None:
+    """What the serving process says of itself: its build, and its ``process_*`` series."""
+    registry.register(BuildInfo())  # type: ignore[arg-type]
+    ProcessCollector(registry=registry)
 
 
 @dataclass(frozen=True)
@@ -53,6 +91,9 @@ class QueueMetrics:
     latency: Any
     cpu: Any
     rss: Any
+    notified: Any  # messages taken from its handlers' channel
+    extended: Any  # of which EXTEND_TIMEOUT_USEC, taken while running
+    watchdogged: Any  # handlers stopped by their watchdog
 
 
 class Metrics:
@@ -63,6 +104,7 @@ class Metrics:
     # long: the list of every series, one statement each: split, it would no longer read as one
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        own_series(self.registry)
         self.started = self._counter("jobd_jobs_started", "Handlers started.")
         self.succeeded = self._counter("jobd_jobs_succeeded", "Jobs acknowledged after exit 0.")
         self.retried = self._counter("jobd_jobs_retried", "Failed attempts scheduled again.")
@@ -76,16 +118,52 @@ class Metrics:
             ["queue", "error"],
             registry=self.registry,
         )
+        self.failed = Counter(
+            "jobd_jobs_failed",
+            "Failed attempts, retried or dead-lettered, by jobd_error (memory: over "
+            "resources.memory or OOM-killed).",
+            ["queue", "error"],
+            registry=self.registry,
+        )
         self.reclaimed = self._counter(
             "jobd_jobs_reclaimed", "Entries taken over after their lease lapsed."
         )
         self.leases_lost = self._counter(
             "jobd_leases_lost", "Entries this daemon lost to another consumer."
         )
+        self.notify_dropped = Counter(
+            "jobd_notify_dropped",
+            "Messages on handlers' NOTIFY_SOCKET not taken whole, by reason: stranger (not "
+            'from a running job\'s process; queue ""), malformed (taken in part), truncated.',
+            ["queue", "reason"],
+            registry=self.registry,
+        )
+        self.notify_messages = self._counter(
+            "jobd_notify_messages",
+            "Messages taken from handlers' NOTIFY_SOCKET, each its job's (malformed ones too: "
+            "taken in part).",
+        )
+        self.timeout_extensions = self._counter(
+            "jobd_timeout_extensions",
+            "EXTEND_TIMEOUT_USEC taken from running handlers: each moved a deadline (up to the "
+            "queue's max_timeout).",
+        )
+        self.watchdog_timeouts = self._counter(
+            "jobd_watchdog_timeouts",
+            "Handlers stopped by their watchdog (silent past the queue's watchdog after a "
+            "WATCHDOG=1); their attempts failed as timeout.",
+        )
         self.groups_recreated = self._counter(
             "jobd_groups_recreated",
             "Consumer groups that vanished under a running daemon and were created again at the "
             "stream's start: every entry still in the stream is delivered again.",
+        )
+        self.trace_context_dropped = Counter(
+            "jobd_trace_context_dropped",
+            "Trace context fields (traceparent, tracestate, baggage) of started jobs dropped as "
+            "not W3C: the job ran without them.",
+            ["queue", "field"],
+            registry=self.registry,
         )
         self.duration = self._histogram(
             "jobd_handler_duration_seconds", "Handler run time.", DURATION_BUCKETS
@@ -121,7 +199,14 @@ class Metrics:
             "jobd_queue_paused_since_seconds",
             "When the queue was paused (jobd pause), Unix seconds on Redis's clock; 0: running.",
         )
+        self.redis_up = Gauge(
+            "jobd_redis_up",
+            "1 when the last reading of the queues' state reached Redis, 0 when Redis was away.",
+            registry=self.registry,
+            multiprocess_mode="livemostrecent",
+        )
         self.heartbeat = time.monotonic()
+        self._errors: dict[str, set[str]] = {}  # jobd_error values failed with, by queue
         self._queues: dict[str, QueueMetrics] = {}
         self._shown: dict[tuple[str, str], tuple[Any, Callable[[], float]]] = {}  # SHARED
         self._show_at = 0.0
@@ -144,8 +229,11 @@ class Metrics:
                 *(m.labels(queue=queue) for m in (self.started, self.succeeded, self.retried,
                                                    self.reclaimed, self.leases_lost,
                                                    self.duration, self.latency, self.cpu,
-                                                   self.rss))
+                                                   self.rss, self.notify_messages,
+                                                   self.timeout_extensions,
+                                                   self.watchdog_timeouts))
             )  # fmt: skip
+            self.cancelled.labels(queue=queue)  # at 0 too, though not touched for every job
         return found
 
     def queue_state(self, queue: str, report: dict) -> None:
@@ -153,8 +241,8 @@ class Metrics:
         self.lag.labels(queue=queue).set(report["lag"] or 0)
         self.pending.labels(queue=queue).set(report["pending"])
         self.oldest.labels(queue=queue).set(report["oldest_pending_age"] or 0)
-        self.delayed.labels(queue=queue).set(report["delayed"])
-        self.dead.labels(queue=queue).set(report["dead_lettered"])
+        self.delayed.labels(queue=queue).set(report["delayed"] or 0)  # None: a key of
+        self.dead.labels(queue=queue).set(report["dead_lettered"] or 0)  # another type
         paused = report.get("paused")
         self.paused.labels(queue=queue).set(max(paused["since"], 1) if paused else 0)
 
@@ -179,10 +267,43 @@ class Metrics:
             self.of(outcome.queue.name).succeeded.inc()
         elif outcome.verb is Verb.RETRY:
             self.of(outcome.queue.name).retried.inc()
+            self._failed(outcome.queue.name, outcome.error)
         elif outcome.verb is Verb.DEAD_LETTER:
+            self._failed(outcome.queue.name, outcome.error)
             self.dead_lettered.labels(queue=outcome.queue.name, error=outcome.error).inc()
         elif outcome.verb is Verb.CANCEL:
             self.cancelled.labels(queue=outcome.queue.name).inc()
+
+    def trace_dropped(self, queue: str, fields: Sequence[str]) -> None:
+        for name in fields:
+            self.trace_context_dropped.labels(queue=queue, field=name).inc()
+
+    def _failed(self, queue: str, error: str | None) -> None:
+        self._errors.setdefault(queue, set()).add(str(error))
+        self.failed.labels(queue=queue, error=error).inc()
+
+    def forget(self, queue: str) -> None:
+        """Drop every series of a queue a reload removed, once nothing of it runs: kept, each
+        renamed queue left its series (histograms and all, and its gauges' functions holding
+        its slots) for ever, and /metrics listed every name ever served. In multiprocess mode
+        (``SHARED``) the files keep what was written (prometheus_client cannot remove there);
+        this process still forgets its own."""
+        self._queues.pop(queue, None)
+        for shown in [k for k in self._shown if k[1] == queue]:
+            del self._shown[shown]
+        errors = self._errors.pop(queue, set())
+        if SHARED:
+            return
+        by_queue = (self.started, self.succeeded, self.retried, self.cancelled, self.reclaimed,
+                    self.leases_lost, self.groups_recreated, self.duration, self.latency,
+                    self.cpu, self.rss, self.notify_messages, self.timeout_extensions,
+                    self.watchdog_timeouts, self.running, self.free, self.lag, self.pending,
+                    self.oldest, self.delayed, self.dead, self.paused)  # fmt: skip
+        for metric in by_queue:
+            metric.remove(queue)
+        for error in errors:  # each failed; some dead-lettered too (remove: none is no error)
+            self.failed.remove(queue, error)
+            self.dead_lettered.remove(queue, error)
 
     def beat(self) -> None:
         """The main loop turned over."""
@@ -205,6 +326,7 @@ class HostMetrics:
 
     def __init__(self, directory: str, healthy: Callable[[], bool]) -> None:
         self.registry = CollectorRegistry()
+        own_series(self.registry)
         MultiProcessCollector(self.registry, path=directory)
         self.restarts = Counter(
             "jobd_process_restarts",

@@ -22,6 +22,12 @@ local running, bucket, waiting = KEYS[1], KEYS[2], KEYS[3]
 local want, me, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local lease_ms, rate, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local stale_ms = tonumber(ARGV[7])
+-- jobd's own keys: one of another type there (someone else's) is replaced, before any write, so
+-- no call below fails half-way (slots and tokens taken, the caller told nothing).
+for key, kind in pairs({[running] = 'zset', [bucket] = 'hash', [waiting] = 'hash'}) do
+  local t = redis.call('TYPE', key).ok
+  if t ~= kind and t ~= 'none' then redis.call('DEL', key) end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local grant, reason, wait = want, '', 0
@@ -42,8 +48,8 @@ if limit > 0 then
 end
 if rate > 0 then
   local state = redis.call('HMGET', bucket, 'tokens', 'at')
-  local tokens = tonumber(state[1] or burst)
-  local at = tonumber(state[2] or now)
+  local tokens = tonumber(state[1] or burst) or burst -- a value that is no number: a full bucket
+  local at = tonumber(state[2] or now) or now
   tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
   if math.floor(tokens) < grant then
     grant = math.floor(tokens)

@@ -23,11 +23,11 @@ if ARGV[4] == '1' then
   for i = 1, granted do redis.call('ZREM', running, 'wait:' .. me .. ':' .. i) end
   for i = 7, #ARGV do redis.call('ZADD', running, expiry, ARGV[i]) end
 end
-if ARGV[5] == '1' and used < granted and redis.call('EXISTS', bucket) == 1 then
-  local tokens = tonumber(redis.call('HGET', bucket, 'tokens') or '0')
+if ARGV[5] == '1' and used < granted and redis.call('TYPE', bucket).ok == 'hash' then
+  local tokens = tonumber(redis.call('HGET', bucket, 'tokens') or '0') or 0
   tokens = math.min(tonumber(ARGV[6]), tokens + granted - used)
   redis.call('HSET', bucket, 'tokens', tostring(tokens))
 end
-local newest = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
-if #newest == 0 then return '0-0' end
+local newest = redis.pcall('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1) -- after the writes
+if newest.err or #newest == 0 then return '0-0' end
 return newest[1][1]

@@ -1,35 +1,26 @@
+--! uses shown.lua
 -- dead_letters_shown.lua: the newest dead letters as the dashboard shows them: only the fields
 -- it names, each cut to a size here, so a huge record never leaves Redis whole.
 --
 -- KEYS[1]  the dead-letter stream
 -- ARGV[1]  at most this many records, newest first
--- ARGV[2…] pairs: a field name, and how many of its bytes to return (the first N; -N: the
+-- ARGV[2]  at most about this many bytes read: no record is read once the records read hold
+--          this many (a record is read whole: one call reads at most this plus one record)
+-- ARGV[3…] pairs: a field name, and how many of its bytes to return (the first N; -N: the
 --          last N)
 --
 -- Read-only. Records are read one at a time (at most one whole record in the script's memory).
 -- Returns {{id, value, length, value, length, …}, …}: per field asked for, in order, its value
 -- cut (false when the record has no such field) and its whole length in bytes.
 local out = {}
-local last = '+'
+local last, read, budget = '+', 0, tonumber(ARGV[2])
 for _ = 1, tonumber(ARGV[1]) do
+  if read >= budget then break end
   local row = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', 1)[1]
   if not row then break end
-  local fields = {}
-  for i = 1, #row[2], 2 do
-    fields[row[2][i]] = row[2][i + 1]
-  end
-  local shown = {row[1]}
-  for i = 2, #ARGV, 2 do
-    local value, cap = fields[ARGV[i]], tonumber(ARGV[i + 1])
-    if value == nil then
-      shown[#shown + 1] = false
-      shown[#shown + 1] = 0
-    else
-      shown[#shown + 1] = cap < 0 and string.sub(value, cap) or string.sub(value, 1, cap)
-      shown[#shown + 1] = #value
-    end
-  end
+  local shown, _, size = shown_row(row, 3)
   out[#out + 1] = shown
+  read = read + size
   last = '(' .. row[1]
 end
 return out

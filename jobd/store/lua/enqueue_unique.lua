@@ -16,7 +16,8 @@
 -- (and writes nothing) when the fields are not 1 to MAX_FIELDS pairs. The mark stays 'queued'
 -- while the job waits, runs and is retried; settle.lua and dead_letter.lua clear it (or make it
 -- 'done') in the same step as the job's ack. It expires ARGV[1] after the due time, counted on
--- Redis's clock (TIME), so a job due in 30 days keeps its mark 30 days plus ARGV[1]. A due time
+-- Redis's clock (TIME), so a job due in 30 days keeps its mark 30 days plus ARGV[1]; the daemon
+-- running it, and a retry, keep it longer (keep_marks.lua). A due time
 -- that is neither form is an error too (nothing written).
 local bad = check_fields('enqueue_unique.lua', 4, '')
 if bad then return bad end
@@ -25,6 +26,14 @@ if not due then return bad_due('enqueue_unique.lua', ARGV[2]) end
 local state = redis.call('GET', KEYS[3])
 if state then
   return {'exists', state}
+end
+-- Someone else's key where the job goes: refused before the mark is set ('queued' for a job
+-- never added would refuse its id for days).
+local into, kind = KEYS[1], 'stream'
+if due > now then into, kind = KEYS[2], 'zset' end
+local found = redis.call('TYPE', into).ok
+if found ~= kind and found ~= 'none' then
+  return redis.error_reply('WRONGTYPE enqueue_unique.lua: ' .. into .. ' is a ' .. found)
 end
 local ttl = tonumber(ARGV[1]) + math.max(0, due - now)
 redis.call('SET', KEYS[3], 'queued', 'PX', string.format('%d', ttl))

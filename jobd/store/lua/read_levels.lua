@@ -1,7 +1,11 @@
--- read_levels.lua: read new entries from a queue's priority levels, highest first, in one step.
+--! uses jobs.lua
+-- read_levels.lua: read new entries from a queue's priority levels, highest first, in one step
+-- (a queue without levels is its own one level).
 --
 -- KEYS[1..n] the levels' streams, highest priority first (one consumer group on each)
 -- KEYS[n+1] optional: the queue's cancellation marks (cancel.lua), whether any exist is returned
+-- KEYS[n+2] optional: the queue's pause (pause.lua), returned as read after the read
+-- KEYS[n+3] optional, with KEYS[n+2]: the queue's cancel generation (cancel.lua), returned too
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   how many entries at most (the free slots)
@@ -11,9 +15,16 @@
 --           Redis's clock (TIME) minus its id's time (set by Redis's clock too, at XADD *): the
 --           same answer from every host, however far its own clock is off
 -- ARGV[6]   n, how many of KEYS are levels (default: all)
+-- ARGV[7]   the most bytes an entry's fields may hold to be handed over as they are (the queue's
+--           max_payload and jobd.job.ENTRY_SLACK), or 0 for any: a larger entry is read (it is
+--           this consumer's now) but handed over as a stand-in (lib/jobs.lua sized), so no read
+--           brings the daemon more than this an entry
 --
--- Returns {entries, newest, marks}: marks is 1 when the cancellation marks key exists (the
--- reader then asks which entries are cancelled: cancelled.lua), after the read; entries is a list of {level index, id, fields}, taken from the
+-- Returns {entries, newest, marks, pause, gen}: pause is the pause key's HGETALL (empty: not
+-- paused), or 'wrongtype' for a key of another type, when KEYS[n+2] is given; gen is the
+-- cancel generation's GET (false: none, or a key of another type); marks is 1 when
+-- the cancellation marks key exists (the reader then asks which entries are cancelled:
+-- cancelled.lua), after the read; entries is a list of {level index, id, fields}, taken from the
 -- highest non-empty level first and then the next; when none was read, newest lists each
 -- level's newest entry id ('0-0' when empty), for the reader to wait for entries after them
 -- (XREAD BLOCK) without holding any. Strict priority: a level is read only when every higher
@@ -21,15 +32,25 @@
 local out, left = {}, tonumber(ARGV[3])
 local levels = tonumber(ARGV[6]) or #KEYS
 local after = tonumber(ARGV[5])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[7]) or 0
+local now = 0 -- Redis's time (ms), read only for aging (most queues have none)
 
+-- A level that fails (NOGROUP: its stream deleted; someone else's key there) once another
+-- level's entries were read (delivered: in this consumer's pending list) ends the read with
+-- them, so they run now rather than after reclaim_after; with nothing read yet, the error is
+-- the reply (the reader makes the group again).
+local failed = nil
 local function read(i, count)
-  local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count,
-                           'STREAMS', KEYS[i], '>')
+  if failed then return end
+  local reply = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count,
+                            'STREAMS', KEYS[i], '>')
+  if type(reply) == 'table' and reply.err then
+    failed = reply
+    return
+  end
   if reply then
     for _, e in ipairs(reply[1][2]) do
-      out[#out + 1] = {i, e[1], e[2]}
+      out[#out + 1] = {i, e[1], sized(e[2], limit)}
       left = left - 1
     end
   end
@@ -37,7 +58,9 @@ end
 
 -- Whether the next entry the group has not read yet from level i waited past `after`.
 local function starving(i)
-  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[i])) do
+  local groups = redis.pcall('XINFO', 'GROUPS', KEYS[i])
+  if groups.err then return false end -- read() says why, unless something was read before it
+  for _, g in ipairs(groups) do
     local fields = {}
     for j = 1, #g, 2 do fields[g[j]] = g[j + 1] end
     if fields['name'] == ARGV[1] then
@@ -48,7 +71,9 @@ local function starving(i)
   return false
 end
 
-if after > 0 then
+if after > 0 and levels > 1 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   for i = 2, levels do
     if left > 0 and starving(i) then read(i, 1) end
   end
@@ -57,6 +82,7 @@ for i = 1, levels do
   if left <= 0 then break end
   read(i, left)
 end
+if failed and #out == 0 then return failed end
 local newest = {}
 if #out == 0 then
   for i = 1, levels do
@@ -65,4 +91,14 @@ if #out == 0 then
   end
 end
 local marks = (levels < #KEYS) and redis.call('EXISTS', KEYS[levels + 1]) or 0
-return {out, newest, marks}
+local pause = false
+if levels + 2 <= #KEYS then
+  pause = redis.pcall('HGETALL', KEYS[levels + 2])
+  if type(pause) == 'table' and pause.err then pause = 'wrongtype' end
+end
+local gen = false
+if levels + 3 <= #KEYS then
+  gen = redis.pcall('GET', KEYS[levels + 3])
+  if type(gen) ~= 'string' then gen = false end
+end
+return {out, newest, marks, pause, gen}

@@ -9,7 +9,10 @@
 -- ARGV[4]  cursor to start from ('0-0' at first)
 -- ARGV[5]  at most this many entries (this daemon's free slots)
 -- ARGV[6]  the history's settings (lib/jobs.lua history_at)
--- ARGV[7..] entries this consumer handed back whose hand-back it has not seen answered (Redis
+-- ARGV[7]  the most bytes an entry's fields may hold to be returned as they are, or 0 for any:
+--          a larger entry is claimed but returned as a stand-in (lib/jobs.lua sized), as
+--          read_levels.lua does
+-- ARGV[8..] entries this consumer handed back whose hand-back it has not seen answered (Redis
 --          was away): one still this consumer's and not handed back (not idle for decades)
 --          never got its hand-back, and its claim here is that hand-back's claim too: the
 --          delivery it counts is taken back in the same step, as the hand-back would have
@@ -17,21 +20,32 @@
 --          costs no delivery toward max_deliveries. (The hand-back itself, sent again later,
 --          finds the entry delivered since and leaves it alone.)
 --
--- Returns {next cursor, {{id, {field, value, …}, times delivered}, …}, {deleted id, …}}.
+-- Returns {next cursor, {{id, {field, value, …}, times delivered, handed back: 1 or 0}, …},
+-- {deleted id, …}}.
 -- The caller follows the cursor until it is '0-0': XAUTOCLAIM scans at most COUNT×10 pending
 -- entries per call and may claim nothing yet return a non-zero cursor. The delivery count is
 -- read in the same script, after the claim counted this delivery: it is what the poison check
 -- (max_deliveries) needs. Redis 7.0+ purges pending entries whose data was deleted and lists
 -- them third; 6.2 returns them with no data: they are acknowledged here, as nothing is left to run.
+-- Either way their jobs' active records (of a daemon that died) are removed.
 -- Each entry claimed is in its job's history and the queue's events ('reclaimed', deliveries) in
 -- the same step.
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
 local unanswered = {}
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   local p = redis.call('XPENDING', stream, group, ARGV[i], ARGV[i], 1)
   if #p == 1 and p[1][2] == me and tonumber(p[1][3]) < HANDED_BACK then
     unanswered[ARGV[i]] = true
   end
+end
+-- Entries handed back (settle.lua 'back': idle since 1970) are picked up again, not taken over
+-- from a lapsed lease: each claimed one is flagged so (the caller logs it as such). XAUTOCLAIM
+-- looks at most at ARGV[5] × 10 entries of the pending list from the cursor on, so those are
+-- the ones read here (their rows only, in the same order), before the claim makes them idle no
+-- more: a bounded read, where XPENDING … IDLE walks the whole rest of the list when few match.
+local back = {}
+for _, p in ipairs(redis.call('XPENDING', stream, group, ARGV[4], '+', 10 * tonumber(ARGV[5]))) do
+  if tonumber(p[3]) >= HANDED_BACK then back[p[1]] = true end
 end
 local reply = redis.call('XAUTOCLAIM', stream, group, me, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
 local claimed, deleted, h = {}, reply[3] or {}, nil
@@ -46,7 +60,8 @@ for _, entry in ipairs(reply[2]) do
       p[1][4] = math.max(tonumber(p[1][4]) - 1, 1)
       redis.call('XCLAIM', stream, group, me, '0', id, 'RETRYCOUNT', p[1][4], 'JUSTID')
     end
-    claimed[#claimed + 1] = {id, fields, p[1][4]}
+    claimed[#claimed + 1] = {id, sized(fields, tonumber(ARGV[7])), p[1][4],
+      (back[id] or unanswered[id]) and 1 or 0}
     h = h or history_at(2, ARGV[6])
     local job = job_id_of(id, fields)
     local record = cjson.encode({event = 'reclaimed', stream = stream, entry = id, consumer = me,
@@ -54,5 +69,10 @@ for _, entry in ipairs(reply[2]) do
     remember(h, {event = 'reclaimed', job = job, record = record,
       extras = {'consumer', me, 'deliveries', tostring(p[1][4])}}, now_ms(), id)
   end
+end
+-- A deleted entry's job runs nowhere: its active record (of a daemon that died) goes too.
+if #deleted > 0 then
+  h = h or history_at(2, ARGV[6])
+  gone_not_running(h, stream, deleted)
 end
 return {reply[1], claimed, deleted}

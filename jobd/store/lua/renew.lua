@@ -11,13 +11,16 @@
 -- ARGV[3]   the slots' lease, ms: they expire that long after now by Redis's clock (TIME),
 --           one clock for every host (ignored without KEYS[7])
 -- ARGV[4]   the history's settings (lib/jobs.lua history_at)
--- ARGV[5..] ids of the entries this consumer believes it holds
+-- ARGV[5]   N: how many of the held entries' handlers told something new (below)
+-- ARGV[6..5+3N] per such entry, three: its id, its job id, and the fields to show in its
+--           active record (a JSON object's members' text, as '"progress":42,"status":"…"')
+-- ARGV[6+3N..] ids of the entries this consumer believes it holds
 --
--- Returns {lost, cancelled}: lost is a flat list of pairs for the entries it no longer holds:
+-- Returns {lost, cancelled, shown}: lost is a flat list of pairs for the entries it no longer holds:
 -- id, owner now ('' when no one: acknowledged, its data trimmed, or handed back); cancelled
 -- lists the entries it holds that `jobd cancel` marked ('id:STREAM|ENTRY'): the daemon stops their
 -- handlers (the heartbeat's reply carries the cancellation, so it reaches any host, through a
--- cluster or Sentinel, with no pub/sub). The marks stay until the outcome is written. An entry
+-- cluster or Sentinel, with no pub/sub); shown lists the entries whose told fields were written. The marks stay until the outcome is written. An entry
 -- lost to another consumer, or gone, is in the job's history and the queue's events ('lease
 -- lost', owner) in the same step (not one this consumer handed back itself, nor one pending
 -- nowhere: settled, by its own outcome most likely, since the caller listed it).
@@ -43,19 +46,24 @@ while true do
   if #page < 1000 then break end
   start = '(' .. page[#page][1]
 end
-local lost, mine, h = {}, {}, nil
+local lost, mine, h, gone = {}, {}, nil, {}
 -- The job's history and the queue's events: this consumer's attempt of entry ``id`` ended here.
 local function lost_to(id, owner)
   h = h or history_at(3, ARGV[4])
   local entry = redis.call('XRANGE', stream, id, id)
   local job = #entry == 1 and job_id_of(id, entry[1][2]) or id
-  if owner == '' then not_running(h, job, stream, id) end -- else the active record may be theirs
+  if owner == '' and #entry == 1 then -- else the active record may be theirs
+    not_running(h, job, stream, id)
+  elseif owner == '' then -- its data gone: the job id is not known here (below, all at once)
+    gone[#gone + 1] = id
+  end
   local record = cjson.encode({event = 'lease lost', stream = stream, entry = id, consumer = me,
     owner = owner})
   remember(h, {event = 'lease lost', job = job, record = record,
     extras = {'consumer', me, 'owner', owner}}, now_ms(), id)
 end
-for i = 5, #ARGV do
+local told = tonumber(ARGV[5])
+for i = 6 + 3 * told, #ARGV do
   local id = ARGV[i]
   if held[id] then
     mine[#mine + 1] = id
@@ -72,11 +80,17 @@ for i = 5, #ARGV do
   end
 end
 local expiry = 0
-if KEYS[7] then
+local slots = KEYS[7]
+if slots then -- someone else's key there takes no slot: the renewals (written above) must
+  local t = redis.call('TYPE', slots).ok -- not end in an error that hides the leases lost
+  if t ~= 'zset' and t ~= 'none' then slots = nil end
+end
+if slots then
   local t = redis.call('TIME')
   expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 end
 local CHUNK = 1000
+local renewed = {}
 for first = 1, #mine, CHUNK do
   local args = {stream, group, me, '0'}
   local last = math.min(first + CHUNK - 1, #mine)
@@ -89,11 +103,13 @@ for first = 1, #mine, CHUNK do
       lost[#lost + 1] = mine[i]
       lost[#lost + 1] = ''
       lost_to(mine[i], '')
-    elseif KEYS[7] then
-      redis.call('ZADD', KEYS[7], expiry, me .. '|' .. stream .. '|' .. mine[i])
+    else
+      renewed[mine[i]] = true
+      if slots then redis.call('ZADD', slots, expiry, me .. '|' .. stream .. '|' .. mine[i]) end
     end
   end
 end
+if h then gone_not_running(h, stream, gone) end
 -- A marks key of another type (someone else's) is no mark: the renewal itself must go on.
 local cancelled = {}
 if redis.call('TYPE', KEYS[2]).ok == 'zset' then
@@ -103,4 +119,33 @@ if redis.call('TYPE', KEYS[2]).ok == 'zset' then
     end
   end
 end
-return {lost, cancelled}
+-- What handlers told of themselves (progress, status; lease.py) goes into their jobs' active
+-- records: only for entries renewed here (a handler whose lease was lost changes nothing of the
+-- new owner's), and only into this consumer's record of this very entry ("STREAM|ENTRY\n"
+-- first, "consumer" this one; none yet: the daemon sends it again). The record of the same
+-- entry by its previous holder (taken over from it, and this consumer's own record not written
+-- yet) is not this one's: written there, what the new handler told was shown as the old
+-- holder's, then lost when start.lua replaced the record, and never sent again. The fields come
+-- first in the record, before "since" (start.lua), and replace those told before: a '"since":'
+-- outside a JSON string is that key's (a quote in a string is escaped), so what follows it is
+-- the record as start.lua wrote it.
+local function mine_to_tell(value, prefix)
+  if string.sub(value, 1, #prefix) ~= prefix then return false end
+  local ok, record = pcall(cjson.decode, string.sub(value, #prefix + 1))
+  return ok and type(record) == 'table' and record.consumer == me
+end
+local shown = {}
+local t = told > 0 and redis.call('TYPE', KEYS[5]).ok
+for i = 6, 5 + 3 * told, 3 do
+  local id, job, fields = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local prefix = stream .. '|' .. id .. '\n'
+  local value = renewed[id] and t == 'hash' and redis.call('HGET', KEYS[5], job)
+  if value and mine_to_tell(value, prefix) then
+    local at = string.find(value, '"since":', #prefix + 1, true)
+    if at then
+      redis.call('HSET', KEYS[5], job, prefix .. '{' .. fields .. ',' .. string.sub(value, at))
+      shown[#shown + 1] = id
+    end
+  end
+end
+return {lost, cancelled, shown}

@@ -4,7 +4,8 @@
 -- KEYS[1]   the dead-letter stream
 -- KEYS[2]   the queue's stream
 -- KEYS[3..6] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
--- KEYS[7..] the job id marks of the records' --unique jobs (jobd/store/keys.py, "job:J")
+-- KEYS[7]   the queue's cancellation marks (cancel.lua)
+-- KEYS[8..] the job id marks of the records' --unique jobs (jobd/store/keys.py, "job:J")
 -- ARGV[1]   milliseconds a mark set again lasts (keys.UNIQUE_TTL)
 -- ARGV[2]   the history's settings (lib/jobs.lua history_at)
 -- ARGV[3]   who requeues (user@host)
@@ -19,11 +20,13 @@
 -- Others may XADD records too: one whose entry could not be added (no job fields of its own,
 -- or more than MAX_FIELDS fields) is left in place, and so is the record of a job wider than
 -- that (dead_letter.lua keeps only its payload and job_id, and says in jobd_fields how many
--- it had). Returns {{ids requeued}, {id, why, …} of the records left}; missing ids are
+-- it had), or whose values it clipped (jobd_clipped). Returns {{ids requeued}, {id, why, …} of the records left}; missing ids are
 -- skipped. Each job requeued is in the queue's events (requeue, by, new_entry) and its
--- history (requeued) in the same step.
+-- history (requeued) in the same step. A requeue is an operator's new decision: a `jobd
+-- cancel` mark of the job id ('job:JOB_ID', left by a cancel that found the job nowhere) is
+-- removed, so that it does not cancel the job requeued.
 local dead, stream, ttl = KEYS[1], KEYS[2], ARGV[1]
-local KEPT = {jobd_job_id = true, jobd_unique = true, jobd_timeout = true,
+local KEPT = {jobd_job_id = true, jobd_unique = true, jobd_parent = true, jobd_timeout = true,
   jobd_max_attempts = true}
 
 -- The XADD arguments of a record's job and whether it is unique, else nil, false and why not.
@@ -45,6 +48,8 @@ local function entry_of(fields)
       unique = unique or fields[j] == 'jobd_unique'
     elseif fields[j] == 'jobd_fields' then
       width = fields[j + 1]
+    elseif fields[j] == 'jobd_clipped' then
+      return nil, false, 'clipped: ' .. fields[j + 1] .. ' bytes, only a prefix kept (malformed)'
     end
   end
   if width then
@@ -60,6 +65,7 @@ end
 
 local done, left = {}, {}
 local h, now = history_at(3, ARGV[2]), now_ms()
+local marks = redis.call('TYPE', KEYS[7]).ok == 'zset' and KEYS[7] or nil
 for i = 4, #ARGV, 2 do
   local id, mark = ARGV[i], tonumber(ARGV[i + 1])
   local rec = redis.call('XRANGE', dead, id, id)
@@ -76,6 +82,9 @@ for i = 4, #ARGV, 2 do
         dead_letter = id, stream = stream})
       remember(h, {event = 'requeue', job = job, record = record,
         extras = {'by', ARGV[3], 'new_entry', new, 'dead_letter', id}}, now, nil)
+      if marks then
+        redis.call('ZREM', marks, 'job:' .. job_id_of(new, {unpack(entry, 3)}))
+      end
       if unique and mark > 0 then
         redis.call('SET', KEYS[mark], 'queued', 'PX', ttl, 'NX')
       end

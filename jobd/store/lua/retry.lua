@@ -1,4 +1,4 @@
---! uses jobs.lua
+--! uses jobs.lua workflows.lua
 -- retry.lua: schedule a job's next attempt in the delayed set and ack its entry, in one step.
 --
 -- KEYS[1]   the queue's stream
@@ -16,6 +16,15 @@
 --           the job's fields for the next attempt, as name, value pairs (jobd_job_id and
 --           jobd_attempt included)
 --
+-- KEYS[8]   the queue's cancellation marks (cancel.lua)
+-- KEYS[9], KEYS[10] the queue's waiters hash and outbox: a job cancelled instead of retried tells
+--           its batch and the jobs waiting for it (lib/workflows.lua ended)
+-- KEYS[11]  optional: the job's --unique mark (jobd/store/keys.py, "job:J")
+--
+-- An entry `jobd cancel` marked (its handler failed on its own before its SIGTERM came) gets
+-- no next attempt: it is acknowledged as cancelled, its marks removed, its --unique mark
+-- deleted if it still says 'queued'; returns 0 then. A cancel holds while the job can run.
+--
 -- A member is cmsgpack.pack({unique id, name, value, …}); the unique id (here the entry's id,
 -- unique in its stream) keeps two identical jobs from collapsing into one member.
 -- Returns 1, or {'not held', owner} when this consumer no longer holds the entry (then nothing
@@ -28,6 +37,13 @@ if #p == 0 or p[1][2] ~= me then
 end
 local h = history_at(4, ARGV[6])
 local note, first = note_at(7)
+local marks, by_id = KEYS[8], 'id:' .. stream .. '|' .. id
+if marks and redis.call('TYPE', marks).ok == 'zset' and redis.call('ZSCORE', marks, by_id) then
+  cancelled_instead(stream, group, me, id, h, note, now_ms(), marks, by_id, KEYS[11], KEYS[3],
+    ARGV[5], 'failed before jobd cancel stopped it: not retried')
+  ended(workflow_at(9, h.queue), note.job, 'cancelled', batch_of(note))
+  return 0
+end
 local member = {id}
 for i = first, #ARGV do member[#member + 1] = ARGV[i] end
 local now = now_ms()
@@ -37,7 +53,6 @@ redis.call('XACK', stream, group, id)
 not_running(h, note.job, stream, id)
 remember(h, note, now, id, {'due', due})
 trim_history(h, now)
-redis.call('HINCRBY', KEYS[3], 'retried', 1)
-redis.call('HINCRBY', KEYS[3], 'failed', 1)
-redis.call('EXPIRE', KEYS[3], ARGV[5])
+add_count(KEYS[3], 'retried', 1, ARGV[5])
+add_count(KEYS[3], 'failed', 1, ARGV[5])
 return 1

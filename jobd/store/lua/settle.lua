@@ -1,4 +1,4 @@
---! uses jobs.lua
+--! uses jobs.lua workflows.lua
 -- settle.lua: acknowledge entries, or hand them back, but only those this consumer still holds;
 -- each one's history record and event are written in the same step (lib/jobs.lua remember).
 --
@@ -13,23 +13,34 @@
 -- ARGV[3]   seconds the counters are kept
 -- ARGV[4]   milliseconds an acked job's mark says 'done' (the dedupe window); 0: deleted
 -- ARGV[5]   the history's settings (lib/jobs.lua history_at)
--- ARGV[6..] per entry: operation, id, index in KEYS of the job's mark (0: none), for 'back'
+-- ARGV[6]   index in KEYS of the queue's outbox (on a Redis Cluster), or 0: follow-ups are added
+--           to their queues here (one Redis: their streams and delayed sets are among KEYS)
+-- ARGV[7..] per entry: operation, id, index in KEYS of the job's mark (0: none), for 'back'
 --           sent again the milliseconds since it was first sent (-1: the first send; see below),
---           then its note (lib/jobs.lua note_at). Operation 'ack': XACK, and the mark set to 'done' or
---           deleted in the same step. Operation
+--           then its note (lib/jobs.lua note_at), then its follow-ups (lib/jobs.lua
+--           follow_ups_at; a count of 0 for most). Operation 'ack': XACK, and the mark set to
+--           'done' or deleted in the same step, and the job's follow-ups added to their queues
+--           (or to the outbox, each an entry whose fields say where it goes: store/outbox.py)
+--           before it, with an event 'follow-ups'; a follow-up that cannot be written (someone
+--           else's key where it goes) leaves the entry unacknowledged, as not held: nothing of it
+--           is written (it is taken over and run again, poison in the end). Operation
 --           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
 --           it now), its delivery count one less: see below. Operation 'cancel' (`jobd
 --           cancel` stopped it): XACK, counted as cancelled, its cancellation marks removed, and
 --           a --unique job's mark deleted if it still says 'queued'.
+-- KEYS[#KEYS - 1], KEYS[#KEYS] the queue's waiters hash and outbox: a job that ends here (done,
+--           cancelled) tells its batch and the jobs waiting for it (lib/workflows.lua ended).
 --
--- Returns a flat list of pairs for the entries left alone: id, owner now ('' when no one).
+-- Returns a flat list of pairs for the entries left alone: id, owner now ('' when no one); and
+-- last the pair '', 'notices' when workflow notices were written into the outbox.
 -- An entry another consumer took over is being run there: acknowledging or handing it back
 -- from here would end or duplicate that run, and it gets no record from here. A replay (a lost
 -- reply) finds its entries no longer pending: nothing is written twice.
 local stream, stats, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local window = tonumber(ARGV[4])
 local h, now = history_at(4, ARGV[5]), now_ms()
+local w = workflow_at(#KEYS - 1, h.queue)
 local skipped, done, cancelled = {}, 0, 0
 -- While cancellation marks exist, a job that ends here (done, or cancelled) takes its marks
 -- with it: a later job of the same id is not cancelled by a mark meant for this one.
@@ -37,13 +48,41 @@ local marks = KEYS[3] and redis.call('TYPE', KEYS[3]).ok == 'zset' and KEYS[3] o
 local function unmark(id, job)
   redis.call('ZREM', marks, 'id:' .. stream .. '|' .. id, 'job:' .. job)
 end
-local i = 6
+local outbox = tonumber(ARGV[6]) > 0 and KEYS[tonumber(ARGV[6])] or nil
+-- The follow-ups ``fu`` of entry ``id`` of job ``job``, written (true), or none of them when one
+-- cannot be (false).
+local function follow(id, job, fu)
+  if outbox then
+    local t = redis.call('TYPE', outbox).ok
+    if t ~= 'stream' and t ~= 'none' then return false end
+  else
+    for _, f in ipairs(fu) do
+      if not can_add(f.stream, f.delayed) then return false end
+    end
+  end
+  local queues, seen = {}, {}
+  for _, f in ipairs(fu) do
+    if outbox then
+      redis.call('XADD', outbox, '*', 'queue', f.queue, 'stream', f.stream, 'delayed', f.delayed,
+        'mark', f.mark, 'due', f.due, 'member', f.member, 'job', f.job,
+        'fields', cmsgpack.pack(f.fields))
+    else
+      add_job(f.stream, f.delayed, f.due, f.member, f.fields)
+    end
+    if not seen[f.queue] then seen[f.queue] = true; queues[#queues + 1] = f.queue end
+  end
+  emit(h, 'follow-ups', {'job', job, 'entry', id, 'count', string.format('%d', #fu),
+    'queues', table.concat(queues, ',')})
+  return true
+end
+local i = 7
 while i <= #ARGV do
   local op, id, mark, again = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  local note
+  local note, fu
   note, i = note_at(i + 4)
+  fu, i = follow_ups_at(i)
   local p = redis.call('XPENDING', stream, group, id, id, 1)
-  if #p == 0 or p[1][2] ~= me then
+  if #p == 0 or p[1][2] ~= me or (op == 'ack' and #fu > 0 and not follow(id, note.job, fu)) then
     skipped[#skipped + 1] = id
     skipped[#skipped + 1] = (#p == 0) and '' or p[1][2]
   elseif op == 'ack' then
@@ -52,6 +91,7 @@ while i <= #ARGV do
     if acked == 1 then
       not_running(h, note.job, stream, id)
       remember(h, note, now, id)
+      ended(w, note.job, 'done', batch_of(note))
     end
     done = done + acked
     if acked == 1 and mark > 0 then
@@ -68,8 +108,9 @@ while i <= #ARGV do
     if acked == 1 then
       not_running(h, note.job, stream, id)
       remember(h, note, now, id)
+      ended(w, note.job, 'cancelled', batch_of(note))
     end
-    if mark > 0 and redis.call('GET', KEYS[mark]) == 'queued' then
+    if mark > 0 and says_queued(KEYS[mark]) then
       redis.call('DEL', KEYS[mark])
     end
   elseif again >= 0 and tonumber(p[1][3]) <= again + 1 then
@@ -90,11 +131,13 @@ while i <= #ARGV do
 end
 trim_history(h, now)
 if done > 0 then
-  redis.call('HINCRBY', stats, 'done', done)
-  redis.call('EXPIRE', stats, ARGV[3])
+  add_count(stats, 'done', done, ARGV[3])
 end
 if cancelled > 0 then
-  redis.call('HINCRBY', stats, 'cancelled', cancelled)
-  redis.call('EXPIRE', stats, ARGV[3])
+  add_count(stats, 'cancelled', cancelled, ARGV[3])
+end
+if w.sent > 0 then
+  skipped[#skipped + 1] = ''
+  skipped[#skipped + 1] = 'notices'
 end
 return skipped

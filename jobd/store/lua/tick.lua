@@ -27,9 +27,15 @@ if deadline >= 0 then
     return {'late', now_ms}
   end
 end
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then
+if redis.call('EXISTS', KEYS[2]) == 1 then
   return {'taken'}
 end
+-- The job first: an XADD that fails (someone else's key at the stream's name) fails before
+-- anything is written, and the tick is never marked taken without its job.
+local args = {KEYS[1], '*'}
+for i = 4, #ARGV do args[#args + 1] = ARGV[i] end
+local added = redis.call('XADD', unpack(args))
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 -- Kept unless it is a later tick; anything else found there (not a finite number, or not a
 -- string at all: WRONGTYPE) is replaced. SET overwrites a key of any type.
 local found = redis.pcall('GET', KEYS[3])
@@ -37,6 +43,4 @@ local latest = type(found) == 'string' and tonumber(found) or nil
 if not (latest and latest < math.huge and tick <= latest) then
   redis.call('SET', KEYS[3], ARGV[2])  -- no PX: also clears the expiry older versions set
 end
-local args = {KEYS[1], '*'}
-for i = 4, #ARGV do args[#args + 1] = ARGV[i] end
-return {'added', redis.call('XADD', unpack(args))}
+return {'added', added}

@@ -1,3 +1,4 @@
+--! uses jobs.lua
 -- trim.lua: bring a stream back towards MAXLEN without removing any entry a group still needs.
 --
 -- KEYS[1]  the stream
@@ -7,65 +8,76 @@
 -- ARGV[1]  the target length (retention.maxlen)
 -- ARGV[2]  remove at most this many entries, and look at most at this many, in this call
 -- ARGV[3]  milliseconds the cursor is kept (a duration)
+-- ARGV[4]  the queue's consumer group (jobd's, on this stream)
 --
--- Returns {removed by XTRIM MINID, removed by XDEL, more}: more is 1 when the call stopped at its
+-- Returns {removed by step 1 (XTRIM), removed by XDEL, more}: more is 1 when the call stopped at its
 -- budget with the stream still above MAXLEN (another call can go on at once), else 0.
 --
 -- XTRIM MAXLEN ignores consumer groups (before Redis 8.2): it can remove entries that are
 -- pending, or not yet delivered at all. So, for every group on the stream, jobd's or any
 -- other: an entry may go only if it is below the group's last-delivered id and in no group's
--- pending list. Step 1 trims the oldest entries with MINID, bounded by the oldest pending entry
--- and the first undelivered entry of every group. One long-running job would stop that bound
+-- pending list. Step 1 trims the oldest entries, bounded by the oldest pending entry and the
+-- last delivered entry of every group. One long-running job would stop that bound
 -- for good, so step 2 deletes, one by one, acknowledged entries further on (still below every
 -- group's last-delivered id, in no pending list). Step 2 walks from its cursor, not from the
 -- stream's start: however many pending entries come first (a thousand long-running jobs), each
 -- call looks at the next ARGV[2] entries, and the walk starts again from the stream's start once
--- it reaches the first undelivered entry. No groups: nothing is trimmed. No unpack: any length.
+-- it reaches the first undelivered entry. No groups, or none of them the queue's own: nothing is
+-- trimmed. The groups on the stream are all the groups there are only while jobd's is one of
+-- them: without it (deleted by hand, or not made yet) its reader makes it again from the
+-- stream's start at its next read, and every entry is a job jobd has not had yet, however far
+-- another application's group got. No unpack: any length.
 local stream, cursor_key = KEYS[1], KEYS[2]
 local maxlen, budget, cursor_ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-local function less(a, b)
-  local ams, aseq = parse(a)
-  local bms, bseq = parse(b)
-  return ams < bms or (ams == bms and aseq < bseq)
-end
-local function after(id)
-  local ms, seq = parse(id)
-  return string.format('%d-%d', ms, seq + 1)
-end
+-- Step 1 reads at most this many entries (the rest of one stream node: see there).
+local READ_STEP = 100
 
 local excess = redis.call('XLEN', stream) - maxlen
 if excess <= 0 then return {0, 0, 0} end
-local groups = {}
+local groups, own = {}, false
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
   local info = {}
   for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
   groups[#groups + 1] = info
+  if info['name'] == ARGV[4] then own = true end
 end
-if #groups == 0 then return {0, 0, 0} end
+if not own then return {0, 0, 0} end
 
--- Below `delivered` every group has had every entry; below `safe` none is pending either.
-local delivered, safe = nil, nil
+-- Every group has had every entry up to `delivered` (the least last-delivered id), and none is
+-- pending from `pending` on (the oldest pending entry of any group; nil: none). Ids are compared
+-- as text (lib/jobs.lua id_cmp) and never stepped: no arithmetic on an id, whose parts a Lua
+-- number does not hold exactly.
+local delivered, pending = nil, nil
 for _, g in ipairs(groups) do
-  local next_undelivered = after(g['last-delivered-id'])
-  if delivered == nil or less(next_undelivered, delivered) then delivered = next_undelivered end
-  local bound = next_undelivered
+  local last = g['last-delivered-id']
+  if delivered == nil or id_cmp(last, delivered) < 0 then delivered = last end
   local summary = redis.call('XPENDING', stream, g['name'])
-  if summary[1] > 0 and less(summary[2], bound) then bound = summary[2] end
-  if safe == nil or less(bound, safe) then safe = bound end
+  if summary[1] > 0 and (pending == nil or id_cmp(summary[2], pending) < 0) then
+    pending = summary[2]
+  end
 end
+-- Entries up to `stop` (an XRANGE end) may go, and below `minid` whole stream nodes may.
+local stop, minid = delivered, delivered
+if pending and id_cmp(pending, delivered) <= 0 then stop, minid = '(' .. pending, pending end
 
--- Step 1: the oldest entries, up to the budget and the safe bound.
-local oldest = redis.call('XRANGE', stream, '-', '+', 'COUNT', math.min(excess, budget))
-local trimmed = 0
-if #oldest > 0 then
-  local cut = after(oldest[#oldest][1])
-  if less(safe, cut) then cut = safe end
-  trimmed = redis.call('XTRIM', stream, 'MINID', cut)
+-- Step 1: the oldest entries, up to the budget and `stop`. First whole stream nodes below
+-- `minid` (XTRIM MINID ~: Redis drops a node only when its last id is below it, and LIMIT keeps
+-- the count within the budget), reading no entry; then what is left of the first node: its
+-- entries up to `stop`, read by XRANGE, then removed as the oldest so many (XTRIM MAXLEN =, in
+-- the same step: exactly those read). A node holds at most stream-node-max-entries entries and
+-- is closed past stream-node-max-bytes (4 KB by default), so this reads at most one node's
+-- entries, and at most READ_STEP: never a burst of large entries (a large entry is alone in its
+-- node: dropped whole unread, or at most that one read).
+local want, trimmed = math.min(excess, budget), 0
+if want > 0 then -- (LIMIT 0 would be no limit)
+  trimmed = redis.call('XTRIM', stream, 'MINID', '~', minid, 'LIMIT', want)
+end
+if trimmed < want then
+  local rest = redis.call('XRANGE', stream, '-', stop, 'COUNT', math.min(want - trimmed, READ_STEP))
+  if #rest > 0 then
+    local keep = redis.call('XLEN', stream) - #rest
+    trimmed = trimmed + redis.call('XTRIM', stream, 'MAXLEN', '=', keep)
+  end
 end
 
 -- Step 2: acknowledged entries behind a long-pending one, from the cursor on.
@@ -93,7 +105,7 @@ local deleted, more = 0, 0
 excess = excess - trimmed
 budget = budget - trimmed
 if excess > 0 and budget > 0 then
-  local scan = scan_from('(' .. delivered, budget)
+  local scan = scan_from(delivered, budget)
   local looked = 0
   for _, entry in ipairs(scan) do
     if deleted >= excess then break end

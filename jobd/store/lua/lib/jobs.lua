@@ -3,6 +3,7 @@
 -- (Redis runs every script alone, so shared Lua is shared by being sent with each one).
 
 local MAX_FIELDS = 1000 -- jobd.job.MAX_FIELDS
+local MAX_JOB_ID = 1024 -- jobd.job.MAX_JOB_ID: bytes; an entry with a longer one never runs
 -- An entry idle longer than this was handed back (settle.lua 'back': XCLAIM … TIME 1 makes it
 -- look idle since 1970, about 56 years); no lease comes near it.
 local HANDED_BACK = 10 * 365 * 86400 * 1000
@@ -62,15 +63,78 @@ end
 
 -- The job id of entry ``id`` with flat fields {name, value, …}, as jobd.job reads it: the
 -- producer's job_id, else jobd's jobd_job_id (a retry's), each only when not empty and without a
--- NUL byte, else the entry's id.
+-- NUL byte, else the entry's id; the entry's id too when the first one present is longer than
+-- MAX_JOB_ID (the entry is malformed: never run, and its id is never copied).
 local function job_id_of(id, fields)
   local found = {}
   for i = 1, #fields, 2 do found[fields[i]] = fields[i + 1] end
   for _, name in ipairs({'job_id', 'jobd_job_id'}) do
     local v = found[name]
+    if v and #v > MAX_JOB_ID then return id end
     if v and v ~= '' and not string.find(v, '\0', 1, true) then return v end
   end
   return id
+end
+
+-- Which enqueue the job of flat fields {name, value, …} is of, when its entry says (jobd_origin,
+-- as jobd.job reads it: printable ASCII, 64 bytes at most), else nil: its history record and
+-- event carry it as "origin" (a waiter knows its job's ends by it: jobd.waiting).
+local function origin_of(fields)
+  for i = 1, #fields, 2 do
+    local v = fields[i + 1]
+    if fields[i] == 'jobd_origin' then
+      if #v > 0 and #v <= 64 and not string.find(v, '[^\32-\126]') then return v end
+      return nil
+    end
+  end
+  return nil
+end
+
+-- The event fields {name, value, …} ``extras`` with the job's origin (``origin_of``) added.
+local function with_origin(extras, origin)
+  if origin then extras[#extras + 1] = 'origin'; extras[#extras + 1] = origin end
+  return extras
+end
+
+-- Add ``n`` to ``field`` of the per-minute counters ``key``, kept ``ttl`` seconds. Called after
+-- the writes it counts, so it never fails the script: someone else's key at that name, or a
+-- field that is no integer, leaves the count out.
+local function add_count(key, field, n, ttl)
+  if type(redis.pcall('HINCRBY', key, field, n)) == 'number' then
+    redis.pcall('EXPIRE', key, ttl)
+  end
+end
+
+-- What a reader is handed of an entry with flat fields {name, value, …}: the fields, or a
+-- stand-in that brings none of its data to the daemon when they are more than MAX_FIELDS pairs
+-- (counted as they are, a name repeated or not: jobd_overwide, how many) or hold more than
+-- ``limit`` bytes in all (names and values; 0: no limit; jobd_oversize, the entry's size in
+-- bytes). Its job_id, jobd_job_id and jobd_unique come with it, the last of each (as jobd.job
+-- reads a repeated name), cut to MAX_JOB_ID + 1 bytes (a longer job id stays too long: the
+-- reader refuses it as such). jobd.job reads the stand-in as a malformed job. So a reader is
+-- handed at most MAX_FIELDS pairs and ``limit`` bytes of an entry (of a stand-in, 4 pairs).
+local function sized(fields, limit)
+  local out
+  if #fields > 2 * MAX_FIELDS then
+    out = {'jobd_overwide', string.format('%d', #fields / 2)}
+  else
+    if limit <= 0 then return fields end
+    local size = 0
+    for i = 1, #fields do size = size + #fields[i] end
+    if size <= limit then return fields end
+    out = {'jobd_oversize', tostring(size)}
+  end
+  local ids = {job_id = false, jobd_job_id = false, jobd_unique = false}
+  for i = 1, #fields, 2 do
+    if ids[fields[i]] ~= nil then ids[fields[i]] = fields[i + 1] end
+  end
+  for _, name in ipairs({'job_id', 'jobd_job_id', 'jobd_unique'}) do
+    if ids[name] then
+      out[#out + 1] = name
+      out[#out + 1] = string.sub(ids[name], 1, MAX_JOB_ID + 1)
+    end
+  end
+  return out
 end
 
 -- Redis's time, Unix ms.
@@ -80,7 +144,7 @@ local function now_ms()
 end
 
 
--- History and events (docs/history.md): a job's records in the queue's history hash, and the
+-- History and events (docs/concepts/history.md): a job's records in the queue's history hash, and the
 -- queue's events stream, written by the script that settles each attempt, in the same step.
 -- Nothing here may fail a script half-way (Redis does not undo what a script already did): a
 -- key of another type is skipped (``history_at``), and an event's XADD is a pcall whose error
@@ -127,6 +191,32 @@ local function not_running(h, job, stream, entry)
   local v = redis.call('HGET', h.active, job)
   local prefix = stream .. '|' .. entry .. '\n'
   if v and string.sub(v, 1, #prefix) == prefix then redis.call('HDEL', h.active, job) end
+end
+
+-- The entries ``entries`` (a list of ids) of ``stream`` are gone (deleted or trimmed while
+-- pending): their job ids, which name their active records, can no longer be read from them. The
+-- records are looked for by the entry they name, over the hash (the jobs running now of the
+-- queue; this is rare): one pass for all of a call's gone entries (one pass each cost 1.9 s in
+-- one script for 100 entries over 20 000 records, Redis blocked meanwhile), and at most
+-- GONE_STEPS pages of it, so a call's cost is bounded whatever the hash holds. A record a pass
+-- cut short leaves is stale: readers check it against XPENDING (store/history.py), and the
+-- job's next start replaces it.
+local GONE_STEPS = 32 -- HSCAN pages of ~1000 fields: a pass over a hash of ~30 000 records
+local function gone_not_running(h, stream, entries)
+  if not h.running or #entries == 0 then return end
+  local gone = {}
+  for _, entry in ipairs(entries) do gone[stream .. '|' .. entry] = true end
+  local cursor, steps = '0', 0
+  repeat
+    local page = redis.call('HSCAN', h.active, cursor, 'COUNT', 1000)
+    cursor, steps = page[1], steps + 1
+    for i = 1, #page[2], 2 do
+      local cut = string.find(page[2][i + 1], '\n', 1, true)
+      if cut and gone[string.sub(page[2][i + 1], 1, cut - 1)] then
+        redis.call('HDEL', h.active, page[2][i])
+      end
+    end
+  until cursor == '0' or steps >= GONE_STEPS
 end
 
 -- The job's record and the text that goes before a new one: at most HISTORY_BYTES in all, the
@@ -196,4 +286,185 @@ local function trim_history(h, now)
       redis.call('ZREM', h.at, unpack(old, first, last))
     end
   end
+end
+
+
+-- Cancellation marks (cancel.lua). A mark 'id:STREAM|ENTRY' is held until its entry is settled:
+-- scored HELD (+inf), no expiry reaches it; the script that acknowledges the entry removes it.
+-- 'job:JOB_ID' marks (a job found nowhere, or copies of one) are scored by their expiry (ms).
+local HELD = '+inf'
+local SWEEP = 20 -- held marks a call looks at for entries gone (sweep_held)
+
+-- How stream id ``a`` compares with ``b`` ('MS-SEQ' both): -1, 0 or 1, or nil when either is
+-- not such an id. Compared as text, never as Lua numbers: each part is up to 2^64 - 1, and a Lua
+-- number (a double) is exact only to 2^53 (one producer's explicit id past that made ids that
+-- differ compare equal). Leading zeros are ignored; then the longer part is the larger, and
+-- parts of one length compare as text.
+local function id_cmp(a, b)
+  local ams, aseq = string.match(a, '^0*(%d-)%-0*(%d-)$')
+  local bms, bseq = string.match(b, '^0*(%d-)%-0*(%d-)$')
+  if not (ams and bms) or not (string.find(a, '^%d+%-%d+$') and string.find(b, '^%d+%-%d+$')) then
+    return nil
+  end
+  for _, pair in ipairs({{ams, bms}, {aseq, bseq}}) do
+    local x, y = pair[1], pair[2]
+    if #x ~= #y then return #x < #y and -1 or 1 end
+    if x ~= y then return x < y and -1 or 1 end
+  end
+  return 0
+end
+
+-- Whether stream id ``a`` comes after ``b`` ('MS-SEQ' both; false when either is not one).
+local function id_after(a, b)
+  return id_cmp(a, b) == 1
+end
+
+-- The last delivered id of ``group`` on ``stream`` ('0-0' when nothing was delivered, or there
+-- is no such group or stream), and whether the group exists. Never fails (someone else's key).
+local function last_delivered(stream, group)
+  local groups = redis.pcall('XINFO', 'GROUPS', stream)
+  if type(groups) ~= 'table' or groups.err then return '0-0', false end
+  for _, g in ipairs(groups) do
+    local name, last = nil, nil
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == group then return last, true end
+  end
+  return '0-0', false
+end
+
+-- Whether the --unique mark at ``key`` says 'queued'; a key of another type (someone else's)
+-- does not, and never fails the script (it runs after writes).
+local function says_queued(key)
+  return redis.pcall('GET', key) == 'queued'
+end
+
+-- The hash tag of ``key`` as Redis Cluster reads it (the text between its first '{' and the
+-- first '}' after it, when not empty), else the whole key: keys with the same one share a slot.
+local function hash_tag(key)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then return string.sub(key, open + 1, close - 1) end
+  end
+  return key
+end
+
+-- Held marks whose entry can no longer run (not pending, and not waiting to be delivered:
+-- settled by a script that does not know of marks, its data trimmed, its stream gone) are
+-- removed: at most ``n`` held marks of ``marks`` (a zset) looked at a call, whatever their
+-- stream (the queue's, a level's, or one a reload left behind: each mark is checked against its
+-- own stream, which shares the marks' slot), from a place that moves with Redis's clock, so
+-- marks whose acknowledger never came cannot pile up. A mark of an entry still waiting in a
+-- stream no daemon reads now (a priority level removed from the config) is kept: the job would
+-- run if the level came back. ``group`` is the queue's group (its levels share it).
+local function sweep_held(marks, group, n)
+  local total = redis.call('ZCOUNT', marks, HELD, HELD)
+  if total == 0 then return end
+  local t = redis.call('TIME')
+  local from = tonumber(t[2]) % total
+  local page = redis.call('ZRANGEBYSCORE', marks, HELD, HELD, 'LIMIT', from, n)
+  if #page < n and from > 0 then -- from the start again: n or all of them, whichever is less
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', marks, HELD, HELD, 'LIMIT', 0,
+                                  math.min(from, n - #page))) do
+      page[#page + 1] = m
+    end
+  end
+  local tag = hash_tag(marks)
+  local kinds, lasts = {}, {}
+  for _, m in ipairs(page) do
+    -- 'id:STREAM|ENTRY': the entry id has no '|', the stream may (its last '|' ends it).
+    local stream, id = string.match(m, '^id:(.+)|([^|]*)$')
+    local live = false -- not a mark cancel.lua writes (someone else's member): removed
+    if stream and hash_tag(stream) == tag and string.match(id, '^%d+%-%d+$') then
+      kinds[stream] = kinds[stream] or redis.call('TYPE', stream).ok
+      if kinds[stream] == 'stream' then
+        local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+        if type(p) ~= 'table' or p.err then
+          live = true -- no group: cannot tell; left for a later call
+        elseif #p == 0 then
+          lasts[stream] = lasts[stream] or last_delivered(stream, group)
+          live = #redis.call('XRANGE', stream, id, id) == 1 and id_after(id, lasts[stream])
+        else
+          live = true
+        end
+      end
+    end
+    if not live then redis.call('ZREM', marks, m) end
+  end
+end
+
+-- An entry `jobd cancel` marked that ended another way as the cancel landed (its handler failed
+-- on its own, or it is poison, expired or malformed): acknowledged as cancelled instead, in the
+-- caller's step: its marks removed (the held one, ``by_id``, and its job id's: one left behind
+-- would cancel the job's next enqueue, or a requeue), its --unique mark (``unique``, optional)
+-- deleted if it still says 'queued', its history record and event written, counted in
+-- ``stats`` (kept ``ttl`` seconds). ``detail`` says what became of it instead.
+local function cancelled_instead(stream, group, me, id, h, note, now, marks, by_id, unique,
+                                 stats, ttl, detail)
+  redis.call('XACK', stream, group, id)
+  redis.call('ZREM', marks, by_id, 'job:' .. note.job)
+  if unique and says_queued(unique) then redis.call('DEL', unique) end
+  not_running(h, note.job, stream, id)
+  local origin = nil -- the attempt's note names it (jobd.store.notes)
+  for i = 1, #note.extras, 2 do
+    if note.extras[i] == 'origin' then origin = note.extras[i + 1] end
+  end
+  local record = cjson.encode({event = 'cancelled', stream = stream, entry = id, consumer = me,
+    detail = detail, origin = origin})
+  remember(h, {event = 'cancelled', job = note.job, record = record,
+    extras = with_origin({'consumer', me}, origin)}, now, id)
+  trim_history(h, now)
+  add_count(stats, 'cancelled', 1, ttl)
+end
+
+
+-- Follow-ups (docs/workflows.md): jobs a handler asked for in its JOBD_ENQUEUE file, added with
+-- its acknowledgement (settle.lua) or, on a Redis Cluster, moved out of its queue's outbox
+-- (follow_up.lua).
+
+-- The follow-ups of an entry as sent from ARGV[i]: their count, then each one's queue, stream,
+-- delayed set, mark, due time ('' for now), delayed member id, job id, n, then n name, value
+-- pairs. Returns them and the index after them.
+local function follow_ups_at(i)
+  local out = {}
+  local count = tonumber(ARGV[i])
+  i = i + 1
+  for _ = 1, count do
+    local n = tonumber(ARGV[i + 7])
+    local fields = {}
+    for j = i + 8, i + 7 + 2 * n do fields[#fields + 1] = ARGV[j] end
+    out[#out + 1] = {queue = ARGV[i], stream = ARGV[i + 1], delayed = ARGV[i + 2],
+      mark = ARGV[i + 3], due = ARGV[i + 4], member = ARGV[i + 5], job = ARGV[i + 6],
+      fields = fields}
+    i = i + 8 + 2 * n
+  end
+  return out, i
+end
+
+-- Whether a job can be added to ``stream`` (or its ``delayed`` set): neither is someone else's
+-- key of another type. Asked before anything of a follow-up is written: a script that fails
+-- half-way keeps what it wrote (a parent acknowledged with half of its follow-ups).
+local function can_add(stream, delayed)
+  local s, d = redis.call('TYPE', stream).ok, redis.call('TYPE', delayed).ok
+  return (s == 'stream' or s == 'none') and (d == 'zset' or d == 'none')
+end
+
+-- Add a job of flat ``fields`` {name, value, …}: to ``stream`` now when ``due`` is '' or due
+-- by Redis's clock, else into the ``delayed`` set, its member {``member``, fields…} scored by
+-- its due time (as schedule.lua adds one).
+local function add_job(stream, delayed, due, member, fields)
+  if due ~= '' then
+    local now, at, score = due_time(due)
+    if at and at > now then
+      local m = {member}
+      for _, v in ipairs(fields) do m[#m + 1] = v end
+      redis.call('ZADD', delayed, score, cmsgpack.pack(m))
+      return
+    end
+  end
+  local args = {stream, '*'}
+  for _, v in ipairs(fields) do args[#args + 1] = v end
+  redis.call('XADD', unpack(args))
 end

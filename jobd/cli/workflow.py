@@ -1,0 +1,111 @@
+"""The command line of workflows (docs/workflows.md): `jobd enqueue`'s --after, --after-any-outcome,
+--batch and --on-complete, and `jobd batch`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from jobd import exitcodes
+
+if TYPE_CHECKING:  # `jobd --help` loads no config code (tests/test_cli_contract.py)
+    from jobd.config import Config
+
+BATCH_EPILOG = """\
+A batch is open while a `jobd enqueue --batch ID` adds to it, sealed when that command ends;
+complete once sealed and every member has ended (done, or failed: dead-lettered, expired,
+cancelled). Its callback (--on-complete) is enqueued then, once, with these counts as its
+JSON payload. Exit 3 when there is no such batch (never made, or expired with the history).
+"""
+
+
+def add_enqueue_flags(enqueue: argparse.ArgumentParser) -> None:
+    flow = enqueue.add_argument_group("workflows (docs: Workflows)")
+    flow.add_argument(
+        "--after", action="append", metavar="JOB_ID",
+        help="hold the job until job JOB_ID of the same queue is done (QUEUE:JOB_ID: of queue "
+        "QUEUE, when QUEUE is a queue of the config); may be given again: until all are done. "
+        "One that is dead-lettered, expired or cancelled dead-letters this job "
+        "(jobd_error=dependency). One job only (not with --lines/--ndjson)",
+    )  # fmt: skip
+    flow.add_argument(
+        "--after-any-outcome", action="store_true",
+        help="with --after: run once each has ended, however it ended",
+    )  # fmt: skip
+    flow.add_argument(
+        "--after-timeout", metavar="DURATION",
+        help="with --after: wait DURATION at most (default: the queue's max_wait, if set; else "
+        "no bound); then the job is dead-lettered (jobd_error=dependency) saying what it "
+        "waited for, never seen or not ended",
+    )  # fmt: skip
+    flow.add_argument(
+        "--batch", metavar="ID",
+        help="make the job (or every job of --lines/--ndjson) a member of batch ID "
+        "(jobd batch ID shows it)",
+    )  # fmt: skip
+    flow.add_argument(
+        "--on-complete", metavar="QUEUE",
+        help="with --batch: once every member has ended, enqueue one job into QUEUE, the "
+        "batch's counts as its JSON payload (the first enqueue of the batch to name one)",
+    )  # fmt: skip
+
+
+def check_enqueue_flags(
+    config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> None:
+    from jobd.workflows import WorkflowError, check_batch_id
+
+    if args.after and (args.lines is not None or args.ndjson is not None):
+        parser.error("--after holds one job: not with --lines or --ndjson")
+    if args.after_any_outcome and not args.after:
+        parser.error("--after-any-outcome goes with --after")
+    if args.after_timeout is not None and not args.after:
+        parser.error("--after-timeout goes with --after")
+    if args.on_complete is not None and args.batch is None:
+        parser.error("--on-complete goes with --batch")
+    if args.on_complete is not None and args.on_complete not in config.queues:
+        parser.error(f"--on-complete: queue {args.on_complete!r} is not in the config")
+    if args.batch is not None:
+        if args.unique:
+            parser.error("--batch: not with --unique (a member not added would be counted)")
+        try:
+            check_batch_id(args.batch)
+        except WorkflowError as exc:
+            parser.error(f"--batch: {exc}")
+
+
+def add_batch_command(commands: argparse._SubParsersAction, config_arg: Callable) -> None:
+    batch = commands.add_parser(
+        "batch", help="a batch's counts: total, done, failed, pending, state",
+        epilog=BATCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    config_arg(batch, positional=False)
+    batch.add_argument("batch_id", metavar="ID", help="the batch id (enqueue --batch ID)")
+    batch.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run_batch(config: Config, args: argparse.Namespace) -> int:
+    """`jobd batch ID`: the batch's counts; exit 3 when there is none."""
+    from jobd.cli.common import print_json
+    from jobd.store.store import Store
+
+    store = Store.open(config.redis, "batch")
+    try:
+        state = store.batch_op(args.batch_id, "show")
+    finally:
+        store.close()
+    if state is None:
+        print(f"jobd: no batch {args.batch_id!r} (never made, or expired)", file=sys.stderr)
+        return exitcodes.NOT_FOUND
+    counts = state.counts()
+    if args.json:
+        print_json({**counts, "on_complete": state.on_complete or None})
+        return exitcodes.OK
+    settled = state.done + state.failed
+    print(f"batch {state.batch_id}: {state.state}, {settled} of {state.total} ended: "
+          f"{state.done} done, {state.failed} failed, {state.pending} pending")  # fmt: skip
+    if state.on_complete:
+        print(f"on complete: a job into queue {state.on_complete}")
+    return exitcodes.OK

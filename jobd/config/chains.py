@@ -1,0 +1,150 @@
+"""A queue's declarative chains (docs: Workflows): ``then:`` (follow-ups of each done job) and
+``on_dead_letter:`` (the record of each dead-lettered job, enqueued elsewhere); their checks
+and their typed steps.
+
+Checked here: each step names a queue of the config, and the steps make no cycle, unless a
+step of the cycle says ``cycle: allowed``: a chain that leads back to where it started
+enqueues for ever (every job done enqueues the next), or, through ``on_dead_letter``, turns
+one failing hook into an endless stream of dead letters. Each problem is placed at the step
+that closes the cycle, with the chain it makes.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from jobd.config import durations
+from jobd.config.problems import Problem
+from jobd.config.queue_settings import QueueSettings
+from jobd.config.types import ChainStep, QueueConfig
+from jobd.config.view import Unchecked
+from jobd.config.yamlsrc import Path
+
+ALLOWED = "allowed"  # a step's `cycle:` that lets a chain lead back to where it started
+DEFAULT_PAYLOAD = "result"  # a `then:` step's payload when it names none
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One step of a chain: from a queue to another, where it is written, whether it may close
+    a cycle."""
+
+    source: QueueSettings
+    target: str
+    sub: Path  # in the source queue: ("then", i) or ("on_dead_letter",)
+    allowed: bool
+
+
+def steps_of(q: QueueSettings) -> list[tuple[Path, Mapping[str, object]]]:
+    """The queue's chain steps as written: (where, the step's mapping). Unchecked when the
+    schema refused them."""
+    found: list[tuple[Path, Mapping[str, object]]] = []
+    for i, step in enumerate(q.get("then", default=[])):
+        found.append((("then", i), step))
+    hook = q.get("on_dead_letter", default={})
+    if hook.get("queue") is not None:
+        found.append((("on_dead_letter",), hook))
+    return found
+
+
+def chain_problems(queues: Mapping[str, QueueSettings], names: list[str]) -> list[Problem]:
+    """A step naming a queue not among ``names`` (every queue of the file), and each cycle of
+    steps not marked ``cycle: allowed``."""
+    problems: list[Problem] = []
+    edges: list[Edge] = []
+    for q in queues.values():
+        try:
+            written = steps_of(q)
+        except Unchecked:
+            continue
+        for sub, step in written:
+            target = str(step["queue"])
+            if target not in names:
+                problems.append(q.problem((*sub, "queue"), _unknown(target, names)))
+            elif target in queues:
+                edges.append(Edge(q, target, sub, step.get("cycle") == ALLOWED))
+    return problems + _cycle_problems([e for e in edges if not e.allowed])
+
+
+def _unknown(target: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(target, names, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"name one of: {', '.join(names)}"
+    return f"queue {target!r} is not in the config: {hint}"
+
+
+def _cycle_problems(edges: list[Edge]) -> list[Problem]:
+    """One problem per cycle of ``edges`` (those not allowed to close one), at the first of
+    its steps in file order."""
+    out: dict[str, list[Edge]] = {}
+    for e in edges:
+        out.setdefault(e.source.name, []).append(e)
+    problems: list[Problem] = []
+    told: set[frozenset[str]] = set()
+    for e in edges:
+        path = _path_back(e, out)
+        if path is None or frozenset(x.source.name for x in path) in told:
+            continue
+        told.add(frozenset(x.source.name for x in path))
+        chain = " → ".join([*(x.source.name for x in path), e.source.name])
+        problems.append(e.source.problem((*e.sub, "queue"), _cycle(chain, e)))
+    return problems
+
+
+def _cycle(chain: str, e: Edge) -> str:
+    """What is wrong with the cycle ``chain`` that ``e`` closes, and how to fix it."""
+    if e.sub[0] == "on_dead_letter":
+        return (
+            f"the chain {chain} leads back to queue {e.source.name!r}: a dead letter's hook "
+            "that fails would be dead-lettered into itself again, for ever; send the dead "
+            "letters of this queue to another queue, or write `cycle: allowed` in "
+            "on_dead_letter if that is meant"
+        )
+    return (
+        f"the chain {chain} leads back to queue {e.source.name!r}: each job would enqueue "
+        "the next for ever; end the chain elsewhere, or write `cycle: allowed` on one of its "
+        "steps if that is meant (e.g. a job that runs again every minute: "
+        f"{{queue: {e.target}, payload: payload, delay: 1m, cycle: allowed}})"
+    )
+
+
+def _path_back(first: Edge, out: Mapping[str, list[Edge]]) -> list[Edge] | None:
+    """The steps from ``first``'s source through ``first`` back to that source, if there is
+    such a path (breadth first: the shortest)."""
+    start = first.source.name
+    came: dict[str, list[Edge]] = {first.target: [first]}
+    frontier = [first.target]
+    while frontier:
+        following: list[str] = []
+        for name in frontier:
+            if name == start:
+                return came[name]
+            for e in out.get(name, []):
+                if e.target not in came:
+                    came[e.target] = [*came[name], e]
+                    following.append(e.target)
+        frontier = following
+    return None
+
+
+def attach(
+    queue: QueueConfig, q: QueueSettings, queues: Mapping[str, QueueSettings]
+) -> QueueConfig:
+    """``queue`` (and each of its priority levels) with its chain steps, from a checked file."""
+    then: list[ChainStep] = []
+    hook: ChainStep | None = None
+    for sub, step in steps_of(q):
+        target = queues[str(step["queue"])]
+        if sub[0] == "then":
+            delay = step.get("delay")
+            then.append(ChainStep(target.name, target.keys(),
+                                  str(step.get("payload", DEFAULT_PAYLOAD)),
+                                  None if delay is None else durations.parse(delay)))  # fmt: skip
+        else:
+            hook = ChainStep(target.name, target.keys(), "record")
+    if not then and hook is None:
+        return queue
+    chained = {"then": tuple(then), "on_dead_letter": hook}
+    levels = tuple(replace(level, **chained) for level in queue.levels)  # type: ignore[arg-type]
+    return replace(queue, levels=levels, **chained)  # type: ignore[arg-type]

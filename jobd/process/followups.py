@@ -1,0 +1,117 @@
+"""A handler's follow-up jobs: the file ``JOBD_ENQUEUE`` names, read once its attempt is done.
+
+Like its result (``process.results``), nothing is made for a job: ``JOBD_ENQUEUE`` is its
+``JOBD_RESULT`` path plus ``.enqueue``, in the same folder, as secret; a handler that writes
+no follow-up costs one failed ``open`` at its end. Each line is a job in the ``--ndjson``
+format (``jobd.ndjson``) plus ``"queue"``, a queue of the config; blank lines are skipped. The
+file is removed at the job's end, whatever the outcome, and read only when the attempt
+succeeded: its jobs are then written with the job's acknowledgement, in the same step
+(``store.outcomes``; on a Redis Cluster through the queue's outbox, ``store.outbox``).
+
+A file jobd will not take fails the attempt, which is dead-lettered at once (``enqueue``),
+and none of its jobs is enqueued: more than ``max_follow_ups`` jobs, more than ``MAX_BYTES``,
+a line that is no job (its number and why), a queue not in the config, a payload above the
+queue's ``max_payload``, or ``unique`` (a follow-up is once by construction).
+
+Each follow-up gets a job id derived from its parent's and its place in the file (``ID.N``, N
+from 1), unless its line gives one, and the field ``jobd_parent`` ("QUEUE JOB_ID"). Its
+``mark`` (``store.keys.QueueKeys.follow_up``) names the parent's enqueue (queue, job id,
+origin) and N: what makes moving it out of an outbox idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+
+import orjson
+
+from jobd import ndjson
+from jobd.config import QueueConfig
+from jobd.job import PARENT, Job
+from jobd.newjob import HostClock, NewJob, follow_up_id, follow_up_template, prepare
+from jobd.outcome import FollowUp
+from jobd.process import results
+
+SUFFIX = ".enqueue"  # JOBD_ENQUEUE is JOBD_RESULT's path plus this
+MAX_BYTES = 64 * 2**20  # the most a JOBD_ENQUEUE file may hold: all of it is sent in one write
+
+
+class FollowUpError(Exception):
+    """The file names jobs jobd will not take: the attempt fails with this reason."""
+
+
+def path_of(result_path: str) -> str:
+    return result_path + SUFFIX
+
+
+def collected(
+    result_path: str | None, job: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig],
+    ok: bool,
+) -> tuple[tuple[FollowUp, ...], str | None]:  # fmt: skip
+    """The follow-ups of a handler at its end (none unless its attempt succeeded: ``ok``), its
+    file removed either way; or why they fail the attempt."""
+    if result_path is None:
+        return (), None
+    try:
+        data = results.take(path_of(result_path), lambda: results.uid(queue), MAX_BYTES, ok,
+                            "JOBD_ENQUEUE")  # fmt: skip
+        if not data:
+            return (), None
+        return parse(data, job, queue, queues), None
+    except (results.ResultError, FollowUpError) as exc:
+        return (), str(exc)
+
+
+def parse(
+    data: bytes, job: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig]
+) -> tuple[FollowUp, ...]:
+    """The follow-ups ``data`` (a JOBD_ENQUEUE file) names; FollowUpError for the first line
+    that is no job, or for more than the queue's ``max_follow_ups``."""
+    start = follow_up_template(job)
+    found: list[FollowUp] = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip(b" \t\r"):
+            continue
+        if len(found) >= queue.max_follow_ups:
+            raise FollowUpError(
+                f"JOBD_ENQUEUE: more than max_follow_ups ({queue.max_follow_ups}) jobs"
+            )
+        try:
+            found.append(_follow_up(line, len(found) + 1, job, queue, queues, start))
+        except ValueError as exc:
+            raise FollowUpError(f"JOBD_ENQUEUE line {number}: {exc}") from None
+    return tuple(found)
+
+
+def _follow_up(
+    line: bytes, n: int, parent: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig],
+    template: NewJob,
+) -> FollowUp:  # fmt: skip
+    """The follow-up of one line, the ``n``th job of the file; ValueError saying why not."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    name = obj.pop("queue", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError('give "queue": the name of a queue of the config')
+    target = queues.get(name)
+    if target is None:
+        raise ValueError(f"queue {name!r} is not in the config")
+    if obj.get("unique"):
+        raise ValueError("unique: a follow-up is enqueued once already; give no unique")
+    new = ndjson.job_from_json(orjson.dumps(obj), template)
+    if len(new.payload) > target.max_payload:
+        raise ValueError(
+            f"payload of {len(new.payload)} bytes is above queue {name!r}'s max_payload "
+            f"({target.max_payload})"
+        )
+    job_id = new.job_id if new.job_id is not None else follow_up_id(parent.job_id, n)
+    entry, _ = prepare(replace(new, job_id=job_id), HostClock())
+    entry.fields[PARENT] = f"{queue.name} ".encode() + os.fsencode(parent.job_id)
+    mark = target.keys.follow_up(queue.name, parent.job_id, parent.origin, n)
+    return FollowUp(target, entry.fields, entry.due, os.fsencode(job_id), mark)

@@ -1,0 +1,79 @@
+"""A queue's ``on_dead_letter`` hook as dead_letter.lua takes it (lua/lib/chains.lua): the job
+that carries a dead-letter record, as JSON, to another queue, written in the step that writes
+the record (on a Redis Cluster into the queue's outbox, moved on as follow-ups are:
+``store.outbox``).
+
+The JSON is what ``jobd dlq show --json`` prints of the record, plus ``queue``: ``id``,
+``job_id``, ``failed_at`` and ``fields`` (names and values as text, bytes not UTF-8 as
+``\\xff``). Each value longer than ``CLIP`` keeps its first ``CLIP`` bytes, and ``clipped``
+names it with its size (``"payload 67108864"``): the whole record stays in the dead-letter
+stream, under ``id``. The record's id and time are Redis's, known in the script only: the JSON
+is sent in four pieces, around them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+
+from jobd.job import MAX_FIELDS, PARENT, PAYLOAD
+from jobd.newjob import HostClock, follow_up_id, follow_up_template, prepare
+from jobd.outcome import Outcome
+
+CLIP = 4096  # bytes of each value of the record the hook's JSON keeps
+# The jobd_ fields a record copies from its job (dead_letter.lua's KEPT).
+KEPT = {b"jobd_unique", b"jobd_parent", b"jobd_timeout", b"jobd_max_attempts", b"jobd_expires_at"}
+
+
+def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],
+              cluster: bool) -> list[object]:  # fmt: skip
+    """dead_letter.lua's ARGV for ``o``'s queue's hook (``[0]``: none); its keys appended to
+    ``keys``. ``jobd_fields`` are the record's (``outcomes.record_fields``)."""
+    hook = o.queue.on_dead_letter
+    if hook is None:
+        return [0]
+    first = len(keys) + 1
+    target = hook.keys
+    keys += [o.queue.keys.outbox] if cluster else [target.stream, target.delayed]
+    job = o.job
+    job_id = follow_up_id(job.job_id, "dead")
+    entry, _ = prepare(follow_up_template(job), HostClock())
+    fields = {k: v for k, v in entry.fields.items() if k != PAYLOAD}
+    fields[b"job_id"] = os.fsencode(job_id)
+    fields[PARENT] = f"{o.queue.name} ".encode() + os.fsencode(job.job_id)
+    mark = target.follow_up(o.queue.name, job.job_id, o.message_id, "dead")
+    args: list[object] = [hook.queue, target.stream, target.delayed,
+                          o.queue.keys.outbox if cluster else "", mark, job_id, first,
+                          *json_pieces(o, jobd_fields)]  # fmt: skip
+    for name, value in fields.items():
+        args += [name, value]
+    return [len(args), *args]
+
+
+def json_pieces(o: Outcome, jobd_fields: list[object]) -> list[bytes]:
+    """The record's JSON in four pieces: before its id, before its failed_at, before its
+    jobd_failed_at (in ``fields``), and the rest."""
+    record: dict[str, str] = {}
+    clipped: list[str] = []
+    own = [(k, v) for k, v in o.job.fields.items() if not k.startswith(b"jobd_") or k in KEPT]
+    if len(own) > MAX_FIELDS:  # too wide to copy: dead_letter.lua keeps these two
+        own = [(k, v) for k, v in own if k in (PAYLOAD, b"job_id")]
+    named = [(str(n).encode() if not isinstance(n, bytes) else n, v)
+             for n, v in zip(jobd_fields[::2], jobd_fields[1::2], strict=True)]  # fmt: skip
+    for name, value in [*own, *named]:
+        raw = value if isinstance(value, bytes) else str(value).encode()
+        if len(raw) > CLIP:
+            clipped.append(f"{_text(name)} {len(raw)}")
+            raw = raw[:CLIP]
+        record[_text(name)] = _text(raw)
+    job_id = os.fsencode(o.job.job_id)  # the record's jobd_job_id
+    head = b'{"queue":' + orjson.dumps(o.queue.name) + b',"id":"'
+    second = b'","job_id":' + orjson.dumps(_text(job_id) if job_id else None) + b',"failed_at":'
+    third = b',"fields":' + orjson.dumps(record)[:-1] + b',"jobd_failed_at":"'
+    rest = b'"}' + (b',"clipped":' + orjson.dumps(clipped) if clipped else b"") + b"}"
+    return [head, second, third, rest]
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")

@@ -1,0 +1,34 @@
+--! uses jobs.lua workflows.lua
+-- cancel_held.lua: `jobd cancel` of jobs held until others end (hold.lua): each one held is held
+-- no more, recorded cancelled (by), counted, and its end told to its batch and to the jobs
+-- waiting for it (lib/workflows.lua ended), in one step. Its registrations with the jobs it
+-- waited for stay: their notices find it gone (unblock.lua) and change nothing.
+--
+-- KEYS[1..3] the queue's held hash, after hash and held:until set
+-- KEYS[4..7] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
+-- KEYS[8], KEYS[9] the queue's waiters hash and outbox
+-- KEYS[10]  the queue's counters of this minute
+-- ARGV[1]   the history's settings; ARGV[2] who cancels (user@host); ARGV[3] seconds the
+--           counters are kept
+-- ARGV[4..] job ids
+--
+-- Returns {cancelled job ids, notices written into the outbox}.
+local h, now = history_at(4, ARGV[1]), now_ms()
+local w, out = nil, {}
+for i = 4, #ARGV do
+  local j = held_at(1, ARGV[i])
+  if j then
+    unhold(j)
+    remember(h, {event = 'cancelled', job = j.job, extras = {'by', ARGV[2]},
+      record = cjson.encode({event = 'cancelled', by = ARGV[2],
+        detail = 'held (waiting for other jobs): cancelled unrun'})}, now, nil)
+    w = w or workflow_at(8, h.queue)
+    ended(w, j.job, 'cancelled', j.batch)
+    out[#out + 1] = j.job
+  end
+end
+if #out > 0 then
+  trim_history(h, now)
+  add_count(KEYS[10], 'cancelled', #out, ARGV[3])
+end
+return {out, w and w.sent or 0}

@@ -1,0 +1,30 @@
+--! uses jobs.lua
+-- follow_up.lua: move follow-ups out of an outbox into their queue (on a Redis Cluster, where
+-- the parent's acknowledgement wrote them into its own queue's outbox: store/outbox.py), each
+-- once: a follow-up whose mark exists was moved already (by a mover that died before it could
+-- remove it from the outbox, or by another at the same time) and is not added again.
+--
+-- KEYS[1]   the queue's stream
+-- KEYS[2]   the queue's delayed set
+-- KEYS[3..] the marks of the follow-ups (jobd/store/keys.py follow_up), in this slot
+-- ARGV[1]   seconds a mark is kept (keys.FOLLOW_UP_TTL)
+-- ARGV[2..] per mark, in order: due time ('' for now; Unix ms or '+MS'), delayed member id,
+--           the job's fields (cmsgpack array name, value, …, as settle.lua packed them)
+--
+-- Returns {added, already there}; an error, having written nothing, when the stream or the
+-- delayed set is someone else's key of another type.
+if not can_add(KEYS[1], KEYS[2]) then
+  return redis.error_reply('WRONGTYPE follow_up.lua: ' .. KEYS[1] .. ' or its delayed set')
+end
+local added, there = 0, 0
+for k = 3, #KEYS do
+  local a = 2 + 3 * (k - 3)
+  if redis.call('EXISTS', KEYS[k]) == 1 then
+    there = there + 1
+  else
+    add_job(KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1], cmsgpack.unpack(ARGV[a + 2]))
+    redis.call('SET', KEYS[k], '1', 'EX', ARGV[1])
+    added = added + 1
+  end
+end
+return {added, there}

@@ -1,0 +1,52 @@
+--! uses jobs.lua workflows.lua
+-- unblock.lua: job ARGV[2] ended (ARGV[3] outcome, ARGV[4] its event), and held job ARGV[1] of this
+-- queue waited for it (hold.lua): once per dependency (one told again is 'seen'), the held job is
+-- released into its stream (or delayed set) when it waited for no other, dead-lettered with
+-- jobd_error=dependency when this one did not end done (unless it runs after any outcome),
+-- else it waits on. Its end, when dead-lettered, is told on (lib/workflows.lua ended).
+--
+-- KEYS[1]   the queue's held hash       KEYS[2]  its after hash (hold.lua)
+-- KEYS[3]   the queue's held:until set (deadlines: expire_held.lua)
+-- KEYS[4]   the stream (the job's level's) KEYS[5] its delayed set
+-- KEYS[6]   the dead-letter stream
+-- KEYS[7..10] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
+-- KEYS[11], KEYS[12] the queue's waiters hash and outbox (lib/workflows.lua workflow_at)
+-- KEYS[13]  the queue's counters of this minute
+-- ARGV[1..4] held job id, the dependency ("QUEUE JOB_ID"), its outcome, its event
+-- ARGV[5]   the history's settings; ARGV[6] the dead-letter stream's MAXLEN; ARGV[7] seconds
+--           the counters are kept
+--
+-- Returns {what, notices}: what is released, dead, waiting, seen (told already) or gone (no
+-- such held job: released, dead-lettered or cancelled already); notices written into the outbox.
+local job, dep, outcome, event = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local spec, j = redis.call('HGET', KEYS[2], job), held_at(1, job)
+if not spec or not j then return {'gone', 0} end
+local after = cjson.decode(spec)
+local left, found = {}, false
+for _, d in ipairs(after.deps) do
+  if d == dep then found = true else left[#left + 1] = d end
+end
+if not found then return {'seen', 0} end
+local h, now = history_at(7, ARGV[5]), now_ms()
+if outcome ~= 'done' and not after.any then
+  local w = workflow_at(11, h.queue)
+  held_dead(j, h, w, now, 'dependency ' .. dep .. ' ' .. event, {'dependency', dep}, KEYS[6],
+    ARGV[6], KEYS[13], ARGV[7])
+  trim_history(h, now)
+  return {'dead', w.sent}
+end
+if #left > 0 then
+  after.deps = left
+  redis.call('HSET', KEYS[2], job, cjson.encode(after))
+  remember(h, {event = 'dependency', job = job, extras = {'dependency', dep, 'outcome', event,
+    'left', string.format('%d', #left)}, record = cjson.encode({event = 'dependency',
+    dependency = dep, outcome = event, left = #left})}, now, nil)
+  trim_history(h, now)
+  return {'waiting', 0}
+end
+add_job(KEYS[4], KEYS[5], j.due, j.member, j.fields)
+unhold(j)
+remember(h, {event = 'released', job = job, extras = {'dependency', dep, 'outcome', event},
+  record = cjson.encode({event = 'released', dependency = dep, outcome = event})}, now, nil)
+trim_history(h, now)
+return {'released', 0}

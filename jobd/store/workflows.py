@@ -1,0 +1,217 @@
+"""Dependencies (``enqueue --after``) and batches (``enqueue --batch``) on Redis
+(docs/workflows.md): each step one script, in the slot of the keys it changes.
+
+A job that waits for others is *held* in its queue (``hold``, its queue's slot) and registered
+with each job it waits for (``wait_on``, that job's queue's slot: answered at once when that one
+ended already). The script that ends a job (settle.lua, dead_letter.lua, unblock.lua) writes a
+notice into its queue's outbox for each job waiting for it and for its batch, in the same step
+(lua/lib/workflows.lua); daemons move the notices on, as they move follow-ups
+(``store.outbox``): ``unblock`` in the waiter's slot, ``batch_op('count')`` in the batch's.
+Each is safe to apply twice (a dependency told again is 'seen', a member counted again is in
+the batch's members set), so a mover that dies before the notice's XDEL, or two at once, change
+nothing twice. A batch complete once gets its callback once: its mark (``callback``).
+
+On one Redis as on a cluster the same way: a job's waiters are not known to the daemon that
+ends it before its script reads them, and a script must name every key it touches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from jobd.config import QueueConfig, durations
+from jobd.store import notes
+from jobd.store.base import StoreBase
+from jobd.store.keys import FOLLOW_UP_TTL, STATS_TTL, QueueKeys, batch, batch_members
+from jobd.store.scripts import Batch
+
+log = logging.getLogger("jobd.outbox")
+
+Row = tuple[bytes, dict[bytes, bytes]]
+EXPIRE_PAGE = 100  # held jobs past their deadline one expire_held.lua pass looks at
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """A batch as batch.lua reports it."""
+
+    batch_id: str
+    state: str  # open, sealed, complete
+    total: int
+    done: int
+    failed: int
+    on_complete: str  # '' for no callback
+    callback: str  # JSON: where the callback goes (``callback_spec``)
+
+    @property
+    def pending(self) -> int:
+        return max(0, self.total - self.done - self.failed)
+
+    def counts(self) -> dict[str, object]:
+        return {"batch": self.batch_id, "state": self.state, "total": self.total,
+                "done": self.done, "failed": self.failed, "pending": self.pending}  # fmt: skip
+
+
+def waiter_line(q: QueueConfig, job_id: str) -> bytes:
+    """How a held job of ``q`` (a queue, or a level of it: its stream) is named to the jobs it
+    waits for: what a mover needs to reach it (``unblock``)."""
+    return orjson.dumps({
+        "queue": q.name, "job": job_id, "stream": q.stream, "base": q.keys.base,
+        "dead": q.dead_letter.stream, "maxlen": q.dead_letter.maxlen,
+        "settings": notes.settings(q),
+    })  # fmt: skip
+
+
+def callback_spec(q: QueueConfig) -> bytes:
+    """Where a batch's callback goes: its --on-complete queue's keys (the batch keeps it)."""
+    return orjson.dumps({"stream": q.stream, "base": q.keys.base, "settings": notes.settings(q)})
+
+
+def _history(base: str, dead: str | None = None) -> tuple[QueueKeys, list[str]]:
+    k = QueueKeys.of(base, dead)
+    return k, [k.history, k.history_at, k.active, k.events]
+
+
+class WorkflowOps(StoreBase):
+    def hold(self, q: QueueConfig, job_id: str, after: bytes, due: object, member: str,
+             record: bytes, fields: dict[bytes, bytes]) -> bool:  # fmt: skip
+        """Hold job ``job_id`` of ``q`` until what ``after`` names (JSON) is done; False when it
+        was held already (an enqueue sent again)."""
+        keys = [q.keys.held, q.keys.after, *notes.keys(q), q.keys.held_until]
+        flat = [x for item in fields.items() for x in item]
+        args = [job_id, after, notes.settings(q), "" if due is None else due, member, record, *flat]
+        return bool(self.scripts.hold(keys=keys, args=args))
+
+    def wait_on(self, dep: QueueConfig, job_id: str, waiter: bytes) -> tuple[str, str] | None:
+        """Register ``waiter`` with job ``job_id`` of ``dep``; or, when that one ended already,
+        (outcome, event) and nothing registered."""
+        reply = self.scripts.wait_on(keys=[dep.keys.history, dep.keys.waiters],
+                                     args=[job_id, waiter])  # fmt: skip
+        if reply[0] == b"waiting":
+            return None
+        return reply[0].decode(), reply[1].decode()
+
+    def _notice_call(self, f: dict[bytes, bytes]) -> tuple:
+        """The script call that applies one outbox notice (its fields ``f``); KeyError,
+        TypeError, ValueError for an entry that is no notice."""
+        outcome, event = f.get(b"outcome", b"").decode(), f.get(b"event", b"").decode()
+        if f.get(b"kind") == b"release":
+            waiter = orjson.loads(f.get(b"waiter", b"{}"))
+            return self.unblock_call(waiter, f[b"dep"].decode(), outcome, event)
+        b_id = f[b"batch"].decode()
+        keys = [batch(b_id), batch_members(b_id)]
+        return self.scripts.batch, keys, ["count", f.get(b"member", b""), outcome]
+
+    def unblock_call(self, waiter: dict, dep: str, outcome: str, event: str) -> tuple:
+        """unblock.lua's call: ``dep`` ended (``outcome``, ``event``), and ``waiter`` (a
+        ``waiter_line``'s JSON) waits for it."""
+        k, history = _history(waiter["base"], waiter["dead"])
+        stream = waiter["stream"]
+        delayed = k.delayed if stream == k.base else QueueKeys.of(stream).delayed
+        keys = [k.held, k.after, k.held_until, stream, delayed, waiter["dead"], *history,
+                k.waiters, k.outbox, k.stats()]  # fmt: skip
+        args = [waiter["job"], dep, outcome, event, waiter["settings"], waiter["maxlen"],
+                STATS_TTL]  # fmt: skip
+        return self.scripts.unblock, keys, args
+
+    def cancel_held(self, q: QueueConfig, job_ids: list[str], by: str) -> tuple[list[str], int]:
+        """Cancel those of ``job_ids`` held in ``q`` (cancel_held.lua): the ones cancelled, and
+        the notices their ends wrote into the outbox (to move on)."""
+        k = q.keys
+        keys = [k.held, k.after, k.held_until, *notes.keys(q), k.waiters, k.outbox, k.stats()]
+        done, sent = self.scripts.cancel_held(keys=keys, args=[notes.settings(q), by, STATS_TTL,
+                                                               *job_ids])  # fmt: skip
+        return [j.decode() for j in done], int(sent)
+
+    def expire_held(self, q: QueueConfig) -> tuple[int, int]:
+        """Dead-letter the held jobs of ``q`` past their deadline (expire_held.lua), EXPIRE_PAGE
+        at most, each saying what it still waited for: a job never seen (no history record in
+        its queue) or not ended. The number dead-lettered and the notices written into the
+        outbox."""
+        k = q.keys
+        keys = [k.held, k.after, k.held_until, q.dead_letter.stream, *notes.keys(q), k.waiters,
+                k.outbox, k.stats()]  # fmt: skip
+        base = [notes.settings(q), q.dead_letter.maxlen]
+        due = self.scripts.expire_held(keys=keys, args=["due", *base, EXPIRE_PAGE])
+        if not due:
+            return 0, 0
+        pairs: list[object] = []
+        for job, spec in zip(due[::2], due[1::2], strict=True):
+            pairs += [job, expired_why(orjson.loads(spec), self._seen)]
+        args = ["expire", *base, EXPIRE_PAGE, STATS_TTL, *pairs]
+        dead, sent = self.scripts.expire_held(keys=keys, args=args)
+        return int(dead), int(sent)
+
+    def _seen(self, where: list[str], job_id: str) -> bool:
+        return any(self.client.hexists(key, job_id) for key in where)
+
+    def batch_op(self, batch_id: str, op: str, *args: object) -> BatchState | None:
+        """batch.lua's ``op`` on batch ``batch_id``; its state after (None: no such batch)."""
+        keys = [batch(batch_id), batch_members(batch_id)]
+        return _state(batch_id, self.scripts.batch(keys=keys, args=[op, *args]))
+
+    def callback(self, state: BatchState) -> bool:
+        """Batch ``state``'s callback job into its --on-complete queue, once (its mark);
+        whether this call added it."""
+        spec = orjson.loads(state.callback)
+        k, history = _history(spec["base"])
+        keys = [spec["stream"], k.callback_mark(state.batch_id), *history]
+        fields = [b"payload", orjson.dumps(state.counts()), b"job_id", f"batch:{state.batch_id}"]
+        args = [FOLLOW_UP_TTL, spec["settings"], state.batch_id, *fields]
+        return bool(self.scripts.callback(keys=keys, args=args))
+
+    def move_notices(self, rows: list[Row]) -> tuple[list[bytes], Exception | None]:
+        """Apply the workflow notices ``rows`` of an outbox (release, batch); the ids of those
+        applied (to delete) and the first error (the others stay for the next move)."""
+        sent, ids, garbage = Batch(), [], []
+        for entry_id, f in rows:
+            try:
+                call = self._notice_call(f)
+            except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
+                # Not a notice jobd wrote (someone else's XADD, a value mangled): said and
+                # removed, so that it never holds back the notices behind it.
+                log.error("outbox entry %s is no notice jobd wrote, removed: %r",
+                          entry_id, {k: v[:200] for k, v in list(f.items())[:20]})  # fmt: skip
+                garbage.append(entry_id)
+                continue
+            sent.add(*call)
+            ids.append((entry_id, f))
+        done, error = garbage, None
+        for (entry_id, f), reply in zip(ids, self.run(sent), strict=True):
+            try:
+                if isinstance(reply, Exception):
+                    raise reply
+                if f.get(b"kind") == b"batch":
+                    state = _state(f[b"batch"].decode(), reply)
+                    if state is not None and state.state == "complete" and state.callback:
+                        self.callback(state)
+                done.append(entry_id)
+            except Exception as exc:  # left in the outbox: moved again later
+                error = error or exc
+        return done, error
+
+
+def expired_why(after: dict, seen: Callable[[list[str], str], bool]) -> str:
+    """Why a held job that waited its whole bound is dead-lettered: what it still waits for,
+    each "never seen" (no record of it in its queue's history, nor running: ``seen(keys, job
+    id)``, the keys ``after["seen"]`` names) or "not ended"."""
+    waited = durations.format(after.get("timeout_ms", 0) / 1000)
+    where = after.get("seen", {})
+    told = []
+    for dep in after["deps"]:
+        known = dep in where and seen(where[dep], dep.split(" ", 1)[-1])
+        told.append(f"{dep}, {'not ended' if known else 'never seen'}")
+    return f"waited {waited} for {'; '.join(told)}"
+
+
+def _state(batch_id: str, reply: object) -> BatchState | None:
+    if not isinstance(reply, list) or not reply:
+        return None
+    state, total, done, failed, on_complete, callback = (
+        v.decode() if isinstance(v, bytes) else str(v) for v in reply
+    )
+    return BatchState(batch_id, state, int(total), int(done), int(failed), on_complete, callback)

@@ -1,0 +1,197 @@
+"""Dependencies and batches, the producer's side (docs/workflows.md; Redis's side:
+``store.workflows``). ``jobd.producer`` calls these for a job that has ``after`` or ``batch``
+(``newjob.NewJob``); a job that has neither costs nothing here.
+
+A job with ``after`` is *held* in its queue (its id is known before: given, or generated), then
+registered with each job it waits for; a job waited for that ended already (its history says)
+is counted at once; one never seen is waited for (it may be enqueued later). An enqueue cut
+short can be sent again with the same job id: holding, registering and counting are each once.
+
+A batch is *open* while an enqueue adds to it (``Member``): its total grows before each
+round trip of jobs (and shrinks by the jobs Redis refused), and the enqueue *seals* it when it
+ends; several enqueues may add to one batch at once. Once sealed and every member counted, it is
+complete: its callback is enqueued once, by whoever sees it complete first (the daemons that
+count the last members, or the enqueue that seals it). A complete batch takes no more jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import re
+import secrets
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
+
+import orjson
+
+from jobd.config import Config, QueueConfig
+from jobd.newjob import NewJob
+from jobd.store.admin import NewEntry
+from jobd.store.store import Store
+from jobd.store.workflows import BatchState, callback_spec, waiter_line
+
+MAX_AFTER = 100  # jobs one job may wait for
+_BATCH_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,200}")
+
+
+class WorkflowError(ValueError):
+    """A batch or a dependency jobd will not take (a usage error)."""
+
+
+def check_batch_id(batch_id: str) -> None:
+    if not _BATCH_ID.fullmatch(batch_id):
+        raise WorkflowError(
+            f"batch id {batch_id!r}: 1 to 200 characters, no space, no control character, "
+            "no '{' or '}'"
+        )
+
+
+def dependencies(
+    queues: Mapping[str, QueueConfig], queue: str, after: tuple[str | tuple[str, str], ...]
+) -> list[tuple[QueueConfig, str]]:
+    """The jobs ``after`` names: (queue, job id). A ``str`` is a job id of ``queue``, or
+    ``QUEUE:JOB_ID`` when the part before its first ``:`` names a queue of the config."""
+    deps: list[tuple[QueueConfig, str]] = []
+    for spec in after:
+        if isinstance(spec, tuple):
+            name, job_id = spec
+        else:
+            head, colon, rest = spec.partition(":")
+            name, job_id = (head, rest) if colon and head in queues else (queue, spec)
+        if name not in queues:
+            raise WorkflowError(f"after {spec!r}: queue {name!r} is not in the config")
+        if not job_id:
+            raise WorkflowError(f"after {spec!r}: no job id")
+        deps.append((queues[name], job_id))
+    if len(deps) > MAX_AFTER:
+        raise WorkflowError(f"a job waits for {MAX_AFTER} jobs at most, not {len(deps)}")
+    unique = {(dq.name, jid): (dq, jid) for dq, jid in deps}  # each once, in order
+    return list(unique.values())
+
+
+def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: str,
+         job: NewJob) -> None:  # fmt: skip
+    """Hold ``job`` (its ``entry``, in ``q``: a queue or a level of it) until the jobs it waits
+    for end, registered with each; those ended already are counted now."""
+    deps = dependencies(config.queues, q.name, job.after)
+    if any(dq.name == q.name and jid == job_id for dq, jid in deps):
+        raise WorkflowError(f"job {job_id!r} cannot wait for itself (--after {job_id})")
+    names = [f"{dq.name} {jid}" for dq, jid in deps]
+    spec: dict[str, object] = {"deps": names, "all": names, "any": job.after_any}
+    timeout = job.after_timeout if job.after_timeout is not None else q.max_wait
+    if timeout is not None:  # a bound (expire_held.lua); where a record of each dep would be
+        spec["timeout_ms"] = int(timeout * 1000)
+        spec["seen"] = {n: [dq.keys.history, dq.keys.active]
+                        for (dq, _), n in zip(deps, names, strict=True)}  # fmt: skip
+    after = orjson.dumps(spec)
+    record = orjson.dumps({"event": "waiting", "after": names, "any": job.after_any,
+                           "stream": q.stream})  # fmt: skip
+    store.hold(q, job_id, after, entry.due, secrets.token_hex(8), record, entry.fields)
+    line = waiter_line(q, job_id)
+    told = 0
+    for (dq, jid), name in zip(deps, names, strict=True):
+        ended = store.wait_on(dq, jid, line)
+        if ended is not None:
+            script, keys, args = store.unblock_call(orjson.loads(line), name, *ended)
+            _, notices = script(keys=keys, args=args)
+            told += int(notices)
+    if told:  # it was dead-lettered: its own waiters and batch are told now
+        store.move_follow_ups(config.queues[q.name])
+
+
+class Member:
+    """Adding jobs to batch ``batch_id`` (a context: open on entry, sealed on exit, the jobs
+    not added taken off its total). ``grow`` before each round trip of jobs; ``added(n)``
+    after it, with how many Redis took."""
+
+    def __init__(self, store: Store, config: Config, q: QueueConfig, job: NewJob) -> None:
+        check_batch_id(job.batch or "")
+        on_complete = job.on_complete
+        if on_complete is not None and on_complete not in config.queues:
+            raise WorkflowError(f"on_complete: queue {on_complete!r} is not in the config")
+        self.store, self.batch_id, self.sent = store, job.batch or "", 0
+        cb = b"" if on_complete is None else callback_spec(config.queues[on_complete])
+        self.opening = (int(q.history.max_age) or 1, on_complete or "", cb)
+        self.sealed: BatchState | None = None
+
+    def __enter__(self) -> Member:
+        try:
+            self.store.batch_op(self.batch_id, "open", *self.opening)
+        except Exception as exc:
+            if "batch complete" in str(exc):
+                raise WorkflowError(f"batch {self.batch_id!r} is complete: it takes no more "
+                                    "jobs") from None  # fmt: skip
+            raise
+        return self
+
+    def grow(self, n: int) -> None:
+        self.store.batch_op(self.batch_id, "add", n)
+        self.sent += n
+
+    def added(self, n: int) -> None:
+        if n < self.sent:
+            self.store.batch_op(self.batch_id, "add", n - self.sent)
+        self.sent = 0
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        """Sealed whatever happened, unless Redis cannot be reached (then it stays open: the
+        jobs of the round trip cut short may or may not be added)."""
+        if self.sent:
+            if kind is not None and not _unreachable(exc):
+                self.added(0)
+            elif kind is not None:
+                return
+        state = self.store.batch_op(self.batch_id, "seal")
+        if state is not None and state.state == "complete" and state.callback:
+            self.store.callback(state)
+        self.sealed = state
+
+
+class NoBatch:
+    """A job of no batch: nothing to count."""
+
+    def grow(self, n: int) -> None:
+        pass
+
+    def added(self, n: int) -> None:
+        pass
+
+
+def member(
+    store: Store, config: Config, q: QueueConfig, job: NewJob
+) -> contextlib.AbstractContextManager:
+    """The batch ``job`` is added to (``Member``), or none."""
+    if job.batch is None:
+        return contextlib.nullcontext(NoBatch())
+    return Member(store, config, q, job)
+
+
+@contextlib.contextmanager
+def member_of(
+    store: Store, config: Config, q: QueueConfig, jobs: Iterable[NewJob]
+) -> Iterator[tuple[Member | NoBatch, Iterator[NewJob]]]:
+    """The batch of a bulk enqueue: its first job's, every job's (``_same_batch``); and the
+    jobs, the first put back."""
+    source = iter(jobs)
+    first = next(source, None)
+    if first is None:
+        yield NoBatch(), source
+        return
+    source = itertools.chain([first], source)
+    with member(store, config, q, first) as m:
+        yield m, _same_batch(source, first.batch)
+
+
+def _same_batch(jobs: Iterator[NewJob], batch: str | None) -> Iterator[NewJob]:
+    """Every job of a bulk enqueue in the batch of its first (or none, as it)."""
+    for job in jobs:
+        yield job if job.batch == batch else dataclasses.replace(job, batch=batch)
+
+
+def _unreachable(exc: BaseException | None) -> bool:
+    from jobd.store import connection
+
+    return exc is not None and isinstance(exc, connection.UNAVAILABLE)

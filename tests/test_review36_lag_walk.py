@@ -1,0 +1,88 @@
+"""Review of issue 36: once Redis cannot say a group's lag, every summary the overview asks for
+(every 5 s per open page) reads up to 100 000 entries of the stream, payloads included.
+
+docs/operations/dashboard.md: `/api/summary` is "one pipeline per queue and one INFO", and "No
+request walks a whole stream, set or hash". ``status.queue_status`` takes the group's ``lag`` from
+XINFO GROUPS; when Redis answers null (an entry deleted after the group's last delivered one:
+one job removed by hand with XDEL), ``status.count_after`` counts the entries after it with
+XRANGE … COUNT 10000 until the end or LAG_COUNT_CAP (100 000): whole entries, payloads and all,
+sent to the dashboard, for each such queue, at each refresh of the overview and of a queue's
+page (`jobd status` likewise).
+
+A real daemon; queue q paused (`jobd pause`) with 100 000 waiting jobs of a 1 KiB payload; one of
+them deleted by hand. Redis's count of bytes it sent (INFO total_net_output_bytes) around one
+/api/summary of the real `jobd dashboard`, before and after the XDEL.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+from support import dashboard_server, get_json, jobd_cli, queue_config, wait_until
+
+JOBS = 100_000
+
+
+def sent(r: redis.Redis) -> int:
+    return int(r.info("stats")["total_net_output_bytes"])
+
+
+def test_one_summary_reads_the_whole_backlog_once_lag_is_unknown(
+    r: redis.Redis, daemon: Any, write_config: Any
+) -> None:
+    config = write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n")
+    assert jobd_cli("pause", "-c", str(config), "q").returncode == 0
+    daemon(config)
+    wait_until(lambda: r.exists("jobd:q"), what="the daemon to make its group")
+    payload = b"p" * 1024
+    ids = []
+    for start in range(0, JOBS, 5000):
+        pipe = r.pipeline(transaction=False)
+        for i in range(start, start + 5000):
+            pipe.xadd("jobd:q", {"payload": payload, "job_id": f"j-{i}"})
+        ids += pipe.execute()
+    with dashboard_server(config) as port:
+
+        def one_summary() -> tuple[int, float, Any]:
+            before, began = sent(r), time.monotonic()
+            row = get_json(port, "/api/summary")["queues"]["q"]
+            return sent(r) - before, time.monotonic() - began, row["backlog"]
+
+        known = one_summary()
+        r.xdel("jobd:q", ids[JOBS // 2])  # one waiting job removed by hand
+        unknown = one_summary()
+    assert known[0] < 1024 * 1024 and known[2] == JOBS
+    # Expected: the same few KiB per summary, whatever Redis says of the lag.
+    assert unknown[0] < 1024 * 1024, (
+        f"one /api/summary: {known[0] / 1024:.0f} KiB sent by Redis in {known[1]:.2f} s with the "
+        f"lag known; {unknown[0] / 2**20:.0f} MiB in {unknown[1]:.2f} s once it is not "
+        f"(backlog {unknown[2]})"
+    )
+
+
+def test_a_null_lag_is_counted_in_redis_up_to_its_bound_then_given_as_at_least(
+    r: redis.Redis, write_config: Any
+) -> None:
+    from jobd.cli.status import render
+    from jobd.config import load
+    from jobd.store import status
+
+    config = load(str(write_config(queue_config("[/bin/true]"))))
+    q = config.queues["q"]
+    cap = status.LAG_COUNT_CAP
+    pipe = r.pipeline(transaction=False)
+    for i in range(cap + 2):
+        pipe.xadd("jobd:q", {"payload": str(i)})
+    ids = pipe.execute()
+    r.xgroup_create("jobd:q", "jobd", ids[0])
+    r.xdel("jobd:q", ids[1])  # deleted after the last delivered: Redis says lag null
+    assert r.xinfo_groups("jobd:q")[0]["lag"] is None
+    s = status.queue_status(r, q)
+    assert (s["lag"], s["lag_at_least"]) == (cap, False)  # every one counted: exactly the bound
+    r.xadd("jobd:q", {"payload": "one more"})
+    s = status.queue_status(r, q)
+    assert (s["lag"], s["lag_at_least"]) == (cap, True)
+    report = {"redis": "r", "queues": {"q": s}}
+    assert f"lag ≥{cap}" in render(report)
