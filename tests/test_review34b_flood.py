@@ -70,7 +70,12 @@ def test_a_strangers_flood_makes_every_handlers_end_sleep_the_loop(
         os.kill(flooder, signal.SIGKILL)
         os.waitpid(flooder, 0)
     assert d.proc.poll() is None
-    assert flooded < max(5 * calm, 1.5), (
-        f"{JOBS} jobs: {calm:.2f}s without a flood, {flooded:.2f}s with a stranger's flood "
-        f"({flooded / JOBS * 1000:.0f} ms a job)"
+    # Counted, not timed (a wall-time bound failed on a loaded machine; the speed is
+    # bench/notify_flood.py's): the loop gave up waiting once a second at most (SYNC_REST),
+    # not at every handler's end (about JOBS times before the fix; 29 times in 2.5 s with
+    # the wait skipped only until the socket was next found empty).
+    gave_up = d.log().count("channel: the socket did not empty")
+    assert gave_up <= flooded + 1, (
+        f"{JOBS} jobs in a stranger's flood: the loop waited out SYNC_WAIT {gave_up} times "
+        f"({calm:.2f}s without the flood, {flooded:.2f}s with it)"
     )

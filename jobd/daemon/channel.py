@@ -69,6 +69,7 @@ CUT = socket.MSG_TRUNC | socket.MSG_CTRUNC
 PER_WAKE = 32  # messages the thread queues between two wake-ups of the loop, at most
 QUEUED_MAX = 1024  # messages waiting for the loop, at most (``take`` takes as many a pass)
 SYNC_WAIT = 0.05  # seconds ``sync`` waits for the thread, at most
+SYNC_REST = 1.0  # seconds after a wait that gave up before ``sync`` waits again, at least
 CLOSE_WAIT = 1.0  # seconds ``close`` waits for the thread to end
 
 # What the thread tells the loop: a message taken ("said", handler, what, when read), dropped
@@ -172,10 +173,12 @@ class Channel:
     def sync(self) -> None:
         """Before a handler leaves the table: wait (SYNC_WAIT at most) until every message the
         socket holds is queued, so that what a handler sent before its exit is heard. Not again
-        once a wait gave up, until the thread has found the socket empty since (``emptied``):
-        flooded (the count moves, the socket never empties) or stuck in a close, it is not
-        waited for at every handler's end."""
+        once a wait gave up, until the thread has found the socket empty since (``emptied``)
+        and SYNC_REST has passed: flooded (the socket seldom empty, and only for a moment) or
+        stuck in a close, it costs the loop SYNC_WAIT a SYNC_REST at most (5 %)."""
         if not self.thread.is_alive() or self.settled() or self.emptied < self.gave_up:
+            return
+        if time.monotonic() < self.gave_up + SYNC_REST:
             return
         self.asked.wake()
         began = time.monotonic()
@@ -185,6 +188,8 @@ class Channel:
         while not self.settled() and self.emptied < began:
             if time.monotonic() >= began + SYNC_WAIT:
                 self.gave_up = began
+                log.debug("channel: the socket did not empty in 50 ms (flooded or stuck): "
+                          "handlers leave without this wait for a second")  # fmt: skip
                 return
             time.sleep(0.0005)
 
