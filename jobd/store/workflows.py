@@ -87,10 +87,12 @@ class WorkflowOps(StoreBase):
         return bool(self.scripts.hold(keys=keys, args=args))
 
     def wait_on(self, dep: QueueConfig, job_id: str, waiter: bytes) -> tuple[str, str] | None:
-        """Register ``waiter`` with job ``job_id`` of ``dep``; or, when that one ended already,
-        (outcome, event) and nothing registered."""
-        reply = self.scripts.wait_on(keys=[dep.keys.history, dep.keys.waiters],
-                                     args=[job_id, waiter])  # fmt: skip
+        """Register ``waiter`` with job ``job_id`` of ``dep``; or, when that one ended already
+        and does not run again now, (outcome, event) and nothing registered."""
+        k = dep.keys
+        keys = [k.history, k.waiters, k.active, k.job_mark(job_id),
+                *(level.stream for level in dep.all_levels())]  # fmt: skip
+        reply = self.scripts.wait_on(keys=keys, args=[job_id, waiter, dep.group])
         if reply[0] == b"waiting":
             return None
         return reply[0].decode(), reply[1].decode()
