@@ -263,7 +263,7 @@ def test_notices_moved_twice_count_once_and_call_back_once(
         for n, outcome in ((1, b"done"), (2, b"failed"))
     ]
     for _ in range(2):
-        assert store.move_notices(rows) == ([b"1-1", b"1-2"], None)
+        assert store.move_notices("{jobd:a}:outbox", rows) == ([b"1-1", b"1-2"], None)
     assert r.xlen("jobd:cb") == 1
     ((_, cb),) = r.xrange("jobd:cb")
     assert json.loads(cb[b"payload"]) == {"batch": "B", "state": "complete", "total": 2,
@@ -275,7 +275,7 @@ def test_notices_moved_twice_count_once_and_call_back_once(
         waiter = r.hget("{jobd:a}:waiters", dep).strip()
         notice = {b"kind": b"release", b"dep": f"a {dep}".encode(), b"outcome": b"done",
                   b"event": b"done", b"waiter": waiter}  # fmt: skip
-        store.move_notices([(b"2-1", notice)])
+        store.move_notices("{jobd:a}:outbox", [(b"2-1", notice)])
         if dep == "x":
             assert r.xlen("jobd:a") == 0, "released before y was done"
     assert [f[b"job_id"] for _, f in r.xrange("jobd:a")] == [b"w"]

@@ -69,8 +69,11 @@ Layout of a queue whose stream is S:
   derive(S, "held:until") the held jobs that wait at most so long (--after-timeout, max_wait): a
                        sorted set, job id scored by its deadline (Redis ms), popped by the
                        outbox duty (lua/expire_held.lua)
-  derive(S, "follow-up:batch|ID") the mark of batch ID's callback job in this (its --on-complete)
-                       queue, once added: kept FOLLOW_UP_TTL (lua/callback.lua)
+  derive(S, "follow-up:batch|I|ID") the mark of batch ID's callback job in this (its
+                       --on-complete) queue, once added; I is the batch's incarnation (Redis's
+                       time in µs when it was made: a batch of that id made again after it
+                       expired has another): kept FOLLOW_UP_TTL, or the batch's own TTL when
+                       longer, again at each look (lua/callback.lua)
   derive(S, "priority:L") the stream of priority level L (queues with `priorities`; the
                        default level's stream is S), with its own delayed set
                        derive(derive(S, "priority:L"), "delayed"); every other key is the queue's
@@ -78,8 +81,10 @@ Layout of a queue whose stream is S:
 Batches (`enqueue --batch ID`): each in a slot of its own, not a queue's (its members may be in
 several queues); under ``{jobd:batch:ID}``, covered by the documented ACL user's ``~{jobd:*``:
   batch(ID)            a hash: state, open, total, done, failed, ttl, created, completed,
-                       on_complete, callback (lua/batch.lua); expires with the history's max_age
-  batch_members(ID)    a set of the members counted ("QUEUE JOB_ID")
+                       incarnation, on_complete, callback (lua/batch.lua); expires with the
+                       history's max_age
+  batch_members(ID)    a set of the members' ends counted, each by the outbox notice that told
+                       it ("OUTBOX ENTRY_ID")
 
 The daemon registry: one per Redis database, not per queue (every daemon on that Redis is in it,
 whatever its config), all in the slot of ``jobd:daemons``, so one script writes a daemon's beat
@@ -219,9 +224,11 @@ class QueueKeys:
         head = f"{derive(self.base, FOLLOW_UP)}{queue}|{n}|{len(origin)}:{origin}|"
         return head.encode() + os.fsencode(job_id)
 
-    def callback_mark(self, batch: str) -> str:
-        """The mark of batch ``batch``'s callback job in this (its --on-complete) queue."""
-        return f"{derive(self.base, FOLLOW_UP)}batch|{batch}"
+    def callback_mark(self, batch: str, incarnation: str) -> str:
+        """The mark of batch ``batch``'s callback job in this (its --on-complete) queue; the
+        batch's ``incarnation`` (lua/batch.lua: a batch of the same id made after this one
+        expired has another) before its id, which may hold a ``|``."""
+        return f"{derive(self.base, FOLLOW_UP)}batch|{incarnation}|{batch}"
 
     def tick(self, schedule: str, at: int) -> str:
         """The key of a periodic schedule's tick at Unix second ``at``."""

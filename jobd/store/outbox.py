@@ -52,7 +52,7 @@ class OutboxOps(StoreBase):
             return 0, None, False
         read = len(rows)
         notices = [row for row in rows if b"kind" in row[1]]  # dependencies, batches
-        done, error = self.move_notices(notices) if notices else ([], None)  # type: ignore[attr-defined]
+        done, error = self.move_notices(outbox, notices) if notices else ([], None)  # type: ignore[attr-defined]
         rows = [row for row in rows if b"kind" not in row[1]]
         by_target: dict[tuple[bytes, bytes], list[tuple[bytes, dict[bytes, bytes]]]]
         by_target = defaultdict(list)

@@ -7,7 +7,7 @@ ended already). The script that ends a job (settle.lua, dead_letter.lua, unblock
 notice into its queue's outbox for each job waiting for it and for its batch, in the same step
 (lua/lib/workflows.lua); daemons move the notices on, as they move follow-ups
 (``store.outbox``): ``unblock`` in the waiter's slot, ``batch_op('count')`` in the batch's.
-Each is safe to apply twice (a dependency told again is 'seen', a member counted again is in
+Each is safe to apply twice (a dependency told again is 'seen', a notice counted again is in
 the batch's members set), so a mover that dies before the notice's XDEL, or two at once, change
 nothing twice. A batch complete once gets its callback once: its mark (``callback``).
 
@@ -46,6 +46,8 @@ class BatchState:
     failed: int
     on_complete: str  # '' for no callback
     callback: str  # JSON: where the callback goes (``callback_spec``)
+    incarnation: str = ""  # which batch of this id (batch.lua): names its callback's mark
+    ttl: int = 1  # seconds its keys are kept after its latest change
 
     @property
     def pending(self) -> int:
@@ -97,16 +99,19 @@ class WorkflowOps(StoreBase):
             return None
         return reply[0].decode(), reply[1].decode()
 
-    def _notice_call(self, f: dict[bytes, bytes]) -> tuple:
-        """The script call that applies one outbox notice (its fields ``f``); KeyError,
-        TypeError, ValueError for an entry that is no notice."""
+    def _notice_call(self, outbox: str, entry_id: bytes, f: dict[bytes, bytes]) -> tuple:
+        """The script call that applies notice ``entry_id`` of ``outbox`` (its fields ``f``);
+        KeyError, TypeError, ValueError for an entry that is no notice."""
         outcome, event = f.get(b"outcome", b"").decode(), f.get(b"event", b"").decode()
         if f.get(b"kind") == b"release":
             waiter = orjson.loads(f.get(b"waiter", b"{}"))
             return self.unblock_call(waiter, f[b"dep"].decode(), outcome, event)
         b_id = f[b"batch"].decode()
         keys = [batch(b_id), batch_members(b_id)]
-        return self.scripts.batch, keys, ["count", f.get(b"member", b""), outcome]
+        # Counted once by the notice, written once by the step that ended the member: two jobs
+        # of one job id are two members, and this notice moved again counts nothing more.
+        notice = outbox.encode() + b" " + entry_id
+        return self.scripts.batch, keys, ["count", notice, outcome]
 
     def unblock_call(self, waiter: dict, dep: str, outcome: str, event: str) -> tuple:
         """unblock.lua's call: ``dep`` ended (``outcome``, ``event``), and ``waiter`` (a
@@ -161,18 +166,18 @@ class WorkflowOps(StoreBase):
         whether this call added it."""
         spec = orjson.loads(state.callback)
         k, history = _history(spec["base"])
-        keys = [spec["stream"], k.callback_mark(state.batch_id), *history]
+        keys = [spec["stream"], k.callback_mark(state.batch_id, state.incarnation), *history]
         fields = [b"payload", orjson.dumps(state.counts()), b"job_id", f"batch:{state.batch_id}"]
-        args = [FOLLOW_UP_TTL, spec["settings"], state.batch_id, *fields]
+        args = [max(FOLLOW_UP_TTL, state.ttl), spec["settings"], state.batch_id, *fields]
         return bool(self.scripts.callback(keys=keys, args=args))
 
-    def move_notices(self, rows: list[Row]) -> tuple[list[bytes], Exception | None]:
-        """Apply the workflow notices ``rows`` of an outbox (release, batch); the ids of those
+    def move_notices(self, outbox: str, rows: list[Row]) -> tuple[list[bytes], Exception | None]:
+        """Apply the workflow notices ``rows`` of ``outbox`` (release, batch); the ids of those
         applied (to delete) and the first error (the others stay for the next move)."""
         sent, ids, garbage = Batch(), [], []
         for entry_id, f in rows:
             try:
-                call = self._notice_call(f)
+                call = self._notice_call(outbox, entry_id, f)
             except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
                 # Not a notice jobd wrote (someone else's XADD, a value mangled): said and
                 # removed, so that it never holds back the notices behind it.
@@ -213,7 +218,8 @@ def expired_why(after: dict, seen: Callable[[list[str], str], bool]) -> str:
 def _state(batch_id: str, reply: object) -> BatchState | None:
     if not isinstance(reply, list) or not reply:
         return None
-    state, total, done, failed, on_complete, callback = (
+    state, total, done, failed, on_complete, callback, incarnation, ttl = (
         v.decode() if isinstance(v, bytes) else str(v) for v in reply
     )
-    return BatchState(batch_id, state, int(total), int(done), int(failed), on_complete, callback)
+    return BatchState(batch_id, state, int(total), int(done), int(failed), on_complete, callback,
+                      incarnation, int(ttl))  # fmt: skip
