@@ -29,6 +29,7 @@ import orjson
 from jobd.config import Config, QueueConfig
 from jobd.newjob import NewJob
 from jobd.store.admin import NewEntry
+from jobd.store.keys import batch
 from jobd.store.store import Store
 from jobd.store.workflows import BatchState, callback_spec, waiter_line
 
@@ -123,6 +124,9 @@ class Member:
             if "batch complete" in str(exc):
                 raise WorkflowError(f"batch {self.batch_id!r} is complete: it takes no more "
                                     "jobs") from None  # fmt: skip
+            if "is not a batch" in str(exc):  # batch.lua: someone else's key where it lives
+                raise WorkflowError(f"batch {self.batch_id!r}: its key {batch(self.batch_id)} "
+                                    "is not a batch (another type)") from None  # fmt: skip
             raise
         return self
 

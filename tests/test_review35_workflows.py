@@ -243,3 +243,22 @@ def test_the_last_record_of_a_long_history_is_found_without_blocking_redis(
         r.config_set("busy-reply-threshold", 5000)
         quick.close()
     assert ended == ("done", "done")
+
+
+def test_a_batch_key_of_another_type_fails_nothing_half_way(
+    r: redis.Redis, write_config, script
+) -> None:
+    """batch.lua's count marked the notice counted (SADD) before it failed on a batch hash
+    that is someone else's key: a script that fails after a write. Now such a batch is none:
+    the notice is dropped as one of an expired batch's, nothing written; an enqueue into it is
+    refused before anything is written."""
+    cfg = write_config("redis: {url: '{redis}'}\n"
+                       + batch_yaml(script("runs.sh", RUNS), script("cb.sh", CALLBACK)))  # fmt: skip
+    r.set("{jobd:batch:H}", "someone else's")
+    notice = {b"kind": b"batch", b"batch": b"H", b"member": b"a j", b"outcome": b"done",
+              b"event": b"done"}  # fmt: skip
+    assert Store(r).move_notices("{jobd:a}:outbox", [(b"1-1", notice)]) == ([b"1-1"], None)
+    assert not r.exists("{jobd:batch:H}:members")
+    out = jobd_cli("enqueue", "-c", str(cfg), "a", "p", "--batch", "H")
+    assert out.returncode == 2 and b"is not a batch" in out.stderr, out.stderr
+    assert r.xlen("jobd:a") == 0 and r.get("{jobd:batch:H}") == b"someone else's"
