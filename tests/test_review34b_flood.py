@@ -11,17 +11,15 @@ SYNC_WAIT. Real daemon, a private Redis; the flooder is a process of no job (any
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, acked_all, jobd_cli, queue_config, wait_until
+from support import DaemonProcess, acked_all, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
 JOBS = 200
@@ -81,44 +79,3 @@ def test_a_strangers_flood_makes_every_handlers_end_sleep_the_loop(
         f"{JOBS} jobs in a stranger's flood: the loop waited out SYNC_WAIT {gave_up} times "
         f"({calm:.2f}s without the flood, {flooded:.2f}s with it)"
     )
-
-
-FLOODER = """#!{python}
-import os, socket
-s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.connect("\\0" + os.environ["NOTIFY_SOCKET"][1:])
-open("{started}", "w").close()
-n = 0
-while True:  # blocking sends, as fast as the daemon takes them
-    s.send(b"X_JOBD_PROGRESS=%d\\nSTATUS=item %d" % (n % 100, n))
-    n += 1
-"""
-
-
-def test_a_handlers_flood_costs_the_daemon_a_bounded_share_of_a_core(
-    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
-) -> None:
-    """A handler sending its channel as fast as the daemon reads (blocking sends, no pause):
-    the daemon's CPU time over the flood stays under a third of a core, the channel's thread
-    resting at SHARE of one (cpubudget.Budget; the kernel blocks the sender meanwhile). Before,
-    the thread read as fast as the handler sent: most of a core, taken from the other jobs."""
-    import psutil
-
-    started = tmp_path / "started"
-    script("flood.py", FLOODER.format(python=sys.executable, started=started))
-    d = daemon(write_config(queue_config(f"[{tmp_path}/flood.py]", concurrency=1)))
-    r.xadd("jobd:q", {"payload": ""})
-    wait_until(started.exists, what="the flooder to start")
-    proc = psutil.Process(d.proc.pid)
-    cpu = sum(proc.cpu_times()[:2])
-    began = time.monotonic()
-    time.sleep(2)  # the window measured, not an assertion
-    used = (sum(proc.cpu_times()[:2]) - cpu) / (time.monotonic() - began)
-    assert used < 0.33, f"the daemon used {used:.2f} of a core while a handler flooded it"
-    job = r.xrange("jobd:q")[0][0].decode()
-
-    def status() -> str:  # heard all along: the messages are taken, at a bounded rate
-        out = jobd_cli("job", "-c", str(d.config), "q", job, "--json")
-        return (json.loads(out.stdout).get("running") or {}).get("status") or ""
-
-    wait_until(lambda: status().startswith("item"), what="the flooder's status in jobd job")

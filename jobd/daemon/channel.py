@@ -21,8 +21,8 @@ A message is read with ``recvmsg``: up to ``MESSAGE_MAX`` bytes (one larger is c
 learns that it was read: ``jobd notify`` waits for the end of a pipe, systemd-notify's
 ``BARRIER=1`` the same way). Reading, attributing and parsing (``process.channel.parse``: a
 message of more than ``LINES_MAX`` lines is refused whole) run on the channel's thread, never on
-the loop's, and that thread's CPU time is held to SHARE of a core (``cpubudget.Budget``: a
-flood then waits in the socket's queue, its senders blocked by the kernel). A close can block
+the loop's, and a flood costs what it costs there (a reader that rested when past a share of
+a core held every sender up, the flooder's victims most: tests/test_notify.py). A close can block
 (a TCP socket with SO_LINGER and unsent data lingers; a FUSE file's close waits for its server):
 ``Closer`` keeps it off the channel's thread too, and every descriptor a message may bring is
 taken (FDS_MAX, the kernel's own bound: one it had to drop it would close inside ``recvmsg``, on
@@ -54,7 +54,6 @@ import time
 from collections.abc import Callable, Mapping
 
 from jobd.daemon.closer import Closer
-from jobd.daemon.cpubudget import Budget
 from jobd.daemon.poller import Wakeup
 from jobd.process import where
 from jobd.process.channel import Said, parse
@@ -74,7 +73,6 @@ QUEUED_MAX = 1024  # messages waiting for the loop, at most (``take`` takes as m
 SYNC_WAIT = 0.05  # seconds ``sync`` waits for the thread, at most
 SYNC_REST = 1.0  # seconds after a wait that gave up before ``sync`` waits again, at least
 CLOSE_WAIT = 1.0  # seconds ``close`` waits for the thread to end
-SHARE, BURST = 0.05, 0.02  # the thread's CPU time: of a core over time, and at once (``Budget``)
 
 # What the thread tells the loop: a message taken ("said", handler, what, when read), dropped
 # ("drop", queue, reason), or the socket found empty ("drained", when).
@@ -222,7 +220,6 @@ class Channel:
     # -- the thread's side ----------------------------------------------------------------
 
     def listen(self) -> None:
-        self.budget = Budget(SHARE, BURST)  # on the thread: it counts the thread's CPU time
         poll = select.poll()
         poll.register(self.sock, select.POLLIN)
         poll.register(self.asked.r, select.POLLIN)
@@ -273,11 +270,6 @@ class Channel:
             self.holding = bool(batch)  # read, not queued yet (``settled``)
             for fd in fds:
                 self.closer.discard(fd)
-            if self.count % PER_WAKE == 0 and (rest := self.budget.spend()) > 0:
-                queued, batched = queued + self.flush(batch), 0  # and rest: SHARE, BURST
-                self.wakeup.wake()
-                self.holding = False
-                time.sleep(min(rest, SYNC_REST))
         if queued or asked:
             self.wakeup.wake()
 
