@@ -545,10 +545,14 @@ def test_payload_of_30_mib_around_max_payload(
 ) -> None:
     """30 MiB payloads: above max_payload, dead-lettered as malformed unrun; below it, run with
     every byte on stdin, and dead-lettered whole when the handler fails."""
+    # A lease of 10 s: a 30 MiB read takes long enough on a loaded machine that a start check
+    # under the harness's 1 s reclaim_after hands the entry back unstarted, again and again
+    # (rightly: the daemon says its round trip is too long for that lease).
+    lease = "lease: {renew_every: 1s, reclaim_after: 10s}"
     queues = {
         "small": "ok, max_payload: 8MiB",
-        "big": "ok, max_payload: 64MiB",
-        "bigfail": "fail, max_payload: 64MiB",
+        "big": f"ok, max_payload: 64MiB, {lease}",
+        "bigfail": f"fail, max_payload: 64MiB, {lease}",
     }
     h = start(r, write_config, script, daemon, tmp_path, queues)
     size = 30 * 2**20
