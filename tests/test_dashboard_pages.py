@@ -185,7 +185,7 @@ def test_bad_page_queries_get_400(app: App) -> None:
         ({"queue": "q", "state": "waiting", "count": "0"}, "count is a number from 1 to 200"),
         ({"queue": "q", "state": "waiting", "count": "201"}, "count is a number"),
         ({"queue": "q", "state": "waiting", "cursor": "x"}, "cursor is the one"),
-        ({"queue": "q", "state": "delayed", "cursor": "-1"}, "cursor is a number"),
+        ({"queue": "q", "state": "delayed", "cursor": "-1"}, "cursor is the one"),
         ({"queue": "other", "state": "waiting", "level": "mid"}, "level is one of"),
         ({"queue": "q", "state": "waiting", "find": "x" * 1025}, "find is at most"),
     ):

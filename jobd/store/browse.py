@@ -1,13 +1,19 @@
 """Pages of a queue's jobs for the dashboard's queue page: a stream read from a cursor, a few
 fields of each entry cut in Redis (``lua/entries_shown.lua``: waiting jobs, dead letters), and
-the delayed set by index, a member's job id and attempt cut in Redis (``lua/delayed_shown.lua``),
-and the latest jobs of the history (``lua/recent.lua``). Every read is bounded by what it is
-asked for: an entry read at a time, at most ``count`` shown and ``scan`` looked at, and at most
+the delayed set, a member's job id and attempt cut in Redis (``lua/delayed_shown.lua``), and the
+latest jobs of the history (``lua/recent.lua``). Every read is bounded by what it is asked for:
+an entry read at a time, at most ``count`` shown and ``scan`` looked at, and at most
 ``READ_BUDGET`` bytes read in Redis (plus one entry: a stream has no read of part of a field, so
-an entry is read whole); never a walk of a whole stream, set or hash."""
+an entry is read whole); never a walk of a whole stream, set or hash.
+
+A page of a sorted set goes on from a ``Cursor``: the score and member (or the member's first
+bytes) of the last one shown, never an index, which members leaving or coming before it would
+shift (a delayed job promoted: the next page skipped one; a job ending: it repeated one)."""
 
 from __future__ import annotations
 
+import base64
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +24,60 @@ FIELD_CAP = 256  # bytes of a recent job's field returned at most
 # Bytes of entries (or delayed members) one page reads in Redis at most, besides the one that
 # passes it: a page of 16 MiB payloads reads one entry, not 50 (the cursor goes on).
 READ_BUDGET = 1 << 20
+
+
+MARK_MAX = 1024  # bytes of a member a cursor carries at most (jobd.job.MAX_JOB_ID: a job id)
+# A cursor as text: SCORE:w|p:MARK, the score as Redis writes one (%.17g or shortest: 12, 1.5,
+# 1e+300, -inf), "w" when the mark is the whole member, the mark in unpadded base64url.
+_CURSOR = re.compile(
+    r"(-?(?:inf|[0-9]{1,20}(?:\.[0-9]{1,20})?(?:e[+-]?[0-9]{1,3})?)):([wp]):([A-Za-z0-9_-]*)",
+    re.ASCII,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a page of a sorted set goes on: just past the member of score ``score`` (as Redis
+    writes it) that starts with ``mark`` (is it, when ``whole``), in the page's order; a member
+    that only starts with a mark that is not whole counts as shown (``lua/lib/cursor.lua``)."""
+
+    score: str
+    mark: bytes
+    whole: bool
+
+    @classmethod
+    def of(cls, score: str | bytes | int, member: bytes) -> Cursor:
+        """The cursor just past ``member`` (its first MARK_MAX bytes kept)."""
+        text = score.decode() if isinstance(score, bytes) else str(score)
+        return cls(text, member[:MARK_MAX], len(member) <= MARK_MAX)
+
+    def text(self) -> str:
+        mark = base64.urlsafe_b64encode(self.mark).rstrip(b"=").decode()
+        return f"{self.score}:{'w' if self.whole else 'p'}:{mark}"
+
+    @classmethod
+    def parse(cls, text: str) -> Cursor:
+        """A cursor a page gave; ValueError for anything else."""
+        found = _CURSOR.fullmatch(text)
+        if found is None or len(found[3]) % 4 == 1 or len(found[3]) > (MARK_MAX * 4 + 2) // 3:
+            raise ValueError("not a cursor")
+        mark = base64.urlsafe_b64decode(found[3] + "=" * (-len(found[3]) % 4))
+        return cls(found[1], mark, found[2] == "w")
+
+    def args(self) -> list[object]:
+        """As the scripts take a cursor (lua/lib/cursor.lua's resume)."""
+        return [self.score, self.mark, 1 if self.whole else 0]
+
+    def passed(self, score: float, member: bytes) -> bool:
+        """Whether (``score``, ``member``) comes after this cursor, in ascending order (as
+        lua/lib/cursor.lua's past_mark decides it in Redis)."""
+        if score != float(self.score):
+            return score > float(self.score)
+        head = member[: len(self.mark)]
+        return head > self.mark or (head == self.mark and self.whole and len(member) > len(head))
+
+
+START = ["", b"", 0]  # a scripts' cursor for the first page
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +106,11 @@ class DelayedShown:
 
 @dataclass(frozen=True, slots=True)
 class DelayedPage:
-    """A page of a delayed set: its members shown, the index to go on from, whether the end of
-    the set was reached."""
+    """A page of a delayed set: its members shown, where to go on from (None: nothing was
+    looked at), whether the end of the set was reached."""
 
     rows: list[DelayedShown]
-    next: int
+    next: Cursor | None
     ended: bool
 
 
@@ -100,30 +160,39 @@ class BrowseOps(StoreBase):
     def delayed_shown(
         self,
         level: QueueConfig,
-        first: int,
+        after: Cursor | None,
         count: int,
         scan: int,
         find: str = "",
         cap: int = FIELD_CAP,
         budget: int = READ_BUDGET,
     ) -> DelayedPage:
-        """Up to ``count`` members of the level's delayed set from index ``first`` (soonest
-        first), each's job id and attempt cut to ``cap`` bytes in Redis; with ``find``, only
-        those whose job id holds it; ``scan`` members looked at at most, and none read once
-        those read hold ``budget`` bytes."""
-        args = [first, count, scan if find else count, find, budget, cap]
-        index, ended, rows = self.scripts.delayed_shown(keys=[level.keys.delayed], args=args)
+        """Up to ``count`` members of the level's delayed set past ``after`` (None: from the
+        soonest), soonest first, each's job id and attempt cut to ``cap`` bytes in Redis; with
+        ``find``, only those whose job id holds it; ``scan`` members looked at at most, and none
+        read once those read hold ``budget`` bytes."""
+        args = [*(START if after is None else after.args()), count, scan if find else count,
+                find, budget, cap]  # fmt: skip
+        ended, rows, score, mark, whole = self.scripts.delayed_shown(
+            keys=[level.keys.delayed], args=args
+        )
         shown = [DelayedShown(int(float(row[0])), row[1].decode(), row[2] or None, int(row[3]),
                               row[4] or None) for row in rows]  # fmt: skip
-        return DelayedPage(shown, int(index), bool(ended))
+        last = Cursor(score.decode(), mark, bool(whole)) if score else None
+        return DelayedPage(shown, last, bool(ended))
 
-    def recent(self, queue: QueueConfig, first: int, count: int) -> tuple[int, list[Recent]]:
-        """The jobs of the history, latest record first, from index ``first``: how many it
-        holds, and ``count`` of them at most, each by its latest record."""
+    def recent(
+        self, queue: QueueConfig, after: Cursor | None, count: int
+    ) -> tuple[int, list[Recent], Cursor | None]:
+        """The jobs of the history, latest record first, past ``after`` (None: from the
+        latest): how many it holds, ``count`` of them at most, each by its latest record, and
+        where to go on from (None: the end was reached)."""
         keys = [queue.keys.history_at, queue.keys.history]
-        total, rows = self.scripts.recent(keys=keys, args=[first, count, FIELD_CAP])
+        args = [*(START if after is None else after.args()), count, FIELD_CAP]
+        total, ended, rows = self.scripts.recent(keys=keys, args=args)
         found = []
         for row in rows:
             texts = [value.decode("utf-8", "backslashreplace") for value in row[2:]]
             found.append(Recent(row[0], int(float(row[1])), *texts))
-        return int(total), found
+        last = Cursor.of(rows[-1][1], rows[-1][0]) if rows and not ended else None
+        return int(total), found, last

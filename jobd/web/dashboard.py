@@ -105,7 +105,8 @@ def next_delayed(store: Store, q: QueueConfig) -> list[dict[str, Any]]:
     """The ``DELAYED_SHOWN`` jobs due soonest, of every priority level of the queue."""
     soonest: list[tuple[QueueConfig, DelayedShown]] = []
     for level in q.all_levels():
-        page = store.delayed_shown(level, 0, DELAYED_SHOWN, DELAYED_SHOWN, cap=shown.JOB_ID_SHOWN)
+        page = store.delayed_shown(level, None, DELAYED_SHOWN, DELAYED_SHOWN,
+                                   cap=shown.JOB_ID_SHOWN)  # fmt: skip
         soonest += [(level, d) for d in page.rows]
     soonest.sort(key=lambda pair: pair[1].due_ms)
     return [shown.delayed(level, w) for level, w in soonest[:DELAYED_SHOWN]]

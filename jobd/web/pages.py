@@ -14,13 +14,16 @@ is asked for, never by what Redis holds:
   queue's jobs in one state. ``waiting``: the entries of the level's stream after the group's
   last delivered id, oldest first (XRANGE from the cursor, an entry at a time, ``count`` at
   most); ``dead``: the dead letters, newest first (XREVRANGE likewise); ``delayed``: the delayed
-  set by due time (ZRANGE by index, a member at a time, only its job id and attempt leaving
-  Redis); ``running``: the running jobs (bounded by the concurrency); ``recent``: the history's
-  jobs by their latest record (ZRANGE … REV by index, one HGET a job). ``find`` keeps the jobs
-  whose id holds it, looking at ``SCAN`` entries at most a request. A stream entry or delayed
-  member is read whole in Redis (a stream has no read of part of a field), so a request also
-  stops reading once what it read holds ``browse.READ_BUDGET`` bytes (1 MiB; one entry more at
-  most): the reply's cursor goes on from where it stopped.
+  set by due time (a member at a time, only its job id and attempt leaving Redis);
+  ``running``: the running jobs (bounded by the concurrency); ``recent``: the history's jobs by
+  their latest record (ZRANGE … REV, one HGET a job). ``find`` keeps the jobs whose id holds
+  it, looking at ``SCAN`` entries at most a request. A stream entry or delayed member is read
+  whole in Redis (a stream has no read of part of a field), so a request also stops reading
+  once what it read holds ``browse.READ_BUDGET`` bytes (1 MiB; one entry more at most): the
+  reply's cursor goes on from where it stopped. A cursor is a position, never an index: the
+  last entry id looked at (streams), the last (time, job id) shown (running), the last
+  (score, member) looked at (sorted sets: ``browse.Cursor``); jobs leaving or coming before it
+  between two requests shift nothing. A cursor that no page gave is a 400.
 - ``GET /api/batch?id=B``: a batch's progress (``jobd batch``): total, done, failed, pending,
   state; one script reading one hash.
 """
@@ -37,6 +40,7 @@ from jobd.job import RESERVED_ATTEMPT
 from jobd.store import connection as redisconn
 from jobd.store import figures, registry, status
 from jobd.store.admin import Shown
+from jobd.store.browse import Cursor
 from jobd.store.keys import DAEMONS
 from jobd.store.store import Store
 from jobd.web import actions, shown
@@ -55,6 +59,7 @@ INFO_FIELDS = (  # what the header shows of INFO
     "uptime_in_seconds", "redis_mode",
 )  # fmt: skip
 Query = dict[str, list[str]]
+BAD_CURSOR = "cursor is the one the last page gave"
 
 
 def summary(store: Store, config: Config, query: Query) -> dict[str, Any]:
@@ -211,40 +216,46 @@ def _dead(
 def _delayed(
     store: Store, config: Config, q: QueueConfig, cursor: str, count: int, find: str
 ) -> dict[str, Any]:
-    """The delayed set by due time, from index ``cursor``; only the job id and attempt of each
+    """The delayed set by due time, past the cursor; only the job id and attempt of each
     member leave Redis; a search looks at ``SCAN`` members at most."""
-    first = number(cursor or "0", "cursor", 2**53)
-    page = store.delayed_shown(q, first, count, SCAN, find, cap=shown.JOB_ID_SHOWN)
+    page = store.delayed_shown(q, _cursor(cursor), count, SCAN, find, cap=shown.JOB_ID_SHOWN)
     rows = [shown.delayed(q, d) for d in page.rows]
-    return {"jobs": rows, "cursor": None if page.ended else str(page.next), "first": first}
+    more = None if page.ended else page.next
+    return {"jobs": rows, "cursor": more.text() if more else None}
 
 
 def _running(
     store: Store, config: Config, q: QueueConfig, cursor: str, count: int, find: str
 ) -> dict[str, Any]:
-    """The running jobs of every level, oldest first (a queue runs at most its slots' worth)."""
-    first = number(cursor or "0", "cursor", 2**53)
-    found = [shown.running(r) for r in store.running(q) if find in r.job_id]
-    return {"jobs": found[first : first + count],
-            "cursor": str(first + count) if len(found) > first + count else None}  # fmt: skip
+    """The running jobs of every level, oldest first (a queue runs at most its slots' worth),
+    past the cursor: the (start time, job id) of the last one shown."""
+    after = _cursor(cursor)
+    found = sorted(((r.since_ms or 0, os.fsencode(r.job_id), r) for r in store.running(q)
+                    if find in r.job_id), key=lambda t: t[:2])  # fmt: skip
+    if after is not None:
+        found = [t for t in found if after.passed(*t[:2])]
+    page = found[:count]
+    more = len(found) > count
+    return {"jobs": [shown.running(r) for _, _, r in page],
+            "cursor": Cursor.of(*page[-1][:2]).text() if more else None}  # fmt: skip
 
 
 def _recent(
     store: Store, config: Config, q: QueueConfig, cursor: str, count: int, find: str
 ) -> dict[str, Any]:
-    """The history's jobs by their latest record, latest first; a search is a lookup by id."""
-    first = number(cursor or "0", "cursor", 2**53)
+    """The history's jobs by their latest record, latest first, past the cursor; a search is
+    a lookup by id."""
+    after = _cursor(cursor)
     if find:
         view = store.job(q, find)
         rows = [{"job_id": find, "event": view.state, "at": None}] if view.records else []
         return {"jobs": rows, "cursor": None}
-    total, found = store.recent(q, first, count)
+    total, found, last = store.recent(q, after, count)
     rows = [{**shown.job_id_shown(os.fsdecode(r.job_id)), "at": r.at_ms / 1000, "event": r.event,
              "attempt": r.attempt, "exit_code": r.exit_code, "signal": r.signal,
              "error": r.error, "duration_ms": r.duration_ms, "consumer": r.consumer}
             for r in found]  # fmt: skip
-    more = first + count < total
-    return {"jobs": rows, "cursor": str(first + count) if more else None, "total": total}
+    return {"jobs": rows, "cursor": last.text() if last else None, "total": total}
 
 
 PAGES = {"waiting": _waiting, "dead": _dead, "delayed": _delayed, "running": _running,
@@ -275,8 +286,18 @@ def unreadable(client: redis.Redis, expected: dict[str, str], error: Exception) 
 
 def _entry_id(cursor: str) -> str:
     if not actions.RECORD_ID.fullmatch(cursor):
-        raise BadRequest("cursor is the one the last page gave")
+        raise BadRequest(BAD_CURSOR)
     return cursor
+
+
+def _cursor(text: str) -> Cursor | None:
+    """A sorted set's cursor a page gave (None: the first page)."""
+    if not text:
+        return None
+    try:
+        return Cursor.parse(text)
+    except ValueError:
+        raise BadRequest(BAD_CURSOR) from None
 
 
 def _id_key(entry: str) -> tuple[int, int]:
