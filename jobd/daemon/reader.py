@@ -366,11 +366,12 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
         return len(jobs)
 
     def clock_offset(self, q: QueueConfig, jobs: list[Job]) -> float | None:
-        """Redis's clock offset, for the jobs, when one of them can expire (its own
-        jobd_expires_at, or the queue's max_wait): one TIME per read pass that needs it, none
-        otherwise. Not measured (None: Redis did not answer), they are not expired: they run."""
+        """Redis's clock offset, for the jobs: when one of them can expire (its own
+        jobd_expires_at, or the queue's max_wait), measured now (one TIME per read pass that
+        needs it); else the store's kept one (a TIME a minute at most), which times their wait
+        (figures). Not measured (None: Redis did not answer), they are not expired: they run."""
         if not any(job.needs_clock(q) for job in jobs):
-            return None
+            return self.store.clock.offset(q.stream)
         try:
             return clock_offset(self.store.client)
         except redis.RedisError as exc:

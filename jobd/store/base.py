@@ -9,7 +9,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from jobd.config import RedisConfig
-from jobd.store import connection
+from jobd.store import connection, keys
 from jobd.store.scripts import Batch, Scripts
 
 
@@ -28,6 +28,8 @@ class StoreBase:
         self._migrating: dict[str, float] = {}
         # outcomes.settle: the queues whose outbox its last call wrote workflow notices into
         self.noticed: set[str] = set()
+        # Redis's clock, which names the minute of the per-minute figures this store writes
+        self.clock = connection.KeptClock(client)
 
     @classmethod
     def open(cls, config: RedisConfig, role: str, consumer: str = "") -> Self:
@@ -38,9 +40,15 @@ class StoreBase:
         """Send ``batch`` in one round trip (one per node on a cluster); replies or errors."""
         return batch.run(self.client)
 
+    def minute(self, key: str) -> int:
+        """The minute of Redis's clock now, on the server holding ``key``: where the figures
+        written now go (``QueueKeys.stats``, ``timings``)."""
+        return keys.minute(self.clock.now(key))
+
     def refresh(self) -> None:
         """After Redis went away: drop connections so the next call finds the server again."""
         connection.refresh(self.client)
+        self.clock.forget()
 
     def close(self) -> None:
         self.client.close()

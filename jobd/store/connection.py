@@ -9,6 +9,7 @@ it, and never lets the client re-send by itself: each caller decides what is saf
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import redis
@@ -227,3 +228,48 @@ class Clock:
             seconds, micros = node.time()
             self.read[id(node)] = int(seconds) + int(micros) / 1_000_000
         return self.read[id(node)]
+
+
+class KeptClock:
+    """Redis's clock for a long-lived store (a daemon's thread, a tool): ``TIME`` read at most
+    every ``KEEP`` seconds per server, carried forward on this host's monotonic clock in
+    between (its rate, not its wall time: a host whose wall clock is minutes off, or is set
+    meanwhile, still names Redis's minute). What picks the per-minute figures' keys on the
+    settle path without a round trip of its own there (one ``TIME`` a minute, at a call that
+    needs it). On a cluster each node's own."""
+
+    KEEP = 60.0
+
+    def __init__(self, client: redis.Redis | RedisCluster) -> None:
+        self.client = client
+        # id(node) -> Redis's time read, time.monotonic() then, and when to read it again
+        self.read: dict[int, tuple[float, float, float]] = {}
+
+    def now(self, key: str) -> float:
+        """Redis's time now (Unix seconds) on the server holding ``key``: within half a round
+        trip (and the host clock's drift for a minute) of its ``TIME``. When ``TIME`` fails, the
+        last one read carried forward; when none was ever read, this host's clock, this once."""
+        node = node_for(self.client, key)
+        kept = self.read.get(id(node))
+        mono = time.monotonic()
+        if kept is None or mono >= kept[2]:
+            try:
+                seconds, micros = node.time()
+                after = time.monotonic()
+                kept = (int(seconds) + int(micros) / 1e6, (mono + after) / 2, after + self.KEEP)
+                self.read[id(node)] = kept
+            except (*UNAVAILABLE, redis.RedisError, RedisClusterException) as exc:
+                logging.getLogger(__name__).debug("cannot read Redis's clock: %r", exc)
+                if kept is None:
+                    return time.time()
+                self.read[id(node)] = kept = (*kept[:2], mono + 1.0)  # not at every call
+        return kept[0] + (time.monotonic() - kept[1])
+
+    def offset(self, key: str) -> float:
+        """Redis's clock minus this host's wall clock, seconds (``Job.clock_offset``)."""
+        return self.now(key) - time.time()
+
+    def forget(self) -> None:
+        """Redis went away (it may come back as another server, with another clock): read
+        ``TIME`` again at the next call, what was read kept meanwhile if it fails."""
+        self.read = {node: (at, mono, 0.0) for node, (at, mono, _) in self.read.items()}

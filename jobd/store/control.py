@@ -172,7 +172,7 @@ class CancelOps(StoreBase):
             start, removed = self.scripts.cancel_delayed(
                 keys=[
                     level.keys.delayed,
-                    level.keys.stats(),
+                    level.keys.stats(self.minute(level.stream)),
                     level.keys.cancels,
                     *notes.keys(level),
                     level.keys.waiters,
@@ -188,7 +188,8 @@ class CancelOps(StoreBase):
         """Of jobs this consumer just read, acknowledge unrun those cancelled (a --unique one's
         'queued' mark deleted with it); their message ids."""
         keys: list[str | bytes] = [
-            level.stream, level.keys.cancels, level.keys.stats(), *notes.keys(level),
+            level.stream, level.keys.cancels, level.keys.stats(self.minute(level.stream)),
+            *notes.keys(level),
             level.keys.waiters, level.keys.outbox,
         ]  # fmt: skip
         pairs: list[object] = []

@@ -70,7 +70,8 @@ class DelayedOps(StoreBase):
         moved, _next_due, malformed, held, why, cancelled = self.scripts.promote(
             keys=[
                 queue.keys.delayed, queue.stream, queue.dead_letter.stream, *notes.keys(queue),
-                queue.keys.cancels, queue.keys.stats(), queue.keys.waiters, queue.keys.outbox,
+                queue.keys.cancels, queue.keys.stats(self.minute(queue.stream)), queue.keys.waiters,
+                queue.keys.outbox,
             ],
             args=[
                 batch, queue.name, queue.dead_letter.maxlen, hold_malformed_ms, settings,

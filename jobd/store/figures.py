@@ -1,8 +1,10 @@
 """Figures any host can read: per-minute counters and histograms kept in Redis.
 
-Each queue has, per minute M, a hash of counters (``keys.QueueKeys.stats``: done, failed,
-retried, dead, deduped) and a hash of histograms (``keys.QueueKeys.timings``): how many jobs
-waited (enqueue to start) and ran for how long, counted in the fixed buckets below. Both are
+Each queue has, per minute M of Redis's clock (``keys.minute``: whichever host writes or reads
+them, so a host whose clock is off neither writes nor looks elsewhere), a hash of counters
+(``keys.QueueKeys.stats``: done, failed, retried, dead, deduped, cancelled) and a hash of
+histograms (``keys.QueueKeys.timings``): how many jobs waited (enqueue to start, on Redis's
+clock) and ran for how long, counted in the fixed buckets below. Both are
 kept ``keys.STATS_TTL`` (2 h), so they stay small and bounded, and reading the last hour of a
 queue is one pipeline of 120 HGETALLs, one round trip.
 """
@@ -16,6 +18,7 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.store import connection as redisconn
+from jobd.store import keys
 
 # Upper bounds of the histogram buckets, seconds (the metrics' own: jobd.web.metrics); one more
 # bucket holds everything above the last.
@@ -79,7 +82,7 @@ def _count(raw: bytes) -> int:
 def last_hour(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
     """Per-minute counters of the last hour (oldest first), each minute's run-time percentiles,
     and the hour's percentiles; the hour ends at ``now``, Redis's time (read when not given)."""
-    minute = int((redisconn.Clock(client).at(q.stream) if now is None else now) // 60)
+    minute = keys.minute(redisconn.Clock(client).at(q.stream) if now is None else now)
     minutes = list(range(minute - HOUR + 1, minute + 1))
     pipe = client.pipeline(transaction=False)
     for m in minutes:

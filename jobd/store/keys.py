@@ -12,9 +12,9 @@ Layout of a queue whose stream is S:
   derive(S, "delayed") sorted set of jobs waiting for a later time (retries, delayed enqueue),
                        scored by due time in Unix ms; members are cmsgpack arrays
                        {unique id, field, value, …} (see lua/retry.lua)
-  derive(S, "stats:M") counters of minute M (Unix time // 60), a hash: done, failed, retried,
-                       dead, deduped; kept STATS_TTL seconds, so any host can read recent
-                       throughput
+  derive(S, "stats:M") counters of minute M (Unix time // 60 on Redis's clock: ``minute``), a
+                       hash: done, failed, retried, dead, deduped, cancelled; kept STATS_TTL
+                       seconds, so any host can read recent throughput
   derive(S, "job:J")   the mark of job id J (a string, with a TTL): "queued" from
                        `jobd enqueue --unique` until the job is done or dead-lettered (UNIQUE_TTL
                        past its due time, kept by its holder's renewals and past a retry's due
@@ -24,9 +24,9 @@ Layout of a queue whose stream is S:
   derive(S, "schedule:N") the latest tick of schedule N enqueued (Unix second); no expiry
   derive(L, "trim")    retention's cursor for stream L (the queue's or a priority level's):
                        the id of the last entry trim.lua's step 2 looked at; kept an hour
-  derive(S, "timings:M") histograms of minute M, a hash: "wait:I" / "run:I" count the jobs
-                       whose enqueue-to-start / run time fell in bucket I of figures.BUCKETS;
-                       kept STATS_TTL seconds
+  derive(S, "timings:M") histograms of minute M (as stats:M), a hash: "wait:I" / "run:I"
+                       count the jobs whose enqueue-to-start / run time fell in bucket I of
+                       figures.BUCKETS; kept STATS_TTL seconds
   derive(S, "running") limits.concurrency: sorted set of the slots held across all daemons,
                        scored by their lease's expiry (Unix ms); members are "CONSUMER|STREAM|ID"
                        for running entries, "wait:CONSUMER:N" for slots taken before a read
@@ -98,7 +98,6 @@ whatever its config), all in the slot of ``jobd:daemons``, so one script writes 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
@@ -126,6 +125,13 @@ HISTORY_BYTES = 65536  # bytes of records the history keeps a job (lua/lib/jobs.
 # mover that died between the move and the outbox's XDEL, two movers at once) within this
 # time adds nothing (lua/follow_up.lua).
 FOLLOW_UP_TTL = UNIQUE_TTL
+
+
+def minute(redis_seconds: float) -> int:
+    """The minute that names a queue's figures (``QueueKeys.stats``, ``timings``) at a time of
+    Redis's clock (Unix seconds): never of the writing host's, whose clock may be minutes off
+    (its counts would land where no chart looks); every host writes and reads the same minute."""
+    return int(redis_seconds // 60)
 
 
 def hash_tag(key: str) -> str | None:
@@ -238,16 +244,13 @@ class QueueKeys:
         """The key holding the latest tick a periodic schedule enqueued."""
         return derive(self.base, f"{SCHEDULE}{schedule}")
 
-    def timings(self, minute: int | None = None) -> str:
-        """The histograms of minute ``minute``: enqueue-to-start and run times (figures.py)."""
-        if minute is None:
-            minute = int(time.time() // 60)
+    def timings(self, minute: int) -> str:
+        """The histograms of a minute (see ``minute``): enqueue-to-start and run times
+        (figures.py)."""
         return derive(self.base, f"{TIMINGS}{minute}")
 
-    def stats(self, minute: int | None = None) -> str:
-        """The counters of ``minute`` (Unix time // 60; default: now)."""
-        if minute is None:
-            minute = int(time.time() // 60)
+    def stats(self, minute: int) -> str:
+        """The counters of a minute (see ``minute``)."""
         return derive(self.base, f"{STATS}{minute}")
 
     def derived(self, levels: Iterable[str] = ()) -> Derived:

@@ -76,7 +76,8 @@ class OutcomeOps(StoreBase):
         """settle.lua for one queue's acks, hand-backs and cancellations; an acked job's mark
         (its job id's) is set or cleared in the same step."""
         q = outcomes[0].queue
-        keys: list[str | bytes] = [q.stream, q.keys.stats(), q.keys.cancels, *notes.keys(q)]
+        stats = q.keys.stats(self.minute(q.stream))  # Redis's minute
+        keys: list[str | bytes] = [q.stream, stats, q.keys.cancels, *notes.keys(q)]
         outbox = 0  # where settle.lua finds the outbox in KEYS (a cluster's); 0: none
         if self.cluster and any(o.follow_ups for o in outcomes):
             keys.append(q.keys.outbox)
@@ -106,8 +107,8 @@ class OutcomeOps(StoreBase):
             q.group, self.consumer, o.message_id, delay_ms, STATS_TTL, notes.settings(q),
             *notes.note(o, self.consumer), *fields,
         ]  # fmt: skip
-        keys = [q.stream, q.keys.delayed, q.keys.stats(), *notes.keys(q), q.keys.cancels,
-                q.keys.waiters, q.keys.outbox]  # fmt: skip
+        keys = [q.stream, q.keys.delayed, q.keys.stats(self.minute(q.stream)), *notes.keys(q),
+                q.keys.cancels, q.keys.waiters, q.keys.outbox]  # fmt: skip
         mark = _mark(o)  # cleared when `jobd cancel` marked the entry: no next attempt then
         return self.scripts.retry, [*keys, mark] if mark is not None else keys, args
 
@@ -119,8 +120,8 @@ class OutcomeOps(StoreBase):
         dead = q.dead_letter
         max_age = "" if dead.max_age is None else int(dead.max_age * 1000)
         keys: list[str | bytes] = [
-            q.stream, dead.stream, q.keys.stats(), *notes.keys(q), q.keys.cancels,
-            q.keys.waiters, q.keys.outbox,
+            q.stream, dead.stream, q.keys.stats(self.minute(q.stream)), *notes.keys(q),
+            q.keys.cancels, q.keys.waiters, q.keys.outbox,
         ]  # fmt: skip
         mark = _mark(o)  # cleared when `jobd cancel` marked the entry: cancelled, not dead
         if mark is not None:
@@ -145,14 +146,16 @@ class OutcomeOps(StoreBase):
                 sent.add(self.scripts.keep_marks, [mark], [UNIQUE_TTL * 1000 + int(o.delay * 1000)])
 
     def _timings(self, sent: Batch, outcomes: list[Outcome]) -> None:
-        """This minute's histograms of enqueue-to-start and run times, per queue (figures)."""
+        """This minute's histograms of enqueue-to-start and run times, per queue (figures);
+        Redis's minute."""
         by_queue: dict[str, tuple[QueueConfig, Counter[str]]] = {}
         for o in outcomes:
             if o.timing is not None:
                 _, counts = by_queue.setdefault(o.queue.name, (o.queue, Counter()))
                 counts.update(figures.fields(*o.timing))
         for q, counts in by_queue.values():  # this minute's key: once per queue, not per job
-            sent.add(self.scripts.observe, [q.keys.timings()], [STATS_TTL, *chain(*counts.items())])
+            timings = q.keys.timings(self.minute(q.stream))
+            sent.add(self.scripts.observe, [timings], [STATS_TTL, *chain(*counts.items())])
 
     def started(self, started: Sequence[Started]) -> None:
         """The active records of jobs running here (start.lua, one call per queue), in one

@@ -304,7 +304,8 @@ class ReadingOps(StoreBase):
         for job, _ in marks:
             origin = job.origin if ORIGIN in job.fields else ""
             args += [job.message_id, os.fsencode(job.job_id), origin]
-        keys = [queue.stream, queue.keys.stats(), *notes.keys(queue), *(m for _, m in marks)]
+        stats = queue.keys.stats(self.minute(queue.stream))
+        keys = [queue.stream, stats, *notes.keys(queue), *(m for _, m in marks)]
         acked = self.scripts.dedupe(keys=keys, args=args)
         return {raw.decode() for raw in acked}
 

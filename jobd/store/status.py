@@ -16,7 +16,7 @@ import redis
 from jobd import cron
 from jobd.config import Config, QueueConfig
 from jobd.store import connection as redisconn
-from jobd.store import registry, scripts
+from jobd.store import keys, registry, scripts
 from jobd.store.control import paused_from
 from jobd.store.keys import DAEMONS
 
@@ -36,7 +36,7 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
     """Where queue ``q`` (one stream: a priority level is a queue here) stands at ``now``:
     Redis's time (``connection.Clock``; read here when not given), never the host's."""
     now = redisconn.Clock(client).at(q.stream) if now is None else now
-    minute = int(now // 60)
+    minute = keys.minute(now)
     redis_ms = int(now * 1000)
     replies = _read(client, q, minute, redis_ms)
     length, groups, pending, consumers, delayed, dead, last, this = replies[:8]

@@ -120,7 +120,7 @@ class WorkflowOps(StoreBase):
         stream = waiter["stream"]
         delayed = k.delayed if stream == k.base else QueueKeys.of(stream).delayed
         keys = [k.held, k.after, k.held_until, stream, delayed, waiter["dead"], *history,
-                k.waiters, k.outbox, k.stats()]  # fmt: skip
+                k.waiters, k.outbox, k.stats(self.minute(k.base))]  # fmt: skip
         args = [waiter["job"], dep, outcome, event, waiter["settings"], waiter["maxlen"],
                 STATS_TTL]  # fmt: skip
         return self.scripts.unblock, keys, args
@@ -129,7 +129,8 @@ class WorkflowOps(StoreBase):
         """Cancel those of ``job_ids`` held in ``q`` (cancel_held.lua): the ones cancelled, and
         the notices their ends wrote into the outbox (to move on)."""
         k = q.keys
-        keys = [k.held, k.after, k.held_until, *notes.keys(q), k.waiters, k.outbox, k.stats()]
+        keys = [k.held, k.after, k.held_until, *notes.keys(q), k.waiters, k.outbox,
+                k.stats(self.minute(k.base))]  # fmt: skip
         done, sent = self.scripts.cancel_held(keys=keys, args=[notes.settings(q), by, STATS_TTL,
                                                                *job_ids])  # fmt: skip
         return [j.decode() for j in done], int(sent)
@@ -141,7 +142,7 @@ class WorkflowOps(StoreBase):
         outbox."""
         k = q.keys
         keys = [k.held, k.after, k.held_until, q.dead_letter.stream, *notes.keys(q), k.waiters,
-                k.outbox, k.stats()]  # fmt: skip
+                k.outbox, k.stats(self.minute(k.base))]  # fmt: skip
         base = [notes.settings(q), q.dead_letter.maxlen]
         due = self.scripts.expire_held(keys=keys, args=["due", *base, EXPIRE_PAGE])
         if not due:
