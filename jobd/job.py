@@ -207,6 +207,12 @@ class Job:
             return None
         return (time.time() if now is None else now) + self.clock_offset
 
+    def waited(self) -> float:
+        """Seconds since its entry was added (its stream id, Redis's clock), on Redis's clock
+        (``redis_now``; this host's when the reader could not read it)."""
+        now = self.redis_now()
+        return max(0.0, (time.time() if now is None else now) - self.enqueued_at())
+
     def payload_size(self) -> int:
         payload = self.fields.get(PAYLOAD)
         return len(payload) if payload is not None else len(self.stdin_bytes())

@@ -67,9 +67,7 @@ class Handler(Talking):
         self.pid = pid
         self.state = State.RUNNING
         self.started = time.monotonic()
-        # Enqueue (its stream id, Redis's clock) to start, on Redis's clock too (Job.redis_now;
-        # this host's only when the reader could not read it).
-        self.waited = max(0.0, (job.redis_now() or time.time()) - job.enqueued_at())
+        self.waited = job.waited()  # enqueue (its stream id) to start, on Redis's clock
         # This attempt's timeout: the queue's, or the job's own jobd_timeout when shorter.
         self.timeout = job.timeout(queue)
         # When the loop must act on it next: at its timeout, then (once SIGTERMed) SIGKILL.
