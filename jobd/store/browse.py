@@ -170,7 +170,8 @@ class BrowseOps(StoreBase):
         """Up to ``count`` members of the level's delayed set past ``after`` (None: from the
         soonest), soonest first, each's job id and attempt cut to ``cap`` bytes in Redis; with
         ``find``, only those whose job id holds it; ``scan`` members looked at at most, and none
-        read once those read hold ``budget`` bytes."""
+        read once those read (the one ``after`` names included: found by halves among those of
+        its due time) hold ``budget`` bytes, one at least."""
         args = [*(START if after is None else after.args()), count, scan if find else count,
                 find, budget, cap]  # fmt: skip
         ended, rows, score, mark, whole = self.scripts.delayed_shown(
