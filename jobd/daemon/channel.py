@@ -107,8 +107,11 @@ class Channel:
         # The thread's: a message read and not yet queued; messages read.
         self.holding = False
         self.count = 0
-        # The loop's: the socket was last found empty then, every message before it taken;
-        # a watchdog waits for it (``ask``); when ``sync`` last gave up.
+        self.flushed = 0  # ``count`` when it last queued what it held
+        # For ``sync``: the thread queues what it holds once ``count`` reaches ``flush_at``, and
+        # says so (``reached``); the socket holds ``backlog`` messages at most.
+        self.flush_at, self.reached, self.backlog = float("inf"), threading.Event(), _backlog()
+        # The loop's: the socket last found empty, all before taken (a watchdog waits for it).
         self.drained = float("-inf")
         self.awaited = False
         self.gave_up = float("-inf")  # when the last ``sync`` that gave up began
@@ -173,27 +176,32 @@ class Channel:
         self.asked.wake()
 
     def sync(self) -> None:
-        """Before a handler leaves the table: wait (SYNC_WAIT at most) until every message the
-        socket holds is queued, so that what a handler sent before its exit is heard. Not again
-        once a wait gave up, until the thread has found the socket empty since (``emptied``)
-        and SYNC_REST has passed: flooded (the socket seldom empty, and only for a moment) or
-        stuck in a close, it costs the loop SYNC_WAIT a SYNC_REST at most (5 %)."""
+        """Before handlers that exited leave the table: wait (SYNC_WAIT at most) until every
+        message they sent is queued, so that what a handler sent before its exit is heard:
+        until the socket is empty, or the thread found it empty since, or it has read
+        ``backlog`` messages more than it had when this began (all that the socket held then:
+        under a flood, a fraction of a millisecond). Not again once a wait gave up (the thread
+        stuck in a close, say), until the thread has found the socket empty since and
+        SYNC_REST has passed: it costs the loop SYNC_WAIT a SYNC_REST at most (5 %)."""
         if not self.thread.is_alive() or self.settled() or self.emptied < self.gave_up:
             return
         if time.monotonic() < self.gave_up + SYNC_REST:
             return
-        self.asked.wake()
         began = time.monotonic()
-        # Done once the socket is empty, or once the thread has found it empty since this
-        # began (every message sent before is queued then: under a flood it is seldom empty
-        # for long, and often for a moment).
-        while not self.settled() and self.emptied < began:
-            if time.monotonic() >= began + SYNC_WAIT:
-                self.gave_up = began
-                log.debug("channel: the socket did not empty in 50 ms (flooded or stuck): "
-                          "handlers leave without this wait for a second")  # fmt: skip
-                return
-            time.sleep(0.0005)
+        self.reached.clear()
+        target = self.count + 1 + self.backlog  # + 1: one read, not counted yet
+        self.flush_at = target
+        self.asked.wake()
+        try:
+            while not self.settled() and self.emptied < began and self.flushed < target:
+                if not self.reached.wait(max(0.0, began + SYNC_WAIT - time.monotonic())):
+                    self.gave_up = began
+                    log.debug("channel: a wait for the thread gave up after 50 ms (stuck?): "
+                              "handlers leave without this wait for a second")  # fmt: skip
+                    return
+                self.reached.clear()
+        finally:
+            self.flush_at = float("inf")
 
     def settled(self) -> bool:
         """The socket is empty and the thread holds no message: everything read is queued."""
@@ -232,7 +240,7 @@ class Channel:
     def read_out(self, asked: bool) -> None:
         """Read until the socket is empty (then "drained"), queueing what each message says
         and closing its descriptors after (a close may block: only this thread waits)."""
-        queued = batched = 0  # items queued; messages merged into ``batch`` since a flush
+        queued = 0  # items queued
         batch: dict[int, tuple[Handler, Said, float]] = {}  # by handler: its messages, merged
         while not self.closing:
             began = time.monotonic()
@@ -243,9 +251,9 @@ class Channel:
                 )
             except (BlockingIOError, InterruptedError):
                 queued += self.flush(batch)
-                self.holding = False
                 self.put(("drained", began))
                 self.emptied = began
+                self.reached.set()
                 break
             self.count += 1
             pid, pidfd, fds = _sender(ancillary)
@@ -260,16 +268,15 @@ class Channel:
                     held[1].merge(said)
                     said = held[1]
                 batch[id(handler)] = (handler, said, now)
-                batched += 1
-                if batched >= PER_WAKE:
-                    queued, batched = queued + self.flush(batch), 0
-                    self.wakeup.wake()
             elif item is not None:
                 self.put(item)
                 queued += 1
             self.holding = bool(batch)  # read, not queued yet (``settled``)
             for fd in fds:
                 self.closer.discard(fd)
+            if self.count % PER_WAKE == 0 or self.count >= self.flush_at:
+                queued += self.flush(batch)
+                self.wakeup.wake()
         if queued or asked:
             self.wakeup.wake()
 
@@ -280,6 +287,10 @@ class Channel:
             self.put(("said", handler, said, now))
         count = len(batch)
         batch.clear()
+        self.holding = False
+        self.flushed = self.count
+        if self.flushed >= self.flush_at:
+            self.reached.set()
         return count
 
     def judge(self, pid: int, flags: int, size: int, pidfd: int = -1) -> Item | None:
@@ -308,6 +319,16 @@ class Channel:
                 return
             except queue.Full:
                 self.wakeup.wake()
+
+
+def _backlog() -> float:
+    """Datagrams an AF_UNIX socket's queue holds at most: net.unix.max_dgram_qlen, plus one
+    (the kernel blocks a send once the queue is longer than it); unknown, no bound."""
+    try:
+        with open("/proc/sys/net/unix/max_dgram_qlen", "rb") as f:
+            return int(f.read()) + 1
+    except (OSError, ValueError):
+        return float("inf")
 
 
 def _sender(ancillary: list[tuple[int, int, bytes]]) -> tuple[int, int, list[int]]:

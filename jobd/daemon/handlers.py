@@ -121,11 +121,15 @@ class Handlers:
             self.channel.awaited = False
             self.next_due = min(self.next_due, now)
 
-    def remove(self, handler: Handler) -> None:
-        """Its leader has exited: out of the table (and out of the channel's reach: what it
-        sent before its exit is taken first, ``Channel.sync``)."""
+    def sync(self) -> None:
+        """Before handlers whose leader exited leave the table: what they sent before is
+        taken (``Channel.sync``: one wait for all of a pass's)."""
         self.channel.sync()
         self.hear(time.monotonic())
+
+    def remove(self, handler: Handler) -> None:
+        """Its leader has exited: out of the table, and out of the channel's reach (``sync``
+        first)."""
         del self.by_pid[handler.pid]
         if handler.stop_reason is StopReason.WATCHDOG and self.metrics is not None:
             self.metrics.of(handler.queue.name).watchdogged.inc()

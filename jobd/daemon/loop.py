@@ -5,7 +5,7 @@ The loop, as an algorithm:
     until stopped and every handler has ended:
         wait for an event: a signal, jobs delivered by a reader, a handler's output, room in
             its stdin pipe, or its exit (its pidfd)
-        reap the handlers that exited; decide each outcome (policy)
+        reap the handlers that exited (what they said first); decide each outcome (policy)
         let the handlers whose time has come act (SIGTERM at their timeout, SIGKILL after)
         start a handler for each job delivered while its queue has a free slot; the others
             wait for one, read ahead (``admission``, ``prefetch``)
@@ -116,8 +116,7 @@ class Daemon:
         served = self.config.metrics_listen is not None
         report = StatusReport(self.store.client, self.metrics, self.notifier, self.shown, served)
         duties: list[Duty] = [report, self.presence]
-        # A renewal no queue reads for any more and with nothing held is dropped: a queue whose
-        # stream a reload changes would otherwise leave one behind at each.
+        # A renewal no queue reads and holding nothing goes (a reload would leave one behind).
         keep = self.queues.in_use() | self.holdings.keys()
         self.renewals = {k: r for k, r in self.renewals.items() if k in keep}
         for queue in self.config.queues.values():
@@ -213,8 +212,9 @@ class Daemon:
                 exited.append(what[0])
             else:
                 self.running.on_io(fd, *what)
-        # Exits after output: a handler's last output and end of file come in the same wake-up
-        # as its exit, so there is seldom anything left to drain when it is reaped.
+        # Exits after output (its last output and end of file come in the wake-up of its exit)
+        # and after what it said on the channel (``Channel.sync``, one wait for all).
+        self.running.sync() if exited else None
         for handler in exited:
             self.finish(handler)
         self.act_on_due()
