@@ -11,7 +11,9 @@ A batch is *open* while an enqueue adds to it (``Member``): its total grows befo
 round trip of jobs (and shrinks by the jobs Redis refused), and the enqueue *seals* it when it
 ends; several enqueues may add to one batch at once. Once sealed and every member counted, it is
 complete: its callback is enqueued once, by whoever sees it complete first (the daemons that
-count the last members, or the enqueue that seals it). A complete batch takes no more jobs.
+count the last members, or the move of the enqueue's seal notice). A complete batch takes no
+more jobs. Each enqueue's batch calls carry a token of its own, so that one sent again after a
+lost reply changes the batch once (``Member``).
 """
 
 from __future__ import annotations
@@ -19,21 +21,33 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import logging
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
+from typing import TypeVar
 
 import orjson
 
 from jobd.config import Config, QueueConfig
 from jobd.newjob import NewJob
+from jobd.store import connection
 from jobd.store.admin import NewEntry
 from jobd.store.keys import batch
 from jobd.store.store import Store
 from jobd.store.workflows import BatchState, callback_spec, waiter_line
 
 MAX_AFTER = 100  # jobs one job may wait for
+# Seconds between the tries of a batch call while Redis is away (its reply lost, a failover):
+# each is sent again as it was, and changes the batch once (lua/batch.lua); none is begun
+# RETRY_FOR seconds after the first (a try that times out takes connection.SOCKET_TIMEOUT).
+RETRY = (0.1, 0.4, 1.0, 2.5)
+RETRY_FOR = 10.0
+
+log = logging.getLogger("jobd.workflows")
+T = TypeVar("T")
 _BATCH_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,200}")
 
 
@@ -73,9 +87,10 @@ def dependencies(
 
 
 def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: str,
-         job: NewJob) -> None:  # fmt: skip
+         job: NewJob) -> bool:  # fmt: skip
     """Hold ``job`` (its ``entry``, in ``q``: a queue or a level of it) until the jobs it waits
-    for end, registered with each; those ended already are counted now."""
+    for end, registered with each; those ended already are counted now. Whether this call held
+    it (False: it was held already, by this enqueue sent before)."""
     deps = dependencies(config.queues, q.name, job.after)
     if any(dq.name == q.name and jid == job_id for dq, jid in deps):
         raise WorkflowError(f"job {job_id!r} cannot wait for itself (--after {job_id})")
@@ -89,7 +104,7 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
     after = orjson.dumps(spec)
     record = orjson.dumps({"event": "waiting", "after": names, "any": job.after_any,
                            "stream": q.stream})  # fmt: skip
-    store.hold(q, job_id, after, entry.due, secrets.token_hex(8), record, entry.fields)
+    held = store.hold(q, job_id, after, entry.due, secrets.token_hex(8), record, entry.fields)
     line = waiter_line(q, job_id)
     told = 0
     for (dq, jid), name in zip(deps, names, strict=True):
@@ -100,26 +115,39 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
             told += int(notices)
     if told:  # it was dead-lettered: its own waiters and batch are told now
         store.move_follow_ups(config.queues[q.name])
+    return held
 
 
 class Member:
     """Adding jobs to batch ``batch_id`` (a context: open on entry, sealed on exit, the jobs
     not added taken off its total). ``grow`` before each round trip of jobs; ``added(n)``
-    after it, with how many Redis took."""
+    after it, with how many Redis took.
+
+    Each call names this enqueue's token (made here, before the first) and says what this
+    enqueue's count is now, not what to add: a call whose reply was lost is sent again as it
+    was (``RETRY``), and Redis, knowing it, changes nothing twice. The seal is a notice in the
+    queue's outbox (``Store.seal_notice``), applied at once, else by the daemons: a seal that
+    completes the batch is followed by its callback whatever happens to this process or to
+    Redis between the two."""
 
     def __init__(self, store: Store, config: Config, q: QueueConfig, job: NewJob) -> None:
         check_batch_id(job.batch or "")
         on_complete = job.on_complete
         if on_complete is not None and on_complete not in config.queues:
             raise WorkflowError(f"on_complete: queue {on_complete!r} is not in the config")
-        self.store, self.batch_id, self.sent = store, job.batch or "", 0
+        self.store, self.batch_id = store, job.batch or ""
+        self.token = secrets.token_hex(16)
+        self.seq = 0  # calls made that change the count (add, seal): each sent with its number
+        self.counted = 0  # jobs Redis took
+        self.sent = 0  # jobs of the round trip under way
+        self.outbox = config.queues[q.name].keys.outbox
         cb = b"" if on_complete is None else callback_spec(config.queues[on_complete])
         self.opening = (int(q.history.max_age) or 1, on_complete or "", cb)
         self.sealed: BatchState | None = None
 
     def __enter__(self) -> Member:
         try:
-            self.store.batch_op(self.batch_id, "open", *self.opening)
+            self._again(self.store.batch_op, self.batch_id, "open", self.token, *self.opening)
         except Exception as exc:
             if "batch complete" in str(exc):
                 raise WorkflowError(f"batch {self.batch_id!r} is complete: it takes no more "
@@ -130,28 +158,57 @@ class Member:
             raise
         return self
 
+    def _count(self, count: int) -> None:
+        self.seq += 1
+        self._again(self.store.batch_op, self.batch_id, "add", self.token, self.seq, count)
+
     def grow(self, n: int) -> None:
-        self.store.batch_op(self.batch_id, "add", n)
-        self.sent += n
+        self.sent = n
+        try:
+            self._count(self.counted + n)
+        except BaseException:
+            self.sent = 0  # not sent: its jobs are not in Redis, whatever the count says
+            raise
 
     def added(self, n: int) -> None:
-        if n < self.sent:
-            self.store.batch_op(self.batch_id, "add", n - self.sent)
-        self.sent = 0
+        sent, self.sent = self.sent, 0
+        self.counted += n
+        if n < sent:
+            self._count(self.counted)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:  # fmt: skip
-        """Sealed whatever happened, unless Redis cannot be reached (then it stays open: the
-        jobs of the round trip cut short may or may not be added)."""
-        if self.sent:
-            if kind is not None and not _unreachable(exc):
-                self.added(0)
-            elif kind is not None:
-                return
-        state = self.store.batch_op(self.batch_id, "seal")
-        if state is not None and state.state == "complete" and state.callback:
-            self.store.callback(state)
-        self.sealed = state
+        """Sealed whatever happened (the jobs of a round trip that failed not counted), unless
+        Redis could not be reached in the middle of one (then it stays open: those jobs may or
+        may not be added)."""
+        if self.sent and kind is not None and _unreachable(exc):
+            return
+        self.sent, self.seq = 0, self.seq + 1
+        fields = {b"kind": b"seal", b"batch": self.batch_id.encode(),
+                  b"token": self.token.encode(), b"seq": b"%d" % self.seq,
+                  b"count": b"%d" % self.counted}  # fmt: skip
+        entry = self._again(self.store.seal_notice, self.outbox, fields)
+        try:
+            self.sealed = self._again(self.store.apply_seal, self.outbox, entry, fields)
+        except Exception as exc:
+            if not connection.away(exc):
+                raise
+            log.warning("batch %s: its seal is in %s, for the daemons to apply (%s)",
+                        self.batch_id, self.outbox, exc)  # fmt: skip
+
+    def _again(self, call: Callable[..., T], *args: object) -> T:
+        """``call(*args)``, sent again as it was while Redis is away (``connection.away``),
+        after each wait of RETRY (RETRY_FOR seconds at most); the last error raised."""
+        end = time.monotonic() + RETRY_FOR
+        for wait in (*RETRY, None):
+            try:
+                return call(*args)
+            except Exception as exc:
+                if wait is None or not connection.away(exc) or time.monotonic() + wait > end:
+                    raise
+                time.sleep(wait)
+                self.store.refresh()
+        raise AssertionError("unreachable")
 
 
 class NoBatch:
@@ -196,6 +253,4 @@ def _same_batch(jobs: Iterator[NewJob], batch: str | None) -> Iterator[NewJob]:
 
 
 def _unreachable(exc: BaseException | None) -> bool:
-    from jobd.store import connection
-
     return exc is not None and isinstance(exc, connection.UNAVAILABLE)

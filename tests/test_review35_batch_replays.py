@@ -54,6 +54,7 @@ def settled(r: redis.Redis, cfg: Path, batch: str, total: int) -> None:
     def ended() -> bool:
         b = shown(cfg, batch)
         return r.xlen("jobd:a") == total and b.get("done", 0) + b.get("failed", 0) == total
+
     wait_until(ended, 30, what=f"the {total} members of {batch} ended and counted")
     wait_until(lambda: moved(r), what="the outbox moved")
 
@@ -76,7 +77,7 @@ def test_an_open_whose_reply_is_lost_leaves_no_adder_behind(
         enqueue = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         wait_until(lambda: proxy.holding() == 1, what="the open's reply held")
         proxy.cut()
-        out, err = enqueue.communicate(timeout=60)
+        _, err = enqueue.communicate(timeout=60)
         if enqueue.returncode != 0:  # as a user does: the same command again
             again = jobd_cli(*cmd[3:])
             assert again.returncode == 0, again.stderr
@@ -158,22 +159,21 @@ def test_a_seal_that_completes_the_batch_calls_back_whatever_happens_next(
     with FaultProxy(redis_server.port) as proxy:
         direct, proxied = configs(write_config, script, proxy)
         daemon(direct)
-        enqueue = subprocess.Popen([sys.executable, str(code), str(proxied)],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   env={**os.environ})  # fmt: skip
-        assert enqueue.stdin is not None and enqueue.stdout is not None
-        assert enqueue.stdout.readline() == b"sent\n"
-        wait_until(lambda: shown(direct, "S").get("done") == 1, what="y ended and counted")
-        assert shown(direct, "S")["state"] == "open"  # the enqueue has not sealed it yet
-        proxy.hold_reply(b"complete", to=b"$4\r\nseal\r\n")
-        enqueue.stdin.write(b"go\n")
-        enqueue.stdin.flush()
-        wait_until(lambda: proxy.holding() == 1, what="the seal's reply held")
-        if fault == "enqueue killed":
-            os.kill(enqueue.pid, signal.SIGKILL)
-        else:
-            proxy.cut()
-        enqueue.wait(60)
+        gated = [sys.executable, str(code), str(proxied)]
+        with subprocess.Popen(gated, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as enqueue:
+            assert enqueue.stdin is not None and enqueue.stdout is not None
+            assert enqueue.stdout.readline() == b"sent\n"
+            wait_until(lambda: shown(direct, "S").get("done") == 1, what="y ended and counted")
+            assert shown(direct, "S")["state"] == "open"  # the enqueue has not sealed it yet
+            proxy.hold_reply(b"complete", to=b"$4\r\nseal\r\n")
+            enqueue.stdin.write(b"go\n")
+            enqueue.stdin.flush()
+            wait_until(lambda: proxy.holding() == 1, what="the seal's reply held")
+            if fault == "enqueue killed":
+                os.kill(enqueue.pid, signal.SIGKILL)
+            else:
+                proxy.cut()
+            enqueue.wait(60)
         proxy.release()
     assert shown(direct, "S")["state"] == "complete"  # the seal ran
     wait_until(lambda: callbacks(tmp_path), 15, what="the callback")
@@ -211,3 +211,24 @@ def test_every_batch_call_sent_twice_changes_the_batch_once(
     for n in range(2):
         assert twice("count", f"{{jobd:a}}:outbox 1-{n}", "done")[2] == n + 1
     assert twice("seal", "t2", 1, 0) == ("complete", 2, 2)
+
+
+def test_a_held_member_enqueued_again_is_counted_once(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """`jobd enqueue --after x --batch H` run again with the same --job-id (what the docs say to
+    do with one that was interrupted): hold.lua holds the job once, but the batch counted it
+    at each run: total 2 for one member, and the batch never completed."""
+    cfg = write_config("redis: {url: '{redis}'}\n"
+                       + batch_yaml(script("runs.sh", RUNS), script("cb.sh", CALLBACK)))  # fmt: skip
+    held = ["enqueue", "-c", str(cfg), "a", "h", "--job-id", "h", "--after", "x", "--batch", "H",
+            "--on-complete", "cb"]  # fmt: skip
+    for _ in range(2):
+        assert jobd_cli(*held).returncode == 0
+    assert jobd_cli("enqueue", "-c", str(cfg), "a", "x", "--job-id", "x").returncode == 0
+    daemon(cfg)
+    wait_until(lambda: shown(cfg, "H").get("done") == 1, what="h released, run and counted")
+    wait_until(lambda: moved(r), what="the outbox moved")
+    assert shown(cfg, "H")["total"] == 1, shown(cfg, "H")
+    wait_until(lambda: callbacks(tmp_path), what="the callback")
+    assert [c["total"] for c in callbacks(tmp_path)] == [1]

@@ -56,7 +56,9 @@ Layout of a queue whose stream is S:
                        trail; docs/concepts/history.md), capped at about history.events entries
   derive(S, "outbox")   on a Redis Cluster, the follow-ups (JOBD_ENQUEUE) of the queue's jobs,
                        written with their parents' acks and moved on to their queues by the
-                       daemons (store/outbox.py): a stream, one entry a follow-up
+                       daemons (store/outbox.py): a stream, one entry a follow-up; on any
+                       Redis also the notices of jobs' ends to their waiters and batches, and
+                       the seals of the enqueues into a batch (store/workflows.py)
   derive(S, "follow-up:Q|N|L:O|J") the mark of the Nth follow-up of job J (of enqueue O, L its
                        length) of queue Q, once moved into this queue: kept FOLLOW_UP_TTL
   derive(S, "waiters")  the jobs waiting for jobs of this queue (`enqueue --after`): a hash, job id
@@ -85,6 +87,8 @@ several queues); under ``{jobd:batch:ID}``, covered by the documented ACL user's
                        history's max_age
   batch_members(ID)    a set of the members' ends counted, each by the outbox notice that told
                        it ("OUTBOX ENTRY_ID")
+  batch_adders(ID)     a hash: each enqueue that added to the batch (its token) -> what its
+                       calls did, so that a call sent again changes the batch once
 
 The daemon registry: one per Redis database, not per queue (every daemon on that Redis is in it,
 whatever its config), all in the slot of ``jobd:daemons``, so one script writes a daemon's beat
@@ -301,6 +305,10 @@ def batch(batch_id: str) -> str:
 
 def batch_members(batch_id: str) -> str:
     return f"{batch(batch_id)}:members"
+
+
+def batch_adders(batch_id: str) -> str:
+    return f"{batch(batch_id)}:adders"
 
 
 DAEMONS = "{jobd:daemons}"

@@ -11,6 +11,12 @@ Each is safe to apply twice (a dependency told again is 'seen', a notice counted
 the batch's members set), so a mover that dies before the notice's XDEL, or two at once, change
 nothing twice. A batch complete once gets its callback once: its mark (``callback``).
 
+An enqueue seals its batch the same way: a *seal* notice (``seal_notice``) in the outbox of the
+queue it added to, applied at once by the enqueue (``apply_seal``) and else by the daemons. The
+seal may complete the batch, and the callback is the move's next step: whoever dies or loses
+Redis between the two, the notice stays until both are done (the seal names its enqueue's
+token, so applying it again changes nothing: lua/batch.lua).
+
 On one Redis as on a cluster the same way: a job's waiters are not known to the daemon that
 ends it before its script reads them, and a script must name every key it touches.
 """
@@ -26,7 +32,14 @@ import orjson
 from jobd.config import QueueConfig, durations
 from jobd.store import notes
 from jobd.store.base import StoreBase
-from jobd.store.keys import FOLLOW_UP_TTL, STATS_TTL, QueueKeys, batch, batch_members
+from jobd.store.keys import (
+    FOLLOW_UP_TTL,
+    STATS_TTL,
+    QueueKeys,
+    batch,
+    batch_adders,
+    batch_members,
+)
 from jobd.store.scripts import Batch
 
 log = logging.getLogger("jobd.outbox")
@@ -107,7 +120,10 @@ class WorkflowOps(StoreBase):
             waiter = orjson.loads(f.get(b"waiter", b"{}"))
             return self.unblock_call(waiter, f[b"dep"].decode(), outcome, event)
         b_id = f[b"batch"].decode()
-        keys = [batch(b_id), batch_members(b_id)]
+        keys = _batch_keys(b_id)
+        if f.get(b"kind") == b"seal":  # an enqueue done adding (``seal_notice``)
+            seal = [int(f[b"seq"]), int(f[b"count"])]
+            return self.scripts.batch, keys, ["seal", f[b"token"], *seal]
         # Counted once by the notice, written once by the step that ended the member: two jobs
         # of one job id are two members, and this notice moved again counts nothing more.
         notice = outbox.encode() + b" " + entry_id
@@ -159,8 +175,28 @@ class WorkflowOps(StoreBase):
 
     def batch_op(self, batch_id: str, op: str, *args: object) -> BatchState | None:
         """batch.lua's ``op`` on batch ``batch_id``; its state after (None: no such batch)."""
-        keys = [batch(batch_id), batch_members(batch_id)]
-        return _state(batch_id, self.scripts.batch(keys=keys, args=[op, *args]))
+        return _state(batch_id, self.scripts.batch(keys=_batch_keys(batch_id), args=[op, *args]))
+
+    def seal_notice(self, outbox: str, fields: dict[bytes, bytes]) -> bytes:
+        """Write an enqueue's seal of its batch (``fields``: kind seal, batch, token, seq,
+        count) into ``outbox``, its queue's; its entry id. Written twice (a lost reply, sent
+        again), it seals once."""
+        return self.client.xadd(outbox, fields)  # type: ignore[return-value]
+
+    def apply_seal(self, outbox: str, entry_id: bytes, f: dict[bytes, bytes]) -> BatchState | None:
+        """Apply seal notice ``entry_id`` of ``outbox`` (``seal_notice``) now, as a move does:
+        the seal, the callback when the seal completed the batch, the notice deleted after
+        both; the batch's state (None: there is no such batch)."""
+        script, keys, args = self._notice_call(outbox, entry_id, f)
+        state = _state(f[b"batch"].decode(), script(keys=keys, args=args))
+        self._complete(state)
+        self.client.xdel(outbox, entry_id)
+        return state
+
+    def _complete(self, state: BatchState | None) -> None:
+        """The callback of a batch found complete (once: ``callback``'s mark)."""
+        if state is not None and state.state == "complete" and state.callback:
+            self.callback(state)
 
     def callback(self, state: BatchState) -> bool:
         """Batch ``state``'s callback job into its --on-complete queue, once (its mark);
@@ -193,10 +229,8 @@ class WorkflowOps(StoreBase):
             try:
                 if isinstance(reply, Exception):
                     raise reply
-                if f.get(b"kind") == b"batch":
-                    state = _state(f[b"batch"].decode(), reply)
-                    if state is not None and state.state == "complete" and state.callback:
-                        self.callback(state)
+                if f.get(b"kind") in (b"batch", b"seal"):
+                    self._complete(_state(f[b"batch"].decode(), reply))
                 done.append(entry_id)
             except Exception as exc:  # left in the outbox: moved again later
                 error = error or exc
@@ -214,6 +248,10 @@ def expired_why(after: dict, seen: Callable[[list[str], str], bool]) -> str:
         known = dep in where and seen(where[dep], dep.split(" ", 1)[-1])
         told.append(f"{dep}, {'not ended' if known else 'never seen'}")
     return f"waited {waited} for {'; '.join(told)}"
+
+
+def _batch_keys(batch_id: str) -> list[str]:
+    return [batch(batch_id), batch_members(batch_id), batch_adders(batch_id)]
 
 
 def _state(batch_id: str, reply: object) -> BatchState | None:

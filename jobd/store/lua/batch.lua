@@ -1,9 +1,14 @@
 --! uses jobs.lua
 -- batch.lua: a batch of jobs (`jobd enqueue --batch ID`), its counts in one hash, in a slot of its
--- own (jobd/store/keys.py batch): who adds to it opens it and seals it when done adding; each
--- member's end is counted once (its notice may be moved twice: the members set says); the batch
--- is complete once sealed with every member counted, and says so to whoever asks after that
--- (the callback's own mark makes it once: callback.lua).
+-- own (jobd/store/keys.py batch): who adds to it (an *adder*: one enqueue, named by a token it
+-- makes once, before its first call) opens it and seals it when done adding; each member's end
+-- is counted once (its notice may be moved twice: the members set says); the batch is complete
+-- once sealed with every member counted, and says so to whoever asks after that (the callback's
+-- own mark makes it once: callback.lua).
+--
+-- Every call may be sent again with the same arguments (its reply was lost; a seal's notice
+-- moved twice: store/workflows.py) and changes the batch once: the adders hash records what
+-- each adder's calls did, and a call seen already changes nothing and says what the batch is.
 --
 -- KEYS[1]   the batch's hash: state (open, sealed, complete), open (adders at work), total,
 --           done, failed, ttl, created, completed (Redis ms), incarnation, on_complete,
@@ -11,30 +16,36 @@
 -- KEYS[2]   the ends counted: a set of the notices that told them ("OUTBOX ENTRY_ID": one a
 --           member's end, written in the step that ended it), so that two jobs of one job id
 --           are two members, and a notice moved twice counts once
+-- KEYS[3]   the adders: a hash, token -> "SEQ COUNT" while it adds (the number of its latest
+--           call applied, the jobs it counted into total), "sealed COUNT" once it sealed
 -- ARGV[1]   the operation:
---   open TTL ON_COMPLETE CALLBACK   one more adder; refused (an error) once complete
---   add N                           N more members (N < 0: fewer, those Redis refused)
---   seal                            one adder less; sealed when none is left
+--   open TOKEN TTL ON_COMPLETE CALLBACK   one more adder; refused (an error) once complete
+--   add TOKEN SEQ COUNT             the adder's jobs are COUNT now (its call number SEQ, 1, 2, …:
+--                                   one of a number not above its latest changes nothing)
+--   seal TOKEN SEQ COUNT            the same, and the adder is done: sealed when none is left
 --   count NOTICE OUTCOME            a member's end, told by NOTICE (outcome done, failed or
 --                                   cancelled)
 --   show                            nothing changes
--- Both keys expire TTL seconds (the history's max_age) after the batch's latest change.
+-- The keys expire TTL seconds (the history's max_age) after the batch's latest change.
 --
 -- A batch made where one of the same id expired is another batch: its incarnation (Redis's time
 -- in µs when it was made) names its callback's mark, so the mark of the one before (which may
 -- outlive it) is not its own.
 --
 -- Returns {state, total, done, failed, on_complete, callback, incarnation, ttl}; {} when there
--- is no such batch (expired, never made, or someone else's key there) for count and show; an
--- error, having written nothing, when open, add or seal find someone else's key.
-local b, members, op = KEYS[1], KEYS[2], ARGV[1]
+-- is no such batch (expired, never made, or someone else's key there) for count, show and a
+-- seal; an error, having written nothing, when open or add find someone else's key, or an add
+-- names an adder the batch does not know.
+local b, members, adders, op = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local function ours()
   local tb, tm = redis.call('TYPE', b).ok, redis.call('TYPE', members).ok
+  local ta = redis.call('TYPE', adders).ok
   return (tb == 'hash' or tb == 'none') and (tm == 'set' or tm == 'none')
+    and (ta == 'hash' or ta == 'none')
 end
 if not ours() then
-  if op == 'count' or op == 'show' then return {} end
-  return redis.error_reply('WRONGTYPE batch.lua: ' .. b .. ' or its members set is not a batch')
+  if op == 'count' or op == 'show' or op == 'seal' then return {} end
+  return redis.error_reply('WRONGTYPE batch.lua: ' .. b .. ' (or its members, adders) is not a batch')
 end
 -- Seconds the batch's keys are kept (ttl), 1 to 10 years whatever was written there.
 local function ttl_of(v)
@@ -42,7 +53,8 @@ local function ttl_of(v)
   if not (s >= 1) then return '1' end -- NaN too
   return string.format('%d', math.min(s, 10 * 365 * 86400))
 end
-local function status()
+-- The batch as it is; marked complete (unless ``look``: show changes nothing) once it is.
+local function status(look)
   local v = redis.call('HMGET', b, 'state', 'open', 'total', 'done', 'failed', 'on_complete',
     'callback', 'incarnation', 'created', 'ttl')
   local n = {} -- the numbers, 0 for one missing or that is none (someone wrote it)
@@ -50,7 +62,9 @@ local function status()
   local state = v[1] or 'open'
   if state ~= 'complete' and n[2] <= 0 and n[4] + n[5] >= n[3] then
     state = 'complete'
-    redis.call('HSET', b, 'state', state, 'completed', string.format('%d', now_ms()))
+    if not look then
+      redis.call('HSET', b, 'state', state, 'completed', string.format('%d', now_ms()))
+    end
   end
   return {state, string.format('%d', n[3]), string.format('%d', n[4]),
     string.format('%d', n[5]), v[6] or '', v[7] or '', v[8] or v[9] or '',
@@ -59,34 +73,74 @@ end
 local function keep()
   local ttl = ttl_of(redis.call('HGET', b, 'ttl'))
   redis.call('EXPIRE', b, ttl)
-  if redis.call('EXISTS', members) == 1 then redis.call('EXPIRE', members, ttl) end
+  for _, k in ipairs({members, adders}) do
+    if redis.call('EXISTS', k) == 1 then redis.call('EXPIRE', k, ttl) end
+  end
+end
+-- A count from the caller: an integer, 0 to 2^53 (an error before any write otherwise).
+local function number(v)
+  local x = tonumber(v)
+  if not x or x ~= math.floor(x) or x < 0 or x > 2 ^ 53 then
+    return nil, redis.error_reply('ERR batch.lua: not a count: ' .. tostring(v))
+  end
+  return x
 end
 if op == 'open' then
+  local token = ARGV[2]
+  if redis.call('EXISTS', b) == 1 and redis.call('HEXISTS', adders, token) == 1 then
+    return status() -- this open, sent again
+  end
   if redis.call('HGET', b, 'state') == 'complete' then
     return redis.error_reply('ERR batch complete: it takes no more jobs')
   end
   if redis.call('EXISTS', b) == 0 then
     local t = redis.call('TIME')
-    redis.call('DEL', members) -- of a batch of this id before, if it outlived its hash
+    redis.call('DEL', members, adders) -- of a batch of this id before, if they outlived its hash
     redis.call('HSET', b, 'total', 0, 'done', 0, 'failed', 0, 'open', 0,
       'created', string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)),
       'incarnation', string.format('%s%06d', t[1], tonumber(t[2])))
   end
   redis.call('HINCRBY', b, 'open', 1)
-  redis.call('HSET', b, 'state', 'open', 'ttl', ARGV[2])
-  if ARGV[3] ~= '' then
-    redis.call('HSETNX', b, 'on_complete', ARGV[3])
-    redis.call('HSETNX', b, 'callback', ARGV[4])
+  redis.call('HSET', adders, token, '0 0')
+  redis.call('HSET', b, 'state', 'open', 'ttl', ARGV[3])
+  if ARGV[4] ~= '' then
+    redis.call('HSETNX', b, 'on_complete', ARGV[4])
+    redis.call('HSETNX', b, 'callback', ARGV[5])
   end
   keep()
   return status()
 end
 if redis.call('EXISTS', b) == 0 then return {} end
-if op == 'add' then
-  redis.call('HINCRBY', b, 'total', ARGV[2])
-elseif op == 'seal' then
-  if redis.call('HINCRBY', b, 'open', -1) <= 0 and redis.call('HGET', b, 'state') == 'open' then
-    redis.call('HSET', b, 'open', 0, 'state', 'sealed')
+if op == 'add' or op == 'seal' then
+  local token = ARGV[2]
+  local seq, err = number(ARGV[3])
+  if err then return err end
+  local count, err2 = number(ARGV[4])
+  if err2 then return err2 end
+  local was = redis.call('HGET', adders, token)
+  if not was then
+    if op == 'add' then
+      return redis.error_reply('ERR batch.lua: adder ' .. token .. ' never opened this batch')
+    end
+    -- A seal of an open never applied (it failed): nothing to take off; a late copy of that
+    -- open changes nothing either.
+    redis.call('HSET', adders, token, 'sealed 0')
+  else
+    local at, had = string.match(was, '^(%S+) (%d+)$')
+    if at ~= 'sealed' and (tonumber(at) or 0) < seq then
+      -- Read as numbers, written whole: nothing here fails after a write (a value someone
+      -- wrote that is no integer counts as 0).
+      local v = redis.call('HMGET', b, 'total', 'open', 'state')
+      local total = math.floor(tonumber(v[1]) or 0) + count - (tonumber(had) or 0)
+      redis.call('HSET', b, 'total', string.format('%d', total))
+      redis.call('HSET', adders, token, (op == 'seal' and 'sealed' or string.format('%d', seq))
+        .. ' ' .. string.format('%d', count))
+      if op == 'seal' then
+        local open = math.max(0, math.floor(tonumber(v[2]) or 0) - 1)
+        redis.call('HSET', b, 'open', string.format('%d', open))
+        if open == 0 and v[3] == 'open' then redis.call('HSET', b, 'state', 'sealed') end
+      end
+    end
   end
 elseif op == 'count' then
   if redis.call('SISMEMBER', members, ARGV[2]) == 0 then
@@ -98,5 +152,6 @@ elseif op == 'count' then
 elseif op ~= 'show' then
   return redis.error_reply('ERR batch.lua: unknown operation ' .. op)
 end
-if op ~= 'show' then keep() end
+if op == 'show' then return status(true) end
+keep()
 return status()
