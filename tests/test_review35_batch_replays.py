@@ -25,6 +25,7 @@ from test_after_batches import CALLBACK, RUNS, batch_yaml, callbacks
 from jobd import producer
 from jobd.config import load
 from jobd.newjob import NewJob
+from jobd.store import connection
 from jobd.store.store import Store
 from jobd.store.workflows import callback_spec
 
@@ -132,6 +133,7 @@ import sys
 from jobd import producer
 from jobd.config import load
 from jobd.newjob import NewJob
+from jobd.store import connection
 
 def jobs():
     yield NewJob(b"y", "y", batch="S", on_complete="cb")
@@ -232,3 +234,33 @@ def test_a_held_member_enqueued_again_is_counted_once(
     assert shown(cfg, "H")["total"] == 1, shown(cfg, "H")
     wait_until(lambda: callbacks(tmp_path), what="the callback")
     assert [c["total"] for c in callbacks(tmp_path)] == [1]
+
+
+def test_a_batch_and_a_held_job_under_the_documented_acl_user(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """The documented ACL user (connection.ACL_COMMANDS) lacked SISMEMBER and SADD (batch.lua
+    counts a member's end) and HEXISTS (hold.lua, and batch.lua's open now): a batch under it
+    never completed (every notice's move refused, NOPERM), a job --after another was never
+    held (the enqueue failed)."""
+    from test_redis_auth import PASSWORD
+
+    rules = ["on", f">{PASSWORD}", "~jobd:*", "~{jobd:*", "resetchannels", "-@all"]
+    rules += [f"+{command}" for command in connection.ACL_COMMANDS]
+    r.execute_command("ACL", "SETUSER", "jobd-flows", "reset", *rules)
+    try:
+        (tmp_path / "redis.password").write_text(PASSWORD + "\n")
+        auth = "{url: '{redis}', username: jobd-flows, password_file: redis.password}"
+        cfg = write_config(f"redis: {auth}\n"
+                           + batch_yaml(script("runs.sh", RUNS), script("cb.sh", CALLBACK)))  # fmt: skip
+        daemon(cfg)
+        enqueue = ["enqueue", "-c", str(cfg), "a"]
+        out = jobd_cli(*enqueue, "w", "--job-id", "w", "--after", "x", "--batch", "L",
+                       "--on-complete", "cb")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        out = jobd_cli(*enqueue, "x", "--job-id", "x", "--batch", "L")
+        assert out.returncode == 0, out.stderr
+        wait_until(lambda: callbacks(tmp_path), 20, what="the callback")
+        assert [(c["total"], c["done"]) for c in callbacks(tmp_path)] == [(2, 2)]
+    finally:
+        r.acl_deluser("jobd-flows")
