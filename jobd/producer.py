@@ -188,8 +188,7 @@ def _enqueue(
             check_width(entry.fields)
         member.grow(1)  # counted before it is added: a batch never completes without it
         if job.after:  # held until the jobs it waits for end (jobd.workflows)
-            held = workflows.hold(store, config, q, entry, job_id, job)  # type: ignore[arg-type]
-            member.added(int(held))  # held already (sent before): a member counted then
+            workflows.hold(store, config, q, entry, job_id, job, member)  # type: ignore[arg-type]
             return job_id, None  # type: ignore[return-value]
         added = store.enqueue(q, entry.fields, entry.due, entry.unique_id, durability)
         member.added(int(added.error is None and added.exists is None))

@@ -87,10 +87,10 @@ def dependencies(
 
 
 def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: str,
-         job: NewJob) -> bool:  # fmt: skip
+         job: NewJob, member: Member | NoBatch) -> None:  # fmt: skip
     """Hold ``job`` (its ``entry``, in ``q``: a queue or a level of it) until the jobs it waits
-    for end, registered with each; those ended already are counted now. Whether this call held
-    it (False: it was held already, by this enqueue sent before)."""
+    for end, registered with each; those ended already are counted now. A member of ``member``'s
+    batch when held now; not when it was held already (this enqueue sent before)."""
     deps = dependencies(config.queues, q.name, job.after)
     if any(dq.name == q.name and jid == job_id for dq, jid in deps):
         raise WorkflowError(f"job {job_id!r} cannot wait for itself (--after {job_id})")
@@ -105,6 +105,7 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
     record = orjson.dumps({"event": "waiting", "after": names, "any": job.after_any,
                            "stream": q.stream})  # fmt: skip
     held = store.hold(q, job_id, after, entry.due, secrets.token_hex(8), record, entry.fields)
+    member.added(int(held))
     line = waiter_line(q, job_id)
     told = 0
     for (dq, jid), name in zip(deps, names, strict=True):
@@ -115,7 +116,6 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
             told += int(notices)
     if told:  # it was dead-lettered: its own waiters and batch are told now
         store.move_follow_ups(config.queues[q.name])
-    return held
 
 
 class Member:
