@@ -227,3 +227,23 @@ def test_a_bucket_of_another_type_never_fails_a_bind_after_its_slots(
     r.rpush(q.keys.rate, "someone else's")
     assert store.bind(q, 2, []) == newest
     assert r.zcard(q.keys.running) == 0, "the unused slots given back"
+
+
+def test_every_command_a_script_calls_is_in_the_documented_acl() -> None:
+    """The ACL user of docs/operations/redis.md (``ACL_COMMANDS``) may run every command any
+    script calls: HSCAN (lib/jobs.lua) and PTTL (keep_marks.lua) were missing, and under that
+    user the scripts calling them failed with NOPERM."""
+    import re
+
+    from jobd.store.connection import ACL_COMMANDS
+
+    lua = Path(__file__).resolve().parent.parent / "jobd" / "store" / "lua"
+    called = {
+        name.lower()
+        for path in lua.rglob("*.lua")
+        for name in re.findall(r"redis\.p?call\(\s*['\"](\w+)['\"]", path.read_text())
+    }
+    allowed = {command.split("|")[0] for command in ACL_COMMANDS}
+    assert called and called <= allowed, sorted(called - allowed)
+    documented = (lua.parent.parent.parent / "docs" / "operations" / "redis.md").read_text()
+    assert all(f"+{command}" in documented for command in ACL_COMMANDS), "the docs' ACL line"
