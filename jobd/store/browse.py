@@ -116,11 +116,13 @@ class DelayedPage:
 
 @dataclass(frozen=True, slots=True)
 class Recent:
-    """A job of the history, by its latest record: its id, when (Redis ms), and what the record
-    says ('' where it does not)."""
+    """A job of the history, by its latest record: its id, when (Redis ms), the length of its
+    records when they were not read (longer than a page reads: someone else wrote them; 0 when
+    read), and what the record says ('' where it does not)."""
 
     job_id: bytes
     at_ms: int
+    unread: int
     event: str
     attempt: str
     exit_code: str
@@ -183,17 +185,18 @@ class BrowseOps(StoreBase):
         return DelayedPage(shown, last, bool(ended))
 
     def recent(
-        self, queue: QueueConfig, after: Cursor | None, count: int
+        self, queue: QueueConfig, after: Cursor | None, count: int, budget: int = READ_BUDGET
     ) -> tuple[int, list[Recent], Cursor | None]:
         """The jobs of the history, latest record first, past ``after`` (None: from the
-        latest): how many it holds, ``count`` of them at most, each by its latest record, and
-        where to go on from (None: the end was reached)."""
+        latest): how many it holds, ``count`` of them at most, each by its latest record (fewer
+        once the records read hold ``budget`` bytes; a job's records longer than that are not
+        read at all), and where to go on from (None: the end was reached)."""
         keys = [queue.keys.history_at, queue.keys.history]
-        args = [*(START if after is None else after.args()), count, FIELD_CAP]
+        args = [*(START if after is None else after.args()), count, FIELD_CAP, budget]
         total, ended, rows = self.scripts.recent(keys=keys, args=args)
         found = []
         for row in rows:
-            texts = [value.decode("utf-8", "backslashreplace") for value in row[2:]]
-            found.append(Recent(row[0], int(float(row[1])), *texts))
+            texts = [value.decode("utf-8", "backslashreplace") for value in row[3:]]
+            found.append(Recent(row[0], int(float(row[1])), int(row[2]), *texts))
         last = Cursor.of(rows[-1][1], rows[-1][0]) if rows and not ended else None
         return int(total), found, last

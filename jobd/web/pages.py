@@ -250,10 +250,11 @@ def _recent(
         view = store.job(q, find)
         rows = [{"job_id": find, "event": view.state, "at": None}] if view.records else []
         return {"jobs": rows, "cursor": None}
-    total, found, last = store.recent(q, after, count)
+    total, found, last = store.recent(q, after, count)  # fewer than count: the bytes bound
     rows = [{**shown.job_id_shown(os.fsdecode(r.job_id)), "at": r.at_ms / 1000, "event": r.event,
              "attempt": r.attempt, "exit_code": r.exit_code, "signal": r.signal,
-             "error": r.error, "duration_ms": r.duration_ms, "consumer": r.consumer}
+             "error": r.error, "duration_ms": r.duration_ms, "consumer": r.consumer,
+             **({"bad": shown.unread_history(r.unread)} if r.unread else {})}
             for r in found]  # fmt: skip
     return {"jobs": rows, "cursor": last.text() if last else None, "total": total}
 

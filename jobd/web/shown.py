@@ -11,7 +11,8 @@ from typing import Any
 from jobd.config import QueueConfig
 from jobd.job import MAX_JOB_ID
 from jobd.store.admin import Shown
-from jobd.store.browse import DelayedShown
+from jobd.store.browse import READ_BUDGET, DelayedShown
+from jobd.store.keys import HISTORY_BYTES
 from jobd.store.records import Running
 from jobd.web import actions
 
@@ -87,6 +88,12 @@ def failed_at(text: str, cut: bool) -> tuple[float | None, str | None]:
         return int(text) / 1000, None
     except (ValueError, OverflowError):
         return None, "jobd_failed_at is not a time in milliseconds"
+
+
+def unread_history(length: int) -> str:
+    """Why a job's latest record is not shown: its records are longer than a page reads."""
+    return (f"its records are {length} bytes, more than a page reads ({READ_BUDGET}; jobd keeps "
+            f"{HISTORY_BYTES} a job): not read")  # fmt: skip
 
 
 def text(value: bytes | None) -> str:

@@ -607,7 +607,7 @@ const ROW = {
     el("td", {class: "num"}, r.attempts),
     el("td", {}, when(r.failed_at)), el("td", {}, el("pre", {}, cut(r, "stderr"))),
     el("td", {}, lastActions ? el("button", {onclick: () => act("dead-letters/requeue", {queue: name, ids: [r.id]})}, "requeue") : "")],
-  recent: (name, j) => [el("td", {class: "job"}, jobLink(name, j)),
+  recent: (name, j) => [el("td", {class: "job"}, jobLink(name, j), j.bad ? el("div", {class: "bad"}, j.bad) : null),
     el("td", {class: "event-" + j.event}, j.event), el("td", {}, when(j.at)),
     el("td", {class: "num"}, j.attempt), el("td", {class: "num"}, j.exit_code || (j.signal ? "signal " + j.signal : "")),
     el("td", {class: "error"}, j.error), el("td", {class: "num"}, j.duration_ms ? duration(Number(j.duration_ms) / 1000) : ""),
