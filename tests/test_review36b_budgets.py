@@ -23,6 +23,9 @@ request moved out of Redis from its own count (``total_net_output_bytes``).
 from __future__ import annotations
 
 import contextlib
+import re
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +36,8 @@ import orjson
 import pytest
 import redis
 from support import dashboard_server, get_json
+
+from jobd.store import browse, scripts
 
 QUEUE = "redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"
 HISTORY, HISTORY_AT = "{jobd:q}:history", "{jobd:q}:history:at"
@@ -140,3 +145,100 @@ def test_a_history_of_a_few_mib_is_not_read_and_the_page_goes_on(
     second = page(f"/api/jobs?queue=q&state=recent&cursor={first['cursor']}")
     assert [(j["job_id"], j["event"]) for j in second["jobs"]] == [("b", "poison")], second
     assert second["cursor"] is None
+
+
+# -- 2. entries of many empty fields ---------------------------------------------------------
+
+
+def xadd_raw(r: redis.Redis, key: str, entries: int, pairs: list[bytes]) -> None:
+    """``entries`` entries of ``pairs`` (name, value, …) on ``key``, sent as raw RESP: an
+    argument list of 200 000 empty strings packs in no time that way."""
+    head = [b"XADD", key.encode(), b"*"]
+    command = b"*%d\r\n" % (len(head) + len(pairs))
+    command += b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in head + pairs)
+    kwargs = r.connection_pool.connection_kwargs
+    with socket.create_connection((kwargs.get("host", "127.0.0.1"), kwargs["port"])) as sock:
+        for _ in range(entries):
+            sock.sendall(command)
+        reader = sock.makefile("rb")
+        replies = [reader.readline() + reader.readline() for _ in range(entries)]
+    assert all(reply.startswith(b"$") for reply in replies), replies[:3]
+
+
+def dead_letter_fields(n: int) -> list[bytes]:
+    jobd = {b"jobd_job_id": b"wide", b"jobd_queue": b"q", b"jobd_error": b"exit",
+            b"jobd_exit_code": b"1", b"jobd_attempts": b"1", b"jobd_failed_at": b"1795960000000",
+            b"jobd_stderr": b"boom"}  # fmt: skip
+    return [x for pair in jobd.items() for x in pair] + [b""] * (2 * n)
+
+
+@pytest.mark.parametrize(("fields", "count", "fits"), [(100_000, 50, 1), (10_000, 200, 2)])
+def test_a_page_of_entries_of_many_empty_fields_is_bounded(
+    r: redis.Redis, page: Callable[[str], dict], fields: int, count: int, fits: int
+) -> None:
+    """``count`` dead letters of ``fields`` empty fields besides jobd's (a few bytes each, so
+    the byte budget took all ``count``): a page reads those that fit 1 MiB counting a field 64
+    bytes (``fits``: the one that passes it too), and says how many fields of each it does
+    not show."""
+    xadd_raw(r, "{jobd:q}:dead", count, dead_letter_fields(fields))
+    blocked, shown = worst_ping_during(
+        r, lambda: page(f"/api/jobs?queue=q&state=dead&count={count}")
+    )
+    assert blocked < BLOCKED, f"Redis answered nobody for {blocked:.2f} s during one page"
+    assert len(shown["jobs"]) == fits and shown["cursor"], (len(shown["jobs"]), fits)
+    assert [j.get("fields_not_shown") for j in shown["jobs"]] == [fields + 1] * fits
+    assert {j["job_id"] for j in shown["jobs"]} == {"wide"}
+
+
+def test_a_waiting_entry_of_many_empty_fields_is_marked(
+    r: redis.Redis, page: Callable[[str], dict]
+) -> None:
+    """The waiting tab reads entries the same way: one of 100 000 empty fields besides its
+    payload and job id is shown, its fields not shown counted; the page stops after it."""
+    xadd_raw(r, "jobd:q", 3, [b"payload", b"x", b"job_id", b"w"] + [b""] * 200_000)
+    shown = page("/api/jobs?queue=q&state=waiting")
+    assert [(j["job_id"], j.get("fields_not_shown")) for j in shown["jobs"]] == [("w", 100_001)]
+    assert shown["cursor"], shown
+
+
+def msgpack_array(values: list[bytes]) -> bytes:
+    """A msgpack array of short strings (< 32 bytes each), as cmsgpack reads it."""
+    body = b"".join(bytes([0xA0 | len(v)]) + v for v in values)
+    return b"\xdd" + struct.pack(">I", len(values)) + body
+
+
+def test_a_delayed_member_of_many_fields_counts_them(
+    r: redis.Redis, page: Callable[[str], dict]
+) -> None:
+    """A delayed member decoding to 100 000 empty fields is 200 KiB of msgpack: six of them
+    fit the byte budget, 1.2 million values decoded; counted 64 bytes a field, one does."""
+    for i in range(20):
+        member = msgpack_array([b"u%d" % i] + [b""] * 200_000)
+        r.zadd("{jobd:q}:delayed", {member: 1_000_000 + i})
+    shown = page("/api/jobs?queue=q&state=delayed")
+    assert len(shown["jobs"]) == 1 and shown["cursor"], shown
+    assert "more than 1000 fields" in shown["jobs"][0]["bad"]
+
+
+def test_the_field_cost_is_one_number() -> None:
+    text = scripts.source("entries_shown")
+    found = re.search(r"^local FIELD_COST = (\d+) -- jobd\.store\.browse\.FIELD_COST$", text, re.M)
+    assert found and int(found[1]) == browse.FIELD_COST
+
+
+def test_a_lag_counted_over_entries_of_many_fields_stops_at_its_bytes(
+    r: redis.Redis, page: Callable[[str], dict]
+) -> None:
+    """Once Redis cannot say the lag (an entry deleted by hand after the group's last delivered
+    one), the summary counts the entries in Redis (``count_after.lua``), 10 000 at most: 100 of
+    100 000 empty fields were 10 million fields read; now it stops at 16 MiB, counted 64 bytes
+    a field, and says the backlog is at least what it counted."""
+    first = r.xadd("jobd:q", {"payload": "x"})
+    r.xgroup_create("jobd:q", "jobd", id=first)
+    gone = r.xadd("jobd:q", {"payload": "x"})
+    xadd_raw(r, "jobd:q", 100, [b"payload", b"x"] + [b""] * 200_000)
+    r.xdel("jobd:q", gone)
+    blocked, shown = worst_ping_during(r, lambda: page("/api/summary"))
+    assert blocked < BLOCKED, f"Redis answered nobody for {blocked:.2f} s during one summary"
+    row = shown["queues"]["q"]
+    assert (row["backlog"], row["backlog_at_least"]) == (3, True), row

@@ -20,7 +20,7 @@ from jobd.config import QueueConfig
 from jobd.job import JOB_ID, RESERVED_JOB_ID, Job
 from jobd.store import connection, notes
 from jobd.store.base import StoreBase
-from jobd.store.browse import READ_BUDGET
+from jobd.store.browse import READ_BUDGET, shown_pairs
 from jobd.store.delayed import Due, schedule_call
 from jobd.store.keys import UNIQUE_TTL, flatten
 
@@ -49,10 +49,12 @@ class Requeued:
 @dataclass(frozen=True, slots=True)
 class Shown:
     """A dead letter as the dashboard shows it: for each field asked for, in order, its value
-    cut in Redis (None when the record has no such field) and its whole length in bytes."""
+    cut in Redis (None when the record has no such field) and its whole length in bytes; and
+    how many fields it holds (``width``)."""
 
     id: str
     values: list[tuple[bytes | None, int]]
+    width: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,7 @@ class AdminOps(StoreBase):
         for name, cap in fields:
             args += [name, cap]
         rows = self.scripts.dead_letters_shown(keys=[queue.dead_letter.stream], args=args)
-        return [
-            Shown(row[0].decode(), [(row[i], int(row[i + 1])) for i in range(1, len(row), 2)])
-            for row in rows
-        ]
+        return [Shown(row[0].decode(), shown_pairs(row), int(row[1])) for row in rows]
 
     def enqueue(
         self,

@@ -3,8 +3,9 @@ fields of each entry cut in Redis (``lua/entries_shown.lua``: waiting jobs, dead
 the delayed set, a member's job id and attempt cut in Redis (``lua/delayed_shown.lua``), and the
 latest jobs of the history (``lua/recent.lua``). Every read is bounded by what it is asked for:
 an entry read at a time, at most ``count`` shown and ``scan`` looked at, and at most
-``READ_BUDGET`` bytes read in Redis (plus one entry: a stream has no read of part of a field, so
-an entry is read whole); never a walk of a whole stream, set or hash.
+``READ_BUDGET`` bytes read in Redis, each field counted ``FIELD_COST`` bytes more (plus one
+entry: a stream has no read of part of a field, so an entry is read whole); never a walk of a
+whole stream, set or hash. A job's history longer than ``READ_BUDGET`` is never read.
 
 A page of a sorted set goes on from a ``Cursor``: the score and member (or the member's first
 bytes) of the last one shown, never an index, which members leaving or coming before it would
@@ -21,9 +22,12 @@ from jobd.config import QueueConfig
 from jobd.store.base import StoreBase
 
 FIELD_CAP = 256  # bytes of a recent job's field returned at most
-# Bytes of entries (or delayed members) one page reads in Redis at most, besides the one that
-# passes it: a page of 16 MiB payloads reads one entry, not 50 (the cursor goes on).
+# Bytes of entries (or delayed members, or histories) one page reads in Redis at most, besides
+# the one that passes it: a page of 16 MiB payloads reads one entry, not 50 (the cursor goes on).
 READ_BUDGET = 1 << 20
+# What a field costs the budget besides its name and value (lua/lib/shown.lua's FIELD_COST;
+# delayed_shown.lua's): an entry of 100 000 empty fields holds a few bytes, costs as 6 MiB.
+FIELD_COST = 64
 
 
 MARK_MAX = 1024  # bytes of a member a cursor carries at most (jobd.job.MAX_JOB_ID: a job id)
@@ -82,11 +86,11 @@ START = ["", b"", 0]  # a scripts' cursor for the first page
 
 @dataclass(frozen=True, slots=True)
 class EntryPage:
-    """A page of a stream: for each entry, its id and, per field asked for, its value cut
-    (None: no such field) and its whole length; the last id looked at (None: none), and
-    whether the end of the range was reached."""
+    """A page of a stream: for each entry, its id, how many fields it holds and, per field
+    asked for, its value cut (None: no such field) and its whole length; the last id looked at
+    (None: none), and whether the end of the range was reached."""
 
-    rows: list[tuple[str, list[tuple[bytes | None, int]]]]
+    rows: list[tuple[str, int, list[tuple[bytes | None, int]]]]
     last: str | None
     ended: bool
 
@@ -132,6 +136,11 @@ class Recent:
     consumer: str
 
 
+def shown_pairs(row: list) -> list[tuple[bytes | None, int]]:
+    """A row of ``lib/shown.lua`` (id, width, value, length, …): its (value, length) pairs."""
+    return [(row[i], int(row[i + 1])) for i in range(2, len(row), 2)]
+
+
 class BrowseOps(StoreBase):
     def entries_shown(
         self,
@@ -153,10 +162,7 @@ class BrowseOps(StoreBase):
         for name, cap in fields:
             args += [name, cap]
         last, ended, rows = self.scripts.entries_shown(keys=[stream], args=args)
-        shown = [
-            (row[0].decode(), [(row[i], int(row[i + 1])) for i in range(1, len(row), 2)])
-            for row in rows
-        ]
+        shown = [(row[0].decode(), int(row[1]), shown_pairs(row)) for row in rows]
         return EntryPage(shown, last.decode() if last else None, bool(ended))
 
     def delayed_shown(

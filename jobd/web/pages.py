@@ -192,11 +192,12 @@ def _waiting(
     asked = [(field, cap) for _, field, cap in WAITING_SHOWN]
     page = store.entries_shown(q.stream, (start, "+"), asked, count, SCAN, find)
     rows = []
-    for entry, values in page.rows:
+    for entry, width, values in page.rows:
         attempt = shown.text(values[2][0])
         rows.append({"entry": entry, **shown.waiting_job_id(entry, values[:2]),
                      "enqueued": int(entry.split("-")[0]) / 1000,
-                     "attempt": attempt or "1", "stream": q.stream})  # fmt: skip
+                     "attempt": attempt or "1", "stream": q.stream,
+                     **shown.unshown_fields(width, values)})  # fmt: skip
     return {"jobs": rows, "cursor": None if page.ended else page.last}
 
 
@@ -209,7 +210,8 @@ def _dead(
     start = "(" + _entry_id(cursor) if cursor else "+"
     page = store.entries_shown(q.dead_letter.stream, (start, "-"), asked, count, SCAN, find,
                                newest_first=True)  # fmt: skip
-    rows = [shown.dead_letter(Shown(entry, values), fields) for entry, values in page.rows]
+    rows = [shown.dead_letter(Shown(entry, values, width), fields)
+            for entry, width, values in page.rows]  # fmt: skip
     return {"jobs": rows, "cursor": None if page.ended else page.last}
 
 

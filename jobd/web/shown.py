@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from jobd.config import QueueConfig
-from jobd.job import MAX_JOB_ID
+from jobd.job import MAX_FIELDS, MAX_JOB_ID
 from jobd.store.admin import Shown
 from jobd.store.browse import READ_BUDGET, DelayedShown
 from jobd.store.keys import HISTORY_BYTES
@@ -68,6 +68,7 @@ def dead_letter(shown: Shown, fields: tuple[tuple[str, str, int], ...]) -> dict[
         item[name] = text(value)
         if length > abs(cap):
             cut.append(name)
+    item.update(unshown_fields(shown.width, shown.values))
     item["exit_code"] = item["exit_code"] or None
     item["signal"] = item["signal"] or None
     item["failed_at"], bad = failed_at(item["failed_at"], "failed_at" in cut)
@@ -76,6 +77,15 @@ def dead_letter(shown: Shown, fields: tuple[tuple[str, str, int], ...]) -> dict[
     if cut:
         item["cut"] = cut  # only the tail of stderr, the head of the others
     return item
+
+
+def unshown_fields(width: int, values: list[tuple[bytes | None, int]]) -> dict[str, Any]:
+    """For an entry wider than jobd writes one (more than MAX_FIELDS fields: 100 000 empty
+    ones, say), how many of its fields the page does not show (``fields_not_shown``: "… N
+    fields not shown"); nothing for any other."""
+    if width <= MAX_FIELDS:
+        return {}
+    return {"fields_not_shown": width - sum(value is not None for value, _ in values)}
 
 
 def failed_at(text: str, cut: bool) -> tuple[float | None, str | None]:

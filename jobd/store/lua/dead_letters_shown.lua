@@ -5,13 +5,15 @@
 -- KEYS[1]  the dead-letter stream
 -- ARGV[1]  at most this many records, newest first
 -- ARGV[2]  at most about this many bytes read: no record is read once the records read hold
---          this many (a record is read whole: one call reads at most this plus one record)
+--          this many, each field counted FIELD_COST bytes more than its name and value
+--          (lib/shown.lua); a record is read whole: one call reads at most this plus one record
 -- ARGV[3…] pairs: a field name, and how many of its bytes to return (the first N; -N: the
 --          last N)
 --
 -- Read-only. Records are read one at a time (at most one whole record in the script's memory).
--- Returns {{id, value, length, value, length, …}, …}: per field asked for, in order, its value
--- cut (false when the record has no such field) and its whole length in bytes.
+-- Returns {{id, fields, value, length, value, length, …}, …}: how many fields the record holds,
+-- then per field asked for, in order, its value cut (false when the record has no such field)
+-- and its whole length in bytes.
 local out = {}
 local last, read, budget = '+', 0, tonumber(ARGV[2])
 for _ = 1, tonumber(ARGV[1]) do

@@ -1,4 +1,4 @@
---! uses jobs.lua cursor.lua
+--! uses jobs.lua shown.lua cursor.lua
 -- delayed_shown.lua: a page of a delayed set as the dashboard shows it: soonest first, from just
 -- past the last member shown (lib/cursor.lua: by its score and mark, never by index, so members
 -- promoted meanwhile shift nothing), each member's due time, job id and attempt, cut here, so a
@@ -13,8 +13,9 @@
 -- ARGV[5]  at most this many members looked at (the search's bound)
 -- ARGV[6]  a text the job id must hold ('': every member)
 -- ARGV[7]  at most about this many bytes read: no member is read once the members read hold
---          this many (one call reads at most this plus one member, and the log2 of the members
---          sharing the cursor's score that finding where to go on reads; one member at least)
+--          this many, each field a member decodes to (two values) counted FIELD_COST bytes more
+--          (lib/shown.lua); one call reads at most this plus one member, and the log2 of the
+--          members sharing the cursor's score that finding where to go on reads; one at least
 -- ARGV[8]  bytes of the job id and of the attempt returned at most
 --
 -- Read-only; members are read one at a time (ZRANGE i i). Returns {1 when the set's end was
@@ -55,10 +56,10 @@ local rows, looked, last = {}, 0, {'', '', 0}
 while index < total and #rows < want and looked < looks and (looked == 0 or read < budget) do
   local found = redis.call('ZRANGE', KEYS[1], index, index, 'WITHSCORES')
   if #found == 0 then break end
-  index, looked, read = index + 1, looked + 1, read + #found[1]
+  local job, why, width = decode_member(found[1])
+  index, looked, read = index + 1, looked + 1, read + #found[1] + width * FIELD_COST / 2
   local mark = mark_of(found[1])
   last = {found[2], mark, #mark == #found[1] and 1 or 0}
-  local job, why = decode_member(found[1])
   local row, jid = {found[2], why or '', false, 0, false}, ''
   if job then
     local fields = {}

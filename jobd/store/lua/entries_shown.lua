@@ -13,14 +13,16 @@
 -- ARGV[6]  a text the job id must hold ('' : every entry); the job id as jobd runs the entry
 --          (lib/jobs.lua job_id_of: job_id, else jobd_job_id, else the entry's id)
 -- ARGV[7]  at most about this many bytes read: no entry is read once the entries read hold this
---          many (a stream has no read of part of a field: an entry is read whole, so one call
---          reads at most this plus one entry)
+--          many, each field counted FIELD_COST bytes more than its name and value (lib/shown.lua:
+--          100 000 empty fields cost as much as 6 MiB); a stream has no read of part of a field:
+--          an entry is read whole, so one call reads at most this plus one entry
 -- ARGV[8…] pairs: a field name, and how many of its bytes to return (the first N; -N: the last N)
 --
 -- Read-only. Entries are read one at a time (at most one whole entry in the script's memory).
 -- Returns {last id looked at (false: none), 1 when the end of the range was reached, rows}:
--- each row {id, value, length, …}: per field asked for, in order, its value cut (false when the
--- entry has no such field) and its whole length in bytes. A page that stops at its count looks
+-- each row {id, fields, value, length, …}: how many fields the entry holds, then per field
+-- asked for, in order, its value cut (false when the entry has no such field) and its whole
+-- length in bytes. A page that stops at its count looks
 -- whether the range goes on (one entry more read) only while under the bytes bound; past it the
 -- range is said to go on (the next page may be empty).
 local rev = ARGV[3] == 'rev'

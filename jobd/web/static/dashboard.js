@@ -585,7 +585,7 @@ function jobsTable(view) {
 }
 
 const ROW = {
-  waiting: (name, j) => [el("td", {class: "job"}, jobLink(name, j)), el("td", {}, j.entry),
+  waiting: (name, j) => [el("td", {class: "job"}, jobLink(name, j), unshown(j)), el("td", {}, j.entry),
     el("td", {}, when(j.enqueued), " ", el("span", {class: "muted"}, relative(j.enqueued))),
     el("td", {class: "num"}, j.attempt)],
   running: (name, j) => [el("td", {class: "job"}, jobLink(name, j)), toldCell(j),
@@ -601,7 +601,7 @@ const ROW = {
     el("td", {class: "num"}, j.attempt ?? "–"), el("td", {}, j.level ?? "")],
   dead: (name, r) => [el("td", {class: "job"}, r.job_id ? jobLink(name, {job_id: cut(r, "job_id"), inexact: (r.cut || []).includes("job_id")}) : "",
       r.payload !== undefined ? el("pre", {}, cut(r, "payload")) : null,
-      r.bad ? el("div", {class: "bad"}, "bad record: " + r.bad) : null),
+      r.bad ? el("div", {class: "bad"}, "bad record: " + r.bad) : null, unshown(r)),
     el("td", {class: "error"}, cut(r, "error")),
     el("td", {class: "num"}, r.exit_code ?? (r.signal ? "signal " + r.signal : "–")),
     el("td", {class: "num"}, r.attempts),
@@ -613,6 +613,11 @@ const ROW = {
     el("td", {class: "error"}, j.error), el("td", {class: "num"}, j.duration_ms ? duration(Number(j.duration_ms) / 1000) : ""),
     el("td", {}, j.consumer)],
 };
+
+// An entry wider than jobd writes one: how many of its fields the page does not show.
+function unshown(row) {
+  return row.fields_not_shown ? el("div", {class: "bad"}, `… ${row.fields_not_shown} fields not shown`) : null;
+}
 
 // What a running job's handler told of itself: a bar for its progress, its status line. Both
 // as text: a status is the handler's bytes (not UTF-8 ones escaped by the server), never markup.

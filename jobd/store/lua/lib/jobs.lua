@@ -9,21 +9,22 @@ local MAX_JOB_ID = 1024 -- jobd.job.MAX_JOB_ID: bytes; an entry with a longer on
 local HANDED_BACK = 10 * 365 * 86400 * 1000
 
 -- The job in a delayed member, else nil and why it is none: one cmsgpack array {unique id,
--- name, value, …} of 1 to MAX_FIELDS fields, each name and value a string.
+-- name, value, …} of 1 to MAX_FIELDS fields, each name and value a string. Third: how many
+-- values the member decoded to (an array's length, 0 for anything else), whatever it was.
 local function decode_member(member)
   local ok, rest, job = pcall(cmsgpack.unpack_one, member)
-  if not ok or rest ~= -1 then return nil, 'not one msgpack value' end
-  if type(job) ~= 'table' then return nil, 'not an array' end
+  if not ok or rest ~= -1 then return nil, 'not one msgpack value', 0 end
+  if type(job) ~= 'table' then return nil, 'not an array', 0 end
   local n = #job
-  if n < 3 then return nil, 'no fields' end
-  if n % 2 == 0 then return nil, 'a field name without a value' end
+  if n < 3 then return nil, 'no fields', n end
+  if n % 2 == 0 then return nil, 'a field name without a value', n end
   if (n - 1) / 2 > MAX_FIELDS then
-    return nil, string.format('more than %d fields (jobd.job.MAX_FIELDS)', MAX_FIELDS)
+    return nil, string.format('more than %d fields (jobd.job.MAX_FIELDS)', MAX_FIELDS), n
   end
   for i = 2, n do
-    if type(job[i]) ~= 'string' then return nil, 'a field name or value is not a string' end
+    if type(job[i]) ~= 'string' then return nil, 'a field name or value is not a string', n end
   end
-  return job
+  return job, nil, n
 end
 
 -- An error reply when ARGV[first..] are not 1 to MAX_FIELDS name, value pairs, else nil.
