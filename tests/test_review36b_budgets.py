@@ -35,9 +35,9 @@ from typing import Any
 import orjson
 import pytest
 import redis
-from support import dashboard_server, get_json
+from support import dashboard_server, get_json, queue_config, wait_until
 
-from jobd.store import browse, scripts
+from jobd.store import browse, registry, scripts
 
 QUEUE = "redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"
 HISTORY, HISTORY_AT = "{jobd:q}:history", "{jobd:q}:history:at"
@@ -242,3 +242,36 @@ def test_a_lag_counted_over_entries_of_many_fields_stops_at_its_bytes(
     assert blocked < BLOCKED, f"Redis answered nobody for {blocked:.2f} s during one summary"
     row = shown["queues"]["q"]
     assert (row["backlog"], row["backlog_at_least"]) == (3, True), row
+
+
+# -- 3. the daemon registry holding more than LISTED entries ---------------------------------
+
+
+def test_more_than_1000_registry_entries_never_hide_the_live_daemon(
+    r: redis.Redis, daemon: Any, write_config: Any
+) -> None:
+    """1 500 entries someone wrote, beating an hour ago, and 1 500 at +inf: the live daemon,
+    which beats now, is listed; what is not listed is said."""
+    config = write_config(queue_config("[/bin/true]"))
+    d = daemon(config)
+    name = d.consumer()
+    wait_until(lambda: name in {x["name"] for x in registry.listing(r)["daemons"]},
+               what="the daemon listed")  # fmt: skip
+    old = now_ms(r) - 3_600_000
+    pipe = r.pipeline(transaction=False)
+    for i in range(1500):
+        pipe.zadd("{jobd:daemons}", {f"fake-{i}": old + i, f"inf-{i}": float("inf")})
+        pipe.hset(f"{{jobd:daemons}}:daemon:fake-{i}", mapping={
+            "host": "h", "pid": "1", "version": "v", "running": "0", "slots": "1",
+            "beat_every": "5000", "lease": "60000", "queues": "[]", "state": "running",
+            "started": str(old)})  # fmt: skip
+    pipe.execute()
+    listed = registry.listing(r)
+    names = [x["name"] for x in listed["daemons"]]
+    assert name in names, f"the live daemon is not among the {len(names)} listed"
+    assert len(names) == registry.LISTED and names[-1] == name, names[-3:]
+    assert "fake-0" not in names and not any(n.startswith("inf-") for n in names)
+    assert listed["error"] == (
+        f"1501 daemons in the registry: the {registry.LISTED} newest beats listed; 1500 entries "
+        "beat ahead of Redis's clock (+inf, or a time to come: written by no daemon): not listed"
+    )

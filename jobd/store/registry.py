@@ -38,7 +38,8 @@ from jobd.store.keys import DAEMON_RECORD, DAEMONS, DAEMONS_SWEEP, daemon_record
 STALE_BEATS = 3  # beats missed (less one) before a daemon is shown stale
 KEEP_FACTOR = 10  # × the largest reclaim_after: how long a dead daemon stays listed
 SWEPT_PER_BEAT = 16  # other daemons' entries one beat sweeps at most
-LISTED = 1000  # daemons listed at most (the oldest beats beyond are counted, not listed)
+LISTED = 1000  # daemons listed at most: the newest beats (older ones are counted, not listed)
+AHEAD_MS = 60_000  # a beat this far ahead of Redis's clock is listed (the clock stepped back)
 TEXT_SHOWN = 256  # characters shown of a field someone else wrote
 MAX_NUMBER = 2**53 - 1  # a record's numbers are at most this (JSON's exact integers); ms too
 NUMBER_READ = 20  # bytes of a numeric field read at most (a longer one is not a count here)
@@ -131,11 +132,12 @@ class RegistryOps(StoreBase):
 
 
 def listing(client: redis.Redis) -> dict[str, Any]:
-    """Every daemon listed (oldest beat first, ``LISTED`` at most) as ``jobd status --json``
-    shows it, Redis's time, and what is wrong with the registry if anything (``error``). One
+    """Every daemon listed (the ``LISTED`` newest beats, oldest first) as ``jobd status
+    --json`` shows it, Redis's time, and what is wrong with the registry if anything
+    (``error``): more entries than listed, entries beating ahead of the clock (not listed). One
     script call on the registry's node (``lua/daemons_listed.lua``): its clock, and of each
     record only the fields jobd writes, each read only up to its bound (``READ``)."""
-    args: list[object] = [LISTED, DAEMON_RECORD, TEXT_SHOWN]
+    args: list[object] = [LISTED, DAEMON_RECORD, TEXT_SHOWN, AHEAD_MS]
     for name, cap in READ:
         args += [name, cap]
     reply = client.register_script(scripts.source("daemons_listed"))(keys=[DAEMONS], args=args)
@@ -143,14 +145,19 @@ def listing(client: redis.Redis) -> dict[str, Any]:
         return {"time": _redis_seconds(client), "daemons": [], "error": (
             f"the daemon registry's key {DAEMONS} holds a {_text(reply[1])}, not a sorted set: "
             "daemons cannot be listed until it is deleted")}  # fmt: skip
-    now_ms, total, rows = int(reply[1]), int(reply[2]), reply[3]
+    now_ms, total, rows, ahead = int(reply[1]), int(reply[2]), reply[3], int(reply[4])
     result: dict[str, Any] = {"time": now_ms / 1000, "daemons": [], "error": None}
     for row in rows:
         found = daemon_json(Listed.of(row), now_ms)
         if found is not None:
             result["daemons"].append(found)
-    if total > LISTED:
-        result["error"] = f"{total} daemons in the registry: the {LISTED} oldest beats listed"
+    said = []
+    if total - ahead > len(rows):
+        said.append(f"{total - ahead} daemons in the registry: the {len(rows)} newest beats listed")
+    if ahead:
+        said.append(f"{ahead} entries beat ahead of Redis's clock (+inf, or a time to come: "
+                    "written by no daemon): not listed")  # fmt: skip
+    result["error"] = "; ".join(said) or None
     return result
 
 
