@@ -36,6 +36,7 @@ import orjson
 import pytest
 import redis
 from support import dashboard_server, get_json, queue_config, wait_until
+from test_dashboard import headless_chromium, needs_chromium, shown
 
 from jobd.store import browse, registry, scripts
 
@@ -275,3 +276,83 @@ def test_more_than_1000_registry_entries_never_hide_the_live_daemon(
         f"1501 daemons in the registry: the {registry.LISTED} newest beats listed; 1500 entries "
         "beat ahead of Redis's clock (+inf, or a time to come: written by no daemon): not listed"
     )
+
+
+# -- 4. the active hash of 100 000 records ---------------------------------------------------
+
+
+def fill_active(r: redis.Redis, records: int) -> None:
+    """``records`` active records of jobs of entries that were never delivered (stale, or
+    someone else's), each ~250 bytes, as jobd writes one."""
+    body = orjson.dumps({"consumer": "ghost", "host": "h", "pid": 1, "attempt": 1,
+                         "since": 1795960000000, "deadline": 1795960060000, "status": "s" * 100})  # fmt: skip
+    pipe = r.pipeline(transaction=False)
+    for start in range(0, records, 5000):
+        pipe.hset("{jobd:q}:active", mapping={
+            f"job-{i}": b"jobd:q|%d-0\n" % (i + 1) + body for i in range(start, min(start + 5000, records))})  # fmt: skip
+    pipe.execute()
+
+
+@pytest.mark.parametrize("path", [
+    "/api/summary", "/api/queue?queue=q", "/api/jobs?queue=q&state=running", "/api/overview"])  # fmt: skip
+def test_an_active_hash_of_100_000_records_is_read_within_the_page_budget(
+    r: redis.Redis, page: Callable[[str], dict], path: str
+) -> None:
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    fill_active(r, 100_000)
+    before = sent(r)
+    blocked, reply = worst_ping_during(r, lambda: page(path))
+    moved = sent(r) - before
+    assert moved < 2 * browse.READ_BUDGET, f"{path} moved {moved / 2**20:.1f} MiB out of Redis"
+    assert blocked < BLOCKED, f"Redis answered nobody for {blocked:.2f} s during {path}"
+    if path == "/api/summary":
+        row = reply["queues"]["q"]
+        assert (row["running"], row["running_at_most"]) == (100_000, True), row
+    elif path == "/api/queue?queue=q":
+        status = reply["status"]
+        assert (status["running_count"], status["running_at_most"]) == (100_000, True)
+    elif path.startswith("/api/jobs"):
+        assert reply["jobs"] == [] and 95_000 < reply["unread"] < 100_000, reply
+
+
+def test_an_active_record_of_32_mib_is_not_sent(
+    r: redis.Redis, page: Callable[[str], dict]
+) -> None:
+    """One value of 32 MiB in the active hash (someone else's) beside a record: the hash holds
+    two records, both read in Redis, the long one never sent."""
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    fill_active(r, 1)
+    r.hset("{jobd:q}:active", "huge", b"jobd:q|9-0\n" + b"x" * (32 << 20))
+    before = sent(r)
+    status = page("/api/queue?queue=q")["status"]
+    moved = sent(r) - before
+    assert moved < browse.READ_BUDGET, f"one queue page moved {moved / 2**20:.1f} MiB"
+    assert (status["running_count"], status["running_at_most"]) == (0, False), status
+
+
+# -- what the page shows of each bound -------------------------------------------------------
+
+
+@needs_chromium
+def test_the_page_says_what_it_did_not_read(r: redis.Redis, config: Path, tmp_path: Path) -> None:
+    """In headless Chromium: a dead letter of 100 000 empty fields says how many it does not
+    show, a history too long to read says so, the overview and the queue say "≤ N" running,
+    the running tab how many records it did not read."""
+    xadd_raw(r, "{jobd:q}:dead", 1, dead_letter_fields(100_000))
+    r.hset(HISTORY, "big", history(4000, 1000))
+    r.zadd(HISTORY_AT, {"big": now_ms(r)})
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    fill_active(r, 5000)
+    with dashboard_server(config) as port, headless_chromium(tmp_path) as driver:
+        url = f"http://127.0.0.1:{port}"
+        driver.get(url + "/#/")
+        wait_until(lambda: "≤ 5000 / 0" in shown(driver, "queues"), what="≤ N running")
+        expected = {
+            "dead": "… 100001 fields not shown",
+            "recent": "its records are 4",  # 4 MiB: … bytes, more than a page reads
+            "running": "running records not read",
+        }
+        for tab, text in expected.items():
+            driver.get(f"{url}/#/queue/q/{tab}")
+            wait_until(lambda text=text: text in shown(driver, "jobs"), what=f"the {tab} tab")
+        assert "≤ 5000 / " in shown(driver, "queues"), shown(driver, "queues")

@@ -15,11 +15,15 @@ if TYPE_CHECKING:
 
 def with_running(store: Store, config: Config, report: dict[str, Any]) -> dict[str, Any]:
     """``report`` with each queue's running jobs (``running``: as ``jobd job --json`` shows
-    them, progress and status included where their handlers told them), oldest first."""
+    them, progress and status included where their handlers told them), oldest first, of the
+    active records one bounded read takes (``running_unread``: those it did not, if any)."""
     from jobd.cli.history import running_json
 
     for name, queue in config.queues.items():
-        report["queues"][name]["running"] = [running_json(r) for r in store.running(queue)]
+        found = store.running_read(queue)
+        report["queues"][name]["running"] = [running_json(r) for r in found.jobs]
+        if not found.complete:  # more active records than one read takes (100 000, or garbage)
+            report["queues"][name]["running_unread"] = found.records - found.read
     return report
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -21,7 +22,9 @@ from redis.cluster import RedisCluster
 from jobd.config import QueueConfig
 from jobd.store import connection
 from jobd.store.base import StoreBase
+from jobd.store.browse import READ_BUDGET
 from jobd.store.records import Event, JobView, Record, Running, parse_active, parse_records
+from jobd.store.scripts import Batch
 
 TERMINAL = frozenset({"done", "dead-lettered", "expired", "poison", "cancelled"})
 DUE = frozenset({"retried", "scheduled"})  # records with a due time: delayed until then
@@ -30,6 +33,25 @@ HELD = frozenset({"lease lost", "reclaimed", "handed back"})  # the record's ent
 ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 POLL_MS = 100  # followed queues on a cluster: each is read with this short block in turn
 MAX_BLOCK_MS = int(connection.SOCKET_TIMEOUT * 1000 / 2)  # a block never outlasts the socket
+# A queue's active records read at most (lua/running_shown.lua): about RUNNING_READ, in HSCAN
+# pages of about RUNNING_PAGE, and a read's bytes; a record longer than ACTIVE_CAP is none of
+# jobd's (it writes well under 8 KiB: ids, host, a 1 KiB status line escaped) and not returned.
+RUNNING_READ = 1000
+RUNNING_PAGE = 16
+ACTIVE_CAP = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRead:
+    """A queue's jobs running now, as far as its active records were read: ``jobs`` checked
+    against XPENDING, oldest first; ``records`` the hash holds (HLEN: stale ones too), ``read``
+    of them; ``complete`` when all were read (``jobs`` are then every job running; else at
+    most ``records`` run)."""
+
+    jobs: list[Running]
+    records: int
+    read: int
+    complete: bool
 
 
 def _text(raw: bytes | str) -> str:
@@ -103,19 +125,31 @@ class HistoryOps(StoreBase):
     def running(self, queue: QueueConfig) -> list[Running]:
         """The jobs of ``queue`` running now, oldest first: the active records XPENDING agrees
         with (a stale one, of a daemon killed -9, is left out), each marked ``cancelling`` once
-        `jobd cancel` asked it to stop. Two round trips."""
-        return self.running_of([queue])[queue.name]
+        `jobd cancel` asked it to stop; of the records one read takes (``running_read``)."""
+        return self.running_read(queue).jobs
 
-    def running_of(self, queues: list[QueueConfig]) -> dict[str, list[Running]]:
+    def running_read(self, queue: QueueConfig, budget: int = READ_BUDGET) -> RunningRead:
+        """``running``, and how many active records the queue holds and were read: at most
+        ``RUNNING_READ`` and ``budget`` bytes (``lua/running_shown.lua``). Two round trips."""
+        return self.running_of([queue], budget)[queue.name]
+
+    def running_of(
+        self, queues: list[QueueConfig], budget: int = READ_BUDGET
+    ) -> dict[str, RunningRead]:
         """``running`` of every queue of ``queues`` by name, in the same two round trips (a
-        pipeline per node each): the overview's count of jobs running, not of entries held."""
-        replies = self._pipelined([(q.keys.active, lambda p, k=q.keys.active: p.hgetall(k))
-                                   for q in queues])  # fmt: skip
+        pipeline per node each), ``budget`` bytes shared among them: the overview's count of
+        jobs running, not of entries held."""
+        batch, share = Batch(), max(1, budget // max(1, len(queues)))
+        for q in queues:
+            args = [RUNNING_READ, share, ACTIVE_CAP, RUNNING_PAGE]
+            batch.add(self.scripts.running_shown, [q.keys.active], args)
         candidates: list[tuple[QueueConfig, Running]] = []
-        for q, reply in zip(queues, replies, strict=True):
+        counts: dict[str, tuple[int, int, bool]] = {}
+        for q, reply in zip(queues, self.run(batch), strict=True):
             groups = {level.stream: level.group for level in q.all_levels()}
-            active = reply if isinstance(reply, dict) else {}
-            parsed = (parse_active(os.fsdecode(jid), raw) for jid, raw in active.items())
+            total, complete, rows = reply if isinstance(reply, list) else (0, 1, [])  # WRONGTYPE
+            counts[q.name] = (int(total), len(rows), bool(complete))
+            parsed = (parse_active(os.fsdecode(jid), raw) for jid, raw, _ in rows if raw)
             candidates += [(q, r) for r in parsed if r is not None and r.stream in groups]
         checks = [
             c
@@ -129,8 +163,8 @@ class HistoryOps(StoreBase):
             if _holder(pending, _lapse(q)) == r.consumer:
                 # cancelling: `jobd cancel` marked it, its handler is being stopped
                 found[q.name].append(dataclasses.replace(r, cancelling=isinstance(mark, float)))
-        return {name: sorted(rs, key=lambda r: (r.since_ms or 0, r.job_id))
-                for name, rs in found.items()}  # fmt: skip
+        return {name: RunningRead(sorted(rs, key=lambda r: (r.since_ms or 0, r.job_id)),
+                                  *counts[name]) for name, rs in found.items()}  # fmt: skip
 
     def events(
         self,

@@ -30,7 +30,7 @@ NAMES = (
     "purge", "dead_letters_shown", "pause", "resume", "cancel", "cancel_delayed", "cancelled",
     "start", "scheduled", "forget", "keep_marks", "cancel_waiting", "follow_up", "beat",
     "entries_shown", "delayed_shown", "recent", "wait_on", "hold", "unblock", "batch", "callback",
-    "cancel_held", "expire_held",
+    "cancel_held", "expire_held", "running_shown",
 )  # fmt: skip
 
 
@@ -98,6 +98,7 @@ class Scripts:
     callback: Script
     cancel_held: Script
     expire_held: Script
+    running_shown: Script
 
     def __init__(self, client: redis.Redis) -> None:
         for name in NAMES:

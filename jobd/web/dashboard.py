@@ -41,7 +41,7 @@ import redis
 from jobd.config import Config, QueueConfig
 from jobd.store import connection as redisconn
 from jobd.store import figures, status
-from jobd.store.browse import DelayedShown
+from jobd.store.browse import READ_BUDGET, DelayedShown
 from jobd.store.keys import DAEMONS
 from jobd.store.records import Event, Record, links
 from jobd.store.store import Store
@@ -80,7 +80,8 @@ def overview(store: Store, config: Config, query: object = None) -> dict[str, An
         queues[name] = status.with_levels(store.client, q, now)
         queues[name]["hour"] = figures.last_hour(store.client, q, now)
         queues[name].update(_lists(store, q, config.dashboard.show_payloads))
-        queues[name]["running_jobs"] = [shown.running(r) for r in store.running(q)[:RUNNING_SHOWN]]
+        found = store.running_read(q, READ_BUDGET // max(1, len(config.queues)))
+        queues[name]["running_jobs"] = [shown.running(r) for r in found.jobs[:RUNNING_SHOWN]]
     report = {"redis": config.redis.describe(), "time": clock.at(DAEMONS), "queues": queues}
     return status.with_daemons(store.client, config, report)
 

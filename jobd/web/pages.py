@@ -4,8 +4,8 @@ is asked for, never by what Redis holds:
 - ``GET /api/summary``: one row per queue (``queue_status``'s one pipeline a queue: state,
   backlog, oldest pending age, done and failed in the last minute, dead letters, paused; the
   live daemons' slots, once a daemon for all the levels it serves), the jobs running (their
-  active records: two more round trips for every queue, ``Store.running_of``) and Redis's own
-  figures (one INFO).
+  active records, 1 MiB of them read in all: two more round trips for every queue,
+  ``Store.running_of``) and Redis's own figures (one INFO).
 - ``GET /api/daemons``: the daemon registry (``registry.listing``: one script call, whatever
   the number of queues), polled often so that a stopped daemon leaves the page at once.
 - ``GET /api/queue?queue=Q``: one queue's status, its last hour of figures (per-minute
@@ -15,15 +15,17 @@ is asked for, never by what Redis holds:
   last delivered id, oldest first (XRANGE from the cursor, an entry at a time, ``count`` at
   most); ``dead``: the dead letters, newest first (XREVRANGE likewise); ``delayed``: the delayed
   set by due time (a member at a time, only its job id and attempt leaving Redis);
-  ``running``: the running jobs (bounded by the concurrency); ``recent``: the history's jobs by
-  their latest record (ZRANGE … REV, one HGET a job). ``find`` keeps the jobs whose id holds
-  it, looking at ``SCAN`` entries at most a request. A stream entry or delayed member is read
-  whole in Redis (a stream has no read of part of a field), so a request also stops reading
-  once what it read holds ``browse.READ_BUDGET`` bytes (1 MiB; one entry more at most): the
-  reply's cursor goes on from where it stopped. A cursor is a position, never an index: the
-  last entry id looked at (streams), the last (time, job id) shown (running), the last
-  (score, member) looked at (sorted sets: ``browse.Cursor``); jobs leaving or coming before it
-  between two requests shift nothing. A cursor that no page gave is a 400.
+  ``running``: the running jobs (their active records, read in bounded HSCAN pages:
+  ``Store.running_read``); ``recent``: the history's jobs by their latest record (ZRANGE … REV,
+  one HSTRLEN and at most one HGET a job, 1 MiB of records at most). ``find`` keeps the jobs
+  whose id holds it, looking at ``SCAN`` entries at most a request. A stream entry or delayed
+  member is read whole in Redis (a stream has no read of part of a field), so a request also
+  stops reading once what it read holds ``browse.READ_BUDGET`` bytes (1 MiB, each field counted
+  ``browse.FIELD_COST`` bytes more; one entry more at most): the reply's cursor goes on from
+  where it stopped. A cursor is a position, never an index: the last entry id looked at
+  (streams), the last (time, job id) shown (running), the last (score, member) looked at
+  (sorted sets: ``browse.Cursor``); jobs leaving or coming before it between two requests
+  shift nothing. A cursor that no page gave is a 400.
 - ``GET /api/batch?id=B``: a batch's progress (``jobd batch``): total, done, failed, pending,
   state; one script reading one hash.
 """
@@ -41,6 +43,7 @@ from jobd.store import connection as redisconn
 from jobd.store import figures, registry, status
 from jobd.store.admin import Shown
 from jobd.store.browse import Cursor
+from jobd.store.history import RunningRead
 from jobd.store.keys import DAEMONS
 from jobd.store.store import Store
 from jobd.web import actions, shown
@@ -66,21 +69,30 @@ def summary(store: Store, config: Config, query: Query) -> dict[str, Any]:
     """Every queue's row, the daemons, and Redis's figures."""
     report = status.gather(store.client, config)  # on Redis's clock
     running = store.running_of([config.queues[name] for name in report["queues"]])
-    rows = {name: _row(q, config.queues[name], report["daemons"], len(running[name]))
+    rows = {name: _row(q, config.queues[name], report["daemons"], running[name])
             for name, q in report["queues"].items()}  # fmt: skip
     return {"time": report["time"], "redis": config.redis.describe(),
             "server": redis_info(store.client), "queues": rows,
             "daemons": report["daemons"], "daemons_error": report["daemons_error"]}  # fmt: skip
 
 
+def running_count(found: RunningRead) -> dict[str, Any]:
+    """How many jobs run, as a page says it: those running when every active record was read;
+    else the records the hash holds, ``running_at_most`` (stale ones count there too)."""
+    if found.complete:
+        return {"running": len(found.jobs), "running_at_most": False}
+    return {"running": found.records, "running_at_most": True}
+
+
 def _row(
-    q: dict[str, Any], cfg: QueueConfig, daemons: list[dict[str, Any]], running: int
+    q: dict[str, Any], cfg: QueueConfig, daemons: list[dict[str, Any]], found: RunningRead
 ) -> dict[str, Any]:
     """A queue's row of the overview; a priority queue's figures summed over its levels.
     ``running``: the jobs running (their active records), not the entries the consumers hold
     (those read ahead too); the slots: each live daemon's concurrency for the queue, once
     however many of its levels it serves (its record lists each level with the queue's
     concurrency, which the levels share)."""
+    running = running_count(found)
     levels = list((q.get("levels") or {"": q}).values())
     backlog = sum(level["lag"] or 0 for level in levels)
     live = [d for d in daemons if d["state"] in ("alive", "stopping")]
@@ -97,12 +109,12 @@ def _row(
         state = "new"
     elif backlog and not slots:
         state = "stalled"  # jobs wait and no live daemon serves it
-    elif backlog or running:
+    elif backlog or running["running"]:
         state = "busy"
     return {
         "state": state, "backlog": backlog, "lag_known": q["lag"] is not None,
         "backlog_at_least": any(level.get("lag_at_least") for level in levels),
-        "oldest_pending_age": q["oldest_pending_age"], "running": running,
+        "oldest_pending_age": q["oldest_pending_age"], **running,
         "concurrency": slots, "pending": sum(level["pending"] for level in levels),
         "delayed": sum(level["delayed"] or 0 for level in levels),
         "done_per_minute": q["last_minute"]["done"],
@@ -139,7 +151,8 @@ def queue_page(store: Store, config: Config, query: Query) -> dict[str, Any]:
                          for s in registry.serving(listed, lvl.stream, lvl.group)]  # fmt: skip
     report["concurrency"] = q.concurrency
     report["levels_names"] = [lvl.priority for lvl in q.levels]
-    report["running_count"] = len(store.running(q))
+    counted = running_count(store.running_read(q))
+    report["running_count"], report["running_at_most"] = counted.values()
     try:
         report["recent_count"] = int(store.client.zcard(q.keys.history_at))
     except redis.ResponseError as exc:  # a key of another type: that figure only, said so
@@ -230,16 +243,19 @@ def _running(
     store: Store, config: Config, q: QueueConfig, cursor: str, count: int, find: str
 ) -> dict[str, Any]:
     """The running jobs of every level, oldest first (a queue runs at most its slots' worth),
-    past the cursor: the (start time, job id) of the last one shown."""
+    past the cursor: the (start time, job id) of the last one shown; of the active records one
+    read takes (``unread``: those it did not)."""
     after = _cursor(cursor)
-    found = sorted(((r.since_ms or 0, os.fsencode(r.job_id), r) for r in store.running(q)
+    read = store.running_read(q)
+    found = sorted(((r.since_ms or 0, os.fsencode(r.job_id), r) for r in read.jobs
                     if find in r.job_id), key=lambda t: t[:2])  # fmt: skip
     if after is not None:
         found = [t for t in found if after.passed(*t[:2])]
     page = found[:count]
     more = len(found) > count
     return {"jobs": [shown.running(r) for _, _, r in page],
-            "cursor": Cursor.of(*page[-1][:2]).text() if more else None}  # fmt: skip
+            "cursor": Cursor.of(*page[-1][:2]).text() if more else None,
+            "unread": 0 if read.complete else read.records - read.read}  # fmt: skip
 
 
 def _recent(

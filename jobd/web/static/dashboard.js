@@ -253,7 +253,7 @@ function queueTable(queues) {
     el("td", {class: "state-" + q.state}, q.state),
     el("td", {class: "num"}, q.lag_known ? (q.backlog_at_least ? "≥ " : "") + q.backlog : "–"),
     el("td", {class: "num"}, age(q.oldest_pending_age)),
-    el("td", {class: "num"}, `${q.running} / ${q.concurrency}`),
+    el("td", {class: "num"}, `${q.running_at_most ? "≤ " : ""}${q.running} / ${q.concurrency}`),
     el("td", {class: "num"}, q.done_per_minute), el("td", {class: "num"}, q.failed_per_minute),
     el("td", {class: "num"}, q.dead_lettered ?? "–"), el("td", {class: "num"}, q.delayed),
     el("td", {}, q.paused ? `since ${when(q.paused.since)} by ${q.paused.by}` : "")));
@@ -435,7 +435,7 @@ function drawQueue(view) {
   fill(section.querySelector(".figures"),
     figure(q.length, "in stream"), figure(q.lag === null ? "–" : (q.lag_at_least ? "≥ " : "") + q.lag, "backlog (lag)"),
     figure(q.pending, "pending"), figure(age(q.oldest_pending_age), "oldest pending"),
-    figure(`${q.running_count} / ${q.concurrency}`, "running / concurrency (config)"),
+    figure(`${q.running_at_most ? "≤ " : ""}${q.running_count} / ${q.concurrency}`, "running / concurrency (config)"),
     figure(q.delayed ?? "–", "delayed"), figure(q.dead_lettered ?? "–", "dead-lettered"),
     figure(done, "done, last hour"),
     figure(done + failed ? (100 * failed / (done + failed)).toFixed(1) + "%" : "–", "failure rate, last hour"),
@@ -509,7 +509,8 @@ function drawJobs(view) {
     el("span", {class: "muted", id: "page-number"}, `page ${view.cursors.length}`),
     el("button", {disabled: page.cursor ? null : "disabled", id: "next-page", onclick: () => { view.cursors.push(page.cursor); loadPage(view); }},
       view.find && !page.jobs.length ? "search further ›" : "next ›"));
-  fill(box, tabs, search, jobsTable(view), pager);
+  const unread = page.unread ? el("p", {class: "bad"}, `… ${page.unread} running records not read (a page reads at most 1 000, 1 MiB)`) : null;
+  fill(box, tabs, search, jobsTable(view), unread, pager);
 }
 
 function levelSelect(view) {
