@@ -21,12 +21,10 @@ A message is read with ``recvmsg``: up to ``MESSAGE_MAX`` bytes (one larger is c
 learns that it was read: ``jobd notify`` waits for the end of a pipe, systemd-notify's
 ``BARRIER=1`` the same way). Reading, attributing and parsing (``process.channel.parse``: a
 message of more than ``LINES_MAX`` lines is refused whole) run on the channel's thread, never on
-the loop's, and a flood costs what it costs there (a reader that rested when past a share of
-a core held every sender up, the flooder's victims most: tests/test_notify.py). A close can block
-(a TCP socket with SO_LINGER and unsent data lingers; a FUSE file's close waits for its server):
-``Closer`` keeps it off the channel's thread too, and every descriptor a message may bring is
-taken (FDS_MAX, the kernel's own bound: one it had to drop it would close inside ``recvmsg``, on
-this thread).
+the loop's, and a flood costs what it costs there. A close can block (a TCP socket with
+SO_LINGER and unsent data lingers; a FUSE file's close waits for its server): ``Closer`` keeps
+it off the channel's thread too, and every descriptor a message may bring is taken (FDS_MAX, the
+kernel's own bound: one it had to drop it would close inside ``recvmsg``, on this thread).
 
 What the thread learns reaches the loop in ``queue`` (at most QUEUED_MAX waiting: the thread
 then waits, and the socket's queue, whose senders the kernel blocks, holds the rest), with a
@@ -272,6 +270,8 @@ class Channel:
                 self.put(item)
                 queued += 1
             self.holding = bool(batch)  # read, not queued yet (``settled``)
+            if fds and batch:  # queued before its sender learns it was read (its pipe closed)
+                queued += self.flush(batch)
             for fd in fds:
                 self.closer.discard(fd)
             if self.count % PER_WAKE == 0 or self.count >= self.flush_at:
