@@ -587,6 +587,7 @@ def test_a_hand_back_whose_reply_was_lost_is_not_sent_again(
             for name in ("settle", "release", "observe"):  # loaded: no NOSCRIPT round to cut
                 r.script_load(source(name))
             recorder.store.client.ping()
+            recorder.store.clock.now("jobd:q")  # Redis's time read: the cut is the hand-back's
             proxy.refuse()  # no new connection: the recorder cannot write again yet
             proxy.cut(after_reply_bytes=1)  # the hand-back applies; its reply is lost
             job = Job("q", first, {b"payload": b"x"}, "first", 1)
