@@ -143,10 +143,12 @@ class WorkflowOps(StoreBase):
 
     def cancel_held(self, q: QueueConfig, job_ids: list[str], by: str) -> tuple[list[str], int]:
         """Cancel those of ``job_ids`` held in ``q`` (cancel_held.lua): the ones cancelled, and
-        the notices their ends wrote into the outbox (to move on)."""
+        the notices their ends wrote into the outbox (to move on). The 'job:' marks jobd cancel
+        set for them on each level go with them."""
         k = q.keys
         keys = [k.held, k.after, k.held_until, *notes.keys(q), k.waiters, k.outbox,
-                k.stats(self.minute(k.base))]  # fmt: skip
+                k.stats(self.minute(k.base)),
+                *(level.keys.cancels for level in q.all_levels())]  # fmt: skip
         done, sent = self.scripts.cancel_held(keys=keys, args=[notes.settings(q), by, STATS_TTL,
                                                                *job_ids])  # fmt: skip
         return [j.decode() for j in done], int(sent)

@@ -2,12 +2,15 @@
 -- cancel_held.lua: `jobd cancel` of jobs held until others end (hold.lua): each one held is held
 -- no more, recorded cancelled (by), counted, and its end told to its batch and to the jobs
 -- waiting for it (lib/workflows.lua ended), in one step. Its registrations with the jobs it
--- waited for stay: their notices find it gone (unblock.lua) and change nothing.
+-- waited for stay: their notices find it gone (unblock.lua) and change nothing. Its 'job:'
+-- cancellation marks (cancel.lua, one a level, set as it was found nowhere else) go too, as
+-- cancel_delayed.lua's do: left behind, they would cancel the job id's next enqueue.
 --
 -- KEYS[1..3] the queue's held hash, after hash and held:until set
 -- KEYS[4..7] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[8], KEYS[9] the queue's waiters hash and outbox
 -- KEYS[10]  the queue's counters of this minute
+-- KEYS[11..] the cancellation marks (cancel.lua) of the queue's streams (each level's)
 -- ARGV[1]   the history's settings; ARGV[2] who cancels (user@host); ARGV[3] seconds the
 --           counters are kept
 -- ARGV[4..] job ids
@@ -15,6 +18,10 @@
 -- Returns {cancelled job ids, notices written into the outbox}.
 local h, now = history_at(4, ARGV[1]), now_ms()
 local w, out = nil, {}
+local marks = {}
+for k = 11, #KEYS do
+  if redis.call('TYPE', KEYS[k]).ok == 'zset' then marks[#marks + 1] = KEYS[k] end
+end
 for i = 4, #ARGV do
   local j = held_at(1, ARGV[i])
   if j then
@@ -24,6 +31,7 @@ for i = 4, #ARGV do
         detail = 'held (waiting for other jobs): cancelled unrun'})}, now, nil)
     w = w or workflow_at(8, h.queue)
     ended(w, j.job, 'cancelled', j.batch)
+    for _, m in ipairs(marks) do redis.call('ZREM', m, 'job:' .. j.job) end
     out[#out + 1] = j.job
   end
 end
