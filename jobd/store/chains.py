@@ -17,6 +17,7 @@ import os
 
 import orjson
 
+from jobd.config import QueueConfig
 from jobd.job import MAX_FIELDS, PARENT, PAYLOAD
 from jobd.newjob import HostClock, follow_up_id, follow_up_template, prepare
 from jobd.outcome import Outcome
@@ -77,3 +78,27 @@ def json_pieces(o: Outcome, jobd_fields: list[object]) -> list[bytes]:
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "backslashreplace")
+
+
+def held_hook(q: QueueConfig) -> dict[str, str] | None:
+    """What a held job of ``q`` dead-lettered ``dependency`` (lua/lib/workflows.lua held_dead)
+    needs of its queue's hook, None for none: kept in its waiter lines (``waiter_line``)."""
+    hook = q.on_dead_letter
+    if hook is None:
+        return None
+    target = hook.keys
+    return {"queue": hook.queue, "stream": target.stream, "delayed": target.delayed,
+            "head": target.follow_up_head(q.name, "dead")}  # fmt: skip
+
+
+def held_hook_args(spec: dict[str, str] | None, outbox: str, keys: list[str],
+                   cluster: bool) -> list[object]:  # fmt: skip
+    """unblock.lua's and expire_held.lua's ARGV for the hook ``spec`` (``held_hook``) of a
+    queue whose outbox is ``outbox`` (lua/lib/chains.lua held_hook_at: ``[0]`` for none); its
+    keys appended to ``keys``. Each held job's hook job id is ``follow_up_id(JOB, "dead")``."""
+    if spec is None:
+        return [0]
+    keys += [outbox] if cluster else [spec["stream"], spec["delayed"]]
+    args = [spec["queue"], spec["stream"], spec["delayed"], outbox if cluster else "",
+            spec["head"]]  # fmt: skip
+    return [len(args), *args]

@@ -231,8 +231,13 @@ class QueueKeys:
         ``queue``, in this (its target) queue's slot: set by the move that enqueues it, so
         that no second move does (lua/follow_up.lua). The job id last: any bytes. ``n`` is
         ``then.N`` for a ``then:`` step's, ``dead`` for an ``on_dead_letter`` job's."""
-        head = f"{derive(self.base, FOLLOW_UP)}{queue}|{n}|{len(origin)}:{origin}|"
+        head = f"{self.follow_up_head(queue, n)}{len(origin)}:{origin}|"
         return head.encode() + os.fsencode(job_id)
+
+    def follow_up_head(self, queue: str, n: int | str) -> str:
+        """``follow_up``'s mark up to its origin: a held job's on_dead_letter job's mark is
+        ended in lua/lib/chains.lua (held_hook), the origin its hold's delayed member id."""
+        return f"{derive(self.base, FOLLOW_UP)}{queue}|{n}|"
 
     def callback_mark(self, batch: str, incarnation: str) -> str:
         """The mark of batch ``batch``'s callback job in this (its --on-complete) queue; the

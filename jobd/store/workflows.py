@@ -24,13 +24,15 @@ ends it before its script reads them, and a script must name every key it touche
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
 
 from jobd.config import QueueConfig, durations
-from jobd.store import notes
+from jobd.newjob import follow_up_id
+from jobd.store import chains, notes
 from jobd.store.base import StoreBase
 from jobd.store.keys import (
     FOLLOW_UP_TTL,
@@ -77,7 +79,7 @@ def waiter_line(q: QueueConfig, job_id: str) -> bytes:
     return orjson.dumps({
         "queue": q.name, "job": job_id, "stream": q.stream, "base": q.keys.base,
         "dead": q.dead_letter.stream, "maxlen": q.dead_letter.maxlen,
-        "settings": notes.settings(q),
+        "settings": notes.settings(q), "hook": chains.held_hook(q),
     })  # fmt: skip
 
 
@@ -137,8 +139,9 @@ class WorkflowOps(StoreBase):
         delayed = k.delayed if stream == k.base else QueueKeys.of(stream).delayed
         keys = [k.held, k.after, k.held_until, stream, delayed, waiter["dead"], *history,
                 k.waiters, k.outbox, k.stats(self.minute(k.base))]  # fmt: skip
+        hook = chains.held_hook_args(waiter.get("hook"), k.outbox, keys, self.cluster)
         args = [waiter["job"], dep, outcome, event, waiter["settings"], waiter["maxlen"],
-                STATS_TTL]  # fmt: skip
+                STATS_TTL, follow_up_id(waiter["job"], "dead"), *hook]  # fmt: skip
         return self.scripts.unblock, keys, args
 
     def cancel_held(self, q: QueueConfig, job_ids: list[str], by: str) -> tuple[list[str], int]:
@@ -161,14 +164,16 @@ class WorkflowOps(StoreBase):
         k = q.keys
         keys = [k.held, k.after, k.held_until, q.dead_letter.stream, *notes.keys(q), k.waiters,
                 k.outbox, k.stats(self.minute(k.base))]  # fmt: skip
+        hook = chains.held_hook_args(chains.held_hook(q), k.outbox, keys, self.cluster)
         base = [notes.settings(q), q.dead_letter.maxlen]
         due = self.scripts.expire_held(keys=keys, args=["due", *base, EXPIRE_PAGE])
         if not due:
             return 0, 0
-        pairs: list[object] = []
+        each: list[object] = []
         for job, spec in zip(due[::2], due[1::2], strict=True):
-            pairs += [job, expired_why(orjson.loads(spec), self._seen)]
-        args = ["expire", *base, EXPIRE_PAGE, STATS_TTL, *pairs]
+            each += [job, expired_why(orjson.loads(spec), self._seen),
+                     follow_up_id(os.fsdecode(job), "dead")]  # fmt: skip
+        args = ["expire", *base, EXPIRE_PAGE, STATS_TTL, *hook, *each]
         dead, sent = self.scripts.expire_held(keys=keys, args=args)
         return int(dead), int(sent)
 

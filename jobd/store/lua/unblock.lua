@@ -1,4 +1,4 @@
---! uses jobs.lua workflows.lua
+--! uses jobs.lua chains.lua workflows.lua
 -- unblock.lua: job ARGV[2] ended (ARGV[3] outcome, ARGV[4] its event), and held job ARGV[1] of this
 -- queue waited for it (hold.lua): once per dependency (one told again is 'seen'), the held job is
 -- released into its stream (or delayed set) when it waited for no other, dead-lettered with
@@ -12,9 +12,12 @@
 -- KEYS[7..10] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[11], KEYS[12] the queue's waiters hash and outbox (lib/workflows.lua workflow_at)
 -- KEYS[13]  the queue's counters of this minute
+-- KEYS[14..] the queue's on_dead_letter hook's keys, if any (lib/chains.lua held_hook_at)
 -- ARGV[1..4] held job id, the dependency ("QUEUE JOB_ID"), its outcome, its event
 -- ARGV[5]   the history's settings; ARGV[6] the dead-letter stream's MAXLEN; ARGV[7] seconds
 --           the counters are kept
+-- ARGV[8]   the hook's job id for this held job (store/chains.py held_hook_args), then from
+--           ARGV[9] the hook (lib/chains.lua held_hook_at: 0 for none)
 --
 -- Returns {what, notices}: what is released, dead, waiting, seen (told already) or gone (no
 -- such held job: released, dead-lettered or cancelled already); notices written into the outbox.
@@ -31,7 +34,7 @@ local h, now = history_at(7, ARGV[5]), now_ms()
 if outcome ~= 'done' and not after.any then
   local w = workflow_at(11, h.queue)
   held_dead(j, h, w, now, 'dependency ' .. dep .. ' ' .. event, {'dependency', dep}, KEYS[6],
-    ARGV[6], KEYS[13], ARGV[7])
+    ARGV[6], KEYS[13], ARGV[7], (held_hook_at(9)), ARGV[8])
   trim_history(h, now)
   return {'dead', w.sent}
 end

@@ -46,3 +46,85 @@ local function dead_letter_hook(a, record_id, now, h, job, id)
   end
   emit(h, 'follow-ups', {'job', job, 'entry', id, 'count', '1', 'queues', a.queue})
 end
+
+-- A held job's hook (unblock.lua, expire_held.lua: lib/workflows.lua held_dead), from ARGV[i]:
+-- k, the count of what follows (0: no hook), then the target queue's name, stream and delayed
+-- set, the outbox ('' on one Redis) and the head of the job's mark (store/keys.py
+-- follow_up_head: the held job's delayed member id and its id end it). Its job id is given with
+-- each held job (store/chains.py held_hook_args). Returns it (nil for none) and the index after.
+local function held_hook_at(i)
+  local k = tonumber(ARGV[i])
+  if k == 0 then return nil, i + 1 end
+  return {queue = ARGV[i + 1], stream = ARGV[i + 2], delayed = ARGV[i + 3], outbox = ARGV[i + 4],
+    head = ARGV[i + 5]}, i + k + 1
+end
+
+local CLIP = 4096 -- store/chains.py CLIP
+
+-- ``s`` as Python's decode('utf-8', 'backslashreplace') makes it: a byte not in valid UTF-8 as
+-- the four characters \xNN (store/chains.py _text).
+local function utf8_text(s)
+  if not string.find(s, '[\128-\255]') then return s end
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local c, len = string.byte(s, i), 0
+    if c < 0x80 then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c >= 0xE0 and c <= 0xEF then len = 3
+    elseif c >= 0xF0 and c <= 0xF4 then len = 4 end
+    local ok = len > 0 and i + len - 1 <= n
+    if ok and len > 1 then
+      local lo, hi = 0x80, 0xBF
+      if c == 0xE0 then lo = 0xA0 elseif c == 0xED then hi = 0x9F
+      elseif c == 0xF0 then lo = 0x90 elseif c == 0xF4 then hi = 0x8F end
+      local b = string.byte(s, i + 1)
+      ok = b >= lo and b <= hi
+      for x = i + 2, i + len - 1 do
+        b = string.byte(s, x)
+        ok = ok and b >= 0x80 and b <= 0xBF
+      end
+    end
+    if ok then
+      out[#out + 1] = string.sub(s, i, i + len - 1); i = i + len
+    else
+      out[#out + 1] = string.format('\\x%02x', c); i = i + 1
+    end
+  end
+  return table.concat(out)
+end
+
+-- The four pieces of a held job's record's JSON (store/chains.py json_pieces): queue ``queue``,
+-- job ``job``, ``fields`` the record's (name, value, … before jobd_failed_at).
+local function held_json(queue, job, fields)
+  local names, values, clipped = {}, {}, {}
+  for i = 1, #fields - 1, 2 do
+    local name, value = utf8_text(fields[i]), fields[i + 1]
+    if #value > CLIP then
+      clipped[#clipped + 1] = cjson.encode(name .. ' ' .. #value)
+      value = string.sub(value, 1, CLIP)
+    end
+    if values[name] == nil then names[#names + 1] = name end
+    values[name] = utf8_text(value)
+  end
+  local obj = {}
+  for _, name in ipairs(names) do
+    obj[#obj + 1] = cjson.encode(name) .. ':' .. cjson.encode(values[name])
+  end
+  local id = job == '' and 'null' or cjson.encode(utf8_text(job))
+  local rest = '"}'
+  if #clipped > 0 then rest = rest .. ',"clipped":[' .. table.concat(clipped, ',') .. ']' end
+  return {'{"queue":' .. cjson.encode(queue) .. ',"id":"', '","job_id":' .. id .. ',"failed_at":',
+    ',"fields":{' .. table.concat(obj, ',') .. ',"jobd_failed_at":"', rest .. '}'}
+end
+
+-- Held job ``j`` of queue history ``h`` dead-lettered (record ``record_id``, its fields
+-- ``fields`` before jobd_failed_at, at ``now``): its queue's hook ``hook`` (held_hook_at)
+-- enqueues job ``hook_job`` with the record's JSON, as dead_letter.lua's does.
+local function held_hook(hook, hook_job, j, h, fields, record_id, now)
+  local a = {queue = hook.queue, stream = hook.stream, delayed = hook.delayed,
+    outbox = hook.outbox, job = hook_job,
+    mark = hook.head .. #j.member .. ':' .. j.member .. '|' .. j.job,
+    json = held_json(h.queue, j.job, fields),
+    fields = {'job_id', hook_job, 'jobd_parent', h.queue .. ' ' .. j.job}}
+  dead_letter_hook(a, record_id, now, h, j.job, '')
+end

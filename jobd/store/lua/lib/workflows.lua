@@ -80,16 +80,26 @@ end
 
 -- Held job ``j`` dead-lettered with jobd_error=dependency (``why`` its jobd_stderr; ``extras``
 -- its event's fields), in queue history ``h``: its record on ``dead`` (MAXLEN ``maxlen``), the
--- queue's counters ``stats`` (kept ``ttl`` s), and its end told on through ``w``.
-local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl)
-  local record = {dead, 'MAXLEN', maxlen, '*'}
-  for _, v in ipairs(j.fields) do record[#record + 1] = v end
+-- queue's counters ``stats`` (kept ``ttl`` s), its end told on through ``w``, and the queue's
+-- on_dead_letter job ``hook_job`` enqueued by ``hook`` (lib/chains.lua held_hook_at: nil for
+-- none; the script then uses chains.lua too), as dead_letter.lua's.
+local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, hook, hook_job)
+  local fields = {}
+  for _, v in ipairs(j.fields) do fields[#fields + 1] = v end
   for _, v in ipairs({'jobd_job_id', j.job, 'jobd_queue', h.queue, 'jobd_original_id', '',
       'jobd_error', 'dependency', 'jobd_exit_code', '', 'jobd_signal', '', 'jobd_attempts', '0',
-      'jobd_stderr', why, 'jobd_failed_at', string.format('%d', now)}) do
-    record[#record + 1] = v
+      'jobd_stderr', why}) do
+    fields[#fields + 1] = v
   end
-  redis.call('XADD', unpack(record))
+  local blocked = hook and dead_letter_hook_blocked(hook)
+  if blocked then
+    fields[#fields + 1] = 'jobd_on_dead_letter'; fields[#fields + 1] = blocked
+  end
+  local record = {dead, 'MAXLEN', maxlen, '*'}
+  for _, v in ipairs(fields) do record[#record + 1] = v end
+  record[#record + 1] = 'jobd_failed_at'; record[#record + 1] = string.format('%d', now)
+  local record_id = redis.call('XADD', unpack(record))
+  if hook and not blocked then held_hook(hook, hook_job, j, h, fields, record_id, now) end
   unhold(j)
   local ex = {'error', 'dependency'}
   for _, v in ipairs(extras) do ex[#ex + 1] = v end
