@@ -87,10 +87,12 @@ def dependencies(
 
 
 def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: str,
-         job: NewJob, member: Member | NoBatch) -> None:  # fmt: skip
+         job: NewJob, member: Member | NoBatch) -> str | None:  # fmt: skip
     """Hold ``job`` (its ``entry``, in ``q``: a queue or a level of it) until the jobs it waits
     for end, registered with each; those ended already are counted now. A member of ``member``'s
-    batch when held now; not when it was held already (this enqueue sent before)."""
+    batch when held now; not when it was held already (this enqueue sent before). A --unique
+    job whose job id is queued, running or done within the dedupe window is not held: its
+    mark ('queued', 'done') is returned (None otherwise)."""
     deps = dependencies(config.queues, q.name, job.after)
     if any(dq.name == q.name and jid == job_id for dq, jid in deps):
         raise WorkflowError(f"job {job_id!r} cannot wait for itself (--after {job_id})")
@@ -104,7 +106,11 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
     after = orjson.dumps(spec)
     record = orjson.dumps({"event": "waiting", "after": names, "any": job.after_any,
                            "stream": q.stream})  # fmt: skip
-    held = store.hold(q, job_id, after, entry.due, secrets.token_hex(8), record, entry.fields)
+    held = store.hold(q, job_id, after, entry.due, secrets.token_hex(8), record, entry.fields,
+                      entry.unique_id is not None)  # fmt: skip
+    if isinstance(held, str):
+        member.added(0)
+        return held
     member.added(int(held))
     line = waiter_line(q, job_id)
     told = 0
@@ -116,6 +122,7 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
             told += int(notices)
     if told:  # it was dead-lettered: its own waiters and batch are told now
         store.move_follow_ups(config.queues[q.name])
+    return None
 
 
 class Member:

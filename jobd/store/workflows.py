@@ -37,6 +37,7 @@ from jobd.store.base import StoreBase
 from jobd.store.keys import (
     FOLLOW_UP_TTL,
     STATS_TTL,
+    UNIQUE_TTL,
     QueueKeys,
     batch,
     batch_adders,
@@ -95,13 +96,20 @@ def _history(base: str, dead: str | None = None) -> tuple[QueueKeys, list[str]]:
 
 class WorkflowOps(StoreBase):
     def hold(self, q: QueueConfig, job_id: str, after: bytes, due: object, member: str,
-             record: bytes, fields: dict[bytes, bytes]) -> bool:  # fmt: skip
+             record: bytes, fields: dict[bytes, bytes],
+             unique: bool = False) -> bool | str:  # fmt: skip
         """Hold job ``job_id`` of ``q`` until what ``after`` names (JSON) is done; False when it
-        was held already (an enqueue sent again)."""
+        was held already (an enqueue sent again). A ``unique`` job takes its job id's mark in
+        the same step; when the id is there already, nothing is held and its mark ('queued',
+        'done') is returned."""
         keys = [q.keys.held, q.keys.after, *notes.keys(q), q.keys.held_until]
+        if unique:
+            keys.append(q.keys.job_mark(job_id))
         flat = [x for item in fields.items() for x in item]
-        args = [job_id, after, notes.settings(q), "" if due is None else due, member, record, *flat]
-        return bool(self.scripts.hold(keys=keys, args=args))
+        args = [job_id, after, notes.settings(q), "" if due is None else due, member, record,
+                UNIQUE_TTL * 1000 if unique else "", *flat]  # fmt: skip
+        reply = self.scripts.hold(keys=keys, args=args)
+        return reply.decode() if isinstance(reply, bytes) else bool(reply)
 
     def wait_on(self, dep: QueueConfig, job_id: str, waiter: bytes) -> tuple[str, str] | None:
         """Register ``waiter`` with job ``job_id`` of ``dep``; or, when that one ended already
@@ -138,7 +146,8 @@ class WorkflowOps(StoreBase):
         stream = waiter["stream"]
         delayed = k.delayed if stream == k.base else QueueKeys.of(stream).delayed
         keys = [k.held, k.after, k.held_until, stream, delayed, waiter["dead"], *history,
-                k.waiters, k.outbox, k.stats(self.minute(k.base))]  # fmt: skip
+                k.waiters, k.outbox, k.stats(self.minute(k.base)),
+                QueueKeys.of(stream).job_mark(waiter["job"])]  # fmt: skip
         hook = chains.held_hook_args(waiter.get("hook"), k.outbox, keys, self.cluster)
         args = [waiter["job"], dep, outcome, event, waiter["settings"], waiter["maxlen"],
                 STATS_TTL, follow_up_id(waiter["job"], "dead"), *hook]  # fmt: skip
@@ -149,11 +158,11 @@ class WorkflowOps(StoreBase):
         the notices their ends wrote into the outbox (to move on). The 'job:' marks jobd cancel
         set for them on each level go with them."""
         k = q.keys
+        levels = [level.keys.cancels for level in q.all_levels()]
         keys = [k.held, k.after, k.held_until, *notes.keys(q), k.waiters, k.outbox,
-                k.stats(self.minute(k.base)),
-                *(level.keys.cancels for level in q.all_levels())]  # fmt: skip
-        done, sent = self.scripts.cancel_held(keys=keys, args=[notes.settings(q), by, STATS_TTL,
-                                                               *job_ids])  # fmt: skip
+                k.stats(self.minute(k.base)), *levels, *map(k.job_mark, job_ids)]  # fmt: skip
+        args = [notes.settings(q), by, STATS_TTL, len(levels), *job_ids]
+        done, sent = self.scripts.cancel_held(keys=keys, args=args)
         return [j.decode() for j in done], int(sent)
 
     def expire_held(self, q: QueueConfig) -> tuple[int, int]:
@@ -171,8 +180,10 @@ class WorkflowOps(StoreBase):
             return 0, 0
         each: list[object] = []
         for job, spec in zip(due[::2], due[1::2], strict=True):
+            mark = k.job_mark(job)
+            keys.append(mark)
             each += [job, expired_why(orjson.loads(spec), self._seen),
-                     follow_up_id(os.fsdecode(job), "dead")]  # fmt: skip
+                     follow_up_id(os.fsdecode(job), "dead"), mark]  # fmt: skip
         args = ["expire", *base, EXPIRE_PAGE, STATS_TTL, *hook, *each]
         dead, sent = self.scripts.expire_held(keys=keys, args=args)
         return int(dead), int(sent)

@@ -10,22 +10,26 @@
 -- KEYS[4..7] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[8], KEYS[9] the queue's waiters hash and outbox
 -- KEYS[10]  the queue's counters of this minute
--- KEYS[11..] the cancellation marks (cancel.lua) of the queue's streams (each level's)
+-- KEYS[11..] the cancellation marks (cancel.lua) of the queue's streams (each level's: ARGV[4]
+--           of them), then the job ids' marks (store/keys.py job_mark), in their order: a
+--           --unique held job's goes with it (lib/workflows.lua unmark)
 -- ARGV[1]   the history's settings; ARGV[2] who cancels (user@host); ARGV[3] seconds the
---           counters are kept
--- ARGV[4..] job ids
+--           counters are kept; ARGV[4] how many levels
+-- ARGV[5..] job ids
 --
 -- Returns {cancelled job ids, notices written into the outbox}.
 local h, now = history_at(4, ARGV[1]), now_ms()
 local w, out = nil, {}
 local marks = {}
-for k = 11, #KEYS do
+local levels = tonumber(ARGV[4])
+for k = 11, 10 + levels do
   if redis.call('TYPE', KEYS[k]).ok == 'zset' then marks[#marks + 1] = KEYS[k] end
 end
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local j = held_at(1, ARGV[i])
   if j then
     unhold(j)
+    unmark(j, KEYS[10 + levels + i - 4])
     remember(h, {event = 'cancelled', job = j.job, extras = {'by', ARGV[2]},
       record = cjson.encode({event = 'cancelled', by = ARGV[2],
         detail = 'held (waiting for other jobs): cancelled unrun'})}, now, nil)

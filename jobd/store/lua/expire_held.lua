@@ -5,14 +5,16 @@
 -- looks at no held job that is not due. Mode 'due' (ARGV[1]) returns them, each with what it
 -- waits for still, for the caller to say why (store/workflows.py: never seen, or not ended);
 -- mode 'expire' dead-letters those of ARGV[7..] (job id, why, the id of its on_dead_letter job:
--- store/chains.py held_hook_args) still held and due, after the hook from ARGV[6].
+-- store/chains.py held_hook_args, its job id's mark: lib/workflows.lua unmark, a key among
+-- KEYS[12..]) still held and due, after the hook from ARGV[6].
 --
 -- KEYS[1..3] the queue's held hash, after hash and held:until set
 -- KEYS[4]   the dead-letter stream
 -- KEYS[5..8] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[9], KEYS[10] the queue's waiters hash and outbox
 -- KEYS[11]  the queue's counters of this minute
--- KEYS[12..] the queue's on_dead_letter hook's keys, if any (lib/chains.lua held_hook_at)
+-- KEYS[12..] the queue's on_dead_letter hook's keys, if any (lib/chains.lua held_hook_at),
+--           then the marks of the job ids (expire)
 -- ARGV[1]   due or expire
 -- ARGV[2]   the history's settings; ARGV[3] the dead-letter stream's MAXLEN; ARGV[4] how many
 --           at most (due); ARGV[5] seconds the counters are kept (expire); ARGV[6..] the
@@ -37,13 +39,13 @@ end
 local h = history_at(5, ARGV[2])
 local w, dead = workflow_at(9, h.queue), 0
 local hook, at = held_hook_at(6)
-for i = at, #ARGV, 3 do
+for i = at, #ARGV, 4 do
   local job, why = ARGV[i], ARGV[i + 1]
   local deadline = redis.call('ZSCORE', KEYS[3], job)
   local j = deadline and tonumber(deadline) <= now and held_at(1, job)
   if j then
     held_dead(j, h, w, now, why, {'expired', 'after-timeout'}, KEYS[4], ARGV[3], KEYS[11],
-      ARGV[5], hook, ARGV[i + 2])
+      ARGV[5], hook, ARGV[i + 2], ARGV[i + 3])
     dead = dead + 1
   end
 end

@@ -12,7 +12,9 @@
 -- KEYS[7..10] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[11], KEYS[12] the queue's waiters hash and outbox (lib/workflows.lua workflow_at)
 -- KEYS[13]  the queue's counters of this minute
--- KEYS[14..] the queue's on_dead_letter hook's keys, if any (lib/chains.lua held_hook_at)
+-- KEYS[14]  the held job id's mark (store/keys.py job_mark): a --unique one's goes with it
+--           when it is dead-lettered (lib/workflows.lua unmark)
+-- KEYS[15..] the queue's on_dead_letter hook's keys, if any (lib/chains.lua held_hook_at)
 -- ARGV[1..4] held job id, the dependency ("QUEUE JOB_ID"), its outcome, its event
 -- ARGV[5]   the history's settings; ARGV[6] the dead-letter stream's MAXLEN; ARGV[7] seconds
 --           the counters are kept
@@ -34,7 +36,7 @@ local h, now = history_at(7, ARGV[5]), now_ms()
 if outcome ~= 'done' and not after.any then
   local w = workflow_at(11, h.queue)
   held_dead(j, h, w, now, 'dependency ' .. dep .. ' ' .. event, {'dependency', dep}, KEYS[6],
-    ARGV[6], KEYS[13], ARGV[7], (held_hook_at(9)), ARGV[8])
+    ARGV[6], KEYS[13], ARGV[7], (held_hook_at(9)), ARGV[8], KEYS[14])
   trim_history(h, now)
   return {'dead', w.sent}
 end

@@ -62,13 +62,21 @@ local function held_at(k, job)
   local packed = redis.call('HGET', KEYS[k], job)
   if not packed then return nil end
   local held = cmsgpack.unpack(packed)
-  local fields, batch = {}, nil
+  local fields, batch, unique = {}, nil, false
   for i = 3, #held, 2 do
     fields[#fields + 1] = held[i]; fields[#fields + 1] = held[i + 1]
     if held[i] == 'jobd_batch' then batch = held[i + 1] end
+    if held[i] == 'jobd_unique' then unique = true end
   end
   return {held = KEYS[k], after = KEYS[k + 1], deadlines = KEYS[k + 2], job = job, due = held[1],
-    member = held[2], fields = fields, batch = batch}
+    member = held[2], fields = fields, batch = batch, unique = unique}
+end
+
+-- Held job ``j`` ended where it waits (dead-lettered, cancelled): a --unique one's mark
+-- ``mark`` (hold.lua took it) goes while it says 'queued', as dead_letter.lua's does, else its
+-- job id would be refused for days. (pcall: a key of another type is someone else's.)
+local function unmark(j, mark)
+  if j.unique and mark and says_queued(mark) then redis.call('DEL', mark) end
 end
 
 -- Held job ``j`` (held_at) is held no more.
@@ -82,8 +90,10 @@ end
 -- its event's fields), in queue history ``h``: its record on ``dead`` (MAXLEN ``maxlen``), the
 -- queue's counters ``stats`` (kept ``ttl`` s), its end told on through ``w``, and the queue's
 -- on_dead_letter job ``hook_job`` enqueued by ``hook`` (lib/chains.lua held_hook_at: nil for
--- none; the script then uses chains.lua too), as dead_letter.lua's.
-local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, hook, hook_job)
+-- none; the script then uses chains.lua too), as dead_letter.lua's; ``mark`` its job id's
+-- mark (``unmark``).
+local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, hook, hook_job,
+    mark)
   local fields = {}
   for _, v in ipairs(j.fields) do fields[#fields + 1] = v end
   for _, v in ipairs({'jobd_job_id', j.job, 'jobd_queue', h.queue, 'jobd_original_id', '',
@@ -101,6 +111,7 @@ local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, ho
   local record_id = redis.call('XADD', unpack(record))
   if hook and not blocked then held_hook(hook, hook_job, j, h, fields, record_id, now) end
   unhold(j)
+  unmark(j, mark)
   local ex = {'error', 'dependency'}
   for _, v in ipairs(extras) do ex[#ex + 1] = v end
   remember(h, {event = 'dead-lettered', job = j.job, extras = ex,
