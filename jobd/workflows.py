@@ -63,6 +63,18 @@ def check_batch_id(batch_id: str) -> None:
         )
 
 
+def check_utf8(job_id: str, what: str) -> None:
+    """Refuse (a usage error) a job id that is not UTF-8 where a dependency needs it: a held
+    job's and those it waits for are named in JSON (``waiter_line``, the after hash)."""
+    try:
+        job_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise WorkflowError(
+            f"{what}: job id {job_id!r} is not UTF-8; a job that waits for others (--after), "
+            "and the jobs it waits for, need UTF-8 job ids"
+        ) from None
+
+
 def dependencies(
     queues: Mapping[str, QueueConfig], queue: str, after: tuple[str | tuple[str, str], ...]
 ) -> list[tuple[QueueConfig, str]]:
@@ -79,6 +91,7 @@ def dependencies(
             raise WorkflowError(f"after {spec!r}: queue {name!r} is not in the config")
         if not job_id:
             raise WorkflowError(f"after {spec!r}: no job id")
+        check_utf8(job_id, f"after {spec!r}")
         deps.append((queues[name], job_id))
     if len(deps) > MAX_AFTER:
         raise WorkflowError(f"a job waits for {MAX_AFTER} jobs at most, not {len(deps)}")
@@ -94,6 +107,7 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
     job whose job id is queued, running or done within the dedupe window is not held: its
     mark ('queued', 'done') is returned (None otherwise)."""
     deps = dependencies(config.queues, q.name, job.after)
+    check_utf8(job_id, "--after")
     if any(dq.name == q.name and jid == job_id for dq, jid in deps):
         raise WorkflowError(f"job {job_id!r} cannot wait for itself (--after {job_id})")
     names = [f"{dq.name} {jid}" for dq, jid in deps]
