@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
+import redis
 
 from jobd.config import QueueConfig, durations
 from jobd.newjob import follow_up_id
@@ -189,7 +190,15 @@ class WorkflowOps(StoreBase):
         return int(dead), int(sent)
 
     def _seen(self, where: list[str], job_id: str) -> bool:
-        return any(self.client.hexists(key, job_id) for key in where)
+        """Whether a record of ``job_id`` is in one of the hashes ``where``; a key of another
+        type there (someone else's) holds none, as wait_on.lua reads it."""
+        for key in where:
+            try:
+                if self.client.hexists(key, job_id):
+                    return True
+            except redis.ResponseError:  # WRONGTYPE: not jobd's, so no record of the job
+                continue
+        return False
 
     def batch_op(self, batch_id: str, op: str, *args: object) -> BatchState | None:
         """batch.lua's ``op`` on batch ``batch_id``; its state after (None: no such batch)."""
