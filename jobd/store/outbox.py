@@ -17,12 +17,15 @@ between the two steps) could be added again.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
 from jobd.config import QueueConfig
 from jobd.store.base import StoreBase
 from jobd.store.keys import FOLLOW_UP_TTL
 from jobd.store.scripts import Batch
+
+log = logging.getLogger("jobd.outbox")
 
 MOVE_BATCH = 100  # outbox entries one round of moves reads
 
@@ -72,8 +75,11 @@ class OutboxOps(StoreBase):
         for ids, reply in zip(groups, self.run(sent), strict=True):
             if isinstance(reply, Exception):
                 error = error or reply
-            else:
-                done += ids
+                continue
+            for n in reply[2] if len(reply) > 2 else ():  # follow_up.lua skipped it
+                log.error("outbox %s entry %s is no follow-up jobd wrote (its fields unreadable)"
+                          ", removed", outbox, ids[int(n) - 1])  # fmt: skip
+            done += ids
         if done:
             self.client.xdel(outbox, *done)
         return len(done), error, read == MOVE_BATCH and error is None

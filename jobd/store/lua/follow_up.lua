@@ -11,20 +11,36 @@
 -- ARGV[2..] per mark, in order: due time ('' for now; Unix ms or '+MS'), delayed member id,
 --           the job's fields (cmsgpack array name, value, …, as settle.lua packed them)
 --
--- Returns {added, already there}; an error, having written nothing, when the stream or the
--- delayed set is someone else's key of another type.
+-- Returns {added, already there, {the positions (1: the first) of those that are no follow-up
+-- jobd wrote: fields not a cmsgpack array of name, value pairs; skipped, for the caller to
+-- remove}}; an error, having written nothing, when the stream or the delayed set is someone
+-- else's key of another type.
 if not can_add(KEYS[1], KEYS[2]) then
   return redis.error_reply('WRONGTYPE follow_up.lua: ' .. KEYS[1] .. ' or its delayed set')
 end
-local added, there = 0, 0
+
+-- The fields packed in ``packed``, or nil when they are not name, value pairs of text.
+local function unpacked(packed)
+  local ok, fields = pcall(cmsgpack.unpack, packed)
+  if not ok or type(fields) ~= 'table' or #fields == 0 or #fields % 2 ~= 0 then return nil end
+  for _, v in ipairs(fields) do
+    if type(v) ~= 'string' and type(v) ~= 'number' then return nil end
+  end
+  return fields
+end
+
+local added, there, garbage = 0, 0, {}
 for k = 3, #KEYS do
   local a = 2 + 3 * (k - 3)
-  if redis.call('EXISTS', KEYS[k]) == 1 then
+  local fields = unpacked(ARGV[a + 2])
+  if not fields then
+    garbage[#garbage + 1] = k - 2
+  elseif redis.call('EXISTS', KEYS[k]) == 1 then
     there = there + 1
   else
-    add_job(KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1], cmsgpack.unpack(ARGV[a + 2]))
+    add_job(KEYS[1], KEYS[2], ARGV[a], ARGV[a + 1], fields)
     redis.call('SET', KEYS[k], '1', 'EX', ARGV[1])
     added = added + 1
   end
 end
-return {added, there}
+return {added, there, garbage}
