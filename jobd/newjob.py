@@ -111,6 +111,20 @@ class HostClock:
         return int(time.time() * 1000)
 
 
+class JobClock:
+    """Redis's clock as the reader measured it when it read ``job`` (``Job.redis_now``): a
+    daemon's follow-ups of that job count their ``expires_in`` on the clock the daemons judge
+    expiry by, as ``jobd enqueue``'s do (``producer.RedisClock``), with no round trip; this
+    host's clock when it was not measured (Redis did not answer)."""
+
+    def __init__(self, job: _job.Job) -> None:
+        self.job = job
+
+    def now_ms(self) -> int:
+        now = self.job.redis_now()
+        return int((time.time() if now is None else now) * 1000)
+
+
 def prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
     """The entry that adds ``job``, and its job id when known before the write (given, or
     generated for a timed job); ValueError, saying why, when the job is refused."""

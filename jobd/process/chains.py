@@ -23,7 +23,7 @@ from typing import Any
 from jobd.config import QueueConfig
 from jobd.config.types import ChainStep
 from jobd.job import PARENT, PAYLOAD, Job
-from jobd.newjob import HostClock, follow_up_id, follow_up_template, prepare
+from jobd.newjob import JobClock, follow_up_id, follow_up_template, prepare
 from jobd.outcome import FollowUp
 from jobd.process.channel import ProgressOutput
 from jobd.process.output import Output
@@ -110,7 +110,7 @@ def _follow_up(
     job_id = follow_up_id(job.job_id, f"then.{n}")
     template = follow_up_template(job)
     entry, _ = prepare(replace(template, payload=payload, job_id=job_id, delay=step.delay),
-                       HostClock())  # fmt: skip
+                       JobClock(job))  # fmt: skip
     entry.fields[PARENT] = f"{queue.name} ".encode() + os.fsencode(job.job_id)
     mark = target.keys.follow_up(queue.name, job.job_id, job.origin, f"then.{n}")
     return FollowUp(target, entry.fields, entry.due, os.fsencode(job_id), mark)

@@ -30,7 +30,7 @@ import orjson
 from jobd import ndjson
 from jobd.config import QueueConfig
 from jobd.job import PARENT, Job
-from jobd.newjob import HostClock, NewJob, follow_up_id, follow_up_template, prepare
+from jobd.newjob import JobClock, NewJob, follow_up_id, follow_up_template, prepare
 from jobd.outcome import FollowUp
 from jobd.process import results
 
@@ -111,7 +111,7 @@ def _follow_up(
             f"({target.max_payload})"
         )
     job_id = new.job_id if new.job_id is not None else follow_up_id(parent.job_id, n)
-    entry, _ = prepare(replace(new, job_id=job_id), HostClock())
+    entry, _ = prepare(replace(new, job_id=job_id), JobClock(parent))
     entry.fields[PARENT] = f"{queue.name} ".encode() + os.fsencode(parent.job_id)
     mark = target.keys.follow_up(queue.name, parent.job_id, parent.origin, n)
     return FollowUp(target, entry.fields, entry.due, os.fsencode(job_id), mark)
