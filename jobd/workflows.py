@@ -200,9 +200,10 @@ class Member:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:  # fmt: skip
         """Sealed whatever happened (the jobs of a round trip that failed not counted), unless
-        Redis could not be reached in the middle of one (then it stays open: those jobs may or
-        may not be added)."""
-        if self.sent and kind is not None and _unreachable(exc):
+        Redis could not be reached in the middle of one, or the enqueue was interrupted there
+        (Ctrl-C, SystemExit: no Exception, nothing Redis said): then it stays open, those jobs
+        may or may not be added."""
+        if self.sent and kind is not None and (_unreachable(exc) or not isinstance(exc, Exception)):
             return
         self.sent, self.seq = 0, self.seq + 1
         fields = {b"kind": b"seal", b"batch": self.batch_id.encode(),
