@@ -188,10 +188,8 @@ def _enqueue(
             check_width(entry.fields)
         member.grow(1)  # counted before it is added: a batch never completes without it
         if job.after:  # held until the jobs it waits for end (jobd.workflows)
-            there = workflows.hold(store, config, q, entry, job_id, job, member)  # type: ignore[arg-type]
-            if there is not None:  # --unique, its job id there already: nothing held
-                raise Duplicate(job_id, queue, there)  # type: ignore[arg-type]
-            return job_id, None  # type: ignore[return-value]
+            held = workflows.hold(store, config, q, entry, job_id, job, member)  # type: ignore[arg-type]
+            return _added(held, queue, job_id), None  # Duplicate: --unique, its id there
         added = store.enqueue(q, entry.fields, entry.due, entry.unique_id, durability)
         member.added(int(added.error is None and added.exists is None))
     if isinstance(added.error, (MovedError, AskError)) and client is not None:

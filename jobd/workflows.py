@@ -34,7 +34,7 @@ import orjson
 from jobd.config import Config, QueueConfig
 from jobd.newjob import NewJob
 from jobd.store import connection
-from jobd.store.admin import NewEntry
+from jobd.store.admin import Enqueued, NewEntry
 from jobd.store.keys import batch
 from jobd.store.store import Store
 from jobd.store.workflows import BatchState, callback_spec, waiter_line
@@ -100,12 +100,12 @@ def dependencies(
 
 
 def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: str,
-         job: NewJob, member: Member | NoBatch) -> str | None:  # fmt: skip
+         job: NewJob, member: Member | NoBatch) -> Enqueued:  # fmt: skip
     """Hold ``job`` (its ``entry``, in ``q``: a queue or a level of it) until the jobs it waits
     for end, registered with each; those ended already are counted now. A member of ``member``'s
     batch when held now; not when it was held already (this enqueue sent before). A --unique
     job whose job id is queued, running or done within the dedupe window is not held: its
-    mark ('queued', 'done') is returned (None otherwise)."""
+    mark ('queued', 'done') is the reply's ``exists``."""
     deps = dependencies(config.queues, q.name, job.after)
     check_utf8(job_id, "--after")
     if any(dq.name == q.name and jid == job_id for dq, jid in deps):
@@ -124,7 +124,7 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
                       entry.unique_id is not None)  # fmt: skip
     if isinstance(held, str):
         member.added(0)
-        return held
+        return Enqueued(exists=held)
     member.added(int(held))
     line = waiter_line(q, job_id)
     told = 0
@@ -136,7 +136,7 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
             told += int(notices)
     if told:  # it was dead-lettered: its own waiters and batch are told now
         store.move_follow_ups(config.queues[q.name])
-    return None
+    return Enqueued()
 
 
 class Member:
