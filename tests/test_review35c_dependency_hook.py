@@ -55,3 +55,36 @@ def test_a_job_dead_lettered_dependency_sends_its_on_dead_letter_job(
         wait_until(lambda: alerts() == [b"w.dead"], 10, what="w's on_dead_letter job in alerts")
     finally:
         print("alerts:", alerts(), "dead-letter streams:", r.keys("*dead*"))
+
+
+def test_on_a_cluster_the_held_jobs_hook_job_goes_through_the_outbox(
+    cluster, script, daemon: Daemon, tmp_path
+) -> None:
+    """fix35c: on the three-master cluster the hook's queue is in another slot: the job is
+    written into the held job's queue's outbox with its dead-letter record, and moved on."""
+    from redis.cluster import RedisCluster
+
+    runs = script("runs.sh", RUNS)
+    nodes = ", ".join(cluster.nodes[:2])
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text(
+        f"redis:\n  cluster:\n    nodes: [{nodes}]\nqueues:\n"
+        f"  a:\n    command: [{runs}]\n    stream: 'rv35h:a'\n    on_dead_letter: {{queue: alerts}}\n"
+        f"  b:\n    command: [{runs}]\n    stream: 'rv35h:b'\n    retry: {{max_attempts: 1}}\n"
+        f"  alerts:\n    command: [{runs}]\n    stream: 'rv35h:alerts'\n"
+    )
+    config = load(str(cfg))
+    client = RedisCluster.from_url(f"redis://{cluster.nodes[0]}")
+    try:
+        out = jobd_cli("enqueue", "-c", str(cfg), "a", "w", "--job-id", "w", "--after", "b:x")
+        assert out.returncode == 0, out.stderr
+        assert jobd_cli("enqueue", "-c", str(cfg), "b", "fail", "--job-id", "x").returncode == 0
+        daemon(cfg)
+        alerts = config.queues["alerts"].stream
+        wait_until(lambda: client.exists(alerts) and client.xlen(alerts) == 1, 20,
+                   what="w's on_dead_letter job in alerts")  # fmt: skip
+        ((_, f),) = client.xrange(alerts)
+        assert f[b"job_id"] == b"w.dead"
+        assert b'"jobd_error":"dependency"' in f[b"payload"]
+    finally:
+        client.close()
