@@ -239,12 +239,13 @@ GET_JSON_TIMEOUT = 120  # seconds a dashboard request may take (some read 16 MiB
 
 
 @contextlib.contextmanager
-def dashboard_server(config: Path) -> Iterator[int]:
-    """A real `jobd dashboard` of ``config`` on a free loopback port, listening: its port."""
+def dashboard_server(config: Path, env: dict[str, str] | None = None) -> Iterator[int]:
+    """A real `jobd dashboard` of ``config`` on a free loopback port, listening: its port.
+    ``env``: added to its environment (a skewed clock, say)."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobd", "dashboard", "-c", str(config), "--listen",
-         f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+         f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})},
     )  # fmt: skip
 
     def listening() -> bool:

@@ -16,18 +16,15 @@ pending an hour, and that no job was done in the last hour (an empty chart).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from support import acked_all, free_port, jobd_cli, pending_count, skewed, wait_until
+from support import acked_all, dashboard_server, jobd_cli, pending_count, skewed, wait_until
 
 
 def get(port: int, path: str) -> Any:
@@ -44,42 +41,10 @@ def get(port: int, path: str) -> Any:
 
 @pytest.fixture
 def dashboard() -> Iterator[Callable[..., int]]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(config: Path, env: dict[str, str] | None = None) -> int:
-
-        port = free_port()
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "jobd",
-                    "dashboard",
-                    "-c",
-                    str(config),
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                ],
-                stdout=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})},
-            )
-        )
-
-        def answers() -> bool:
-            try:
-                get(port, "/api/daemons")
-            except OSError:
-                return False
-            return True
-
-        wait_until(answers, what="the dashboard to answer")
-        return port
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(10)
+    """Start dashboards of a config (``env`` added to their environment): their ports; each
+    is stopped at the end (``support.dashboard_server``)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda config, env=None: stack.enter_context(dashboard_server(config, env))
 
 
 def test_a_dashboard_host_an_hour_ahead_shows_wrong_ages_and_an_empty_hour(

@@ -17,17 +17,15 @@ and the dashboard's /api/daemons and /api/summary answer 500: the overview shows
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from support import free_port, jobd_cli, queue_config, wait_until
+from support import dashboard_server, jobd_cli, queue_config, wait_until
 
 from jobd.store import registry
 
@@ -43,42 +41,11 @@ def get(port: int, path: str) -> tuple[int, bytes]:
 
 
 @pytest.fixture
-def dashboard() -> Iterator[Callable[[Path], int]]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(config: Path) -> int:
-        port = free_port()
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "jobd",
-                    "dashboard",
-                    "-c",
-                    str(config),
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-
-        def answers() -> bool:
-            try:
-                get(port, "/healthz")
-            except OSError:
-                return False
-            return True
-
-        wait_until(answers, what="the dashboard to answer")
-        return port
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(10)
+def dashboard() -> Iterator[Callable[..., int]]:
+    """Start dashboards of a config (``env`` added to their environment): their ports; each
+    is stopped at the end (``support.dashboard_server``)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda config, env=None: stack.enter_context(dashboard_server(config, env))
 
 
 def record(r: redis.Redis, **fields: str) -> None:
