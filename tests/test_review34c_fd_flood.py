@@ -25,17 +25,6 @@ from support import DaemonProcess, acked_all, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
 FDS = 253  # SCM_MAX_FD
-JOBS = 40
-HANDLER = """#!{python}
-import os, socket
-address = os.environ["NOTIFY_SOCKET"]
-if os.environ["JOBD_JOB_ID"] == "first":
-    with open({path!r}, "w") as f:
-        f.write(address)
-else:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.sendto(b"X_JOBD_RESULT=42", "\\0" + address[1:])
-"""
 
 
 def flooder(name: str) -> int:

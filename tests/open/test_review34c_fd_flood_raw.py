@@ -8,20 +8,17 @@ flood never lets happen. Real daemon, real handlers, a private Redis."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
-import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
 from support import DaemonProcess, acked_all, queue_config, wait_until
+from test_review34c_fd_flood import flooder
 
 Daemon = Callable[..., DaemonProcess]
-FDS = 253  # SCM_MAX_FD
 JOBS = 40
 HANDLER = """#!{python}
 import os, socket
@@ -33,24 +30,6 @@ else:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         s.sendto(b"X_JOBD_RESULT=42", "\\0" + address[1:])
 """
-
-
-def flooder(name: str) -> int:
-    """A process of no job that sends, for as long as it lives, messages of FDS pipe ends."""
-    pipes = [os.pipe() for _ in range(FDS)]
-    fds = struct.pack(f"{FDS}i", *(w for _, w in pipes))
-    child = os.fork()
-    if child == 0:
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                while True:
-                    s.sendmsg([b"STATUS=x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)], 0, name)
-        finally:
-            os._exit(0)
-    for r, w in pipes:
-        os.close(r)
-        os.close(w)
-    return child
 
 
 def test_a_descriptor_flood_makes_handlers_last_messages_unheard(
@@ -85,42 +64,4 @@ def test_a_descriptor_flood_makes_handlers_last_messages_unheard(
     gave_up = log.count("a wait for the thread gave up")
     assert not unheard, (
         f"{len(unheard)} of {JOBS} done without their result ({gave_up} syncs gave up): {unheard}"
-    )
-
-
-def test_a_descriptor_flood_makes_jobd_notify_results_unheard(
-    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
-) -> None:
-    """Expected (docs/handlers-talking-back.md): "`jobd notify` and `systemd-notify` wait until
-    their message is read, so theirs never do" come too late, even while sync's waits are off.
-    Observed: `jobd notify` returns once the channel's thread has closed its pipe, but the
-    message then waits in the thread's batch (flushed every 32 messages, 100 ms and more under
-    this flood); with sync's waits off, the handler that exits right after is out of the table
-    first: done without its result (4-12 of 20 here, every `jobd notify` exit 0)."""
-    address = tmp_path / "address"
-    script(
-        "h.sh",
-        f'#!/bin/sh\n[ "$JOBD_JOB_ID" = first ] && echo "$NOTIFY_SOCKET" > {address} && exit 0\n'
-        f"exec {sys.executable} -m jobd notify --result 42\n",
-    )
-    env = json.dumps({"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-    d = daemon(write_config(queue_config("[./h.sh]", concurrency=4, env=env)))
-    r.xadd("jobd:q", {"payload": "", "job_id": "first"})
-    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
-    child = flooder("\0" + address.read_text().strip()[1:])
-    jobs = 20
-    try:
-        for i in range(jobs):
-            r.xadd("jobd:q", {"payload": "", "job_id": f"j{i}"})
-        wait_until(lambda: acked_all(r, "jobd:q", jobs + 1), timeout=90, what="the jobs done")
-    finally:
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
-    log = d.log()
-    failed = [f"j{i}" for i in range(jobs) if f"job=j{i} attempt=1 exit 0" not in log]
-    unheard = [f"j{i}" for i in range(jobs) if f"job=j{i} attempt=1 told jobd: " not in log]
-    gave_up = log.count("a wait for the thread gave up")
-    assert not unheard, (
-        f"{len(unheard)} of {jobs} unheard ({gave_up} syncs gave up; jobd notify failed in "
-        f"{failed}): {unheard}"
     )
