@@ -41,7 +41,7 @@ def cancel(
     if missing:  # held until others end (jobd.workflows): cancelled unrun, its end told on
         found += [Found(j, "held") for j in store.cancel_held(q, missing, by)[0]]
     if any(f.where in ("delayed", "held") for f in found):
-        _move(store, q)
+        move_notices(store, q)
     rows: dict[str, list[Found]] = {j: [] for j in job_ids}
     for f in found:
         if f.where != "marked":
@@ -50,15 +50,16 @@ def cancel(
     return [f for j, fs in rows.items() for f in (fs or [marked[j]])]
 
 
-def _move(store: Store, q: QueueConfig) -> None:
-    """The notices the cancelled jobs' ends wrote (to their waiters, their batches) moved on now,
-    not at the queue's daemons' next look (every 2 s): a cancel's last step, its failure only
-    logged (they stay in the outbox for the daemons)."""
+def move_notices(store: Store, q: QueueConfig, whose: str = "the cancelled jobs'") -> None:
+    """The notices jobs' ends wrote into ``q``'s outbox (to their waiters, their batches) moved
+    on now, not at the queue's daemons' next look (every 2 s): the last step of a cancel (or of
+    an enqueue whose held job was dead-lettered at once), its failure only logged: they stay in
+    the outbox for the daemons (Redis away, or someone else's notice that fails at every move,
+    store/outbox.py), no reason to fail what was done."""
     try:
         store.move_follow_ups(q)
     except Exception as exc:  # the daemons move them
-        log.warning("queue=%s the cancelled jobs' notices are left to the daemons: %s",
-                    q.name, exc)  # fmt: skip
+        log.warning("queue=%s %s notices are left to the daemons: %s", q.name, whose, exc)
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,13 @@ def where(f: Found, unseen: str) -> str:
         return f"waiting (entry {f.entry}): acknowledged unrun whenever it is read"
     if f.where == "held":
         return "held (waiting for other jobs): cancelled unrun; the jobs waiting for it are told"
+    if f.where == "delayed" and f.due_ms is None:
+        return "delayed (due never: its score is no time): removed"
     if f.where == "delayed":
-        due = datetime.datetime.fromtimestamp(f.due_ms / 1000, datetime.UTC)
+        try:
+            due = datetime.datetime.fromtimestamp((f.due_ms or 0) / 1000, datetime.UTC)
+        except (OverflowError, ValueError, OSError):  # past year 9999 (someone else's score)
+            return f"delayed (due {f.due_ms} ms after 1970, no date): removed"
         return f"delayed (due {due.isoformat(timespec='seconds')}): removed"
     return ("not found running, waiting or delayed; cancelled if it is read or becomes due "
             f"within {unseen}")  # fmt: skip

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import datetime
 import time
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
-
-from croniter import croniter
 
 from jobd.config import ScheduleConfig
 
+if TYPE_CHECKING:  # imported at the first schedule evaluated: most daemons have none, and
+    from croniter import croniter  # croniter's import runs `file` (platform.architecture)
+
 
 def _from(schedule: ScheduleConfig, moment: float) -> croniter:
+    from croniter import croniter
+
     zone = ZoneInfo(schedule.timezone)
     return croniter(schedule.cron, datetime.datetime.fromtimestamp(moment, zone))
 

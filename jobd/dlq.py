@@ -1,10 +1,12 @@
 """Inspecting and acting on dead-lettered jobs: what `jobd dlq` does.
 
 Records are found by their id on the dead-letter stream, or by the job id they carry
-(``jobd_job_id``). Requeueing moves a record's job back to its queue's stream with its job id
-kept and its attempts reset, and deletes the record, in one script (``Store.requeue``,
-``lua/requeue.lua``); a ``--unique`` job stays unique and gets its mark back. A record that
-holds no job jobd could run (others may XADD to the stream too) is left in place and reported.
+(``jobd_job_id``), in Redis (``lua/dead_letter_find.lua``). Requeueing moves a record's job
+back to its queue's stream with its job id kept and its attempts reset, and deletes the record,
+in one script (``Store.requeue``, ``lua/requeue.lua``, which reads the records itself, by id or
+in order: none passes through Python, whatever its size); a ``--unique`` job stays unique and
+gets its mark back. A record that holds no job jobd could run (others may XADD to the stream
+too) is left in place and reported.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from jobd.store.admin import Record, Requeued
 from jobd.store.store import Store
 
 STREAM_ID = re.compile(r"^\d+-\d+$")
-SCAN_CHUNK = 500
 
 
 def records(store: Store, queue: QueueConfig, limit: int | None = None) -> list[Record]:
@@ -26,52 +27,41 @@ def records(store: Store, queue: QueueConfig, limit: int | None = None) -> list[
 
 
 def find(store: Store, queue: QueueConfig, ref: str) -> Record | None:
-    """The record with id ``ref``, else the newest record whose job id is ``ref`` (any bytes:
-    a ``str`` from the command line is ``os.fsencode``'d back)."""
+    """The record ``ref`` names (``find_id``), read whole: what `jobd dlq show` prints."""
+    found = find_id(store, queue, ref)
+    records = store.dead_letters_by_id(queue, [found]) if found else []
+    return records[0] if records else None
+
+
+def find_id(store: Store, queue: QueueConfig, ref: str) -> str | None:
+    """The id of the record with id ``ref``, else of the newest record whose job id is ``ref``
+    (any bytes: a ``str`` from the command line is ``os.fsencode``'d back); looked for in Redis,
+    no record read here."""
     if STREAM_ID.match(ref):
-        found = store.dead_letters_by_id(queue, [ref])
+        found = store.dead_letter_id(queue, ref)
         if found:
-            return found[0]
-    job_id = os.fsencode(ref)
-    before = "+"
-    while True:
-        page = store.dead_letters(queue, SCAN_CHUNK, before)
-        for record in page:
-            if record.fields.get(b"jobd_job_id") == job_id:
-                return record
-        if len(page) < SCAN_CHUNK:
-            return None
-        before = f"({page[-1].id}"
+            return found
+    return store.dead_letter_of_job(queue, os.fsencode(ref))
 
 
-def requeue_records(store: Store, queue: QueueConfig, found: list[Record], by: str) -> Requeued:
-    """Move these records' jobs back to the queue (a record gone meanwhile is skipped); ``by``
-    (who asked: user@host) is in the queue's events."""
-    return store.requeue(queue, found, by)
+def requeue_ids(store: Store, queue: QueueConfig, ids: list[str], by: str) -> Requeued:
+    """Move the jobs of the records of these ids back to the queue (a record gone meanwhile is
+    skipped); ``by`` (who asked: user@host) is in the queue's events. Ids alone are sent: the
+    script reads each record itself."""
+    return store.requeue(queue, ids, by)
 
 
 def requeue_existing(store: Store, queue: QueueConfig, by: str) -> Requeued:
     """Requeue every record there is now: up to the newest when called, so jobs that fail
-    again meanwhile, dead-lettered anew, wait for the next requeue instead of looping."""
-    done = Requeued()
-    newest = store.dead_letters(queue, 1)
-    if not newest:
-        return done
-    start = "-"
-    while True:
-        page = store.dead_letters_between(queue, start, newest[0].id, SCAN_CHUNK)
-        more = store.requeue(queue, page, by)
-        done.moved += more.moved
-        done.left += more.left
-        if len(page) < SCAN_CHUNK:
-            return done
-        start = f"({page[-1].id}"
+    again meanwhile, dead-lettered anew, wait for the next requeue instead of looping. The
+    records are walked in Redis (``Store.requeue_range``): none is read here."""
+    return store.requeue_range(queue, by)
 
 
 def requeue(store: Store, queue: QueueConfig, record_ids: list[str], by: str) -> list[str]:
     """Move these records' jobs back to the queue; returns the record ids moved (missing or
-    invalid ids, and records left in place, are not)."""
-    return store.requeue(queue, store.dead_letters_by_id(queue, record_ids), by).moved
+    invalid ids, and records left in place, are not). No record is read here."""
+    return requeue_ids(store, queue, record_ids, by).moved
 
 
 def requeue_all(store: Store, queue: QueueConfig, by: str) -> list[str]:

@@ -32,14 +32,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from typing import TYPE_CHECKING
 
 from jobd.process import reaper, spawn
 from jobd.process.environment import base_environment
 from jobd.statedir import open_state_directory, secure_directory
+
+if TYPE_CHECKING:  # redis is imported where a server is talked to: ``jobd.config`` imports
+    import redis  # EmbeddedConfig, and `jobd validate` talks to none (~0.1 s less a start)
 
 log = logging.getLogger("jobd.embedded")
 
@@ -168,6 +168,8 @@ class EmbeddedServer:
         reaper.unprotect(proc.pid)
 
     def wait_ready(self) -> None:
+        import redis
+
         client = _client(self.config, timeout=2)
         deadline = time.monotonic() + START_TIMEOUT
         try:
@@ -195,6 +197,8 @@ class EmbeddedServer:
         never share one AOF: shut it down (it writes its AOF) before starting ours."""
         if not answers(self.config):
             return
+        import redis
+
         log.warning("an embedded Redis from an earlier run still answers in %s; stopping it",
                     self.config.dir)  # fmt: skip
         client = _client(self.config, timeout=10)
@@ -280,6 +284,10 @@ def server_environment(environ: Mapping[str, str]) -> dict[str, str]:
 def _client(config: EmbeddedConfig, timeout: float) -> redis.Redis:
     """A one-off client on the socket that tries once: no retries with backoff (redis-py's
     default would turn "nobody there" into seconds of waiting)."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     return redis.Redis(
         unix_socket_path=config.socket, socket_timeout=timeout, socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
@@ -287,6 +295,8 @@ def _client(config: EmbeddedConfig, timeout: float) -> redis.Redis:
 
 
 def answers(config: EmbeddedConfig) -> bool:
+    import redis
+
     client = _client(config, timeout=2)
     try:
         return bool(client.ping())

@@ -227,7 +227,7 @@ class Job:
         fields[RESERVED_JOB_ID] = os.fsencode(self.job_id)
         fields[RESERVED_ATTEMPT] = str(self.attempt + 1).encode()
         fields[ORIGIN] = self.origin.encode()
-        for name in (UNIQUE, PARENT):
+        for name in (UNIQUE, PARENT, BATCH):  # a retried member's end is its batch's
             if name in self.fields:
                 fields[name] = self.fields[name]
         usable = (self.limits.timeout, self.limits.max_attempts, self.limits.expires_at)

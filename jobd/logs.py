@@ -168,7 +168,7 @@ def to_journal(stream: object = None, environ: Mapping[str, str] | None = None) 
     redirected elsewhere (a shell's 2>file) still inherits the variable, so the two must match."""
     value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
     device, _, inode = value.partition(":")
-    if not (device.isdigit() and inode.isdigit()):
+    if not all(n.isascii() and n.isdigit() and len(n) <= 20 for n in (device, inode)):
         return False
     try:
         st = os.fstat((sys.stderr if stream is None else stream).fileno())  # type: ignore[attr-defined]

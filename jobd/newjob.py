@@ -89,12 +89,22 @@ class NewJob:
     # Workflows (jobd.workflows): the batch it is a member of (field jobd_batch); the jobs it
     # waits for ("JOB_ID" of its queue, or (QUEUE, JOB_ID)), and whether it runs after any of
     # their ends (else only once all are done); how long it waits at most (seconds; None: the
-    # queue's max_wait, if it has one, else no bound).
+    # queue's max_wait, if it has one, else no bound). ``after`` given one job id as a str
+    # (not a tuple of one) is that job, not its characters: after="i-42" is after=("i-42",).
     batch: str | None = None
     on_complete: str | None = None  # the batch's callback queue (the first enqueue's to name one)
     after: tuple[str | tuple[str, str], ...] = ()
     after_any: bool = False
     after_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        after = self.after
+        if isinstance(after, (bytes, bytearray)):
+            raise TypeError(f"after={after!r}: job ids are str: a str, or a tuple of them")
+        if isinstance(after, str):  # one job id, not a tuple of its characters
+            object.__setattr__(self, "after", (after,) if after else ())
+        elif not isinstance(after, tuple):  # a list, say: kept as given, in order
+            object.__setattr__(self, "after", tuple(after))
 
 
 class Clock(Protocol):
@@ -111,10 +121,32 @@ class HostClock:
         return int(time.time() * 1000)
 
 
+class RedisTime(Protocol):
+    """What reads Redis's clock (TIME, in ms): a ``jobd.store.store.Store``."""
+
+    def clock_ms(self) -> int: ...
+
+
+class RedisClock:
+    """Redis's clock (TIME), read once when first needed and then advanced by this host's
+    monotonic clock: expiries are counted on the clock the daemons judge them by, for one
+    round trip per enqueue, not per job (``jobd.producer``'s)."""
+
+    def __init__(self, store: RedisTime) -> None:
+        self._store = store
+        self._base: tuple[int, float] | None = None
+
+    def now_ms(self) -> int:
+        if self._base is None:
+            self._base = (self._store.clock_ms(), time.monotonic())
+        redis_ms, then = self._base
+        return redis_ms + int((time.monotonic() - then) * 1000)
+
+
 class JobClock:
     """Redis's clock as the reader measured it when it read ``job`` (``Job.redis_now``): a
     daemon's follow-ups of that job count their ``expires_in`` on the clock the daemons judge
-    expiry by, as ``jobd enqueue``'s do (``producer.RedisClock``), with no round trip; this
+    expiry by, as ``jobd enqueue``'s do (``RedisClock``), with no round trip; this
     host's clock when it was not measured (Redis did not answer)."""
 
     def __init__(self, job: _job.Job) -> None:

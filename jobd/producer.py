@@ -1,7 +1,6 @@
 """Adding jobs: what `jobd enqueue` does, usable from Python too. The writes, and the wait for
-their durability in the same round trip, are the store's (``Store.enqueue``,
-``Store.enqueue_batch``); this module decides each job's fields and due time, and what the
-replies mean.
+their durability in the same round trip, are the store's (``Store.enqueue``, ``enqueue_batch``);
+this module decides each job's fields and due time, and what the replies mean.
 
 One job: ``enqueue(config, queue, payload, job_id=..., delay=...)``, or ``enqueue_job`` with a
 ``NewJob``; to wait for its end and its result, ``submit(config, queue, NewJob(...)).wait()``
@@ -22,7 +21,6 @@ stop the others.
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -33,7 +31,7 @@ from redis.exceptions import AskError, MovedError
 from jobd import waiting, workflows
 from jobd.config import Config, QueueConfig
 from jobd.job import MAX_FIELDS, ORIGIN
-from jobd.newjob import Clock, NewJob, prepare
+from jobd.newjob import Clock, NewJob, RedisClock, prepare
 from jobd.store import connection as redisconn
 from jobd.store.admin import Durability, Enqueued, NewEntry
 from jobd.store.store import Store
@@ -84,6 +82,7 @@ class Refused:
 
 
 Outcome = str | Refused  # a job's job id when it was added
+Prepared = tuple[NewEntry, str | None] | Refused  # a job's entry and job id (known before)
 
 
 @dataclass(slots=True)
@@ -108,22 +107,6 @@ class Interrupted(ProducerError):
     def __init__(self, message: str, done: Bulk, unsure: range) -> None:
         super().__init__(message)
         self.done, self.unsure = done, unsure
-
-
-class RedisClock:
-    """Redis's clock (TIME), read once when first needed and then advanced by this host's
-    monotonic clock: expiries are counted on the clock the daemons judge them by, for one
-    round trip per enqueue, not per job."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._base: tuple[int, float] | None = None
-
-    def now_ms(self) -> int:
-        if self._base is None:
-            self._base = (self._store.clock_ms(), time.monotonic())
-        redis_ms, then = self._base
-        return redis_ms + int((time.monotonic() - then) * 1000)
 
 
 def enqueue(
@@ -177,21 +160,25 @@ def _enqueue(
     config: Config, queue: str, job: NewJob, priority: str | None, client: redis.Redis | None,
     durability: Durability | None, origin: str | None,
 ) -> tuple[str, str | None]:  # fmt: skip
-    """``enqueue_job``, the job's entry carrying ``origin`` (``job.ORIGIN``) when given; its
-    job id, and the id of the entry it added (None: it went into the delayed set, or is held
-    until the jobs it waits for end: ``jobd.workflows``). A member of a batch is counted there."""
+    """``enqueue_job``, its entry carrying ``origin`` (``job.ORIGIN``) when given; its job id,
+    the id of the entry it added (None: delayed, or held: ``jobd.workflows``); batches count it."""
     q = _target(config, queue, priority)
-    with _store(config, client) as store, workflows.member(store, config, q, job) as member:
-        entry, job_id = _prepare(job, RedisClock(store), q)
+    with _store(config, client) as store:
+        # All checked before its batch opens: a job refused leaves it as it was (jobd.workflows)
+        entry, job_id = _prepare(job, clock := RedisClock(store), q)
         if origin is not None:
             entry.fields[ORIGIN] = origin.encode()
             check_width(entry.fields)
-        member.grow(1)  # counted before it is added: a batch never completes without it
-        if job.after:  # held until the jobs it waits for end (jobd.workflows)
-            held = workflows.hold(store, config, q, entry, job_id, job, member)  # type: ignore[arg-type]
-            return _added(held, queue, job_id), None  # Duplicate: --unique, its id there
-        added = store.enqueue(q, entry.fields, entry.due, entry.unique_id, durability)
-        member.added(int(added.error is None and added.exists is None))
+        deps = workflows.waited_for(config, q, job, job_id, store) if job.after else []  # type: ignore[arg-type]
+        if job.after and workflows.ended_already(store, q, job_id, clock):  # sent before: done
+            return job_id, None
+        with workflows.member(store, config, q, job) as member:
+            member.grow(1)  # counted before it is added: a batch never completes without it
+            if job.after:  # held until the jobs it waits for end (jobd.workflows)
+                held = workflows.hold(store, config, q, entry, job_id, job, deps, member)  # type: ignore[arg-type]
+                return _added(held, queue, job_id), None  # Duplicate: --unique, its id there
+            added = store.enqueue(q, entry.fields, entry.due, entry.unique_id, durability)
+            member.added(int(added.error is None and added.exists is None))
     if isinstance(added.error, (MovedError, AskError)) and client is not None:
         store.refresh()  # not written: the slot moved
     job_id = _added(added, queue, job_id)
@@ -215,13 +202,14 @@ def submit(
     events end is read before the job is added, so an end however soon is never missed.
 
     The wait is for this enqueue's job, not another of its job id: its ends are known by the
-    entry the enqueue added, which its retries carry on (``job.ORIGIN``); a timed job, which
-    has no entry yet, carries a token of its own from the start."""
+    entry the enqueue added, which its retries carry on (``job.ORIGIN``); a timed job, or one
+    held until others end (``after``), which has no entry yet, carries a token of its own from
+    the start (its release, and its end where it waits, dead-lettered or cancelled, say it)."""
     q = config.queues[queue]
     own = client is None
     store = Store.open(config.redis, "enqueue") if own else Store(client)
-    timed = job.delay is not None or job.at is not None
-    token = uuid.uuid4().hex if timed else None
+    later = job.delay is not None or job.at is not None or bool(job.after)  # no entry now
+    token = uuid.uuid4().hex if later else None
     try:
         with _store(config, store.client) as reading:
             after = waiting.mark(reading, q)
@@ -245,7 +233,8 @@ def enqueue_many(
     """Add ``jobs`` to ``queue``, ``batch`` to a round trip, holding one batch at a time. A
     job refused (by its own checks or by Redis) does not stop the others. With ``on_batch``,
     each batch's outcomes (one a job, in order) go to it as they come, and the Bulk returned
-    stays empty: for inputs too large to hold (``jobd enqueue --lines`` uses it). Raises
+    stays empty: for inputs too large to hold (``jobd enqueue --lines`` uses it). A job with
+    ``after`` is refused (holding is one job's round trips: ``enqueue_job`` holds it). Raises
     Interrupted when Redis cannot be reached: the batch being sent may or may not be written."""
     done = Bulk()
     keep = on_batch or done.add
@@ -257,8 +246,9 @@ def enqueue_many(
         ):  # fmt: skip
             clock = RedisClock(store)
             while chunk := _chunk(source, batch):
-                member.grow(len(chunk))
-                outcomes = _send(store, q, queue, chunk, start, clock)
+                prepared = _prepared(q, chunk, start, clock)
+                member.grow(sum(not isinstance(p, Refused) for p in prepared))  # opens it
+                outcomes = _send(store, q, queue, prepared, start)
                 member.added(sum(not isinstance(o, Refused) for o in outcomes))
                 keep(outcomes)
                 start += len(chunk)
@@ -281,16 +271,25 @@ def _chunk(source: Iterator[NewJob], batch: int) -> list[NewJob]:
     return chunk
 
 
-def _send(
-    store: Store, q: QueueConfig, queue: str, chunk: list[NewJob], start: int, clock: Clock
-) -> list[Outcome]:
-    """One batch: each job prepared (or refused), the rest written in one pipeline."""
-    prepared: list[tuple[NewEntry, str | None] | Refused] = []
+def _prepared(q: QueueConfig, chunk: list[NewJob], start: int, clock: Clock) -> list[Prepared]:
+    """One batch's jobs, each prepared (its entry and job id) or refused, nothing written."""
+    prepared: list[Prepared] = []
     for index, job in enumerate(chunk, start):
         try:
+            if job.after:  # holding is one job's round trips (jobd.workflows hold): not here
+                raise ValueError(
+                    "a job with after (held until other jobs end) cannot go through "
+                    "enqueue_many: add it with enqueue_job (or submit)"
+                )
             prepared.append(_prepare(job, clock, q))
         except (ValueError, ProducerError) as exc:
             prepared.append(Refused(index, str(exc)))
+    return prepared
+
+
+def _send(store: Store, q: QueueConfig, queue: str, prepared: list[Prepared],
+          start: int) -> list[Outcome]:  # fmt: skip
+    """One batch (``_prepared``): the jobs not refused written in one pipeline."""
     entries = [p[0] for p in prepared if not isinstance(p, Refused)]
     replies = iter(store.enqueue_batch(q, entries) if entries else [])
     outcomes = [
@@ -347,6 +346,7 @@ def _store(config: Config, client: redis.Redis | None) -> Iterator[Store]:
     Redis cannot be reached (a client given then looks again where the nodes are)."""
     own = client is None
     store = Store.open(config.redis, "enqueue") if client is None else Store(client)
+    store.know(config.queues.values())  # the config in force, for the notices it moves
     try:
         yield store
     except redisconn.UNAVAILABLE as exc:

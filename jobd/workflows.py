@@ -5,7 +5,9 @@
 A job with ``after`` is *held* in its queue (its id is known before: given, or generated), then
 registered with each job it waits for; a job waited for that ended already (its history says)
 is counted at once; one never seen is waited for (it may be enqueued later). An enqueue cut
-short can be sent again with the same job id: holding, registering and counting are each once.
+short can be sent again with the same job id: holding, registering and counting are each once,
+also when the job was released (or dead-lettered) meanwhile, within the queue's
+history.max_age.
 
 A batch is *open* while an enqueue adds to it (``Member``): its total grows before each
 round trip of jobs (and shrinks by the jobs Redis refused), and the enqueue *seals* it when it
@@ -22,7 +24,6 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -30,16 +31,26 @@ from types import TracebackType
 from typing import TypeVar
 
 import orjson
+import redis
 
+from jobd.cancel import move_notices
 from jobd.config import Config, QueueConfig
-from jobd.newjob import NewJob
+from jobd.newjob import NewJob, RedisClock
 from jobd.store import connection
 from jobd.store.admin import Enqueued, NewEntry
 from jobd.store.keys import batch
 from jobd.store.store import Store
 from jobd.store.workflows import BatchState, callback_spec, waiter_line
+from jobd.workflow_input import (  # what a producer may ask of a workflow, re-exported here
+    MAX_AFTER_TIMEOUT,
+    WorkflowError,
+    check_after_timeout,
+    check_batch_id,
+    check_dep_id,
+    check_utf8,
+)
 
-MAX_AFTER = 100  # jobs one job may wait for
+MAX_AFTER = 100  # jobs one job may wait for (each job id at most job.MAX_JOB_ID bytes)
 # Seconds between the tries of a batch call while Redis is away (its reply lost, a failover):
 # each is sent again as it was, and changes the batch once (lua/batch.lua); none is begun
 # RETRY_FOR seconds after the first (a try that times out takes connection.SOCKET_TIMEOUT).
@@ -48,101 +59,161 @@ RETRY_FOR = 10.0
 
 log = logging.getLogger("jobd.workflows")
 T = TypeVar("T")
-_BATCH_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,200}")
-
-
-class WorkflowError(ValueError):
-    """A batch or a dependency jobd will not take (a usage error)."""
-
-
-def check_batch_id(batch_id: str) -> None:
-    if not _BATCH_ID.fullmatch(batch_id):
-        raise WorkflowError(
-            f"batch id {batch_id!r}: 1 to 200 characters, no space, no control character, "
-            "no '{' or '}'"
-        )
-
-
-def check_utf8(job_id: str, what: str) -> None:
-    """Refuse (a usage error) a job id that is not UTF-8 where a dependency needs it: a held
-    job's and those it waits for are named in JSON (``waiter_line``, the after hash)."""
-    try:
-        job_id.encode("utf-8")
-    except UnicodeEncodeError:
-        raise WorkflowError(
-            f"{what}: job id {job_id!r} is not UTF-8; a job that waits for others (--after), "
-            "and the jobs it waits for, need UTF-8 job ids"
-        ) from None
 
 
 def dependencies(
     queues: Mapping[str, QueueConfig], queue: str, after: tuple[str | tuple[str, str], ...]
 ) -> list[tuple[QueueConfig, str]]:
     """The jobs ``after`` names: (queue, job id). A ``str`` is a job id of ``queue``, or
-    ``QUEUE:JOB_ID`` when the part before its first ``:`` names a queue of the config."""
+    ``QUEUE:JOB_ID`` when the part before its first ``:`` names a queue of the config; a
+    tuple is (QUEUE, JOB_ID). TypeError for anything else."""
+    if len(after) > MAX_AFTER:
+        raise WorkflowError(f"a job waits for {MAX_AFTER} jobs at most, not {len(after)}")
     deps: list[tuple[QueueConfig, str]] = []
     for spec in after:
-        if isinstance(spec, tuple):
+        if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, str) for s in spec):
             name, job_id = spec
+        elif not isinstance(spec, str):
+            raise TypeError(f"after: {spec!r} is no job id: a str, or a (QUEUE, JOB_ID) tuple")
         else:
             head, colon, rest = spec.partition(":")
             name, job_id = (head, rest) if colon and head in queues else (queue, spec)
         if name not in queues:
             raise WorkflowError(f"after {spec!r}: queue {name!r} is not in the config")
-        if not job_id:
-            raise WorkflowError(f"after {spec!r}: no job id")
-        check_utf8(job_id, f"after {spec!r}")
+        check_dep_id(job_id, spec)
         deps.append((queues[name], job_id))
-    if len(deps) > MAX_AFTER:
-        raise WorkflowError(f"a job waits for {MAX_AFTER} jobs at most, not {len(deps)}")
     unique = {(dq.name, jid): (dq, jid) for dq, jid in deps}  # each once, in order
     return list(unique.values())
 
 
-def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: str,
-         job: NewJob, member: Member | NoBatch) -> Enqueued:  # fmt: skip
-    """Hold ``job`` (its ``entry``, in ``q``: a queue or a level of it) until the jobs it waits
-    for end, registered with each; those ended already are counted now. A member of ``member``'s
-    batch when held now; not when it was held already (this enqueue sent before). A --unique
-    job whose job id is queued, running or done within the dedupe window is not held: its
-    mark ('queued', 'done') is the reply's ``exists``."""
+Deps = list[tuple[QueueConfig, str]]
+
+
+def waited_for(config: Config, q: QueueConfig, job: NewJob, job_id: str,
+               store: Store | None = None) -> Deps:  # fmt: skip
+    """The jobs ``job`` (job id ``job_id``, for ``q``) waits for (``dependencies``), checked:
+    WorkflowError (a usage error) for a job id not UTF-8 or no job can have, a job that waits
+    for itself, a bound (``after_timeout``) not from 0 (excluded) to MAX_AFTER_TIMEOUT, or (with
+    ``store``) a job held already that waits for other jobs. Called before anything is written
+    (its batch opened too: a refused enqueue writes nothing, opens and seals no batch)."""
     deps = dependencies(config.queues, q.name, job.after)
     check_utf8(job_id, "--after")
+    if job.after_timeout is not None:
+        check_after_timeout(job.after_timeout)
     if any(dq.name == q.name and jid == job_id for dq, jid in deps):
         raise WorkflowError(f"job {job_id!r} cannot wait for itself (--after {job_id})")
     names = [f"{dq.name} {jid}" for dq, jid in deps]
+    if store is not None and (differs := _held_deps(store, config, q, job_id, names)[1]):
+        raise _other_after(job_id, differs, names)  # held since, it is refused in ``hold``
+    return deps
+
+
+def ended_already(store: Store, q: QueueConfig, job_id: str, clock: RedisClock) -> bool:
+    """Whether the hold of ``job_id`` in ``q`` ended within its window (hold.lua's -1: this
+    enqueue was sent before, nothing is to be done), read before its batch opens: one complete
+    since would refuse it. Redis's clock; a key of another type there is no hold's."""
+    try:
+        until = store.client.zscore(q.keys.held_ended, job_id)
+    except redis.ResponseError:
+        return False
+    return until is not None and until > clock.now_ms()  # the enqueue's one read of TIME
+
+
+def _other_after(job_id: str, differs: list[str], names: list[str]) -> WorkflowError:
+    return WorkflowError(
+        f"job {job_id!r} is held already, waiting for {', '.join(differs) or 'nothing'}, "
+        f"not for what this enqueue names ({', '.join(names)}): nothing changed (to change "
+        "what it waits for, cancel it and enqueue it again)"
+    )
+
+
+def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: str,
+         job: NewJob, deps: Deps, member: Member | NoBatch) -> Enqueued:  # fmt: skip
+    """Hold ``job`` (its ``entry``, in ``q``: a queue or a level of it) until the jobs it waits
+    for end (``deps``: ``waited_for``), registered with each; those ended already are counted
+    now. A member of ``member``'s batch when held now; not when it was held already (this
+    enqueue sent before: registered then with what that hold waits for only, WorkflowError
+    when this enqueue names other jobs), nor when its hold ended already (released or
+    dead-lettered within the queue's history.max_age: nothing more is done). A --unique job
+    whose job id is queued, running or done within the dedupe window is not held: its mark
+    ('queued', 'done') is the reply's ``exists``."""
+    names = [f"{dq.name} {jid}" for dq, jid in deps]
     spec: dict[str, object] = {"deps": names, "all": names, "any": job.after_any}
+    # where each is registered: a hold that ends unreleased takes its registrations off there
+    spec["waiters"] = {n: dq.keys.waiters for (dq, _), n in zip(deps, names, strict=True)}
     timeout = job.after_timeout if job.after_timeout is not None else q.max_wait
     if timeout is not None:  # a bound (expire_held.lua); where a record of each dep would be
-        spec["timeout_ms"] = int(timeout * 1000)
+        # at least 1 ms: a bound under it, written 0, was due at once (dead-lettered unrun);
+        # rounded, as --delay is (2.007 s x 1000 is 2007.0000000000002: ceil made it 2008)
+        spec["timeout_ms"] = max(1, round(min(timeout, MAX_AFTER_TIMEOUT) * 1000))
         spec["seen"] = {n: [dq.keys.history, dq.keys.active]
                         for (dq, _), n in zip(deps, names, strict=True)}  # fmt: skip
     after = orjson.dumps(spec)
     record = orjson.dumps({"event": "waiting", "after": names, "any": job.after_any,
                            "stream": q.stream})  # fmt: skip
-    held = store.hold(q, job_id, after, entry.due, secrets.token_hex(8), record, entry.fields,
-                      entry.unique_id is not None)  # fmt: skip
+    held, token = store.hold_token(q, job_id, after, entry.due, secrets.token_hex(8), record,
+                                   entry.fields, entry.unique_id is not None)  # fmt: skip
     if isinstance(held, str):
         member.added(0)
         return Enqueued(exists=held)
-    member.added(int(held))
-    line = waiter_line(q, job_id)
-    told = 0
-    for (dq, jid), name in zip(deps, names, strict=True):
-        ended = store.wait_on(dq, jid, line)
-        if ended is not None:
-            script, keys, args = store.unblock_call(orjson.loads(line), name, *ended)
-            _, notices = script(keys=keys, args=args)
-            told += int(notices)
+    member.added(max(held, 0))
+    if held < 0:  # held, then released or dead-lettered already: this enqueue was sent before
+        return Enqueued()
+    # held already (this enqueue sent before): what that hold waits for, not what it names
+    deps, differs = _held_deps(store, config, q, job_id, names) if held == 0 else (deps, None)
+    told = _register(store, q, job_id, token, deps)
     if told:  # it was dead-lettered: its own waiters and batch are told now
-        store.move_follow_ups(config.queues[q.name])
+        move_notices(store, config.queues[q.name], "a held job's")
+    if differs:
+        raise _other_after(job_id, differs, names)
     return Enqueued()
 
 
+def _held_deps(store: Store, config: Config, q: QueueConfig, job_id: str,
+               names: list[str]) -> tuple[Deps, list[str] | None]:  # fmt: skip
+    """What the hold of ``job_id`` (held already) still waits for, by its after hash (a queue
+    not in the config left out); and all it waits for when ``names`` differ (else None)."""
+    spec = store.after_of(q, job_id) or {}
+    deps = []
+    for name in spec.get("deps", []):
+        queue, _, jid = name.partition(" ")
+        if queue in config.queues:
+            deps.append((config.queues[queue], jid))
+    every = spec.get("all", [])
+    if not spec or set(every) == set(names):  # no hash: its hold ended since
+        return deps, None
+    return deps, every
+
+
+def _register(store: Store, q: QueueConfig, job_id: str, token: str, deps: Deps) -> int:
+    """Register hold ``token`` of ``job_id`` with each of ``deps`` (one ended already counted
+    now); the notices written (it dead-lettered). A hold that ended meanwhile (its unwait
+    notices maybe moved before a registration made here) has those taken off after: no
+    registration outlives its hold, whatever the order."""
+    line = waiter_line(q, job_id, token)
+    told, made = 0, []
+    for dq, jid in deps:
+        ended = store.wait_on(dq, jid, line)
+        if ended is None:
+            made.append((dq, jid))
+            continue
+        script, keys, args = store.unblock_call(orjson.loads(line), f"{dq.name} {jid}", *ended)
+        what, notices = script(keys=keys, args=args)
+        told += int(notices)
+        if what == b"dead":  # no hold left to register: the others are not waited for
+            break
+    if made and not store.holds(q, job_id, token):
+        for dq, jid in made:
+            store.unwait(dq, jid, job_id, token)
+    return told
+
+
 class Member:
-    """Adding jobs to batch ``batch_id`` (a context: open on entry, sealed on exit, the jobs
-    not added taken off its total). ``grow`` before each round trip of jobs; ``added(n)``
-    after it, with how many Redis took.
+    """Adding jobs to batch ``batch_id`` (a context: opened by the first ``grow`` of one job or
+    more, sealed on exit when opened, the jobs not added taken off its total). ``grow`` before
+    each round trip of jobs, with the jobs of it that passed their own checks; ``added(n)``
+    after it, with how many Redis took. An enqueue whose every job is refused before it is sent
+    leaves the batch as it was (sealed empty, it would be complete: its callback, total 0).
 
     Each call names this enqueue's token (made here, before the first) and says what this
     enqueue's count is now, not what to add: a call whose reply was lost is sent again as it
@@ -165,8 +236,12 @@ class Member:
         cb = b"" if on_complete is None else callback_spec(config.queues[on_complete])
         self.opening = (int(q.history.max_age) or 1, on_complete or "", cb)
         self.sealed: BatchState | None = None
+        self.opened = False
 
     def __enter__(self) -> Member:
+        return self
+
+    def _open(self) -> None:
         try:
             self._again(self.store.batch_op, self.batch_id, "open", self.token, *self.opening)
         except Exception as exc:
@@ -177,13 +252,18 @@ class Member:
                 raise WorkflowError(f"batch {self.batch_id!r}: its key {batch(self.batch_id)} "
                                     "is not a batch (another type)") from None  # fmt: skip
             raise
-        return self
+        self.opened = True
 
     def _count(self, count: int) -> None:
         self.seq += 1
         self._again(self.store.batch_op, self.batch_id, "add", self.token, self.seq, count)
 
     def grow(self, n: int) -> None:
+        if n == 0:  # nothing to send: nothing to count (nor to open the batch for)
+            self.sent = 0
+            return
+        if not self.opened:
+            self._open()
         self.sent = n
         try:
             self._count(self.counted + n)
@@ -202,7 +282,9 @@ class Member:
         """Sealed whatever happened (the jobs of a round trip that failed not counted), unless
         Redis could not be reached in the middle of one, or the enqueue was interrupted there
         (Ctrl-C, SystemExit: no Exception, nothing Redis said): then it stays open, those jobs
-        may or may not be added."""
+        may or may not be added. Never opened (no job got as far as Redis): nothing."""
+        if not self.opened:
+            return
         if self.sent and kind is not None and (_unreachable(exc) or not isinstance(exc, Exception)):
             return
         self.sent, self.seq = 0, self.seq + 1

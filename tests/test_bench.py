@@ -45,7 +45,7 @@ def test_enqueue_bench_runs() -> None:
 
 def test_startup_bench_runs() -> None:
     out = run(str(BENCH / "startup.py"), "--runs", "1")
-    assert out.count("× the interpreter") == 5 and "jobd status" in out, out
+    assert out.count("× the interpreter") == 7 and "jobd run (to running)" in out, out
 
 
 def test_settle_cost_bench_runs() -> None:

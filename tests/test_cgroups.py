@@ -12,6 +12,7 @@ systemd marks it, for ``cgroup: auto``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -70,11 +71,21 @@ def root() -> Iterator[Path]:
 
 
 def remove(group: Path) -> None:
-    """A cgroup's processes killed, itself removed (a daemon may be removing it meanwhile)."""
+    """A cgroup's processes killed, itself removed (a daemon may be removing it meanwhile: a
+    file of a cgroup removed under the reader reads ENODEV)."""
     with contextlib.suppress(FileNotFoundError):
         (group / "cgroup.kill").write_text("1")
-        wait_until(lambda: not (group / "cgroup.procs").read_text(), what=f"{group} emptied")
+        wait_until(lambda: _empty(group), what=f"{group} emptied")
         group.rmdir()
+
+
+def _empty(group: Path) -> bool:
+    try:
+        return not (group / "cgroup.procs").read_text()
+    except OSError as exc:  # gone meanwhile (ENODEV: removed while open; ENOENT)
+        if exc.errno in (errno.ENODEV, errno.ENOENT):
+            raise FileNotFoundError(exc.errno, str(group)) from exc
+        raise
 
 
 def record(r: redis.Redis, job_id: str) -> dict:

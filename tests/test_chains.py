@@ -32,12 +32,17 @@ printf 'line one\\nline two\\n'
 """
 
 
+def job_id(f: dict[bytes, bytes]) -> bytes:
+    """An entry's job id: a producer's (a step) or jobd's own (an on_dead_letter job)."""
+    return f.get(b"job_id", f.get(b"jobd_job_id", b""))
+
+
 def job_ids(client: redis.Redis | RedisCluster, stream: str) -> list[str]:
-    return [f[b"job_id"].decode() for _, f in client.xrange(stream)]
+    return [job_id(f).decode() for _, f in client.xrange(stream)]
 
 
 def by_id(client: redis.Redis | RedisCluster, stream: str) -> dict[str, dict[bytes, bytes]]:
-    return {f[b"job_id"].decode(): f for _, f in client.xrange(stream)}
+    return {job_id(f).decode(): f for _, f in client.xrange(stream)}
 
 
 def enqueue(cfg: Path, queue: str, payload: str, job_id: str) -> None:
@@ -119,7 +124,8 @@ def test_on_dead_letter_enqueues_the_record_as_json(
     wait_until(lambda: job_ids(r, "jobd:alerts"), what="the alert")
     wait_until(lambda: job_ids(r, "jobd:b") == ["j4.then.1"], what="the done job's step")
     ((_, alert),) = r.xrange("jobd:alerts")
-    assert (alert[b"job_id"], alert[b"jobd_parent"]) == (b"j3.dead", b"a j3")
+    assert (alert[b"jobd_job_id"], alert[b"jobd_parent"]) == (b"j3.dead", b"a j3")
+    assert b"job_id" not in alert  # jobd's own: never taken by the alerts queue's dedupe window
     got = orjson.loads(alert[b"payload"])
     shown = jobd_cli("dlq", "-c", str(cfg), "a", "show", "j3", "--json")
     assert shown.returncode == 0, shown.stderr

@@ -148,6 +148,7 @@ DERIVED_OF_A = [
     ("{s}:held", "the held jobs (--after)"),
     ("{s}:after", "the held jobs' dependencies"),
     ("{s}:held:until", "the held jobs' deadlines"),
+    ("{s}:held:ended", "the ended holds (--after)"),
     ("{s}:job:j1", "a job mark"),
     ("{s}:tick:nightly:1700000000", "a schedule's tick mark"),
     ("{s}:schedule:nightly", "a schedule's last tick"),

@@ -5,14 +5,19 @@ other without a cycle. (That they stay small is checked for every module in test
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import jobd_cli
 
 from jobd.cli import main as cli
-from jobd.config import ConfigError, load
+from jobd.config import ConfigError, load, schema
 
 JOBD = Path(__file__).resolve().parent.parent / "jobd"
 
@@ -217,3 +222,102 @@ def test_the_cycle_check_sees_imports_made_only_for_type_checking(tmp_path: Path
     assert imports_of(path, {"jobd.b", "jobd.c"}) == {"jobd.b"}
     path.write_text("def f():\n    from jobd import c\n")
     assert imports_of(path, {"jobd.b", "jobd.c"}) == {"jobd.c"}
+
+
+# -- the schema's quick check: jsonschema only for a file it cannot vouch for ---------------------
+
+ROOT = JOBD.parent
+SCALARS = [None, True, False, 0, 1, -1, 1.0, 1.5, 10**12, "", "x", "1s", "5m", "auto", "{a}b",
+           "jobd:q", "1KiB", [], ["/bin/true"], [1, 1.0], ["a", "a"], {}, {"x": 1}]  # fmt: skip
+
+
+def corpus() -> list[dict]:
+    """The documents of config/ and every YAML example of the docs that has queues, parsed as
+    jobd parses them (a `${VAR}` left as written: its expansion is text)."""
+    from jobd.config.source import parse
+
+    texts = [(p, p.read_text()) for p in sorted((ROOT / "config").glob("*.yaml"))]
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        blocks = re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)
+        texts += [(page, b) for b in blocks if re.search(r"^queues:", b, re.M)]
+    found = []
+    for path, text in texts:
+        try:
+            found.append(parse(str(path), {}, text).data)
+        except ConfigError:
+            continue  # not a whole config (an excerpt with a placeholder)
+    return found
+
+
+CORPUS = corpus()
+
+
+def jsonschema_errors(data: object) -> list[str]:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema.schema())
+    return [e.message for e in validator.iter_errors(data)]
+
+
+def test_the_example_configs_pass_the_quick_check_as_they_pass_jsonschema() -> None:
+    from jobd.config.source import parse
+
+    assert len(CORPUS) > 5, "the docs' examples are read"
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        data = parse(str(path), {}).data
+        assert schema.fits(schema.schema(), data), path  # else every start pays for jsonschema
+    for data in CORPUS:
+        assert not schema.fits(schema.schema(), data) or not jsonschema_errors(data)
+
+
+def mutated(data: object, draw: st.DataObject) -> object:
+    """``data`` with one value replaced, removed or added somewhere, as hypothesis draws it."""
+    if isinstance(data, dict) and data and draw.draw(st.booleans()):
+        key = draw.draw(st.sampled_from(sorted(data, key=str)))
+        data[key] = mutated(data[key], draw)
+        return data
+    if isinstance(data, list) and data and draw.draw(st.booleans()):
+        i = draw.draw(st.integers(0, len(data) - 1))
+        data[i] = mutated(data[i], draw)
+        return data
+    action = draw.draw(st.sampled_from(["replace", "remove", "add"]))
+    if action == "remove" and isinstance(data, dict | list) and data:
+        del data[draw.draw(st.sampled_from(list(data) if isinstance(data, dict) else [0, -1]))]
+        return data
+    if action == "add" and isinstance(data, dict):
+        key = draw.draw(st.sampled_from(["x", "timeout", "command", "retry", "lease", "cwd"]))
+        data[key] = copy.deepcopy(draw.draw(st.sampled_from(SCALARS)))
+        return data
+    return copy.deepcopy(draw.draw(st.sampled_from(SCALARS)))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_quick_check_never_vouches_for_what_jsonschema_refuses(draw: st.DataObject) -> None:
+    """``schema.fits`` may send a valid document on to jsonschema, never pass an invalid one."""
+    data = copy.deepcopy(draw.draw(st.sampled_from(CORPUS)))
+    for _ in range(draw.draw(st.integers(1, 3))):
+        data = mutated(data, draw)
+    if schema.fits(schema.schema(), data):
+        assert jsonschema_errors(data) == [], data
+
+
+# -- what a command imports: nothing it does not use ---------------------------------------------
+
+
+def imported(stderr: bytes) -> set[str]:
+    """The modules a process imported, from its PYTHONPROFILEIMPORTTIME lines."""
+    lines = stderr.decode(errors="replace").splitlines()
+    return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+
+
+def test_validate_imports_neither_redis_nor_jsonschema_nor_croniter_for_a_valid_file() -> None:
+    """`jobd validate` talks to no Redis; a file without problems needs no jsonschema, and one
+    without schedules no croniter (whose import runs `file`). A file with a problem still gets
+    jsonschema's words (the tests above)."""
+    example = str(ROOT / "config" / "example.yaml")
+    done = jobd_cli("validate", example, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert done.returncode == 0, done.stderr
+    modules = imported(done.stderr)
+    assert "jobd.config" in modules, "the import lines are read"
+    assert not modules & {"redis", "jsonschema", "croniter", "prometheus_client", "waitress"}

@@ -16,6 +16,7 @@ import redis
 from support import (
     DaemonProcess,
     acked_all,
+    free_port,
     group_info,
     pending_count,
     queue_config,
@@ -501,3 +502,36 @@ def test_the_example_config_runs_its_handlers(daemon: Daemon, tmp_path: Path) ->
     assert (state / "words" / "w1").read_text() == "4\n"
     wait_until(lambda: r.xlen("{jobd:words}:dead") == 1 and r.xlen("{jobd:greetings}:dead") == 1)
     r.close()
+
+
+def imported(log: str) -> set[str]:
+    """The modules a process imported, from its PYTHONPROFILEIMPORTTIME lines."""
+    return {line.rsplit("|", 1)[1].strip() for line in log.splitlines()
+            if line.startswith("import time:")}  # fmt: skip
+
+
+def test_a_daemon_loads_only_what_its_config_uses(
+    r: redis.Redis, write_config, daemon: Daemon
+) -> None:
+    """No endpoint, no schedule, a valid file: the daemon loads neither the dashboard and its
+    HTTP server nor croniter (whose import runs `file`) nor jsonschema: a quicker start. With a
+    schedule and an endpoint it loads them and runs them."""
+    plain = daemon(write_config(queue_config("[/bin/true]")), {"PYTHONPROFILEIMPORTTIME": "1"})
+    modules = imported(plain.log())
+    assert "jobd.daemon.loop" in modules, "the import lines are read"
+    assert not modules & {"jobd.web.dashboard", "waitress", "croniter", "jsonschema"}
+    plain.stop()
+    config = write_config(
+        """
+        redis: {url: '{redis}'}
+        metrics: {listen: '127.0.0.1:PORT'}
+        queues:
+          q:
+            command: [/bin/true]
+            schedule: [{cron: '* * * * * *', name: every-second}]
+        """.replace("PORT", str(free_port())),
+        "served.yaml",
+    )
+    served = daemon(config, {"PYTHONPROFILEIMPORTTIME": "1"})
+    wait_until(lambda: r.xlen("jobd:q") > 0, what="a tick of the schedule enqueued")
+    assert {"jobd.web.dashboard", "waitress", "croniter"} <= imported(served.log())

@@ -151,13 +151,15 @@ def test_an_incident_from_the_dashboard_in_headless_chromium(  # long: the issue
                        what=f"page {n}")  # fmt: skip
             seen += page_jobs(driver)
         assert seen == [f"invoice-{i:03}" for i in range(500)]
-        assert driver.find_element("id", "next-page").get_attribute("disabled")
+        assert js(driver, "return document.getElementById('next-page').disabled")
         # A search finds one job; its id is a link to its page.
         find = driver.find_element("id", "find")
         find.send_keys("invoice-377\n")
         wait_until(lambda: page_jobs(driver) == ["invoice-377"], what="the search")
-        link = driver.find_element("css selector", "#jobs td.job a")
-        assert link.get_attribute("href").endswith("#/job/invoices/invoice-377")
+        # Read in one script: the page redraws its table every refresh, so an element found
+        # by one call can be gone (stale) by the next.
+        href = "return document.querySelector('#jobs td.job a').getAttribute('href')"
+        assert js(driver, href).endswith("#/job/invoices/invoice-377")
 
         # Dead letters: three selected, requeued in bulk after a confirmation.
         driver.get(url + "/#/queue/invoices/dead")

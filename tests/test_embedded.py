@@ -147,7 +147,8 @@ def _state_with_keys(state: Path, keys: int) -> None:
          "--appendonly", "yes", "--save", "", "--enable-debug-command", "yes"],
         stdout=subprocess.DEVNULL, umask=0o077,
     )  # fmt: skip
-    client = redis.Redis(unix_socket_path=str(sock))
+    # DEBUG POPULATE of millions of keys takes seconds, more on a loaded machine: no timeout
+    client = redis.Redis(unix_socket_path=str(sock), socket_timeout=None)
     try:
         wait_until(lambda: sock.exists(), what="the filling server")
         wait_until(lambda: _answers(client), what="the filling server to answer")
@@ -166,7 +167,12 @@ def _state_with_keys(state: Path, keys: int) -> None:
         pass
     finally:
         client.close()
-        server.wait(30)
+        try:
+            server.wait(30)
+        finally:  # never left running for a later test to trip on (ResourceWarning)
+            if server.poll() is None:
+                server.kill()
+                server.wait()
     sock.unlink(missing_ok=True)
 
 
@@ -213,9 +219,10 @@ def _ended(process: psutil.Process) -> bool:
 # (setsid) and sleeps; says the child's pid, and exits: the child is adopted by the daemon. A
 # fork that got another pid (another process of the machine took it first) is tried again.
 TAKES_A_PID = """
-import os, sys
+import os, sys, time
 wanted = int(sys.stdin.read())
-for _ in range(20):
+end = time.monotonic() + 20  # other tests fork too: ns_last_pid is a race, tried until won
+while time.monotonic() < end:
     with open("/proc/sys/kernel/ns_last_pid", "w") as f:
         f.write(str(wanted - 1))
     pid = os.fork()

@@ -234,9 +234,12 @@ def test_sigkill_during_heavy_retries_keeps_every_job_in_one_place(
           q:
             command: [./h.sh]
             concurrency: 8
-            retry: {max_attempts: 7, backoff: 20ms, max_backoff: 100ms, jitter: 0.5}
+            retry: {max_attempts: 7, backoff: 200ms, max_backoff: 1s, jitter: 0.5}
         """
     )
+    # backoffs long enough that retries wait in the delayed set while 20 jobs get done, however
+    # slow the machine (with 20 ms, a loaded daemon's retries were due before it got to them:
+    # the delayed set stayed small, and "heavy retrying" was never seen)
     cfg = load(str(config))
     pipe = r.pipeline(transaction=False)
     for i in range(300):

@@ -504,6 +504,15 @@ def test_a_stalled_daemon_never_starts_a_job_waiting_for_a_slot(
 STALL = 4.0  # seconds the stalled daemon's spawn is held after its lease check passed
 
 
+def in_clone(pid: int) -> bool:
+    """Whether ``pid``'s main thread is in clone(2) or clone3(2) now (held there by strace)."""
+    try:
+        number = Path(f"/proc/{pid}/syscall").read_text().split()[0]
+    except (OSError, IndexError):
+        return False
+    return number in ("56", "435")  # x86-64
+
+
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (.ci/run installs it)")
 def test_a_daemon_stalled_between_its_lease_check_and_the_exec_never_starts_a_job_taken_over(
     r: redis.Redis, redis_server, write_config, script, daemon: Daemon, tmp_path: Path
@@ -525,7 +534,12 @@ def test_a_daemon_stalled_between_its_lease_check_and_the_exec_never_starts_a_jo
         a = daemon(write_config(text.replace("{redis}", proxy.url), name="a.yaml"), prefix=strace)
         wait_group(r, "jobd:q")
         mid = r.xadd("jobd:q", {"payload": "x0", "job_id": "x0"}).decode()
-        wait_until(lambda: owner(r, mid) == a.consumer(), what="x0 delivered to A")
+        # Delivered (XPENDING says A's) is not yet received: the reply may still be on its way
+        # through the proxy, and a blackhole now would keep it from A. A's main thread held in
+        # clone(2) is past the read and the (local) check: only then is its link cut.
+        jobd = psutil.Process(a.proc.pid).children()[0].pid  # strace's child: the daemon
+        wait_until(lambda: owner(r, mid) == a.consumer() and in_clone(jobd),
+                   what="x0 received by A, its spawn held in clone")  # fmt: skip
         proxy.blackhole(None)  # A's renewals stop: its lease on x0 lapses after reclaim_after
         try:
             b = daemon(direct)

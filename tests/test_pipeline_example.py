@@ -48,8 +48,8 @@ def test_the_example_pipeline_counts_a_document_and_tells_a_failure(
     # Each step ran once, and was enqueued by the one before.
     r = redis.Redis(unix_socket_path=str(state / "redis.sock"))
     try:
-        ids = {q: [f[b"job_id"] for _, f in r.xrange(f"jobd:{q}")] for q in
-               ("transform", "count", "aggregate", "alerts")}  # fmt: skip
+        ids = {q: [f.get(b"job_id", f.get(b"jobd_job_id")) for _, f in r.xrange(f"jobd:{q}")]
+               for q in ("transform", "count", "aggregate", "alerts")}  # fmt: skip
     finally:
         r.close()
     assert ids["transform"] == [b"fox.then.1"]

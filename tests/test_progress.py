@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
@@ -21,6 +22,7 @@ import redis
 from support import DaemonProcess, acked_all, free_port, jobd_cli, queue_config, wait_until
 
 from jobd.config import load
+from jobd.daemon.lease import deadline_ms
 from jobd.store.leases import Shown
 from jobd.store.store import Store
 
@@ -152,6 +154,35 @@ def test_a_renewal_after_the_lease_was_lost_changes_nothing_of_the_new_owners_re
         f"jobd:q|{entry}\n".encode() + b'{"progress":100,"status":"caf\\\\xe9",'
         b'"since":1,"deadline":2,"consumer":"B"}'
     )
+
+
+def test_a_deadline_told_replaces_the_records_as_since_plus_it(
+    r: redis.Redis, write_config
+) -> None:
+    """A handler that extended its deadline (``Shown.deadline_ms``, ms after its start) has its
+    record's deadline since plus it, the rest of the record as start.lua wrote it; told alone
+    (no progress, no status) the record is still one JSON object; a renewal that tells no
+    deadline leaves the one written."""
+    config = load(str(write_config(queue_config("[/bin/true]", lease=LEASE))))
+    queue = config.queues["q"]
+    r.xgroup_create("jobd:q", queue.group, id="0", mkstream=True)
+    entry = r.xadd("jobd:q", {"payload": "", "job_id": "a"}).decode()
+    r.xreadgroup(queue.group, "A", {"jobd:q": ">"})
+    head = f"jobd:q|{entry}\n".encode()
+    r.hset(queue.keys.active, "a", head + b'{"since":1000,"deadline":2000,"consumer":"A"}')
+    extended = Shown(entry, "a", None, None, 20_000)
+    assert Store(r, "A").renew_telling(queue, [entry], [extended]) == ([], [entry])
+    record = r.hget(queue.keys.active, "a")
+    assert record == head + b'{"since":1000,"deadline":21000,"consumer":"A"}'
+    assert json.loads(record.partition(b"\n")[2])["deadline"] == 21_000
+    assert Store(r, "A").renew_telling(queue, [entry], [Shown(entry, "a", 7.0, None)])
+    assert r.hget(queue.keys.active, "a") == (
+        head + b'{"progress":7,"since":1000,"deadline":21000,"consumer":"A"}'
+    )
+    # What the daemon sends: what it enforces, never before its own (start + timeout).
+    handler = SimpleNamespace(started=100.0, timeout=1.0)
+    assert deadline_ms(handler, None) is None
+    assert deadline_ms(handler, 100.5) == 1000 and deadline_ms(handler, 120.0) == 20_000
 
 
 # 500 messages as fast as the channel takes them, each a new progress and status, then waits.

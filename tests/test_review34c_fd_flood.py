@@ -6,8 +6,8 @@ max_dgram_qlen + 1 messages the socket may hold before a handler's last one can 
 ms; once a wait gave up, none is made again until the socket has been found empty, which a
 flood never lets happen. Real daemon, real handlers, a private Redis.
 
-Fixed here: what `jobd notify` sent is queued for the loop before its pipe is closed. Open
-(issue 34, branch review34c): a raw socket's last message under this flood (sync gives up)."""
+Fixed here: what `jobd notify` sent is queued for the loop before its pipe is closed; and
+a raw socket's last message under this flood (test_review34c_fd_flood_raw.py)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def test_a_job_dead_lettered_dependency_sends_its_on_dead_letter_job(
     assert record[b"jobd_error"] == b"dependency"
 
     def alerts() -> list[bytes]:
-        return [f.get(b"job_id", b"") for _, f in r.xrange("jobd:alerts")]
+        return [f.get(b"jobd_job_id", b"") for _, f in r.xrange("jobd:alerts")]
 
     try:
         wait_until(lambda: alerts() == [b"w.dead"], 10, what="w's on_dead_letter job in alerts")
@@ -84,7 +84,7 @@ def test_on_a_cluster_the_held_jobs_hook_job_goes_through_the_outbox(
         wait_until(lambda: client.exists(alerts) and client.xlen(alerts) == 1, 20,
                    what="w's on_dead_letter job in alerts")  # fmt: skip
         ((_, f),) = client.xrange(alerts)
-        assert f[b"job_id"] == b"w.dead"
+        assert f[b"jobd_job_id"] == b"w.dead"
         assert b'"jobd_error":"dependency"' in f[b"payload"]
     finally:
         client.close()

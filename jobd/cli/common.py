@@ -37,6 +37,7 @@ def store_for(config: Config, role: str) -> Iterator[Store]:
     """A store named ``jobd-ROLE`` for one command, closed after it; Redis away becomes one line
     on stderr and ``Unreachable`` (the caller exits ``exitcodes.UNAVAILABLE``)."""
     store = Store.open(config.redis, role)
+    store.know(config.queues.values())  # the config in force, for the notices it moves
     try:
         yield store
     except connection.UNAVAILABLE as exc:

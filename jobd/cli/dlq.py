@@ -109,15 +109,15 @@ def requeue(store: Store, queue: QueueConfig, args: argparse.Namespace) -> int:
     if args.all:
         done = dlq.requeue_existing(store, queue, operator())
     else:
-        found = {ref: dlq.find(store, queue, ref) for ref in args.refs}
-        missing = [ref for ref, record in found.items() if record is None]
+        found = {ref: dlq.find_id(store, queue, ref) for ref in args.refs}
+        missing = [ref for ref, record_id in found.items() if record_id is None]
         for ref in missing:
             print(printable(f"jobd: no dead letter {ref!r}"), file=sys.stderr)
         if missing:
             if args.json:
                 print_json({"queue": queue.name, "requeued": [], "left": [], "missing": missing})
             return exitcodes.NOT_FOUND
-        done = dlq.requeue_records(store, queue, [r for r in found.values() if r], operator())
+        done = dlq.requeue_ids(store, queue, [i for i in found.values() if i], operator())
     if args.json:
         left = [{"id": record_id, "why": why} for record_id, why in done.left]
         print_json({"queue": queue.name, "stream": queue.stream, "requeued": done.moved,

@@ -16,6 +16,7 @@ from jobd.config import Config, durations
 from jobd.newjob import NewJob, check_limits, check_trace, parse_time
 from jobd.producer import Durability
 from jobd.waiting import JobFailed, Pending, WaitError, WaitRefused, WaitTimeout
+from jobd.workflows import check_after_timeout
 
 
 def run_enqueue(config: Config, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -151,8 +152,8 @@ def job_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> NewJob:
         )
         check_limits(job)
         check_trace(job)
-        if job.after_timeout is not None and job.after_timeout <= 0:
-            raise ValueError("--after-timeout: more than 0, or leave it out for no bound")
+        if job.after_timeout is not None:
+            check_after_timeout(job.after_timeout, "--after-timeout")
     except ValueError as exc:
         parser.error(str(exc))
     return job

@@ -89,7 +89,11 @@ SPECIFIC: dict[str, Meanings] = {
             "NOTIFY_SOCKET is not set, the message could not be sent, or jobd did not read it "
             "within 5s",
         ),
-        (ex.USAGE, "nothing to say, a bad --progress or --extend, a newline in a value"),
+        (
+            ex.USAGE,
+            "nothing to say, a bad --progress or --extend, a newline in a value, a message jobd "
+            "would not take whole (over 64 KiB or 64 lines: a large result goes in $JOBD_RESULT)",
+        ),
     ),
     "events": (
         (ex.OK, "a --follow too, ended by SIGINT or SIGTERM"),

@@ -24,7 +24,7 @@ from jobd.config import Config, QueueConfig
 from jobd.logs import printable, safe_json, word
 from jobd.store import connection
 from jobd.store.history import ENTRY_ID
-from jobd.store.records import Event, JobView, Record, Running, links, result_text
+from jobd.store.records import Event, JobView, Record, Running, result_text, view_links
 from jobd.store.store import Store
 
 FOLLOW_BLOCK_MS = 1000  # a follow's read waits this long for an event, then asks about a signal
@@ -102,8 +102,9 @@ def job_json(view: JobView) -> dict[str, Any]:
         "consumer": view.consumer or None,
         "records": [r.raw for r in view.records],
         "skipped": view.skipped,
+        "unread": view.unread,
         "result": done_result(view),
-        **links(view.records),  # parent, follow_ups, after, batch
+        **view_links(view),  # parent, follow_ups, after (while held: what it waits for), batch
     }
 
 
@@ -134,6 +135,8 @@ def job_lines(view: JobView) -> list[str]:
         lines += links_lines(record.raw)
     if view.skipped:
         lines.append(f"({view.skipped} line(s) of its history were no record: skipped)")
+    if view.unread:
+        lines.append(f"(its history is {view.unread} bytes, more than jobd writes a job: not read)")
     if view.state == "unknown" and not view.records:
         lines.append(
             "no record of it: a job that has not run yet is found only by its entry id "
@@ -183,16 +186,27 @@ def state_text(view: JobView) -> str:
 
 
 def held_text(view: JobView) -> str:
-    """A job --after others (docs/workflows.md), from its records: what it waits for still."""
+    """A job --after others (docs/workflows.md): what it waits for still, as its after hash
+    says while it is held (the history's bounds may have passed over its records), else as
+    its records say."""
     if view.state == "released":
         return "released: every job it waited for has ended; in its stream, to run"
+    if view.held is not None:
+        left, every = view.held["left"], view.held["all"]
+        return f"held: waiting for {len(left)} of {len(every)}: {', '.join(left)}"
+    # The latest hold's: a job id held, cancelled where it waits and held anew keeps the
+    # records of both holds (oldest first); each `waiting` record starts a hold over.
     named: list[str] = []
+    total = 0
     for record in view.records:
-        if record.event == "waiting" and isinstance(after := record.raw.get("after"), list):
-            named = [str(x) for x in after]
+        if record.event == "waiting":
+            # Records are Redis's bytes: an `after` that is no list (someone else's write)
+            # names none.
+            after = record.raw.get("after")
+            named = [str(x) for x in after] if isinstance(after, list) else []
+            total = len(named)
         elif record.event == "dependency" and record.raw.get("dependency") in named:
             named.remove(record.raw["dependency"])
-    total = next((len(r.raw.get("after") or ()) for r in view.records if r.event == "waiting"), 0)
     return f"held: waiting for {len(named)} of {total}: {', '.join(named)}"
 
 

@@ -21,6 +21,14 @@ import time
 from jobd import exitcodes
 
 READ_WITHIN = 5.0  # seconds jobd has to read the message (sd_notify_barrier's default)
+# What the daemon takes of one message, said again here (its modules are not imported: `jobd
+# notify` runs in a handler's loops, and starts fast; tests/test_notify_cli.py holds them
+# equal): its bytes (daemon.receive.MESSAGE_MAX: more is cut, and dropped as truncated), its
+# lines (process.channel.LINES_MAX: more is refused whole), EXTEND_TIMEOUT_USEC at most
+# (process.channel.USEC_MAX: more is malformed).
+MESSAGE_MAX = 65536
+LINES_MAX = 64
+USEC_MAX = 2**64 - 1
 
 
 def message(args: argparse.Namespace) -> bytes:
@@ -32,11 +40,9 @@ def message(args: argparse.Namespace) -> bytes:
         value = float(args.progress)  # ValueError: not a number
         if not 0 <= value <= 100:
             raise ValueError(f"--progress {args.progress}: a percentage is from 0 to 100")
-        fields.append(("X_JOBD_PROGRESS", f"{value:g}"))
+        fields.append(("X_JOBD_PROGRESS", decimal(value)))
     if args.extend is not None:
-        from jobd.config import durations
-
-        fields.append(("EXTEND_TIMEOUT_USEC", str(round(durations.parse(args.extend) * 1e6))))
+        fields.append(("EXTEND_TIMEOUT_USEC", str(microseconds(args.extend))))
     if args.watchdog:
         fields.append(("WATCHDOG", "1"))
     if args.result is not None:
@@ -52,7 +58,32 @@ def message(args: argparse.Namespace) -> bytes:
     for key, value in fields:
         if "\n" in key or "\n" in value or "=" in key:
             raise ValueError(f"{key}: no newline in a key or a value, no '=' in a key")
-    return "\n".join(f"{k}={v}" for k, v in fields).encode("utf-8", "surrogateescape")
+    if len(fields) > LINES_MAX:
+        raise ValueError(f"{len(fields)} fields: jobd takes {LINES_MAX} in one message at most")
+    data = "\n".join(f"{k}={v}" for k, v in fields).encode("utf-8", "surrogateescape")
+    if len(data) > MESSAGE_MAX:
+        raise ValueError(
+            f"the message is {len(data)} bytes, more than the {MESSAGE_MAX} jobd reads of one"
+            " (write a result this large to the file $JOBD_RESULT names)"
+        )
+    return data
+
+
+def decimal(value: float) -> str:
+    """``value`` as a plain decimal (``5e-05`` is ``0.00005``, ``100.0`` is ``100``): the
+    daemon takes no exponent. Exact: it reads back as the same float."""
+    from decimal import Decimal
+
+    return format(Decimal(repr(abs(value))).normalize(), "f")  # abs: -0.0 is 0
+
+
+def microseconds(duration: str) -> int:
+    """``duration`` in µs for EXTEND_TIMEOUT_USEC, at most USEC_MAX (584 542 years: past any
+    max_timeout, so a longer one asks for as long as max_timeout allows, as it meant);
+    ValueError when it is no duration."""
+    from jobd.config import durations
+
+    return round(min(durations.parse(duration) * 1e6, USEC_MAX))
 
 
 def address(name: str) -> str | bytes:
@@ -115,6 +146,9 @@ def add_arguments(commands: argparse._SubParsersAction) -> None:
     )
     notify.add_argument("--watchdog", action="store_true", help="still alive (WATCHDOG=1)")
     notify.add_argument(
-        "--result", metavar="TEXT", help="the job's result, one line (X_JOBD_RESULT=)"
+        "--result",
+        metavar="TEXT",
+        help="the job's result, one line, the message at most 64 KiB (X_JOBD_RESULT=; more: "
+        "write it to the file $JOBD_RESULT names)",
     )
     notify.add_argument("fields", nargs="*", metavar="KEY=VALUE", help="any other field, as is")

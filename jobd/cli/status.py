@@ -58,7 +58,7 @@ def render(report: dict[str, Any]) -> str:
         ]
         if this["deduped"] or last["deduped"]:
             lines.append(f"  deduped: last minute {last['deduped']}, this minute {this['deduped']}")
-        lines += _consumers(s["consumers"])
+        lines += _consumers(s)
         lines += _serving(s)
         for level, b in s.get("levels", {}).items():
             lag = _lag(b)
@@ -120,9 +120,12 @@ def _serving(s: dict[str, Any]) -> list[str]:
     return [f"  daemons serving it: {serving or 'none'}"]
 
 
-def _consumers(consumers: list[dict[str, Any]]) -> list[str]:
-    """One line per consumer; a host's several daemons (``processes``) under one line for
-    the host, in process order."""
+def _consumers(s: dict[str, Any]) -> list[str]:
+    """One line per consumer of queue status ``s``; a host's several daemons (``processes``)
+    under one line for the host, in process order; a group of too many, its count alone."""
+    if not s.get("consumers_listed", True):
+        return [f"  consumers: {s['consumers_count']} (too many to list)"]
+    consumers: list[dict[str, Any]] = s["consumers"]
     hosts: dict[str, list[dict[str, Any]]] = {}
     for c in sorted(consumers, key=lambda c: (c["host"] or c["name"], c["process"] or 0)):
         hosts.setdefault(c["host"] or c["name"], []).append(c)
@@ -134,7 +137,8 @@ def _consumers(consumers: list[dict[str, Any]]) -> list[str]:
             lines.append(f"  host {host}: {len(group)} consumers, holding {held}")
             indent = "    "
         lines += [
-            f"{indent}consumer {c['name']}  idle {_age(c['idle'])}  holding {c['holding']}"
+            f"{indent}consumer {c['name']}{'…' if c.get('name_cut') else ''}  "
+            f"idle {_age(c['idle'])}  holding {c['holding']}"
             for c in group
         ]
     return lines

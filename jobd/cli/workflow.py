@@ -17,7 +17,9 @@ BATCH_EPILOG = """\
 A batch is open while a `jobd enqueue --batch ID` adds to it, sealed when that command ends;
 complete once sealed and every member has ended (done, or failed: dead-lettered, expired,
 cancelled). Its callback (--on-complete) is enqueued then, once, with these counts as its
-JSON payload. Exit 3 when there is no such batch (never made, or expired with the history).
+JSON payload. Exit 3 when there is no such batch (never made, or expired with the history);
+exit 2 for an id no batch can have (a batch id is UTF-8, 1 to 200 characters, no space, no
+control character, no '{' or '}').
 """
 
 
@@ -36,7 +38,8 @@ def add_enqueue_flags(enqueue: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     flow.add_argument(
         "--after-timeout", metavar="DURATION",
-        help="with --after: wait DURATION at most (default: the queue's max_wait, if set; else "
+        help="with --after: wait DURATION at most (more than 0, at most 3650d; default: the "
+        "queue's max_wait, if set; else "
         "no bound); then the job is dead-lettered (jobd_error=dependency) saying what it "
         "waited for, never seen or not ended",
     )  # fmt: skip
@@ -89,8 +92,15 @@ def add_batch_command(commands: argparse._SubParsersAction, config_arg: Callable
 def run_batch(config: Config, args: argparse.Namespace) -> int:
     """`jobd batch ID`: the batch's counts; exit 3 when there is none."""
     from jobd.cli.common import print_json
+    from jobd.logs import printable
     from jobd.store.store import Store
+    from jobd.workflows import WorkflowError, check_batch_id
 
+    try:  # no batch can have it (enqueue --batch refuses it): said so, not Redis's error
+        check_batch_id(args.batch_id)
+    except WorkflowError as exc:
+        print(f"jobd batch: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
     store = Store.open(config.redis, "batch")
     try:
         state = store.batch_op(args.batch_id, "show")
@@ -101,11 +111,18 @@ def run_batch(config: Config, args: argparse.Namespace) -> int:
         return exitcodes.NOT_FOUND
     counts = state.counts()
     if args.json:
-        print_json({**counts, "on_complete": state.on_complete or None})
+        unread = state.on_complete_unread
+        print_json({**counts, "on_complete": state.on_complete or None,
+                    **({"on_complete_unread": unread} if unread else {})})  # fmt: skip
         return exitcodes.OK
     settled = state.done + state.failed
-    print(f"batch {state.batch_id}: {state.state}, {settled} of {state.total} ended: "
-          f"{state.done} done, {state.failed} failed, {state.pending} pending")  # fmt: skip
+    # Redis's bytes (anyone who can write the batch's hash): escaped, as everything printed.
+    print(printable(f"batch {state.batch_id}: {state.state}, {settled} of {state.total} "
+                    f"ended: {state.done} done, {state.failed} failed, "
+                    f"{state.pending} pending"))  # fmt: skip
     if state.on_complete:
-        print(f"on complete: a job into queue {state.on_complete}")
+        print(printable(f"on complete: a job into queue {state.on_complete}"))
+    elif state.on_complete_unread:
+        size = state.on_complete_unread
+        print(f"on complete: {size} bytes, longer than any queue name: not read")
     return exitcodes.OK

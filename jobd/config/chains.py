@@ -6,7 +6,9 @@ Checked here: each step names a queue of the config, and the steps make no cycle
 step of the cycle says ``cycle: allowed``: a chain that leads back to where it started
 enqueues for ever (every job done enqueues the next), or, through ``on_dead_letter``, turns
 one failing hook into an endless stream of dead letters. Each problem is placed at the step
-that closes the cycle, with the chain it makes.
+that closes the cycle, with the chain it makes. An ``on_dead_letter`` queue takes payloads of
+``MIN_HOOK_PAYLOAD`` at least: the record's JSON is cut to fit its ``max_payload``
+(store/chains.py), and below that even a record whose values are cut to nothing may not fit.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from jobd.config import durations
+from jobd.config import durations, sizes
 from jobd.config.problems import Problem
 from jobd.config.queue_settings import QueueSettings
 from jobd.config.types import ChainStep, QueueConfig
@@ -24,6 +26,7 @@ from jobd.config.yamlsrc import Path
 
 ALLOWED = "allowed"  # a step's `cycle:` that lets a chain lead back to where it started
 DEFAULT_PAYLOAD = "result"  # a `then:` step's payload when it names none
+MIN_HOOK_PAYLOAD = 1024  # an on_dead_letter queue's max_payload at least (bytes)
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,24 @@ def chain_problems(queues: Mapping[str, QueueSettings], names: list[str]) -> lis
                 problems.append(q.problem((*sub, "queue"), _unknown(target, names)))
             elif target in queues:
                 edges.append(Edge(q, target, sub, step.get("cycle") == ALLOWED))
+                problems += _hook_payload_problems(q, sub, queues[target])
     return problems + _cycle_problems([e for e in edges if not e.allowed])
+
+
+def _hook_payload_problems(q: QueueSettings, sub: Path, target: QueueSettings) -> list[Problem]:
+    """An ``on_dead_letter`` queue whose max_payload is below ``MIN_HOOK_PAYLOAD``."""
+    if sub[0] != "on_dead_letter":
+        return []
+    try:
+        most = sizes.parse(target.get("max_payload"))
+    except (Unchecked, ValueError):  # its own problem is told at its max_payload
+        return []
+    if most >= MIN_HOOK_PAYLOAD:
+        return []
+    return [q.problem((*sub, "queue"), (
+        f"queue {target.name!r} takes payloads of {most} bytes at most (its max_payload): a "
+        f"dead-letter record's JSON, its values cut to fit, needs {MIN_HOOK_PAYLOAD} bytes at "
+        f"least; give queue {target.name!r} a max_payload of 1KiB or more"))]  # fmt: skip
 
 
 def _unknown(target: str, names: list[str]) -> str:
@@ -142,7 +162,8 @@ def attach(
                                   str(step.get("payload", DEFAULT_PAYLOAD)),
                                   None if delay is None else durations.parse(delay)))  # fmt: skip
         else:
-            hook = ChainStep(target.name, target.keys(), "record")
+            hook = ChainStep(target.name, target.keys(), "record",
+                             max_payload=sizes.parse(target.get("max_payload")))  # fmt: skip
     if not then and hook is None:
         return queue
     chained = {"then": tuple(then), "on_dead_letter": hook}

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.crc import key_slot
-
 from jobd.config.problems import Problem
 from jobd.config.queue_settings import QueueSettings
 from jobd.config.view import ConfigView, Unchecked
@@ -173,7 +171,9 @@ def _cluster_slot_problems(s: Streams, view: ConfigView) -> list[Problem]:
             f"'{{{s.stream.replace('}', '')}}}'"
         )
         return [view.problem(("queues", s.name, "stream"), message)]
-    if key_slot(s.dead_letter.encode()) != key_slot(s.stream.encode()):
+    # The default name (derive) is in the stream's slot by construction: redis, for its slot
+    # function, is imported only for another name (`jobd validate` talks to no Redis).
+    if s.dead_letter != keys.derive(s.stream, "dead") and _slot(s.dead_letter) != _slot(s.stream):
         message = (
             f"the dead-letter stream {s.dead_letter!r} is in another Redis Cluster slot than "
             f"the stream {s.stream!r}; one script writes both: name it "
@@ -181,6 +181,12 @@ def _cluster_slot_problems(s: Streams, view: ConfigView) -> list[Problem]:
         )
         return [view.problem(("queues", s.name, "dead_letter", "stream"), message)]
     return []
+
+
+def _slot(key: str) -> int:
+    from redis.crc import key_slot
+
+    return key_slot(key.encode())
 
 
 def _shared_dead_letter_problems(streams: list[Streams], view: ConfigView) -> list[Problem]:

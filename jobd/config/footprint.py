@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobd.config.types import QueueConfig
-from jobd.process.handler import STDERR_TAIL
+from jobd.process.output import STDERR_TAIL
 from jobd.store.keys import HISTORY_BYTES
 
 RECORD = 640  # a record's JSON but its output tails and stream name: times, attempt, host, …

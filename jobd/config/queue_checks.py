@@ -167,6 +167,9 @@ def _prlimit(q: QueueSettings) -> list[Problem]:
 
 
 def _schedule(q: QueueSettings) -> list[Problem]:
+    schedules = q.schedule()
+    if not schedules:
+        return []  # croniter, never imported: most configs have no schedule
     # Imported at the first check, not with jobd.config: croniter runs `file` at import
     # (platform.architecture), and a child forked at jobd's own import came before jobd made
     # itself non-dumpable (cli.main): a copy of it, environment and all, readable until its exec.
@@ -174,7 +177,7 @@ def _schedule(q: QueueSettings) -> list[Problem]:
 
     problems = []
     names: set[str] = set()
-    for i, s in enumerate(q.schedule()):
+    for i, s in enumerate(schedules):
         if not croniter.is_valid(s.cron):
             message = (
                 f"{s.cron!r} is not a cron expression: write five fields (minute hour day "

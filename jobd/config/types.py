@@ -89,6 +89,9 @@ class ChainStep:
     keys: QueueKeys  # the target's (its stream is the one jobs without a priority go to)
     payload: str  # then: result, stdout or payload; on_dead_letter: record
     delay: float | None = None  # seconds after the parent is done; None: at once
+    # on_dead_letter: the target's max_payload, which the record's JSON is cut to fit
+    # (store/chains.py); None: not known (no bound)
+    max_payload: int | None = None
 
 
 @dataclass(frozen=True)

@@ -299,9 +299,11 @@ class Admission:
         # one stopped after it, on its way to the handler's exec, meets the deadline there.
         if (deadline := self.lease_held(queue, job)) is None:
             return
+        channel = self.running.channel
+        channel.begin_start()  # its first message may be read before it is in the table
         try:
             handler = Handler.spawn(job, queue, self.folder, self.running.tree, deadline,
-                                    self.running.channel.address)  # fmt: skip
+                                    channel.address)  # fmt: skip
         except Lapsed:
             self.lapsed(queue, job)
             return
@@ -310,7 +312,10 @@ class Admission:
                 log.error("%s cannot start the handler", job.tag(queue.name), exc_info=exc)
             self.cannot_start(queue, job, exc)
             return
-        self.running.add(handler)
+        else:
+            self.running.add(handler)
+        finally:
+            channel.end_start()
         self.holdings.telling(key(queue), job.message_id, job.delivery, handler)
         series = self.metrics.of(queue.name)
         series.started.inc()

@@ -16,15 +16,16 @@ cgroup it runs in (where it has one). Any other message is dropped and counted
 gone before its message was read (``jobd notify`` waits until it is read; ``systemd-notify``
 names its parent, the handler).
 
-A message is read with ``recvmsg``: up to ``MESSAGE_MAX`` bytes (one larger is cut: dropped as
-``truncated``), and any descriptors sent with it closed once it is attributed (how a sender
-learns that it was read: ``jobd notify`` waits for the end of a pipe, systemd-notify's
-``BARRIER=1`` the same way). Reading, attributing and parsing (``process.channel.parse``: a
-message of more than ``LINES_MAX`` lines is refused whole) run on the channel's thread, never on
-the loop's, and a flood costs what it costs there. A close can block (a TCP socket with
-SO_LINGER and unsent data lingers; a FUSE file's close waits for its server): ``Closer`` keeps
-it off the channel's thread too, and every descriptor a message may bring is taken (FDS_MAX, the
-kernel's own bound: one it had to drop it would close inside ``recvmsg``, on this thread).
+Messages are read a batch at a time (``daemon.receive``: in C, up to 64 messages and what the
+kernel says of each sender with the GIL let go once, so that a flood does not make the thread and
+the loop hand the GIL to each other at every system call): up to ``MESSAGE_MAX`` bytes each (one
+larger is cut: dropped as ``truncated``), and any descriptors sent with it (FDS_MAX, all the
+kernel lets one carry) given to ``daemon.disposer`` once it is queued for the loop; they are
+closed in a process of their own (how a sender learns that it was read: ``jobd notify`` waits
+for the end of a pipe, systemd-notify's ``BARRIER=1`` the same way). This thread makes no system
+call on a received descriptor (a release can block, with the GIL held in some calls), and reads,
+attributes and parses (``process.channel.parse``) what the loop then takes at a fixed cost. While
+too many descriptors wait for the disposer, messages are read without room for theirs.
 
 What the thread learns reaches the loop in ``queue`` (at most QUEUED_MAX waiting: the thread
 then waits, and the socket's queue, whose senders the kernel blocks, holds the rest), with a
@@ -36,48 +37,43 @@ never fires it on a job that may have spoken.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import logging
 import os
 import queue
 import secrets
 import select
-import signal
 import socket
-import struct
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 
-from jobd.daemon.closer import Closer
+from jobd.daemon.disposer import Disposer
 from jobd.daemon.poller import Wakeup
-from jobd.process import where
+from jobd.daemon.receive import BATCH_MAX, NEED, SO_PASSPIDFD, Message, Receiver, backlog, count_of
+from jobd.daemon.starts import Batch, Starts, vouched
 from jobd.process.channel import Said, parse
 from jobd.process.handler import Handler
 from jobd.web.metrics import Metrics
 
 log = logging.getLogger("jobd.daemon")
 
-MESSAGE_MAX = 65536  # bytes of one message; one larger is dropped (``truncated``)
-FDS_MAX = 253  # descriptors taken with one message (and closed): the kernel's SCM_MAX_FD, all
-UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-SO_PASSPIDFD, SCM_PIDFD = 76, 4  # Linux 6.5: the sender's pidfd with each message
-ANCILLARY = socket.CMSG_SPACE(UCRED.size) + socket.CMSG_SPACE(4) + socket.CMSG_SPACE(FDS_MAX * 4)
-CUT = socket.MSG_TRUNC | socket.MSG_CTRUNC
 PER_WAKE = 32  # messages the thread queues between two wake-ups of the loop, at most
 QUEUED_MAX = 1024  # messages waiting for the loop, at most (``take`` takes as many a pass)
 SYNC_WAIT = 0.05  # seconds ``sync`` waits for the thread, at most
 SYNC_REST = 1.0  # seconds after a wait that gave up before ``sync`` waits again, at least
 CLOSE_WAIT = 1.0  # seconds ``close`` waits for the thread to end
+UNSURE_MAX = 256  # messages of an unknown session kept while a start is under way, at most
+SETTLE_WAIT = 0.05  # seconds the thread waits for the disposer when short of spare slots
 
 # What the thread tells the loop: a message taken ("said", handler, what, when read), dropped
 # ("drop", queue, reason), or the socket found empty ("drained", when).
 Item = tuple[str, Handler, Said, float] | tuple[str, str, str] | tuple[str, float]
+WAIT: Item = ("wait", 0.0)  # ``judge``: ``unsure`` is full, the message waits for a start's end
+KEPT: Item = ("kept", 0.0)  # ``judge``: the message is kept in ``unsure`` (``starts``)
 
 
-class Channel:
+class Channel(Starts):
     """The socket, who may speak on it, and its thread (``start``); the loop ``take``s."""
 
     def __init__(self, metrics: Metrics | None = None) -> None:
@@ -91,50 +87,56 @@ class Channel:
         name = f"jobd/{os.getpid()}/{secrets.token_hex(8)}"
         self.sock.bind("\0" + name)
         self.address = "@" + name  # as NOTIFY_SOCKET says it, systemd's way
-        self.view = memoryview(bytearray(MESSAGE_MAX))
         self.dropped: dict[tuple[str, str], int] = {}  # (queue, reason): messages dropped
         self.counting = threading.Lock()
         self.queue: queue.Queue[Item] = queue.Queue(QUEUED_MAX)
         self.wakeup = Wakeup()  # the thread's byte: something to take
         self.asked = Wakeup()  # the loop's byte: read the socket out now (or end: ``closing``)
         self.handlers: Mapping[int, Handler] = {}
-        self.cgroup_of: Callable[[int], Handler | None] | None = None
+        self.cgroup_of: Callable[[bytes], Handler | None] | None = None
+        self.receiver = Receiver(self.sock, cgroups=False)
         self.thread = threading.Thread(target=self.listen, name="jobd-channel", daemon=True)
-        self.closer = Closer()
+        self.disposer = Disposer()
         self.closing = False
-        # The thread's: a message read and not yet queued; messages read.
-        self.holding = False
-        self.count = 0
-        self.flushed = 0  # ``count`` when it last queued what it held
+        # The thread's: a message read and not yet queued; messages read, not judged yet.
+        self.holding, self.in_hand = False, 0
+        # A handler's first message may be read while the loop starts it (``starting``,
+        # ``started``: the loop's): one of an unknown session then waits in ``unsure`` (with
+        # ``started`` then) until that start ended, a later one of its session behind it.
+        self.starting, self.started, self.ended = 0, 0, threading.Event()
+        self.unsure: list[tuple[Message, int, bool]] = []
+        self.count, self.flushed = 0, 0  # messages read; ``count`` when it last queued them
         # For ``sync``: the thread queues what it holds once ``count`` reaches ``flush_at``, and
         # says so (``reached``); the socket holds ``backlog`` messages at most.
-        self.flush_at, self.reached, self.backlog = float("inf"), threading.Event(), _backlog()
+        self.flush_at, self.reached, self.backlog = float("inf"), threading.Event(), backlog()
         # The loop's: the socket last found empty, all before taken (a watchdog waits for it).
-        self.drained = float("-inf")
-        self.awaited = False
+        self.drained, self.awaited = float("-inf"), False
         self.gave_up = float("-inf")  # when the last ``sync`` that gave up began
         self.emptied = float("-inf")  # the thread's: when it last began a read that found none
         self.peek = select.poll()
         self.peek.register(self.sock, select.POLLIN)
 
     def start(
-        self, handlers: Mapping[int, Handler], cgroup_of: Callable[[int], Handler | None]
+        self, handlers: Mapping[int, Handler], cgroup_of: Callable[[bytes], Handler | None] | None
     ) -> None:
         """The thread starts: ``handlers`` by leader pid (its session's id), ``cgroup_of`` the
-        handler whose cgroup a pid is in (None where handlers have none)."""
+        handler whose cgroup a /proc/PID/cgroup ``0::`` path is or is below (None: no cgroups)."""
         self.handlers, self.cgroup_of = handlers, cgroup_of
+        self.receiver.cgroups = cgroup_of is not None
         self.thread.start()
 
     def close(self) -> None:
-        """The thread ends (CLOSE_WAIT at most: one blocked in a close is left, and so is the
-        socket it reads), then the socket is closed."""
+        """The thread ends (CLOSE_WAIT at most: one stuck in a close is left, and its socket)."""
         self.closing = True
         self.asked.wake()
         if self.thread.is_alive():
             self.thread.join(CLOSE_WAIT)
+        self.disposer.close()
         if self.thread.is_alive():
             log.warning("the handlers' channel is blocked (a descriptor sent on it lingers)")
             return
+        self.receiver.close()  # its spare descriptors: the thread's, ended (never both closing)
+        self.forget()
         self.sock.close()
         for fd in (self.wakeup.r, self.wakeup.w, self.asked.r, self.asked.w):
             os.close(fd)
@@ -158,7 +160,7 @@ class Channel:
             else:
                 _, handler, said, now = item  # type: ignore[misc]
                 if handlers.get(handler.pid) is not handler:
-                    self.drop("", "stranger")
+                    self.drop("", "stranger", said.count)
                     continue
                 self.count_taken(handler, said)
                 heard.append(handler)
@@ -173,25 +175,28 @@ class Channel:
         self.awaited = True
         self.asked.wake()
 
-    def sync(self) -> None:
+    def sync(self, take: Callable[[], object]) -> None:
         """Before handlers that exited leave the table: wait (SYNC_WAIT at most) until every
         message they sent is queued, so that what a handler sent before its exit is heard:
         until the socket is empty, or the thread found it empty since, or it has read
-        ``backlog`` messages more than it had when this began (all that the socket held then:
-        under a flood, a fraction of a millisecond). Not again once a wait gave up (the thread
-        stuck in a close, say), until the thread has found the socket empty since and
-        SYNC_REST has passed: it costs the loop SYNC_WAIT a SYNC_REST at most (5 %)."""
+        ``backlog`` messages more than it had when this began, and a batch (all that the socket
+        and the thread held then: under a flood, a millisecond or so). Not again once a wait
+        gave up (the thread stuck in a close, say), until the thread has found the socket empty
+        since and SYNC_REST has passed: it costs the loop SYNC_WAIT a SYNC_REST at most (5 %)."""
         if not self.thread.is_alive() or self.settled() or self.emptied < self.gave_up:
             return
         if time.monotonic() < self.gave_up + SYNC_REST:
             return
         began = time.monotonic()
         self.reached.clear()
-        target = self.count + 1 + self.backlog  # + 1: one read, not counted yet
+        # + BATCH_MAX: a batch read and not all judged yet (``in_hand``) comes before them
+        target = self.count + BATCH_MAX + self.backlog
         self.flush_at = target
         self.asked.wake()
         try:
             while not self.settled() and self.emptied < began and self.flushed < target:
+                if self.queue.full():  # the thread waits in ``put`` (it says so): room first
+                    take()
                 if not self.reached.wait(max(0.0, began + SYNC_WAIT - time.monotonic())):
                     self.gave_up = began
                     log.debug("channel: a wait for the thread gave up after 50 ms (stuck?): "
@@ -203,12 +208,11 @@ class Channel:
 
     def settled(self) -> bool:
         """The socket is empty and the thread holds no message: everything read is queued."""
-        return not self.peek.poll(0) and not self.holding
+        return not self.peek.poll(0) and not self.holding and not self.in_hand and not self.unsure
 
     def count_taken(self, handler: Handler, said: Said) -> None:
-        """A message taken for ``handler`` (before it hears it): counted, and so is a request
-        for more time while it runs (``jobd_notify_messages_total``,
-        ``jobd_timeout_extensions_total``)."""
+        """A message taken for ``handler`` (before it hears it): counted, a request for more time
+        while it runs too (``jobd_notify_messages_total``, ``jobd_timeout_extensions_total``)."""
         if self.metrics is None:
             return
         series = self.metrics.of(handler.queue.name)
@@ -217,9 +221,8 @@ class Channel:
             series.extended.inc(said.extends)
 
     def drop(self, queue: str, reason: str, count: int = 1) -> None:
-        key = (queue, reason)
         with self.counting:  # the loop's and the thread's
-            self.dropped[key] = self.dropped.get(key, 0) + count
+            self.dropped[queue, reason] = self.dropped.get((queue, reason), 0) + count
         if self.metrics is not None:
             self.metrics.notify_dropped.labels(queue=queue, reason=reason).inc(count)
 
@@ -232,55 +235,78 @@ class Channel:
         while not self.closing:
             poll.poll()
             asked = bool(self.asked.drain())
-            if not self.closing:
-                self.read_out(asked)
+            try:
+                self.read_out(asked) if not self.closing else None
+            except Exception:  # never the channel's end (the sink not started, say): again
+                log.exception("the handlers' channel: a read failed; reading on in 0.1 s")
+                time.sleep(0.1)
 
     def read_out(self, asked: bool) -> None:
-        """Read until the socket is empty (then "drained"), queueing what each message says
-        and closing its descriptors after (a close may block: only this thread waits)."""
+        """Read until the socket is empty (then "drained"), queueing what each message says,
+        then giving its descriptors to the disposer (which closes them elsewhere)."""
         queued = 0  # items queued
-        batch: dict[int, tuple[Handler, Said, float]] = {}  # by handler: its messages, merged
+        batch: Batch = {}  # by handler: its messages, merged
         while not self.closing:
             began = time.monotonic()
             self.holding = True
-            try:
-                size, ancillary, flags, _ = self.sock.recvmsg_into(
-                    (self.view,), ANCILLARY, socket.MSG_CMSG_CLOEXEC
-                )
-            except (BlockingIOError, InterruptedError):
+            queued += self.rejudge(batch) if self.unsure else 0
+            if self.receiver.held() < NEED:  # out of descriptors: the last ones given back?
+                self.disposer.settle(SETTLE_WAIT)
+                self.receiver.held()
+            messages = self.receiver.batch(list(self.handlers), self.disposer.room(), keep=True)
+            if not messages:
                 queued += self.flush(batch)
                 self.put(("drained", began))
                 self.emptied = began
                 self.reached.set()
                 break
-            self.count += 1
-            pid, pidfd, fds = _sender(ancillary)
-            try:
-                item = self.judge(pid, flags, size, pidfd)
-            except Exception:  # a message jobd did not foresee: never the end of the channel
-                log.exception("the handlers' channel: a message from pid %d not taken", pid)
-                item = ("drop", "", "malformed")
-            if item is not None and item[0] == "said":
-                _, handler, said, now = item  # type: ignore[misc]
-                if (held := batch.get(id(handler))) is not None:
-                    held[1].merge(said)
-                    said = held[1]
-                batch[id(handler)] = (handler, said, now)
-            elif item is not None:
-                self.put(item)
-                queued += 1
-            self.holding = bool(batch)  # read, not queued yet (``settled``)
-            if fds and batch:  # queued before its sender learns it was read (its pipe closed)
-                queued += self.flush(batch)
-            for fd in fds:
-                self.closer.discard(fd)
-            if self.count % PER_WAKE == 0 or self.count >= self.flush_at:
-                queued += self.flush(batch)
-                self.wakeup.wake()
+            self.in_hand = sum(map(count_of, messages))
+            for message in messages:
+                queued += self.take_one(message, batch)
+                self.in_hand -= count_of(message)
         if queued or asked:
             self.wakeup.wake()
 
-    def flush(self, batch: dict[int, tuple[Handler, Said, float]]) -> int:
+    def take_one(self, message: Message, batch: Batch, again: bool = False) -> int:
+        """One message read: judged, merged into ``batch`` (its sender's), its descriptors
+        given to the disposer once what it said is queued; the items queued. ``again``: one
+        judged before (``unsure``), its descriptors given then."""
+        queued, before = 0, self.count
+        self.count += 0 if again else count_of(message)
+        pid, flags, fds = message[0], message[4], () if again else message[6]
+        if flags & socket.MSG_CTRUNC and not again:  # its descriptors dropped (read with room)
+            self.drop("", "descriptors")
+        try:
+            item = self.judge(message, defer=not again)
+            while item is WAIT and not self.closing:
+                queued += self.await_start(batch)
+                item = self.judge(message, defer=not again)
+        except Exception:  # a message jobd did not foresee: never the end of the channel
+            log.exception("the handlers' channel: a message from pid %d not taken", pid)
+            item = ("drop", "", "malformed")
+        if message[8] >= 0 and item is not KEPT:  # its session's leader: no more asked
+            os.close(message[8])
+        if item is not None and item[0] == "said":  # (WAIT left when closing: not queued)
+            _, handler, said, now = item  # type: ignore[misc]
+            if (held := batch.get(id(handler))) is not None:
+                held[1].merge(said)
+                said = held[1]
+            batch[id(handler)] = (handler, said, now)
+        elif item is not None and item is not WAIT and item is not KEPT:
+            self.put(item)
+            queued += 1
+        self.holding = bool(batch)  # read, not queued yet (``settled``)
+        if (fds or flags & socket.MSG_CTRUNC) and batch:  # queued before its sender learns it
+            # was read (its pipe closed: by the sink, or dropped by the kernel just now)
+            queued += self.flush(batch)
+        if fds:
+            self.disposer.give(list(fds))
+        if self.count // PER_WAKE != before // PER_WAKE or self.count >= self.flush_at:
+            queued += self.flush(batch)
+            self.wakeup.wake()
+        return queued
+
+    def flush(self, batch: Batch) -> int:
         """Queue what each handler said in the messages read since the last flush, merged:
         the loop takes one item a handler, whatever their number."""
         for handler, said, now in batch.values():
@@ -293,108 +319,45 @@ class Channel:
             self.reached.set()
         return count
 
-    def judge(self, pid: int, flags: int, size: int, pidfd: int = -1) -> Item | None:
+    def judge(self, message: Message, defer: bool = False) -> Item | None:
         """A message read: whose it is, and what it says; None for a stranger's, counted here
-        (a stranger's flood costs the loop nothing). With the sender's ``pidfd`` (closed here),
-        a sender found gone once its pid was looked up is a stranger: its pid may have been
-        another process's by then."""
-        handler = None
-        try:
-            handler = _whose(pid, self.handlers, self.cgroup_of)
-        finally:
-            if pidfd >= 0 and not _alive(pidfd):
-                handler = None
+        (a stranger's flood costs the loop nothing). A sender found gone once its pid was
+        looked up (``receive``) is a stranger: its pid may have been another process's by
+        then."""
+        pid, sid, cgroup, alive, flags, data, _, parsed, _ = message
+        # Read before the lookup: a start that ends just after it missed is seen under way.
+        started, starting, full = self.started, self.starting, len(self.unsure) >= UNSURE_MAX
+        if defer and self.unsure and any(m[1] == sid for m, _, _ in self.unsure):
+            return WAIT if full else self.keep(message, started, True)  # behind
+        handler = self.handlers.get(sid) if pid > 0 and alive is not False else None
+        if handler is not None and not vouched(message):  # a session unknown when read,
+            handler = None  # whose leader is gone: the id another's (``starts``)
+        if handler is None and cgroup is not None and alive is not False and self.cgroup_of:
+            handler = self.cgroup_of(cgroup)
+        if handler is None and defer and starting:  # a start under way: its?
+            return WAIT if full else self.keep(message, started, False)
         if handler is None:
-            self.drop("", "stranger")
+            self.drop("", "stranger", count_of(message))
             return None
-        if flags & CUT:
-            return ("drop", handler.queue.name, "truncated")
-        return ("said", handler, parse(bytes(self.view[:size])), time.monotonic())
+        if flags & socket.MSG_TRUNC:  # counted here: no item (a flood of them fills no queue)
+            self.drop(handler.queue.name, "truncated", count_of(message))
+            return None
+        said = parse(data) if parsed is None else Said(*parsed)
+        return ("said", handler, said, time.monotonic())
+
+    def keep(self, message: Message, started: int, follows: bool) -> Item:
+        """``message`` kept in ``unsure``, to be judged once the starts under way ended."""
+        self.unsure.append((message, started, follows))
+        return KEPT
 
     def put(self, item: Item) -> None:
         """Queued for the loop; while QUEUED_MAX wait, the thread waits (the loop is woken)."""
+        told = False  # the loop, and a ``sync`` waiting, which makes room (``take``)
         while not self.closing:
             try:
-                self.queue.put(item, timeout=0.1)
+                self.queue.put(item, block=told, timeout=0.1)
                 return
             except queue.Full:
                 self.wakeup.wake()
-
-
-def _backlog() -> float:
-    """Datagrams an AF_UNIX socket's queue holds at most: net.unix.max_dgram_qlen, plus one
-    (the kernel blocks a send once the queue is longer than it); unknown, no bound."""
-    try:
-        with open("/proc/sys/net/unix/max_dgram_qlen", "rb") as f:
-            return int(f.read()) + 1
-    except (OSError, ValueError):
-        return float("inf")
-
-
-def _sender(ancillary: list[tuple[int, int, bytes]]) -> tuple[int, int, list[int]]:
-    """The sender's pid from a message's ancillary data (0: none, or not in our pid
-    namespace), its pidfd (-1: none; ``Channel.judge`` closes it), and the descriptors that
-    came with it (for the caller to close)."""
-    pid, pidfd = 0, -1
-    fds = array.array("i")
-    for level, kind, data in ancillary:
-        if level != socket.SOL_SOCKET:
-            continue
-        if kind == socket.SCM_CREDENTIALS and len(data) >= UCRED.size:
-            pid = UCRED.unpack_from(data)[0]
-        elif kind == SCM_PIDFD and len(data) >= 4:
-            pidfd = int.from_bytes(data[:4], sys.byteorder, signed=True)
-        elif kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    return pid, pidfd, list(fds)
-
-
-def _alive(pidfd: int) -> bool:
-    """Whether the process ``pidfd`` refers to has not exited (a zombie has not); the pidfd
-    is closed. Asked after its pid was looked up: alive then, the pid was its all along."""
-    try:
-        signal.pidfd_send_signal(pidfd, 0)
-    except PermissionError:  # another user's: alive
-        pass
-    except OSError:  # ESRCH: exited
-        return False
-    finally:
-        os.close(pidfd)
-    return True
-
-
-def _whose(
-    pid: int, handlers: Mapping[int, Handler], cgroup_of: Callable[[int], Handler | None] | None
-) -> Handler | None:
-    """The running handler whose job ``pid`` is a process of: of its session, or its cgroup."""
-    if pid <= 0:
-        return None
-    try:
-        handler = handlers.get(os.getsid(pid))
-    except OSError:  # gone already (or not ours to see)
-        return None
-    if handler is None and cgroup_of is not None:
-        handler = cgroup_of(pid)
-    return handler
-
-
-def cgroup_finder(running: Callable[[], list[Handler]]) -> Callable[[int], Handler | None]:
-    """``Channel.start``'s ``cgroup_of``: the handler, among ``running()``, whose cgroup ``pid``
-    is in, or in a cgroup below it, by the whole path (/proc/PID/cgroup, a v2 line
-    ``0::/path``, under the hierarchy's mount). Never by a cgroup's name alone: a job's is in
-    its processes' /proc/PID/cgroup for anyone to read, and a user given a subtree of their own
-    (a user's systemd instance) can make a cgroup of that name there."""
-    mount = where.mount_point()
-
-    def of(pid: int) -> Handler | None:
-        path = where.cgroup_of(pid, mount) if mount is not None else None
-        if path is None:
-            return None
-        for handler in running():
-            if handler.placed:
-                own = os.path.normpath(handler.placed[1].path)
-                if path == own or path.startswith(own + "/"):
-                    return handler
-        return None
-
-    return of
+                self.reached.set()
+                told = True

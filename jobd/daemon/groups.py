@@ -78,6 +78,9 @@ class Groups:
         self.levels = tuple(levels)
         self._group_ok = True
         if not self.ready.is_set():
+            # Redis's clock read now (kept a minute: ``KeptClock``), not with the first jobs
+            # read: a TIME that waits out a link gone bad would hold them, read, undelivered
+            self.store.clock.offset(self.queue.stream)
             self.ready.set()
             self.deliver(self.queue, [])  # wakes the loop: ready (READY=1) now, not at a tick
 

@@ -5,8 +5,8 @@ processes that escaped their handler's group, ended once their job has (``proces
 and their channel, the one socket their NOTIFY_SOCKET names (``daemon.channel``).
 
 Used by the loop's thread only; the metrics thread reads ``in_queue`` one key at a time (an
-int the loop replaces whole), and the channel's thread looks a pid up in ``by_pid`` (one
-``dict.get``, or a copy of its values for ``cgroup_finder``: each whole under the GIL).
+int the loop replaces whole), and the channel's thread looks a pid up in ``by_pid``, or a cgroup
+up in ``in_cgroup`` (``CgroupFinder``: a ``dict.get`` or two, each whole under the GIL).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 
 from jobd.config import QueueConfig
-from jobd.daemon.channel import Channel, cgroup_finder
+from jobd.daemon.channel import Channel
 from jobd.daemon.poller import Poller
 from jobd.job import Job
 from jobd.process import cgroup, containment, memory, reaper, results, where
@@ -54,7 +54,7 @@ class Handlers:
         self.metrics = metrics
         self.channel = Channel(metrics)  # their NOTIFY_SOCKET (``daemon.channel``)
         poller.register(self.channel.wakeup.r, select.EPOLLIN, "channel")  # its thread's bytes
-        self.in_cgroup = cgroup_finder(lambda: list(self.by_pid.values()))
+        self.in_cgroup = CgroupFinder()  # their cgroups, kept as they enter and leave
         self.by_pid: dict[int, Handler] = {}
         self.by_entry: dict[EntryKey, Handler] = {}
         self.in_queue: Counter[str] = Counter()
@@ -99,6 +99,7 @@ class Handlers:
     def add(self, handler: Handler) -> None:
         handler.strays = functools.partial(self.reaper.of, delivery(handler))  # stopped with it
         self.by_pid[handler.pid] = handler
+        self.in_cgroup.enter(handler)
         self.by_entry[entry_key(handler.queue, handler.job)] = handler
         self.in_queue[handler.queue.name] += 1
         self.poller.watch_handler(handler)
@@ -107,9 +108,7 @@ class Handlers:
 
     def listen(self) -> None:
         """Their channel's thread starts (``daemon.channel``), with the loop."""
-        self.channel.start(
-            self.by_pid, lambda pid: self.in_cgroup(pid) if self.tree is not None else None
-        )
+        self.channel.start(self.by_pid, self.in_cgroup if self.tree is not None else None)
 
     def hear(self, now: float) -> None:
         """What their channel's thread read, each message to its sender's handler
@@ -124,13 +123,14 @@ class Handlers:
     def sync(self) -> None:
         """Before handlers whose leader exited leave the table: what they sent before is
         taken (``Channel.sync``: one wait for all of a pass's)."""
-        self.channel.sync()
+        self.channel.sync(lambda: self.hear(time.monotonic()))  # making room, where it must
         self.hear(time.monotonic())
 
     def remove(self, handler: Handler) -> None:
         """Its leader has exited: out of the table, and out of the channel's reach (``sync``
         first)."""
         del self.by_pid[handler.pid]
+        self.in_cgroup.leave(handler)
         if handler.stop_reason is StopReason.WATCHDOG and self.metrics is not None:
             self.metrics.of(handler.queue.name).watchdogged.inc()
         key = entry_key(handler.queue, handler.job)
@@ -258,3 +258,58 @@ class Handlers:
             # A watchdog past due that its channel was not heard out after: read it out.
             if any(h.stop_reason is None and h.due <= now for h in self.by_pid.values()):
                 self.channel.ask()
+
+
+class CgroupFinder:
+    """``Channel.start``'s ``cgroup_of``: the running handler whose cgroup a process is in, or
+    in a cgroup below it, by the whole path (``line``: its /proc/PID/cgroup's v2 line
+    ``0::/path`` after the ``0::``, as ``receive`` read it, under the hierarchy's mount). Never
+    by a cgroup's name alone: a job's is in its processes' /proc/PID/cgroup for anyone to read,
+    and a user given a subtree of their own (a user's systemd instance) can make a cgroup of
+    that name there.
+
+    An index kept by the loop as handlers enter and leave the table (``enter``, ``leave``): a
+    lookup, on the channel's thread for each stranger's message, costs the same whatever the
+    number of running handlers: the sender's path cut at each depth a handler's cgroup has
+    (one, as a rule: they are all children of the daemon's cgroup) and looked up in a dict.
+    Thread-safe by the GIL: the loop sets and deletes keys of ``by_path`` (the thread's
+    ``dict.get`` sees each whole) and replaces ``depths`` whole."""
+
+    def __init__(self) -> None:
+        self.mount = where.mount_point()
+        self.by_path: dict[str, Handler] = {}  # a handler's cgroup, normalised: the handler
+        self.counts: Counter[int] = Counter()  # the loop's: paths of ``by_path`` by depth
+        self.depths: tuple[int, ...] = ()  # those depths, deepest first (the thread's copy)
+
+    @staticmethod
+    def path(handler: Handler) -> str | None:
+        """Its cgroup, normalised; None when it has none."""
+        return os.path.normpath(handler.placed[1].path) if handler.placed else None
+
+    def enter(self, handler: Handler) -> None:
+        if (path := self.path(handler)) is not None:
+            self.by_path[path] = handler
+            self.counts[path.count("/")] += 1
+            self.depths = tuple(sorted(self.counts, reverse=True))
+
+    def leave(self, handler: Handler) -> None:
+        path = self.path(handler)
+        if path is not None and self.by_path.get(path) is handler:
+            del self.by_path[path]
+            depth = path.count("/")
+            self.counts[depth] -= 1
+            if not self.counts[depth]:
+                del self.counts[depth]
+                self.depths = tuple(sorted(self.counts, reverse=True))
+
+    def __call__(self, line: bytes) -> Handler | None:
+        if self.mount is None or not line.startswith(b"/"):
+            return None
+        path = os.path.normpath(self.mount + os.fsdecode(line))
+        parts = path.split("/")
+        for depth in self.depths:
+            if depth < len(parts):
+                handler = self.by_path.get("/".join(parts[: depth + 1]))
+                if handler is not None:
+                    return handler
+        return None

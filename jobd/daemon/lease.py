@@ -28,11 +28,12 @@ daemon took it). No round trip is added to a start: renewals (every ``renew_ever
 third of ``reclaim_after``) keep the entries waiting for a slot confirmed, and a read's own
 confirmation is at most one blocking read old (a quarter of ``reclaim_after`` at most).
 
-What a running handler tells of itself (its progress and status: ``process.channel``) travels
-with the renewal of its entry, in the same script call, when it changed since it was last
-written: never a round trip of its own, and at most a ``renew_every`` old in its job's active
-record (``jobd job``, ``jobd status``). The script writes it only for the entries it renewed: a
-handler whose lease was lost changes nothing of the new owner's record.
+What a running handler tells of itself (its progress and status, and the deadline it extended
+to: ``process.channel``) travels with the renewal of its entry, in the same script call, when it
+changed since it was last written: never a round trip of its own, and at most a ``renew_every``
+old in its job's active record (``jobd job``, ``jobd status``, the dashboard). The script writes
+it only for the entries it renewed: a handler whose lease was lost changes nothing of the new
+owner's record.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class Teller(Protocol):
 
     job: Job
     told: Told | None
+    started: float  # monotonic, as ``Told``'s times
+    timeout: float  # seconds: its own deadline is ``started`` plus this
 
 
 # A handler starts only on an entry whose lease was confirmed less than this share of
@@ -97,8 +100,11 @@ def process_index() -> int | None:
 
 def consumer_name() -> str:
     """A daemon's name in every consumer group, unique per process, and readable: which host
-    and pid holds a job (and which of the host's daemons it is: ``name_process``)."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}{_process_tag}"
+    and pid holds a job (and which of the host's daemons it is: ``name_process``). Containers
+    often share both (a fixed host name, pid 1): 64 random bits keep their names apart (16
+    bits clashed in 7 % of a fleet of 100's restarts); a clash all the same is found by the
+    daemon registry (``beat.lua``) and listed."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(8)}{_process_tag}"
 
 
 @dataclass(slots=True)
@@ -204,9 +210,10 @@ class Holdings:
                 if told is None or told.changed <= entry.shown:
                     continue
                 changed, progress, status = told.changed, told.progress, told.status
-                if progress is not None or status is not None:
+                extended = deadline_ms(entry.teller, told.extended_to)
+                if progress is not None or status is not None or extended is not None:
                     job_id = entry.teller.job.job_id
-                    found.append((Shown(mid, job_id, progress, status), changed))
+                    found.append((Shown(mid, job_id, progress, status, extended), changed))
         return found
 
     def shown(self, key: LeaseKey, written: dict[str, tuple[int, float]]) -> None:
@@ -252,6 +259,15 @@ class Holdings:
             return {k for k, held in self._held.items() if held} | {
                 k for k, backs in self._backs.items() if backs
             }
+
+
+def deadline_ms(teller: Teller, extended_to: float | None) -> int | None:
+    """The deadline its handler extended to (``Told.extended_to``), in ms after its start;
+    never before its own (``Told.due``, less the watchdog's: a heartbeat's due time is no
+    deadline to show, it moves with each); None when it extended none."""
+    if extended_to is None:
+        return None
+    return round(max(teller.timeout, extended_to - teller.started) * 1000)
 
 
 class Renewal:

@@ -47,15 +47,14 @@ from jobd.daemon.notify import Notifier
 from jobd.daemon.poller import STOP_SIGNALS, Poller, Signals
 from jobd.daemon.reader import Reader
 from jobd.daemon.recorder import Recorder
-from jobd.daemon.report import LoopView, StatusReport, status_line
+from jobd.daemon.report import LoopView, StatusReport, serve_endpoint, status_line
 from jobd.daemon.slots import Slots
 from jobd.embedded import EmbeddedServer
 from jobd.outcome import Outcome, Started, Verb
 from jobd.process import policy, spawn
 from jobd.process.handler import Handler, StopReason
 from jobd.store.store import Store
-from jobd.web.dashboard import Dashboard
-from jobd.web.metrics import Metrics, serve
+from jobd.web.metrics import Metrics
 
 log = logging.getLogger("jobd.daemon")
 
@@ -119,6 +118,7 @@ class Daemon:
         # A renewal no queue reads and holding nothing goes (a reload would leave one behind).
         keep = self.queues.in_use() | self.holdings.keys()
         self.renewals = {k: r for k, r in self.renewals.items() if k in keep}
+        self.recorder.store.payload_limits = self.store.payload_limits  # outbox.duties fills it
         for queue in self.config.queues.values():
             self.renewals |= lease.renewals(
                 self.store, queue, self.holdings, self.inbox.report_lost
@@ -180,7 +180,7 @@ class Daemon:
         self.poller.register(self.inbox.wakeup.r, select.EPOLLIN, "wake")
         self.running.listen()  # the handlers' channel's thread
         if self.config.metrics_listen:
-            serve(self.metrics, self.config.metrics_listen, Dashboard(self.config))
+            serve_endpoint(self.metrics, self.config.metrics_listen, self.config)
         for name in self.config.queues:
             self.metrics.of(name)
         self.recorder.start()

@@ -39,8 +39,8 @@ class Notifier:
         env = os.environ if environ is None else environ
         watchdog = env.get("WATCHDOG_USEC")
         pid = env.get("WATCHDOG_PID")
-        usec = int(watchdog) if watchdog and watchdog.isdigit() else None
-        if pid and pid.isdigit() and int(pid) != os.getpid():
+        usec = int(watchdog) if _decimal(watchdog, 20) else None
+        if _decimal(pid, 10) and int(pid) != os.getpid():
             usec = None  # the watchdog is meant for another process
         return cls(env.get("NOTIFY_SOCKET") or None, usec)
 
@@ -125,3 +125,9 @@ class Listener:
         self.sock.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+
+
+def _decimal(text: str | None, digits: int) -> bool:
+    """Whether an environment variable's ``text`` is a decimal ``int`` takes: ASCII digits
+    only (``str.isdigit`` alone takes "²", which ``int`` refuses), ``digits`` of them at most."""
+    return text is not None and text.isascii() and text.isdigit() and len(text) <= digits

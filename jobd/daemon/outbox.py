@@ -33,8 +33,8 @@ class OutboxMover:
         try:
             expired, _ = self.store.expire_held(self.queue)
             if expired:
-                log.warning("queue=%s %d held jobs waited their whole bound: dead-lettered "
-                            "(dependency)", self.queue.name, expired)  # fmt: skip
+                log.warning("queue=%s %d held jobs past their bound or expiry: dead-lettered "
+                            "(dependency, expired)", self.queue.name, expired)  # fmt: skip
         except Exception as exc:  # raised below: the outbox is moved all the same
             error = exc
         moved = self.store.move_follow_ups(self.queue)
@@ -45,4 +45,5 @@ class OutboxMover:
 
 
 def duties(store: Store, queue: QueueConfig) -> list[OutboxMover]:
+    store.know([queue])  # its max_payload and its on_dead_letter's in force, for notices moved
     return [OutboxMover(store, queue)]

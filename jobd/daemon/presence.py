@@ -64,6 +64,8 @@ class Presence:
         self.sent: tuple[Served, ...] | None = None  # the queues the record holds
         self.read: dict[LeaseKey, QueueConfig] = {}  # every group served: left at the stop
         self.host, self.pid = socket.gethostname(), os.getpid()
+        # Its own whatever its name: a beat finds another process writing under the same name.
+        self.instance = os.urandom(8).hex()
 
     @property
     def interval(self) -> float:
@@ -81,7 +83,7 @@ class Presence:
             queues=None if queues == self.sent else queues, running=v.running, slots=v.slots,
             beat_every_ms=int(beat_every(v.queues) * 1000), lease_ms=int(min(leases) * 1000),
             keep_ms=int(KEEP_FACTOR * max(leases) * 1000),
-            state="stopping" if v.stopping else "running",
+            state="stopping" if v.stopping else "running", instance=self.instance,
         )  # fmt: skip
         self.sent = None  # until Redis says it has them: a beat that failed sends them again
         beaten = self.store.beat(self.consumer, beat)

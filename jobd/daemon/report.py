@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import redis
 
-from jobd.config import QueueConfig
+from jobd.config import Config, QueueConfig
 from jobd.daemon.notify import Notifier
 from jobd.store import connection as redisconn
 from jobd.store import status
+from jobd.web.endpoint import serve
 from jobd.web.metrics import Metrics
 
 STATUS_EVERY = 5.0
@@ -60,9 +61,10 @@ class StatusReport:
             return
         backlog = 0
         clock = redisconn.Clock(self.client)  # ages on Redis's clock: one TIME per server
+        lags = status.LagBudget()  # one a report, shared by the queues
         try:
             for q in v.queues:
-                report = status.queue_status(self.client, q, clock.at(q.stream))
+                report = status.queue_status(self.client, q, clock.at(q.stream), lags)
                 backlog += report["lag"] or 0
                 self.metrics.queue_state(q.name, report)
         except redisconn.UNAVAILABLE:
@@ -70,3 +72,11 @@ class StatusReport:
             raise
         self.metrics.redis_up.set(1)
         self.notifier.status(status_line(v.running, v.slots, backlog))
+
+
+def serve_endpoint(metrics: Metrics, listen: str, config: Config) -> None:
+    """The daemon's ``metrics_listen``: /metrics, /healthz and the dashboard's page. The page
+    and the server are imported here: a daemon that serves nothing never loads them."""
+    from jobd.web.dashboard import Dashboard
+
+    serve(metrics, listen, Dashboard(config))

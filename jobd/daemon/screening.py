@@ -85,7 +85,5 @@ class Screening:
         done = self.store.dedupe(q, jobs)
         for job in jobs:
             if job.message_id in done:
-                log.info(
-                    "%s already done within the dedupe window: acked, not run", job.tag(q.name)
-                )
+                log.info("%s already done within the dedupe window: not run", job.tag(q.name))
         return [job for job in jobs if job.message_id not in done]

@@ -50,7 +50,8 @@ from jobd.daemon.supervised import CLEAN, Child, State, describe, metrics_identi
 from jobd.daemon.zygote import Entry, Zygote
 from jobd.embedded import EmbeddedServer
 from jobd.web.dashboard import Dashboard
-from jobd.web.metrics import STUCK_AFTER, HostMetrics, serve
+from jobd.web.endpoint import serve
+from jobd.web.metrics import STUCK_AFTER, HostMetrics
 
 log = logging.getLogger("jobd.supervisor")
 

@@ -11,12 +11,16 @@ A message is one datagram of newline-separated ``KEY=VALUE`` lines, as systemd's
   timeout (measured from its start), never past the queue's ``max_timeout`` (from its start; no
   ``max_timeout``: its timeout, so nothing is extended). The last one counts;
 - ``WATCHDOG=1``: it is alive. With the queue's ``watchdog``, from the first one on, silence
-  longer than ``watchdog`` stops it as a timeout does (``WATCHDOG=trigger``: at once);
+  longer than ``watchdog`` stops it as a timeout does (``WATCHDOG=trigger``: at once, and for
+  good: a ``WATCHDOG=1`` after it, in the same message or a later one, changes nothing);
 - ``X_JOBD_RESULT=bytes``: its result (the results of issue 34 read ``Told.result``).
 
-Any other key is ignored (``READY=1``, ``MAINPID=``… mean nothing here), and so is a message once
-its handler is being stopped. A message with a line that is not ``KEY=VALUE``, or a value of a
-key above that is not as said, is malformed: what it says well is still taken, and it is counted.
+Any other key is ignored (``READY=1``, ``MAINPID=``… mean nothing here). Once its handler is
+being stopped, ``EXTEND_TIMEOUT_USEC`` and ``WATCHDOG`` are too (the stop's SIGKILL comes when it
+comes, and no other deadline is shown); its status, progress and result still count (one that
+exits 0 at a graceful stop is done, with what it said). A message with a line that is not
+``KEY=VALUE``, or a value of a key above that is not as said, is malformed: what it says well is
+still taken, and it is counted.
 A message of more than ``LINES_MAX`` lines is refused whole (malformed too): what one message
 costs to read is bounded.
 """
@@ -26,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from jobd.process.output import Logs, Output
@@ -66,9 +70,17 @@ class Said:
         self.well &= later.well
         self.count, self.bad = self.count + later.count, self.bad + later.bad
         self.extends += later.extends
-        for key in ("status", "progress", "extend", "watchdog", "result"):
-            if (value := getattr(later, key)) is not None:
-                setattr(self, key, value)
+        # each key by name, not by getattr in a loop: a flood merges thousands a second
+        if later.status is not None:
+            self.status = later.status
+        if later.progress is not None:
+            self.progress = later.progress
+        if later.extend is not None:
+            self.extend = later.extend
+        if later.watchdog is not None and self.watchdog is not False:  # a trigger sticks
+            self.watchdog = later.watchdog
+        if later.result is not None:
+            self.result = later.result
 
 
 def parse(message: bytes) -> Said:
@@ -96,7 +108,8 @@ def parse(message: bytes) -> Said:
             said.extend = said.extend if usec is None else usec
         elif key == b"WATCHDOG":
             said.well &= value in (b"1", b"trigger")
-            said.watchdog = (value == b"1") if value in (b"1", b"trigger") else said.watchdog
+            if value == b"trigger" or (value == b"1" and said.watchdog is not False):
+                said.watchdog = value == b"1"  # a trigger sticks: a heartbeat after it is late
         elif key == b"X_JOBD_RESULT":
             said.result = value
     said.bad, said.extends = int(not said.well), int(said.extend is not None)
@@ -133,7 +146,7 @@ class Told:
     result: bytes | None = None  # X_JOBD_RESULT's value, as sent
     last_watchdog: float | None = None  # monotonic time of its last WATCHDOG=1
     extended_to: float | None = None  # monotonic: the deadline EXTEND_TIMEOUT_USEC asked for
-    changed: float = 0.0  # monotonic time progress or status last changed (0: never)
+    changed: float = 0.0  # monotonic time progress, status or extended_to last changed (0: never)
     messages: int = 0  # messages taken
     malformed: int = 0  # of which malformed
 
@@ -155,7 +168,8 @@ class Told:
             self.changed = now
         if said.extend is not None:
             self.extended_to = min(now + said.extend / 1e6, ceiling)
-        if said.watchdog is not None:
+            self.changed = now  # shown with progress and status (``running.deadline``)
+        if said.watchdog is not None and self.last_watchdog != -math.inf:  # triggered: for good
             self.last_watchdog = now if said.watchdog else -math.inf
         if said.result is not None:
             self.result = said.result
@@ -260,8 +274,10 @@ class Talking:
         while it runs, its deadline follows what it said (extended, or its watchdog's). False
         when malformed."""
         told = self.said()
+        if self.stop_reason is not None:  # stopping: ``due`` is when SIGKILL follows, and
+            said = replace(said, extend=None, watchdog=None)  # no deadline of its is shown
         well = told.take(said, now, ceiling(self.queue, self.started, self.timeout))
-        if self.stop_reason is None:  # once stopping, ``due`` is when SIGKILL follows
+        if self.stop_reason is None:
             self.due = told.due(self.started + self.timeout, self.queue.watchdog)
         return well
 

@@ -44,13 +44,11 @@ from jobd.process.channel import ProgressOutput, Talking, Told
 from jobd.process.deadline import Lapsed
 from jobd.process.exitstatus import ExitStatus
 from jobd.process.jobenv import attempt_environment
-from jobd.process.output import Output
+from jobd.process.output import STDERR_TAIL, Output
 from jobd.process.procfs import Sessions
 from jobd.process.states import SpawnError, State, StopReason
 
 log = logging.getLogger("jobd.handler")
-
-STDERR_TAIL = 4096  # bytes of stderr kept for the dead-letter record
 
 
 class Handler(Talking):

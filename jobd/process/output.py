@@ -10,6 +10,9 @@ from jobd import logs
 
 LOG_LIMIT = 64 * 1024  # bytes of each output stream logged per job; the rest is counted
 LINE_LIMIT = 4096  # a longer line is logged in pieces
+# Bytes of stderr kept for the dead-letter record (here, not in ``handler``: `jobd validate`
+# counts it in a queue's worst case without importing the handler's machinery).
+STDERR_TAIL = 4096
 
 
 class Logs(Protocol):

@@ -20,6 +20,7 @@ log = logging.getLogger("jobd.cgroup")
 
 PREFIX = "jobd-"  # a handler's cgroup: ``jobd-<pid>-<token>-<n>``
 OWNER = "jobd."  # a daemon's owner cgroup: ``jobd.<pid>-<token>``
+PID_MAX_LIMIT = 1 << 22  # no pid is larger (the kernel's pid_max is at most this)
 
 
 def name(prefix: str) -> str:
@@ -71,11 +72,15 @@ def gone(root: str, prefix: str, pid: int | None) -> bool:
 
 
 def pid_of(cgroup: str) -> int | None:
-    """The pid of the daemon a ``jobd-<pid>-<token>-<n>`` cgroup belongs to."""
+    """The pid of the daemon a ``jobd-<pid>-<token>-<n>`` cgroup belongs to; None for any
+    other name, and for a pid no process can have (0, or past PID_MAX_LIMIT: anyone who may
+    make a directory there names it as they like, and it must not crash the daemon's start)."""
     if not cgroup.startswith(PREFIX):
         return None
     parts = cgroup[len(PREFIX) :].split("-")
-    if len(parts) != 3 or not (parts[0].isdigit() and parts[2].isdigit()):
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts[::2]):
+        return None
+    if len(parts[0]) > len(str(PID_MAX_LIMIT)) or not 0 < int(parts[0]) <= PID_MAX_LIMIT:
         return None
     return int(parts[0])
 
@@ -83,7 +88,7 @@ def pid_of(cgroup: str) -> int | None:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True

@@ -132,7 +132,7 @@ def scan() -> dict[int, Stat]:
     found: dict[int, Stat] = {}
     with os.scandir("/proc") as entries:
         for entry in entries:
-            if not entry.name.isdigit():
+            if not (entry.name.isascii() and entry.name.isdigit()):
                 continue
             try:
                 with open(f"/proc/{entry.name}/stat", "rb") as f:

@@ -49,11 +49,19 @@ def own_cgroup(mount: str) -> str | None:
 
 def cgroup_of(pid: int | str, mount: str) -> str | None:
     """A process's cgroup v2 directory (``/proc/PID/cgroup``'s ``0::`` line), or None."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup") as f:
+    line = cgroup_line(pid)
+    if line is None or not line.startswith(b"/"):
+        return None
+    return os.path.normpath(mount + os.fsdecode(line))
+
+
+def cgroup_line(pid: int | str) -> bytes | None:
+    """``/proc/PID/cgroup``'s ``0::`` line after the ``0::``: the process's cgroup v2 path as it
+    sees it, bytes as the kernel wrote them; None when it has none (or is gone)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup", "rb") as f:
         for line in f:
-            if line.startswith("0::"):
-                path = line[3:].rstrip("\n")
-                return os.path.normpath(mount + path) if path.startswith("/") else None
+            if line.startswith(b"0::"):
+                return line[3:].rstrip(b"\n")
     return None
 
 

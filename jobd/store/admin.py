@@ -9,7 +9,6 @@ and ``jobd.producer``.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 import redis
 
 from jobd.config import QueueConfig
-from jobd.job import JOB_ID, RESERVED_JOB_ID, Job
+from jobd.job import JOB_ID
 from jobd.store import connection, notes
 from jobd.store.base import StoreBase
 from jobd.store.browse import READ_BUDGET, shown_pairs
@@ -25,6 +24,11 @@ from jobd.store.delayed import Due, schedule_call
 from jobd.store.keys import UNIQUE_TTL, flatten
 
 REQUEUE_CHUNK = 500  # records per requeue.lua call
+# Bytes of records one requeue.lua call moves (one record at least): each call holds Redis
+# while it copies them, whatever their size.
+REQUEUE_BYTES = 64 << 20
+FIND_CHUNK = 500  # dead letters a dead_letter_find.lua call visits at most, looking for a job id
+FIND_BYTES = 8 << 20  # and bytes of them it copies (one record at least), as REQUEUE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +106,6 @@ class AdminOps(StoreBase):
         it)."""
         return _records(self.client.xrevrange(queue.dead_letter.stream, before, "-", count=count))
 
-    def dead_letters_between(
-        self, queue: QueueConfig, start: str, end: str, count: int | None = None
-    ) -> list[Record]:
-        """Up to ``count`` records from ``start`` to ``end`` (ids, '-' or '+'), oldest first."""
-        return _records(self.client.xrange(queue.dead_letter.stream, start, end, count=count))
-
     def dead_letters_by_id(self, queue: QueueConfig, ids: list[str]) -> list[Record]:
         """The records of these ids, in one round trip; an id missing or not valid is skipped."""
         pipe = self.client.pipeline(transaction=False)
@@ -116,18 +114,63 @@ class AdminOps(StoreBase):
         replies = pipe.execute(raise_on_error=False)
         return [_records(rows)[0] for rows in replies if isinstance(rows, list) and rows]
 
-    def requeue(self, queue: QueueConfig, records: list[Record], by: str) -> Requeued:
-        """Move these records' jobs back to the queue, attempts reset, and delete the records
-        (one script call per ``REQUEUE_CHUNK``); a record gone meanwhile is skipped, one that
-        holds no job jobd could run is left in place. ``by`` (user@host) is in the events."""
-        done = Requeued()
-        for i in range(0, len(records), REQUEUE_CHUNK):
-            keys, args = _requeue_call(queue, records[i : i + REQUEUE_CHUNK], by)
-            moved, left = self.scripts.requeue(keys=keys, args=args)
-            done.moved += [x.decode() for x in moved]
-            pairs = zip(left[::2], left[1::2], strict=True)
-            done.left += [(x.decode(), why.decode()) for x, why in pairs]
+    def dead_letter_id(self, queue: QueueConfig, record_id: str) -> str | None:
+        """The id of the record ``record_id`` names (as Redis writes it), None when there is
+        none or it is no stream id; the record is not read (``lua/dead_letter_find.lua``)."""
+        found, _ = self.scripts.dead_letter_find(
+            keys=[queue.dead_letter.stream], args=["id", record_id]
+        )
+        return found.decode() if found else None
+
+    def dead_letter_of_job(self, queue: QueueConfig, job_id: bytes) -> str | None:
+        """The id of the newest record whose ``jobd_job_id`` is ``job_id``, looked for in
+        Redis (FIND_CHUNK records, FIND_BYTES of them, a call, newest first): no record is
+        read here."""
+        start: str | bytes = "+"
+        while True:
+            found, last = self.scripts.dead_letter_find(
+                keys=[queue.dead_letter.stream], args=["job", job_id, start, FIND_CHUNK, FIND_BYTES]
+            )
+            if found or not last:
+                return found.decode() if found else None
+            start = b"(" + last
+
+    def requeue(self, queue: QueueConfig, ids: list[str], by: str) -> Requeued:
+        """Move the jobs of the records of these ids back to the queue, attempts reset, and
+        delete the records; a record missing (or gone meanwhile) is skipped, one that holds no
+        job jobd could run is left in place. ``by`` (user@host) is in the events. The script
+        reads each record itself: none leaves Redis (``_requeue``)."""
+        done, rest = Requeued(), list(ids)
+        while rest:
+            visited, _, _ = self._requeue(queue, by, done, ["ids", *rest[:REQUEUE_CHUNK]])
+            rest = rest[visited:]
         return done
+
+    def requeue_range(self, queue: QueueConfig, by: str) -> Requeued:
+        """``requeue`` every record there is now, oldest first, up to the newest when called
+        (a job dead-lettered anew meanwhile waits for the next requeue instead of looping)."""
+        done, start, end = Requeued(), "-", "+"
+        while True:
+            more, last, upto = self._requeue(queue, by, done, ["range", start, end])
+            if not more or last is None or upto is None:
+                return done
+            start, end = f"({last}", upto
+
+    def _requeue(
+        self, queue: QueueConfig, by: str, done: Requeued, what: list[str]
+    ) -> tuple[int, str | None, str | None]:
+        """One call of ``lua/requeue.lua`` (REQUEUE_CHUNK records, REQUEUE_BYTES of them at
+        most), its moves added to ``done``; returns how many ids it visited (or, for a range,
+        whether there may be more), the last id visited and the range's end."""
+        keys = [queue.dead_letter.stream, queue.stream, *notes.keys(queue), queue.keys.cancels]
+        args = [UNIQUE_TTL * 1000, notes.settings(queue), by, queue.keys.job_mark(b""),
+                REQUEUE_CHUNK, REQUEUE_BYTES, *what]  # fmt: skip
+        moved, left, visited, more, last, upto = self.scripts.requeue(keys=keys, args=args)
+        done.moved += [x.decode() for x in moved]
+        pairs = zip(left[::2], left[1::2], strict=True)
+        done.left += [(x.decode(), why.decode()) for x, why in pairs]
+        count = int(visited) if what[0] == "ids" else int(more)
+        return count, last and last.decode(), upto and upto.decode()
 
     def purge(self, queue: QueueConfig, by: str) -> int:
         """Delete every record; returns how many there were. ``by`` (user@host) is in the
@@ -209,30 +252,6 @@ class AdminOps(StoreBase):
                 self.scripts.scheduled(keys=notes.keys(queue), args=args, client=pipe)
         else:
             pipe.xadd(queue.stream, entry.fields)  # type: ignore[arg-type]
-
-
-def _requeue_call(queue: QueueConfig, chunk: list[Record], by: str) -> tuple[list, list]:
-    """KEYS and ARGV of ``lua/requeue.lua``, with the mark of each --unique job."""
-    keys: list[str | bytes] = [
-        queue.dead_letter.stream, queue.stream, *notes.keys(queue), queue.keys.cancels,
-    ]  # fmt: skip
-    args: list[str | int] = [UNIQUE_TTL * 1000, notes.settings(queue), by]
-    for record in chunk:
-        mark = _mark(queue, record)
-        if mark is not None and mark not in keys:
-            keys.append(mark)
-        args += [record.id, 0 if mark is None else keys.index(mark) + 1]
-    return keys, args
-
-
-def _mark(queue: QueueConfig, record: Record) -> bytes | None:
-    """The mark key of a record's --unique job, as the daemon derives it from the requeued
-    entry (``Job.mark_key``); None for a job that is not unique or carries no job id."""
-    if not any(record.fields.get(name) for name in (JOB_ID, RESERVED_JOB_ID)):
-        return None
-    job = Job.from_entry(queue.name, record.id.encode(), record.fields)
-    mark = job.mark_key(queue.keys, False)
-    return None if mark is None else os.fsencode(mark)  # exact bytes, from str or bytes
 
 
 def _wait(pipe: redis.client.Pipeline, want: Durability) -> None:

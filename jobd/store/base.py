@@ -28,6 +28,11 @@ class StoreBase:
         self._migrating: dict[str, float] = {}
         # outcomes.settle: the queues whose outbox its last call wrote workflow notices into
         self.noticed: set[str] = set()
+        # outbox.move_follow_ups: by outbox, where its next call goes on (past failed moves)
+        self._outbox_resume: dict[str, bytes] = {}
+        # The max_payload in force of the on_dead_letter queues this store knows, by name
+        # ('' none: ``WorkflowOps.know_hook``)
+        self.payload_limits: dict[str, str] = {}
         # Redis's clock, which names the minute of the per-minute figures this store writes
         self.clock = connection.KeptClock(client)
 

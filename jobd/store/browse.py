@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from jobd.config import QueueConfig
 from jobd.store.base import StoreBase
+from jobd.store.records import Event, utf8
+from jobd.store.scripts import Batch
 
 FIELD_CAP = 256  # bytes of a recent job's field returned at most
 # Bytes of entries (or delayed members, or histories) one page reads in Redis at most, besides
@@ -28,6 +30,10 @@ READ_BUDGET = 1 << 20
 # What a field costs the budget besides its name and value (lua/lib/shown.lua's FIELD_COST;
 # delayed_shown.lua's): an entry of 100 000 empty fields holds a few bytes, costs as 6 MiB.
 FIELD_COST = 64
+EVENT_FIELDS = 32  # an event's fields the feed returns at most (its first ones)
+# A sorted set's score read as a time (Redis ms) within a date's range (JavaScript's: ±8.64e15
+# ms, the year 275760); a score past it (+inf, -inf, 1e300: anyone can ZADD one) is no time.
+TIME_MAX_MS = 8_640_000_000_000_000
 
 
 MARK_MAX = 1024  # bytes of a member a cursor carries at most (jobd.job.MAX_JOB_ID: a job id)
@@ -84,6 +90,13 @@ class Cursor:
 START = ["", b"", 0]  # a scripts' cursor for the first page
 
 
+def score_ms(raw: bytes | str) -> int | None:
+    """A sorted set's score (as Redis sends it) as a time in ms; None for one past a date's
+    range (``TIME_MAX_MS``: ±inf among them), which int() would refuse or the page not show."""
+    score = float(raw)
+    return int(score) if abs(score) <= TIME_MAX_MS else None
+
+
 @dataclass(frozen=True, slots=True)
 class EntryPage:
     """A page of a stream: for each entry, its id, how many fields it holds and, per field
@@ -101,7 +114,7 @@ class DelayedShown:
     is not a job ('' when it is), its job id cut (None: it runs under its entry id once due)
     and the id's whole length, its attempt cut (None: none said)."""
 
-    due_ms: int
+    due_ms: int | None  # None: its score is no time (``score_ms``): due never
     malformed: str
     job_id: bytes | None
     job_id_length: int
@@ -125,7 +138,7 @@ class Recent:
     read), and what the record says ('' where it does not)."""
 
     job_id: bytes
-    at_ms: int
+    at_ms: int | None  # None: its score is no time (``score_ms``)
     unread: int
     event: str
     attempt: str
@@ -134,6 +147,42 @@ class Recent:
     error: str
     duration_ms: str
     consumer: str
+
+
+def _id_key(entry: str) -> tuple[int, int]:
+    ms, _, seq = entry.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def event_shown(queue: str, row: list) -> Event:
+    """A row of ``lua/events_shown.lua`` (id, fields held, name, value, length, …)."""
+    fields, cut, inexact = {}, [], []
+    for i in range(2, len(row), 3):
+        name = _text(row[i])
+        fields[name] = _text(row[i + 1])
+        if int(row[i + 2]) > len(row[i + 1]):
+            cut.append(name)
+        if not utf8(row[i + 1]):  # escaped: "\\xff" is also the text of 4 characters
+            inexact.append(name)
+    return Event(_text(row[0]), queue, fields, int(row[1]), tuple(cut), tuple(inexact))
+
+
+def _event_key(event: Event) -> tuple[tuple[int, int], str]:
+    return _id_key(event.id), event.queue
+
+
+@dataclass
+class Feed:
+    """A reply of the events feed: its events, oldest first, each queue's cursor (the id of
+    its last event read or skipped: of its own stream), and whether events were skipped."""
+
+    events: list[Event]
+    after: dict[str, str]
+    skipped: bool
 
 
 def shown_pairs(row: list) -> list[tuple[bytes | None, int]]:
@@ -185,7 +234,7 @@ class BrowseOps(StoreBase):
         ended, rows, score, mark, whole = self.scripts.delayed_shown(
             keys=[level.keys.delayed], args=args
         )
-        shown = [DelayedShown(int(float(row[0])), row[1].decode(), row[2] or None, int(row[3]),
+        shown = [DelayedShown(score_ms(row[0]), row[1].decode(), row[2] or None, int(row[3]),
                               row[4] or None) for row in rows]  # fmt: skip
         last = Cursor(score.decode(), mark, bool(whole)) if score else None
         return DelayedPage(shown, last, bool(ended))
@@ -203,6 +252,91 @@ class BrowseOps(StoreBase):
         found = []
         for row in rows:
             texts = [value.decode("utf-8", "backslashreplace") for value in row[3:]]
-            found.append(Recent(row[0], int(float(row[1])), int(row[2]), *texts))
+            found.append(Recent(row[0], score_ms(row[1]), int(row[2]), *texts))
         last = Cursor.of(rows[-1][1], rows[-1][0]) if rows and not ended else None
         return int(total), found, last
+
+    def events_feed(
+        self,
+        queues: list[QueueConfig],
+        after: dict[str, str] | None,
+        count: int,
+        budget: int = READ_BUDGET,
+    ) -> Feed:
+        """The dashboard's events feed (``HistoryOps.events`` as it reads them, without a wait,
+        in Redis: ``lua/events_shown.lua``, of each event its first EVENT_FIELDS fields, names
+        and values cut to FIELD_CAP bytes): every queue's events after ``after`` (queue -> id),
+        oldest first, or when more than ``count`` came since (or ``after`` is None), the newest
+        ``count``, with each queue's cursor at its own newest event (``skipped`` when ``after``
+        was given). The queues share ``budget`` bytes a read (one event a queue at least); a
+        request makes three reads at most (since; the newest of the queues that stopped at their
+        share, with what the first read left of ``budget``; the newest of all)."""
+        share = max(1, budget // max(1, len(queues)))
+        if after is not None:
+            since = {q.name: after.get(q.name, "0-0") for q in queues}
+            feed = self._events_since(queues, since, count, budget)
+            if feed is not None:
+                return feed
+        read = self._events_read(queues, "rev", {}, count, share)
+        # A queue stopped at its share has older events not read: those of every queue before
+        # its oldest returned are left out too, so what is shown is every event of its span.
+        edge = max((_id_key(found[-1].id) for more, found, _ in read if more), default=(0, 0))
+        events = sorted((e for _, found, _ in read for e in found if _id_key(e.id) >= edge),
+                        key=_event_key)  # fmt: skip
+        newest = zip(queues, (found for _, found, _ in read), strict=True)
+        cursor = {q.name: found[0].id if found else "0-0" for q, found in newest}
+        return Feed(events[-count:], cursor, after is not None)
+
+    def _events_since(
+        self, queues: list[QueueConfig], since: dict[str, str], count: int, budget: int
+    ) -> Feed | None:
+        """The events after ``since``, or None when more than ``count`` came since (the caller
+        gives the newest, ``skipped``). A queue that stopped at its share is read from its
+        newest down to where it stopped, what the first read left of ``budget`` shared among
+        those that stopped (its share at least; a probe capped at one share fell behind a busy
+        queue for good: two shares of jobd's events with 1 KiB ids hold fewer than 50): what came
+        since is then known whole (or more than ``count``); else (events of more than
+        ``budget`` ÷ ``count`` each) its events past where it stopped, and every queue's, wait
+        for the next request."""
+        share = max(1, budget // max(1, len(queues)))
+        read = self._events_read(queues, "fwd", since, count + 1, share)
+        events = [e for _, found, _ in read for e in found]
+        stopped = [(q, found) for q, (more, found, _) in zip(queues, read, strict=True)
+                   if more and found]  # fmt: skip
+        unread = 0  # events known to have come since, past a gap not read
+        edges: list[tuple[int, int]] = []
+        if stopped and len(events) <= count:
+            left = budget - sum(spent for _, _, spent in read)  # what the first read left
+            tails = {q.name: found[-1].id for q, found in stopped}
+            wide = max(1, left // len(stopped), share)
+            probes = self._events_read([q for q, _ in stopped], "rev", tails, count + 1, wide)
+            for (q, _), (more, newest, _) in zip(stopped, probes, strict=True):
+                if more:  # a gap between where it stopped and its newest read: these wait
+                    edges.append(_id_key(tails[q.name]))
+                    unread += len(newest)
+                else:
+                    events += newest
+        if len(events) + unread > count:
+            return None
+        events.sort(key=_event_key)
+        if edges:
+            events = [e for e in events if _id_key(e.id) <= min(edges)]
+        cursor = dict(since)
+        for event in events:
+            cursor[event.queue] = event.id
+        return Feed(events, cursor, False)
+
+    def _events_read(
+        self, queues: list[QueueConfig], mode: str, since: dict[str, str], want: int, share: int
+    ) -> list[tuple[bool, list[Event], int]]:
+        """Each queue's events (``lua/events_shown.lua``): whether it stopped at ``share``
+        bytes (it may hold more), those read, and the bytes read (as counted)."""
+        batch = Batch()
+        for q in queues:
+            args = [mode, since.get(q.name, ""), want, share, EVENT_FIELDS, FIELD_CAP]
+            batch.add(self.scripts.events_shown, [q.keys.events], args)
+        read = []
+        for q, reply in zip(queues, self.run(batch), strict=True):
+            stopped, rows, spent = reply if isinstance(reply, list) else (0, [], 0)  # not a stream
+            read.append((bool(stopped), [event_shown(q.name, row) for row in rows], int(spent)))
+        return read

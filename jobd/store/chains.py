@@ -9,6 +9,13 @@ The JSON is what ``jobd dlq show --json`` prints of the record, plus ``queue``: 
 names it with its size (``"payload 67108864"``): the whole record stays in the dead-letter
 stream, under ``id``. The record's id and time are Redis's, known in the script only: the JSON
 is sent in four pieces, around them.
+
+The JSON fits the hook queue's ``max_payload`` (its daemons would dead-letter a larger job
+unrun, as malformed): when it would not, every value is cut to the longest length under
+``CLIP`` that makes it fit (those cut named in ``clipped`` all the same). When even values cut
+to nothing do not fit, no job is enqueued, and the record says why in ``jobd_on_dead_letter``
+(as when the hook's queue cannot be written). lua/lib/chains.lua does the same for a held
+job's record.
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ import os
 import orjson
 
 from jobd.config import QueueConfig
-from jobd.job import MAX_FIELDS, PARENT, PAYLOAD
+from jobd.job import MAX_FIELDS, PARENT, PAYLOAD, RESERVED_JOB_ID
 from jobd.newjob import HostClock, follow_up_id, follow_up_template, prepare
 from jobd.outcome import Outcome
 
 CLIP = 4096  # bytes of each value of the record the hook's JSON keeps
+ROOM = 96  # bytes the record's id and its time (twice) take in the JSON at most (Redis's)
 # The jobd_ fields a record copies from its job (dead_letter.lua's KEPT).
 KEPT = {b"jobd_unique", b"jobd_parent", b"jobd_timeout", b"jobd_max_attempts", b"jobd_expires_at"}
 
@@ -34,6 +42,10 @@ def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],
     hook = o.queue.on_dead_letter
     if hook is None:
         return [0]
+    pieces = json_pieces(o, jobd_fields)
+    if isinstance(pieces, str):  # not enqueued: the record says why
+        jobd_fields += ["jobd_on_dead_letter", pieces]
+        return [0]
     first = len(keys) + 1
     target = hook.keys
     keys += [o.queue.keys.outbox] if cluster else [target.stream, target.delayed]
@@ -41,32 +53,58 @@ def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],
     job_id = follow_up_id(job.job_id, "dead")
     entry, _ = prepare(follow_up_template(job), HostClock())
     fields = {k: v for k, v in entry.fields.items() if k != PAYLOAD}
-    fields[b"job_id"] = os.fsencode(job_id)
+    # Its job id as jobd's own field (as a batch's callback): no producer's job id, so the
+    # hook queue's dedupe window never takes the alert of a job id dead-lettered again (sent
+    # again, requeued) for the earlier one's: every dead-lettering is enqueued, and run.
+    fields[RESERVED_JOB_ID] = os.fsencode(job_id)
     fields[PARENT] = f"{o.queue.name} ".encode() + os.fsencode(job.job_id)
     mark = target.follow_up(o.queue.name, job.job_id, o.message_id, "dead")
     args: list[object] = [hook.queue, target.stream, target.delayed,
                           o.queue.keys.outbox if cluster else "", mark, job_id, first,
-                          *json_pieces(o, jobd_fields)]  # fmt: skip
+                          *pieces]  # fmt: skip
     for name, value in fields.items():
         args += [name, value]
     return [len(args), *args]
 
 
-def json_pieces(o: Outcome, jobd_fields: list[object]) -> list[bytes]:
+def json_pieces(o: Outcome, jobd_fields: list[object]) -> list[bytes] | str:
     """The record's JSON in four pieces: before its id, before its failed_at, before its
-    jobd_failed_at (in ``fields``), and the rest."""
-    record: dict[str, str] = {}
-    clipped: list[str] = []
+    jobd_failed_at (in ``fields``), and the rest; its values cut to fit the hook queue's
+    max_payload, or, when they cannot be, why (``jobd_on_dead_letter``)."""
     own = [(k, v) for k, v in o.job.fields.items() if not k.startswith(b"jobd_") or k in KEPT]
     if len(own) > MAX_FIELDS:  # too wide to copy: dead_letter.lua keeps these two
         own = [(k, v) for k, v in own if k in (PAYLOAD, b"job_id")]
     named = [(str(n).encode() if not isinstance(n, bytes) else n, v)
              for n, v in zip(jobd_fields[::2], jobd_fields[1::2], strict=True)]  # fmt: skip
-    for name, value in [*own, *named]:
-        raw = value if isinstance(value, bytes) else str(value).encode()
-        if len(raw) > CLIP:
+    values = [(name, value if isinstance(value, bytes) else str(value).encode())
+              for name, value in [*own, *named]]  # fmt: skip
+    pieces = _pieces(o, values, CLIP)
+    hook = o.queue.on_dead_letter
+    if hook is None or hook.max_payload is None or _size(pieces) <= hook.max_payload - ROOM:
+        return pieces
+    most = hook.max_payload
+    if (least := _size(_pieces(o, values, 0)) + ROOM) > most:
+        return (f"not enqueued: queue {hook.queue}'s max_payload ({most}) is below the "
+                f"record's JSON, {least} bytes with each value cut to nothing")  # fmt: skip
+    low, high = 0, CLIP  # a cut that fits, one that does not: the longest that fits
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if _size(_pieces(o, values, mid)) <= most - ROOM else (low, mid)
+    return _pieces(o, values, low)
+
+
+def _size(pieces: list[bytes]) -> int:
+    return sum(len(p) for p in pieces)
+
+
+def _pieces(o: Outcome, values: list[tuple[bytes, bytes]], clip: int) -> list[bytes]:
+    """``json_pieces`` with each of ``values`` longer than ``clip`` cut to it."""
+    record: dict[str, str] = {}
+    clipped: list[str] = []
+    for name, raw in values:
+        if len(raw) > clip:
             clipped.append(f"{_text(name)} {len(raw)}")
-            raw = raw[:CLIP]
+            raw = raw[:clip]
         record[_text(name)] = _text(raw)
     job_id = os.fsencode(o.job.job_id)  # the record's jobd_job_id
     head = b'{"queue":' + orjson.dumps(o.queue.name) + b',"id":"'
@@ -87,8 +125,9 @@ def held_hook(q: QueueConfig) -> dict[str, str] | None:
     if hook is None:
         return None
     target = hook.keys
+    most = "" if hook.max_payload is None else str(hook.max_payload)
     return {"queue": hook.queue, "stream": target.stream, "delayed": target.delayed,
-            "head": target.follow_up_head(q.name, "dead")}  # fmt: skip
+            "head": target.follow_up_head(q.name, "dead"), "max_payload": most}  # fmt: skip
 
 
 def held_hook_args(spec: dict[str, str] | None, outbox: str, keys: list[str],
@@ -99,6 +138,8 @@ def held_hook_args(spec: dict[str, str] | None, outbox: str, keys: list[str],
     if spec is None:
         return [0]
     keys += [outbox] if cluster else [spec["stream"], spec["delayed"]]
+    # max_payload: the hook queue's when the waiter line was written ('': none said, a line of
+    # an older jobd), which the record's JSON is cut to fit (lua/lib/chains.lua held_hook_fit)
     args = [spec["queue"], spec["stream"], spec["delayed"], outbox if cluster else "",
-            spec["head"]]  # fmt: skip
+            spec["head"], spec.get("max_payload", "")]  # fmt: skip
     return [len(args), *args]

@@ -17,6 +17,7 @@ from jobd.config import QueueConfig
 from jobd.job import Job
 from jobd.store import connection, notes
 from jobd.store.base import StoreBase
+from jobd.store.browse import score_ms
 from jobd.store.keys import STATS_TTL
 
 
@@ -88,14 +89,14 @@ def paused_from(reply: Mapping[bytes, bytes] | Exception) -> Paused | None:
 class Found:
     """Where ``jobd cancel`` found a job: 'running' (on ``consumer``, entry ``entry``),
     'waiting' (in the stream, not delivered), 'delayed' (removed from the delayed set, due at
-    ``due_ms``), 'held' (waiting for other jobs: removed, ``Store.cancel_held``) or 'marked'
-    (nowhere yet: a mark waits for it)."""
+    ``due_ms``: None for a score that is no time, ``browse.score_ms``), 'held' (waiting for
+    other jobs: removed, ``Store.cancel_held``) or 'marked' (nowhere yet: a mark waits for it)."""
 
     job_id: str
     where: str
     consumer: str = ""
     entry: str = ""
-    due_ms: int = 0
+    due_ms: int | None = 0
     stream: str = ""  # the stream (the queue's or a level's) of ``entry``
 
 
@@ -181,7 +182,8 @@ class CancelOps(StoreBase):
                 ],
                 args=[start, DELAYED_PAGE, STATS_TTL, notes.settings(level), by, *ids],
             )
-            found += [Found(os.fsdecode(j), "delayed", due_ms=int(due)) for j, due in removed]
+            found += [Found(os.fsdecode(j), "delayed", due_ms=score_ms(due))
+                      for j, due in removed]  # fmt: skip
         return found
 
     def cancelled(self, level: QueueConfig, jobs: list[Job]) -> set[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from jobd.config import QueueConfig
 from jobd.store import notes
 from jobd.store.base import StoreBase
+from jobd.store.browse import score_ms
 from jobd.store.keys import STATS_TTL, flatten
 
 Due = int | str  # Unix ms, or after(ms)
@@ -35,7 +36,7 @@ def schedule_call(
 class Waiting:
     """A member of the delayed set."""
 
-    due_ms: int
+    due_ms: int | None  # None: its score is no time (``browse.score_ms``)
     fields: dict[bytes, bytes]  # empty for a malformed member
     malformed: str = ""  # why the member is not a job (promote.lua dead-letters it when due)
     member: bytes = b""  # a malformed member's bytes
@@ -93,7 +94,7 @@ class DelayedOps(StoreBase):
 
 
 def _waiting(row: list[bytes]) -> Waiting:
-    due_ms, why = int(float(row[0])), row[1].decode()
+    due_ms, why = score_ms(row[0]), row[1].decode()
     if why:
         return Waiting(due_ms, {}, why, row[2])
     return Waiting(due_ms, dict(zip(row[2::2], row[3::2], strict=True)))

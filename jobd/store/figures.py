@@ -4,10 +4,10 @@ Each queue has, per minute M of Redis's clock (``keys.minute``: whichever host w
 them, so a host whose clock is off neither writes nor looks elsewhere), a hash of counters
 (``keys.QueueKeys.stats``: done, failed, retried, dead, deduped, cancelled) and a hash of
 histograms (``keys.QueueKeys.timings``): how many jobs waited (enqueue to start, on Redis's
-clock) and ran for how long, counted in the fixed buckets below. Both are
-kept ``keys.STATS_TTL`` (2 h), so they stay small and bounded, and reading the last hour of a
-queue is one pipeline of 120 HGETALLs, one round trip.
-"""
+clock) and ran for how long, counted in the fixed buckets below. Both are kept
+``keys.STATS_TTL`` (2 h), and reading the last hour of a queue is one script call, one round
+trip, that reads only the fields jobd writes of its 120 hashes, each only when short
+(``status.hashes_shown``): anyone can add fields to them, or values of any size."""
 
 from __future__ import annotations
 
@@ -18,13 +18,18 @@ import redis
 
 from jobd.config import QueueConfig
 from jobd.store import connection as redisconn
-from jobd.store import keys
+from jobd.store import keys, status
 
 # Upper bounds of the histogram buckets, seconds (the metrics' own: jobd.web.metrics); one more
 # bucket holds everything above the last.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 PERCENTILES = (50, 90, 99)
 HOUR = 60  # minutes shown
+# The fields of a minute's hashes read (``status.hashes_shown``: only those, each only when
+# short: anyone can add fields to them, or values of any size).
+STATS = "done failed retried dead"
+INDEXES = frozenset(str(i) for i in range(len(BUCKETS) + 1))  # a histogram field's, as written
+TIMINGS = " ".join(f"{kind}:{i}" for kind in ("wait", "run") for i in range(len(BUCKETS) + 1))
 
 
 def bucket(seconds: float) -> int:
@@ -71,31 +76,19 @@ def interpolated(counts: list[int], p: float) -> float | None:
     return float(BUCKETS[-1])
 
 
-def _count(raw: bytes) -> int:
-    """A counter as HINCRBY keeps it; 0 for anything else (a value someone else wrote)."""
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        return 0
-
-
 def last_hour(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
     """Per-minute counters of the last hour (oldest first), each minute's run-time percentiles,
     and the hour's percentiles; the hour ends at ``now``, Redis's time (read when not given)."""
     minute = keys.minute(redisconn.Clock(client).at(q.stream) if now is None else now)
     minutes = list(range(minute - HOUR + 1, minute + 1))
-    pipe = client.pipeline(transaction=False)
-    for m in minutes:
-        pipe.hgetall(q.keys.stats(m))
-    for m in minutes:
-        pipe.hgetall(q.keys.timings(m))
-    replies = pipe.execute(raise_on_error=False)
+    keys_read = [q.keys.stats(m) for m in minutes] + [q.keys.timings(m) for m in minutes]
+    replies = status.hashes_shown(client, keys_read, [STATS] * HOUR + [TIMINGS] * HOUR)
     stats, timings = replies[:HOUR], replies[HOUR:]
     series: dict[str, list[int]] = {k: [] for k in ("done", "failed", "retried", "dead")}
     for raw in stats:
         counts = raw if isinstance(raw, dict) else {}
         for name, values in series.items():
-            values.append(_count(counts.get(name.encode(), b"0")))
+            values.append(status.counter(counts.get(name.encode(), b"0")))
     hist = {kind: [0] * (len(BUCKETS) + 1) for kind in ("wait", "run")}
     latency: dict[str, list[float | None]] = {f"p{p}": [] for p in PERCENTILES}
     for raw in timings:
@@ -129,6 +122,6 @@ def _histograms(raw: object) -> dict[str, list[int]]:
     hist = {kind: [0] * (len(BUCKETS) + 1) for kind in ("wait", "run")}
     for name, value in (raw if isinstance(raw, dict) else {}).items():
         kind, _, index = name.decode("utf-8", "replace").partition(":")
-        if kind in hist and index.isdigit() and int(index) <= len(BUCKETS):
-            hist[kind][int(index)] += _count(value)
+        if kind in hist and index in INDEXES:  # ASCII digits ("²" passes str.isdigit)
+            hist[kind][int(index)] += status.counter(value)
     return hist

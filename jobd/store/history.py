@@ -18,12 +18,23 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from jobd.config import QueueConfig
-from jobd.store import connection
+from jobd.job import MAX_JOB_ID
+from jobd.store import connection, status
 from jobd.store.base import StoreBase
 from jobd.store.browse import READ_BUDGET
-from jobd.store.records import Event, JobView, Record, Running, parse_active, parse_records
+from jobd.store.records import (
+    Event,
+    JobView,
+    Record,
+    Running,
+    held_after,
+    parse_active,
+    parse_records,
+)
 from jobd.store.scripts import Batch
 
 TERMINAL = frozenset({"done", "dead-lettered", "expired", "poison", "cancelled"})
@@ -39,6 +50,14 @@ MAX_BLOCK_MS = int(connection.SOCKET_TIMEOUT * 1000 / 2)  # a block never outlas
 RUNNING_READ = 1000
 RUNNING_PAGE = 16
 ACTIVE_CAP = 16 * 1024
+# A job's records read at most (``job``, lua/job_shown.lua): jobd keeps 64 KiB a job, or one
+# record larger alone (a result of result_max, 1 MiB at most, kept as text or base64, and its
+# output tails): longer ones are someone else's, and are not read.
+RECORDS_READ = 2 << 20
+# A held job's value in the after hash read at most (lua/hold.lua: workflows.MAX_AFTER names of
+# a queue and a job id, twice, and each one's keys when it waits at most so long): longer is
+# someone else's.
+AFTER_READ = 2 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +82,37 @@ def _id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def _job_id_of(entry_id: str, fields: dict[bytes, bytes]) -> str:
-    """An entry's job id, as jobd.job and lib/jobs.lua's job_id_of take it."""
-    for name in (b"job_id", b"jobd_job_id"):
-        value = fields.get(name)
+def _job_id_of(entry_id: str, row: list[Any]) -> str | None:
+    """An entry's job id, as jobd.job and lib/jobs.lua's job_id_of take it, from its row of
+    ``entries_shown`` (id, width, job_id, length, jobd_job_id, length); None when the one that
+    names it was cut (longer than a job id: no job's)."""
+    for value, length in ((row[2], row[3]), (row[4], row[5])):
         if value and b"\0" not in value:
-            return os.fsdecode(value)
+            return os.fsdecode(value) if int(length) == len(value) else None
     return entry_id
 
 
 Call = tuple[str, Callable[[Any], object]]  # a key it routes by, a command for a pipeline
+# What a probe reads of an entry (lua/entries_shown.lua): its job_id and jobd_job_id, one byte
+# more than a job id holds (a longer one is no job id), never its payload.
+PROBED = ["job_id", MAX_JOB_ID + 1, "jobd_job_id", MAX_JOB_ID + 1]
+
+
+class ScriptCall:
+    """A script in a pipeline (EVALSHA), sent again through its Script, which loads it, when
+    the server lacks it (after a restart or a failover: ``again``)."""
+
+    def __init__(self, script: Script, keys: list[str], args: list[object]) -> None:
+        self.script, self.keys, self.args = script, keys, args
+
+    def __call__(self, pipe: Any) -> object:
+        return pipe.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
+
+    def again(self, client: Any) -> object:
+        try:
+            return self.script(keys=self.keys, args=self.args, client=client)
+        except redis.ResponseError as exc:
+            return exc
 
 
 class HistoryOps(StoreBase):
@@ -89,22 +129,26 @@ class HistoryOps(StoreBase):
             for i in indexes:
                 calls[i][1](pipe)
             for i, reply in zip(indexes, pipe.execute(raise_on_error=False), strict=True):
-                replies[i] = reply
+                again = isinstance(reply, NoScriptError) and isinstance(calls[i][1], ScriptCall)
+                replies[i] = calls[i][1].again(self.client) if again else reply  # type: ignore[attr-defined]
         return replies
 
     def job(self, queue: QueueConfig, job_id: str) -> JobView:
         """Job ``job_id`` of ``queue``: its records and its state now. Two round trips: the
-        records, the active record, Redis's time (and, for an id shaped like an entry id, that
-        entry on each level's stream); then XPENDING of the entries they name."""
+        records, the active record, what it waits for while held (its value in the after hash:
+        the history's bounds may have passed over its records), Redis's time (and, for an id
+        shaped like an entry id, that entry on each level's stream); then XPENDING of the
+        entries they name."""
         jid, keys = os.fsencode(job_id), queue.keys
         groups = {level.stream: level.group for level in queue.all_levels()}
         shaped = [(s, job_id) for s in groups] if ENTRY_ID.fullmatch(job_id) else []
-        first: list[Call] = [(keys.history, lambda p: p.time()),
-                             (keys.history, lambda p: p.hget(keys.history, jid)),
-                             (keys.history, lambda p: p.hget(keys.active, jid))]  # fmt: skip
+        read = ScriptCall(self.scripts.job_shown, [keys.history, keys.active, keys.after],
+                          [jid, RECORDS_READ, ACTIVE_CAP, AFTER_READ])  # fmt: skip
+        first: list[Call] = [(keys.history, lambda p: p.time()), (keys.history, read)]
         replies = self._pipelined(first + self._probes(shaped, groups))
         now_ms = _now_ms(replies[0])
-        blob, active = (r if isinstance(r, bytes) else None for r in replies[1:3])
+        shown = replies[1] if isinstance(replies[1], list) else [None, 0, None, 0, None, 0]
+        blob, size, active, _, spec, _ = shown
         records, skipped = parse_records(blob)
         running = parse_active(job_id, active) if active else None
         if running is not None and running.stream not in groups:
@@ -114,13 +158,15 @@ class HistoryOps(StoreBase):
         second = self._pipelined(held + self._probes(wanted, groups))
         if running is not None and _holder(second[0], _lapse(queue)) != running.consumer:
             running = None  # stale: its daemon died (kill -9), or another holds the entry
-        found = _found(job_id, shaped, groups, replies[3:])
+        found = _found(job_id, shaped, groups, replies[2:])
         found = found or _found(job_id, wanted, groups, second[len(held) :])
-        state, extra = _state(records, now_ms, running, found)
+        waits = held_after(spec) if running is None else None
+        state, extra = ("held", {}) if waits else _state(records, now_ms, running, found)
         if running is not None and isinstance(second[1], float):
             state = "cancelling"  # `jobd cancel` marked it: its handler is being stopped
         return JobView(queue.name, job_id, state, tuple(records), now_ms, running,
-                       skipped=skipped, **extra)  # fmt: skip
+                       skipped=skipped, unread=0 if blob else size, held=waits,
+                       **extra)  # fmt: skip
 
     def running(self, queue: QueueConfig) -> list[Running]:
         """The jobs of ``queue`` running now, oldest first: the active records XPENDING agrees
@@ -232,14 +278,18 @@ class HistoryOps(StoreBase):
         return [(marks, lambda p: p.zscore(marks, member))] if r else []
 
     def _probes(self, where: list[tuple[str, str]], groups: dict[str, str]) -> list[Call]:
-        """Three commands for each (stream, entry): the entry, its pending record, the groups
-        (an entry after the group's last delivered id is waiting)."""
+        """Three commands for each (stream, entry): the entry's job id (its job_id and
+        jobd_job_id fields, cut in Redis: never the entry whole), its pending record, the group
+        (read in Redis, never the stream's groups whole: an entry after the group's last
+        delivered id is waiting)."""
         calls: list[Call] = []
         for s, e in where:
             g = groups[s]
-            calls += [(s, lambda p, s=s, e=e: p.xrange(s, e, e)),
+            entry = ScriptCall(self.scripts.entries_shown, [s], [e, e, "fwd", 1, 1, "", 1, *PROBED])
+            group = ScriptCall(self.scripts.hashes_shown, [s], status.group_args(g))  # in Redis
+            calls += [(s, entry),
                       (s, lambda p, s=s, e=e, g=g: p.xpending_range(s, g, e, e, 1)),
-                      (s, lambda p, s=s: p.xinfo_groups(s))]  # fmt: skip
+                      (s, group)]  # fmt: skip
         return calls
 
 
@@ -282,16 +332,16 @@ def _found(
     """The first of ``where`` that is job ``job_id``'s entry and live: its stream, id, and who
     it is pending on ('': undelivered); one delivered and acknowledged no longer holds the job."""
     for n, (s, e) in enumerate(where):
-        entries, pending, infos = replies[3 * n : 3 * n + 3]
-        if not isinstance(entries, list) or len(entries) != 1:
+        shown, pending, infos = replies[3 * n : 3 * n + 3]
+        entries = shown[2] if isinstance(shown, list) else []
+        if len(entries) != 1:
             continue
-        if _job_id_of(e, entries[0][1]) != job_id:
+        if _job_id_of(e, entries[0]) != job_id:
             continue  # another job's entry at that id
         if (holder := _holder(pending)) is not None:
             return s, e, holder
-        info = infos if isinstance(infos, list) else []
-        group = next((g for g in info if _text(g.get("name", b"")) == groups[s]), None)
-        if group is None or _id_key(e) > _id_key(_text(group.get("last-delivered-id", b"0-0"))):
+        group = status.group_from(infos)
+        if group is None or _id_key(e) > _id_key(_text(group.last_delivered)):
             return s, e, ""
     return None
 

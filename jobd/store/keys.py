@@ -63,7 +63,8 @@ Layout of a queue whose stream is S:
                        length) of queue Q, once moved into this queue: kept FOLLOW_UP_TTL
   derive(S, "waiters")  the jobs waiting for jobs of this queue (`enqueue --after`): a hash, job id
                        -> one JSON line per waiter (store/workflows.py), read and deleted by the
-                       script that ends the job (lua/lib/workflows.lua)
+                       script that ends the job (lua/lib/workflows.lua); a waiter whose hold ends
+                       unreleased takes its line off (lua/unwait.lua, through its outbox)
   derive(S, "held")    jobs of this queue waiting for others: a hash, job id -> cmsgpack {due,
                        delayed member id, fields…} (lua/hold.lua), until released or dead-lettered
   derive(S, "after")   what each held job waits for: a hash, job id -> JSON {deps, all, any,
@@ -71,6 +72,11 @@ Layout of a queue whose stream is S:
   derive(S, "held:until") the held jobs that wait at most so long (--after-timeout, max_wait): a
                        sorted set, job id scored by its deadline (Redis ms), popped by the
                        outbox duty (lua/expire_held.lua)
+  derive(S, "held:ended") the holds that ended (released into the stream, or dead-lettered
+                       `dependency`): a sorted set, job id scored by when its entry goes (Redis
+                       ms: the end plus history.max_age); hold.lua answers an --after enqueue of
+                       such a job id "ended already" and holds nothing (lua/lib/workflows.lua
+                       hold_ended); pruned by the scripts that add to it
   derive(S, "follow-up:batch|I|ID") the mark of batch ID's callback job in this (its
                        --on-complete) queue, once added; I is the batch's incarnation (Redis's
                        time in µs when it was made: a batch of that id made again after it
@@ -121,6 +127,7 @@ HOLDS = {
     "events": "events stream", "outbox": "follow-ups outbox",
     "waiters": "waiters (--after)", "held": "held jobs (--after)",
     "after": "held jobs' dependencies", "held_until": "held jobs' deadlines",
+    "held_ended": "ended holds (--after)",
 }  # fmt: skip
 STATS_TTL = 2 * 3600  # seconds a minute's counters are kept
 UNIQUE_TTL = 7 * 86400  # seconds a --unique job's "queued" mark lasts if its job is lost
@@ -186,6 +193,7 @@ class QueueKeys:
     held: str
     after: str
     held_until: str
+    held_ended: str
 
     @classmethod
     def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
@@ -209,11 +217,20 @@ class QueueKeys:
             held=derive(stream, "held"),
             after=derive(stream, "after"),
             held_until=derive(stream, "held:until"),
+            held_ended=derive(stream, "held:ended"),
         )
 
     def level(self, name: str) -> QueueKeys:
         """The keys of priority level ``name``: its stream is ``{S}:priority:NAME``."""
         stream = derive(self.base, f"{PRIORITY}{name}")
+        return replace(self, stream=stream, delayed=derive(stream, "delayed"))
+
+    def at(self, stream: str) -> QueueKeys:
+        """The keys of this queue's level whose stream is ``stream`` (the queue's own stream:
+        these keys). Everything but the stream and the delayed set stays the queue's: a job
+        mark, above all, is the queue's whichever level holds the job."""
+        if stream == self.stream:
+            return self
         return replace(self, stream=stream, delayed=derive(stream, "delayed"))
 
     def trim_cursor(self) -> str:

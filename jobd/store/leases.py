@@ -53,12 +53,16 @@ class Lost:
 @dataclass(frozen=True, slots=True)
 class Shown:
     """What a running handler told of itself (``process.channel.Told``), as its job's active
-    record shows it (``jobd job``: ``running.progress``, ``running.status``)."""
+    record shows it (``jobd job``: ``running.progress``, ``running.status``,
+    ``running.deadline``)."""
 
     message_id: str
     job_id: str
     progress: float | None
     status: bytes | None  # at most STATUS_MAX bytes, as sent
+    # Its deadline, ms after its start, when it extended it (``running.deadline``: the record's
+    # since plus this, on Redis's clock as start.lua's); None: as start.lua wrote it.
+    deadline_ms: int | None = None
 
     def fields(self) -> bytes:
         """The record's members' text, '"progress":42,"status":"half way"' (those known): a
@@ -116,7 +120,8 @@ class LeaseOps(StoreBase):
         args: list[object] = [queue.group, self.consumer, slot_lease_ms(queue)]
         args += [notes.settings(queue), len(told)]
         for shown in told:
-            args += [shown.message_id, os.fsencode(shown.job_id), shown.fields()]
+            deadline = "" if shown.deadline_ms is None else shown.deadline_ms
+            args += [shown.message_id, os.fsencode(shown.job_id), shown.fields(), deadline]
         try:
             reply = self.scripts.renew(keys=keys, args=[*args, *ids])
         except redis.ResponseError as exc:

@@ -22,6 +22,7 @@ from collections import defaultdict
 
 from jobd.config import QueueConfig
 from jobd.store.base import StoreBase
+from jobd.store.connection import away
 from jobd.store.keys import FOLLOW_UP_TTL
 from jobd.store.scripts import Batch
 
@@ -32,28 +33,43 @@ MOVE_BATCH = 100  # outbox entries one round of moves reads
 
 class OutboxOps(StoreBase):
     def move_follow_ups(self, queue: QueueConfig, rounds: int = 10) -> int:
-        """Move the follow-ups waiting in ``queue``'s outbox to their queues, at most
-        ``rounds`` × MOVE_BATCH of them; the number moved (added, or found there already and
-        taken out of the outbox). A move that fails stays for the next call; its error is
-        raised once the others are done."""
-        moved = 0
+        """Move the follow-ups and notices waiting in ``queue``'s outbox on, at most ``rounds``
+        × MOVE_BATCH of them; the number moved (added, or found there already, and taken out
+        of the outbox). Each round reads the MOVE_BATCH entries after the previous round's: a
+        move that fails stays in the outbox for the next call, and never holds back those
+        behind it (a notice that fails at every move, someone else's write where it goes,
+        would stay first for ever). A call whose rounds ran out with entries left, some of
+        them failed, leaves a cursor: the next call goes on after the last entry it read, and
+        starts from the outbox's first again once it reached the end. The first error is
+        raised once the rounds are done; Redis away (``connection.away``) ends them at once."""
+        outbox = queue.keys.outbox
+        start = self._outbox_resume.pop(outbox, b"-")
+        moved, error, last = 0, None, b""
         for _ in range(rounds):
-            done, error, more = self._move_round(queue)
+            done, failed, last, full = self._move_round(queue, start)
             moved += done
-            if error is not None:
-                raise error
-            if not more:
+            error = error or failed
+            if not full or (failed is not None and away(failed)):
                 break
+            start = b"(" + last
+        else:
+            if error is not None:  # failed ones behind, more ahead: the next call goes on
+                self._outbox_resume[outbox] = b"(" + last
+        if error is not None:
+            raise error
         return moved
 
-    def _move_round(self, queue: QueueConfig) -> tuple[int, Exception | None, bool]:
-        """One read of the outbox and its moves: how many moved, the first error, whether
-        the outbox may hold more."""
+    def _move_round(
+        self, queue: QueueConfig, start: bytes
+    ) -> tuple[int, Exception | None, bytes, bool]:
+        """One read of the outbox from ``start`` (an XRANGE start) and its moves: how many
+        moved, the first error, the id of the last entry read, whether the read was full
+        (the outbox may hold more after it)."""
         outbox = queue.keys.outbox
-        rows = self.client.xrange(outbox, count=MOVE_BATCH)
+        rows = self.client.xrange(outbox, min=start, count=MOVE_BATCH)
         if not rows:
-            return 0, None, False
-        read = len(rows)
+            return 0, None, b"", False
+        read, last = len(rows), rows[-1][0]
         notices = [row for row in rows if b"kind" in row[1]]  # dependencies, batches
         done, error = self.move_notices(outbox, notices) if notices else ([], None)  # type: ignore[attr-defined]
         rows = [row for row in rows if b"kind" not in row[1]]
@@ -82,7 +98,7 @@ class OutboxOps(StoreBase):
             done += ids
         if done:
             self.client.xdel(outbox, *done)
-        return len(done), error, read == MOVE_BATCH and error is None
+        return len(done), error, last, read == MOVE_BATCH
 
     def outbox_length(self, queue: QueueConfig) -> int:
         """Follow-ups and workflow notices waiting in ``queue``'s outbox."""

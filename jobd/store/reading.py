@@ -21,7 +21,7 @@ import redis
 from redis.exceptions import ClusterError, MovedError
 
 from jobd.config import QueueConfig
-from jobd.job import ENTRY_SLACK, MAX_FIELDS, ORIGIN, OVERWIDE, Job
+from jobd.job import BATCH, ENTRY_SLACK, MAX_FIELDS, ORIGIN, OVERWIDE, Job
 from jobd.store import doorbell, notes
 from jobd.store.base import StoreBase
 from jobd.store.connection import SlotMigrating, away, migrating, node_for
@@ -105,7 +105,7 @@ class ReadingOps(StoreBase):
     def check_server(self) -> None:
         """Refuse servers whose stream commands jobd cannot rely on (UnsupportedServer)."""
         version = self.client.info("server").get("redis_version", "0")
-        parts = tuple(int(p) for p in str(version).split(".")[:3] if p.isdigit())
+        parts = tuple(int(p) for p in str(version).split(".")[:3] if p.isascii() and p.isdigit())
         if parts < OLDEST_SERVER:
             raise UnsupportedServer(
                 f"Redis {version} is not supported: jobd needs 6.2.2 or later "
@@ -296,16 +296,18 @@ class ReadingOps(StoreBase):
     def dedupe(self, queue: QueueConfig, jobs: list[Job]) -> set[str]:
         """Acknowledge, unrun, the jobs whose job id's mark says done (within the queue's
         dedupe window), in one script call, each with its event (and record: lua/dedupe.lua);
-        returns their message ids."""
+        returns their message ids, and those of the done jobs this consumer no longer holds
+        (taken over since its read: not to be run here, and nothing written for them)."""
         marks = [(job, mark) for job in jobs if (mark := job.mark_key(queue.keys, True))]
         if not marks:
             return set()
-        args: list[object] = [queue.group, STATS_TTL, notes.settings(queue)]
+        args: list[object] = [queue.group, self.consumer, STATS_TTL, notes.settings(queue)]
         for job, _ in marks:
             origin = job.origin if ORIGIN in job.fields else ""
-            args += [job.message_id, os.fsencode(job.job_id), origin]
+            args += [job.message_id, os.fsencode(job.job_id), origin, job.fields.get(BATCH, b"")]
         stats = queue.keys.stats(self.minute(queue.stream))
-        keys = [queue.stream, stats, *notes.keys(queue), *(m for _, m in marks)]
+        keys = [queue.stream, stats, *notes.keys(queue), queue.keys.waiters, queue.keys.outbox,
+                *(m for _, m in marks)]  # fmt: skip
         acked = self.scripts.dedupe(keys=keys, args=args)
         return {raw.decode() for raw in acked}
 

@@ -46,6 +46,7 @@ class Record:
     new_entry: str = ""
     owner: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    escaped: bool = field(default=False, compare=False)  # its line held bytes not UTF-8
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +73,9 @@ class JobView:
     (``running``), 'cancelling' (running, and `jobd cancel` asked it to stop: ``running``),
     'delayed' (``due_ms``), 'waiting' (the ``entry`` of ``stream`` that carries
     it when known; ``consumer`` when delivered but not running: about to start, or its daemon
-    died), the last terminal record's event (done, dead-lettered, expired, poison, cancelled),
-    or 'unknown'."""
+    died), 'held' (waiting for others: ``held`` says for which while it is held, whatever the
+    history kept; else its records), the last terminal record's event (done, dead-lettered,
+    expired, poison, cancelled), or 'unknown'."""
 
     queue: str
     job_id: str
@@ -86,16 +88,24 @@ class JobView:
     stream: str = ""
     consumer: str = ""
     skipped: int = 0  # lines of the history that were no record (someone else's bytes)
+    unread: int = 0  # bytes of its records when longer than a lookup reads: not read
+    held: dict[str, Any] | None = None  # held now: {all, left, any} (``held_after``)
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
     """One entry of a queue's events stream: its id (its time on Redis's clock, where a reader
-    resumes), the queue as configured, and its fields decoded (backslashreplace)."""
+    resumes), the queue as configured, and its fields decoded (backslashreplace); as the
+    dashboard reads one (``Store.events_feed``), of its first fields only, cut: how many it
+    holds (``width``; 0: all are here) and those whose value was ``cut``, and those whose value
+    is not UTF-8 (``inexact``: shown escaped, ``\\xff``, the text of another value too)."""
 
     id: str
     queue: str
     fields: dict[str, str]
+    width: int = 0
+    cut: tuple[str, ...] = ()
+    inexact: tuple[str, ...] = ()
 
 
 def _value(obj: dict[str, Any], name: str, number: bool) -> Any:
@@ -105,6 +115,15 @@ def _value(obj: dict[str, Any], name: str, number: bool) -> Any:
             return int(value)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
     return value if isinstance(value, str) else ""
+
+
+def utf8(raw: bytes) -> bool:
+    """Whether ``raw`` is UTF-8: shown as it is, not escaped (``\\xff``)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def json_object(raw: bytes) -> dict[str, Any] | None:
@@ -150,7 +169,7 @@ def parse_records(blob: bytes | None) -> tuple[list[Record], int]:
             continue
         values = {attr: _value(obj, name, True) for name, attr in _NUMBERS.items()}
         values |= {name: _value(obj, name, False) for name in _TEXTS}
-        records.append(Record(**values, raw=obj))
+        records.append(Record(**values, raw=obj, escaped=not utf8(line)))
     return records, skipped
 
 
@@ -172,6 +191,32 @@ def parse_active(job_id: str, raw: bytes) -> Running | None:
     return Running(job_id, stream, entry, consumer, _value(obj, "host", False), number["pid"],
                    number["since"], number["attempt"], number["deadline"], progress,
                    status if isinstance(status, str) else None)  # fmt: skip
+
+
+def held_after(spec: bytes | None) -> dict[str, Any] | None:
+    """What a held job waits for, from its value in the queue's after hash (lua/hold.lua: JSON
+    {deps: those left, all, any, …}) as ``links`` says it (``all``, ``left``, ``any``); None
+    when there is none, or it is no such JSON (someone else's bytes)."""
+    try:
+        obj = orjson.loads(spec) if spec else None
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    every, left = obj.get("all"), obj.get("deps")
+    if not (isinstance(every, list) and isinstance(left, list)):
+        return None
+    return {"all": [str(x) for x in every], "left": [str(x) for x in left],
+            "any": obj.get("any") is True}  # fmt: skip
+
+
+def view_links(view: JobView) -> dict[str, Any]:
+    """``links`` of a job's records; while it is held, ``after`` as its after hash says (its
+    records may be gone: the history's bounds pass over a job held long)."""
+    found = links(list(view.records))
+    if view.held is not None:
+        found["after"] = view.held
+    return found
 
 
 def links(records: list[Record]) -> dict[str, Any]:
@@ -198,3 +243,20 @@ def links(records: list[Record]) -> dict[str, Any]:
         elif record.event == "released" and found["after"] is not None:
             found["after"]["left"] = []
     return found
+
+
+def inexact_links(records: list[Record]) -> list[str]:
+    """The jobs ``links`` names ("QUEUE JOB_ID") that may not be named exactly: those holding an
+    escape (``\\x``) read from a record whose line held bytes that are not UTF-8 (escaped, so
+    also the text of a job id of those characters): the page shows them as text, never as a
+    link to that other job."""
+    found: set[str] = set()
+    for record in records:
+        if not record.escaped:
+            continue
+        raw = record.raw
+        jobs, after = raw.get("follow_up_jobs"), raw.get("after")
+        named = [raw.get("parent"), *(jobs if isinstance(jobs, list) else [])]
+        named += [str(x) for x in (after if isinstance(after, list) else [])]
+        found.update(n for n in named if isinstance(n, str) and "\\x" in n)
+    return sorted(found)

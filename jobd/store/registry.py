@@ -23,6 +23,7 @@ refuses to write over another's key (``RegistryError``) and the daemon goes on w
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -44,12 +45,23 @@ TEXT_SHOWN = 256  # characters shown of a field someone else wrote
 MAX_NUMBER = 2**53 - 1  # a record's numbers are at most this (JSON's exact integers); ms too
 NUMBER_READ = 20  # bytes of a numeric field read at most (a longer one is not a count here)
 QUEUES_READ = 256 * 1024  # bytes of a record's queues read at most (JSON of every queue served)
+# Bytes of fields a listing reads in all (the newest beats first): a field that would pass them
+# is not read, and said so. A daemon serving 50 queues writes about 5 KiB of queues, read once
+# for all the daemons serving the same (``queues_sha``): a fleet of 1 000 daemons alike costs
+# about 100 KiB of small fields, and 768 KiB holds about 150 records of 50 queues served by no
+# other.
+LISTING_READ = 768 * 1024
+# Bytes of the longest consumer name jobd writes (``lease.consumer_name``: a host name of at
+# most 255, a pid, 16 hex digits, a process index): a longer name's record is never read, and a
+# listing reads LISTED names this long at most (312 KiB; one name more at most: the one that
+# passes them, of any length, after which no more are listed).
+NAME_READ = 320
 # The fields of a record read (no other: a field someone else added is never read), and the
 # most bytes of each (a longer one is not read at all, and said so).
 READ = (
     ("host", TEXT_SHOWN), ("version", TEXT_SHOWN), ("state", TEXT_SHOWN),
     ("queues", QUEUES_READ), *((name, NUMBER_READ) for name in (
-        "pid", "process", "running", "slots", "beat_every", "lease", "started")),
+        "pid", "process", "running", "slots", "beat_every", "lease", "started", "clash")),
 )  # fmt: skip
 
 
@@ -86,6 +98,7 @@ class Beat:
     lease_ms: int
     keep_ms: int
     state: str  # "running" or "stopping"
+    instance: str = ""  # this process's own token (a clash of names is found by it: beat.lua)
 
     def fields(self) -> list[object]:
         pairs: list[object] = [
@@ -95,7 +108,9 @@ class Beat:
             "lease", self.lease_ms, "state", self.state,
         ]  # fmt: skip
         if self.queues is not None:
-            pairs += ["queues", orjson.dumps([q.json() for q in self.queues])]
+            queues = orjson.dumps([q.json() for q in self.queues])
+            # Its digest: a listing reads the queues of daemons serving the same once.
+            pairs += ["queues", queues, "queues_sha", hashlib.sha1(queues).hexdigest()]
         return pairs
 
 
@@ -111,7 +126,7 @@ class RegistryOps(StoreBase):
         """Write this daemon's record and last beat; sweep entries gone stale long ago. Raises
         RegistryError, writing nothing, when a registry key holds another type."""
         keys = [DAEMONS, DAEMONS_SWEEP, daemon_record(consumer)]
-        args = [consumer, beat.keep_ms, SWEPT_PER_BEAT, *beat.fields()]
+        args = [consumer, beat.keep_ms, SWEPT_PER_BEAT, beat.instance, *beat.fields()]
         reply = self.scripts.beat(keys=keys, args=args)
         if bytes(reply[0]) == b"wrongtype":
             key, kind = _text(reply[1]), _text(reply[2])
@@ -136,24 +151,39 @@ def listing(client: redis.Redis) -> dict[str, Any]:
     --json`` shows it, Redis's time, and what is wrong with the registry if anything
     (``error``): more entries than listed, entries beating ahead of the clock (not listed). One
     script call on the registry's node (``lua/daemons_listed.lua``): its clock, and of each
-    record only the fields jobd writes, each read only up to its bound (``READ``)."""
-    args: list[object] = [LISTED, DAEMON_RECORD, TEXT_SHOWN, AHEAD_MS]
+    record only the fields jobd writes, each read only up to its bound (``READ``), and
+    LISTING_READ bytes of them in all; names read one at a time, LISTED × NAME_READ bytes of
+    them at most (and the one name that passes them: then no more listed, and said so)."""
+    args: list[object] = [LISTED, DAEMON_RECORD, TEXT_SHOWN, AHEAD_MS, LISTING_READ, NAME_READ,
+                          "queues", "queues_sha"]  # fmt: skip
     for name, cap in READ:
         args += [name, cap]
-    reply = client.register_script(scripts.source("daemons_listed"))(keys=[DAEMONS], args=args)
+    reply = scripts.call(client, "daemons_listed", [DAEMONS], args)
     if bytes(reply[0]) == b"wrongtype":
         return {"time": _redis_seconds(client), "daemons": [], "error": (
             f"the daemon registry's key {DAEMONS} holds a {_text(reply[1])}, not a sorted set: "
             "daemons cannot be listed until it is deleted")}  # fmt: skip
     now_ms, total, rows, ahead = int(reply[1]), int(reply[2]), reply[3], int(reply[4])
+    spent = int(reply[5])
     result: dict[str, Any] = {"time": now_ms / 1000, "daemons": [], "error": None}
-    for row in rows:
-        found = daemon_json(Listed.of(row), now_ms)
+    entries = [Listed.of(row) for row in rows]
+    alike = {e.digest: e.fields[b"queues"] for e in entries if e.digest and b"queues" in e.fields
+             and hashlib.sha1(e.fields[b"queues"]).hexdigest().encode() == e.digest}  # fmt: skip
+    for entry in entries:
+        if entry.digest in alike and b"queues" not in entry.fields:
+            entry.fields[b"queues"] = alike[entry.digest]  # read once, in a newer row
+        found = daemon_json(entry, now_ms)
         if found is not None:
             result["daemons"].append(found)
     said = []
     if total - ahead > len(rows):
-        said.append(f"{total - ahead} daemons in the registry: the {len(rows)} newest beats listed")
+        why = f" (its {LISTED * NAME_READ >> 10} KiB of names spent)" if spent else ""
+        said.append(f"{total - ahead} daemons in the registry: the {len(rows)} newest beats "
+                    f"listed{why}")  # fmt: skip
+    shared = sum(1 for d in result["daemons"] if d["clash"])
+    if shared:
+        said.append(f"{shared} daemon names are each used by more than one process (their "
+                    "names clash): each listed once")  # fmt: skip
     if ahead:
         said.append(f"{ahead} entries beat ahead of Redis's clock (+inf, or a time to come: "
                     "written by no daemon): not listed")  # fmt: skip
@@ -170,7 +200,8 @@ def _redis_seconds(client: redis.Redis) -> float:
 class Listed:
     """A registry entry as ``daemons_listed.lua`` returns it: its name (cut to TEXT_SHOWN) and
     whole length, its score as Redis wrote it, its record's type, and the fields read (those
-    too long to be read are in ``unread`` with their length)."""
+    too long to be read are in ``unread`` with their length; those left out once the listing's
+    bytes were spent, in ``spent``)."""
 
     name: bytes
     name_length: int
@@ -178,16 +209,22 @@ class Listed:
     record_type: str
     fields: dict[bytes, bytes]
     unread: dict[str, int]
+    spent: dict[str, int]
+    digest: bytes | None  # its queues' SHA-1 (``Beat.fields``): read once for those alike
 
     @classmethod
     def of(cls, row: list[Any]) -> Listed:
-        fields, unread = {}, {}
-        for (name, _), value, size in zip(READ, row[4::2], row[5::2], strict=True):
+        fields, unread, spent = {}, {}, {}
+        for (name, _), value, size in zip(READ, row[5::2], row[6::2], strict=True):
             if value is not None:
                 fields[name.encode()] = bytes(value)
+            elif int(size) < 0:
+                spent[name] = -int(size)
             elif size:
                 unread[name] = int(size)
-        return cls(bytes(row[0]), int(row[1]), bytes(row[2]), _text(row[3]), fields, unread)
+        digest = bytes(row[4]) if row[4] is not None else None
+        return cls(bytes(row[0]), int(row[1]), bytes(row[2]), _text(row[3]), fields, unread,
+                   spent, digest)  # fmt: skip
 
 
 def daemon_json(entry: Listed, now_ms: int) -> dict[str, Any] | None:
@@ -198,31 +235,43 @@ def daemon_json(entry: Listed, now_ms: int) -> dict[str, Any] | None:
     name = _text(entry.name)
     if entry.name_length > len(entry.name):
         problems.append(f"its name is {entry.name_length} bytes long: the first {TEXT_SHOWN} shown")
-    if entry.record_type not in ("hash", "none"):
+    if entry.record_type == "long":
+        problems.append(f"its name is longer than any jobd writes ({NAME_READ} bytes): "
+                        "its record not read")  # fmt: skip
+    elif entry.record_type not in ("hash", "none"):
         problems.append(f"its record {_text(daemon_record(entry.name))} is not a hash "
                         f"(a {entry.record_type})")  # fmt: skip
     elif entry.record_type == "none":
         problems.append("its record is gone (expired, or deleted by someone)")
     for field, size in entry.unread.items():
         problems.append(f"{field} is {size} bytes long, more than jobd writes: not read")
-    fields = entry.fields
-    number = _Numbers(fields, problems, set(entry.unread), entry.record_type == "hash")
+    for field, size in entry.spent.items():
+        problems.append(f"{field} ({size} bytes) not read: the listing read its "
+                        f"{LISTING_READ >> 10} KiB of records")  # fmt: skip
+    fields, unread = entry.fields, {*entry.unread, *entry.spent}
+    number = _Numbers(fields, problems, unread, entry.record_type == "hash")
     beat_every, lease = number.get("beat_every", 5000), number.get("lease", 60000)
     beat_ms = _beat_ms(entry.score, problems)
     age_ms = None if beat_ms is None else max(0, now_ms - beat_ms)
     if entry.record_type == "none" and (age_ms is None or age_ms >= lease):
         return None
     said = _text(fields.get(b"state", b"running"))
+    clash = number.get("clash", None, optional=True)
+    clashing = clash is not None and age_ms is not None and beat_ms - clash < lease
+    if clashing:
+        problems.append("more than one process beats under this name (their names clash: they "
+                        "share its record, consumer and leases): restart all but one")  # fmt: skip
     return {
         "name": name, "host": _field(fields, b"host"), "pid": number.get("pid"),
         "process": number.get("process", None, optional=True),
         "version": _field(fields, b"version"),
-        "queues": [] if "queues" in entry.unread else _queues(fields, problems),
+        "queues": [] if "queues" in unread else _queues(fields, problems),
+        "queues_read": b"queues" in fields,
         "running": number.get("running"), "slots": number.get("slots"),
         "started": _seconds(number.get("started")), "beat": _seconds(beat_ms),
         "since_beat": _seconds(age_ms), "beat_every": beat_every / 1000, "lease": lease / 1000,
         "state": "dead" if age_ms is None else state_of(age_ms, beat_every, lease, said),
-        "problems": problems,
+        "clash": clashing, "problems": problems,
     }  # fmt: skip
 
 

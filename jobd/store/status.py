@@ -1,7 +1,8 @@
 """Where each queue stands, read from Redis alone: backlog, leases, delays, failures, limits
-and consumers (one pipeline per queue), so it works from any host, with or without a daemon
-running there. ``jobd status`` prints it (``cli.status``), the dashboard shows it, and the
-daemon's status report feeds the metrics and systemd from it.
+and consumers (one pipeline and one script call per queue, each read to a bound), so it works
+from any host, with or without a daemon running there. ``jobd status`` prints it
+(``cli.status``), the dashboard shows it, and the daemon's status report feeds the metrics and
+systemd from it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -28,7 +30,33 @@ from jobd.store.keys import DAEMONS
 # bytes (1.6 times the time of reading 16 at a time for 1 KiB entries: 40 ms, not 25).
 LAG_COUNT_CAP = 10_000
 LAG_COUNT_STEP = 1
-LAG_COUNT_BYTES = 16 << 20
+LAG_COUNT_BYTES = 16 << 20  # shared by every queue a request reads (``LagBudget``)
+# A queue's small hashes (``read_hashes``): fields and bytes read of one of open fields (the
+# consumers waiting for a limit: one a daemon; the minute's counters: a few), in HSCAN pages of
+# HASH_PAGE, and bytes of a value read at most (jobd writes numbers and names).
+HASH_FIELDS = 256
+HASH_BYTES = 64 << 10
+HASH_VALUE = 256
+HASH_PAGE = 64
+# A queue's group (``read_hashes``): its consumers are listed when it has HASH_FIELDS or fewer
+# (else only counted), each name cut to HASH_VALUE bytes (64 KiB at most); the stream's other
+# groups never leave Redis (``lua/lib/group.lua``).
+CONSUMERS_LISTED = HASH_FIELDS
+COUNTERS = "done failed retried dead deduped cancelled"  # a minute's counters jobd writes
+# A minute's counter jobd could have written: no minute counts 2**53 jobs, so the page's sums
+# (60 minutes, a queue's levels) stay exact in JSON and JavaScript, and far from orjson's 64-bit
+# bound; a value past it (HSET by anyone) is not jobd's and counts nothing (``counter``).
+COUNTER_MAX = (1 << 53) - 1
+
+
+class LagBudget:
+    """The bytes left to count null lags with (LAG_COUNT_BYTES): one for a whole request (a
+    summary of every queue, a daemon's report), shared by its queues in turn, so 50 queues'
+    counts read 16 MiB in all, not 16 MiB each (one entry more a count at most: once spent, a
+    count reads one entry, to say 0 or at least 1)."""
+
+    def __init__(self, left: int = LAG_COUNT_BYTES) -> None:
+        self.left = left
 
 
 def _ms_of(stream_id: bytes | str) -> int:
@@ -36,18 +64,17 @@ def _ms_of(stream_id: bytes | str) -> int:
     return int(raw.split("-")[0])
 
 
-def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
+def queue_status(
+    client: redis.Redis, q: QueueConfig, now: float | None = None, lags: LagBudget | None = None
+) -> dict[str, Any]:
     """Where queue ``q`` (one stream: a priority level is a queue here) stands at ``now``:
-    Redis's time (``connection.Clock``; read here when not given), never the host's."""
+    Redis's time (``connection.Clock``; read here when not given), never the host's; a null lag
+    counted within ``lags`` (a fresh budget when not given)."""
     now = redisconn.Clock(client).at(q.stream) if now is None else now
     minute = keys.minute(now)
     redis_ms = int(now * 1000)
     replies = _read(client, q, minute, redis_ms)
-    length, groups, pending, consumers, delayed, dead, last, this = replies[:8]
-    slots_used, bucket, waiting, paused = replies[8:]
-    group = None
-    if not isinstance(groups, Exception):
-        group = next((g for g in groups if os.fsdecode(g["name"]) == q.group), None)
+    length, delayed, dead, last, this, slots_used, bucket, waiting, paused, group = replies
     result: dict[str, Any] = {
         "stream": q.stream,
         "group": q.group,
@@ -62,6 +89,8 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         "last_minute": _counters(last),
         "this_minute": _counters(this),
         "consumers": [],
+        "consumers_count": 0,  # how many the group has (listed when CONSUMERS_LISTED or fewer)
+        "consumers_listed": True,
         "limits": _limits(q, slots_used, bucket, waiting, redis_ms),
         "paused": _pause(paused),
         "schedule": [
@@ -72,35 +101,107 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
     }  # fmt: skip
     if group is None:
         return result
-    result["lag"] = group.get("lag")
+    result["lag"] = group.lag
     if result["lag"] is None:
-        counted, exact = count_after(client, q.stream, group["last-delivered-id"])
+        lags = LagBudget() if lags is None else lags
+        counted, exact = count_after(client, q.stream, group.last_delivered, lags)
         result["lag"], result["lag_at_least"] = counted, not exact
-    if not isinstance(pending, Exception) and pending["pending"]:
-        result["pending"] = pending["pending"]
-        result["oldest_pending_age"] = max(0.0, now - _ms_of(pending["min"]) / 1000)
-    if not isinstance(consumers, Exception):
-        result["consumers"] = [_consumer(c) for c in consumers]
+    if group.pending and group.oldest is not None:
+        result["pending"] = group.pending
+        result["oldest_pending_age"] = max(0.0, now - _ms_of(group.oldest) / 1000)
+    result["consumers"] = [_consumer(*c) for c in group.consumers]
+    result["consumers_count"], result["consumers_listed"] = group.count, group.listed
     return result
 
 
 def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> list[Any]:
-    """Everything ``queue_status`` reads, in one pipeline; a reply that failed is its
-    exception."""
+    """Everything ``queue_status`` reads, in one pipeline and one script call; a reply that
+    failed is its exception (the group: None when the stream or group cannot be read)."""
     pipe = client.pipeline(transaction=False)
     pipe.xlen(q.stream)
-    pipe.xinfo_groups(q.stream)
-    pipe.xpending(q.stream, q.group)
-    pipe.xinfo_consumers(q.stream, q.group)
     pipe.zcard(q.keys.delayed)
     pipe.xlen(q.dead_letter.stream)
-    pipe.hgetall(q.keys.stats(minute - 1))
-    pipe.hgetall(q.keys.stats(minute))
     pipe.zcount(q.keys.running, redis_ms, "+inf")
-    pipe.hgetall(q.keys.rate)
-    pipe.hgetall(q.keys.waiting)
-    pipe.hgetall(q.keys.paused)
-    return pipe.execute(raise_on_error=False)
+    found = pipe.execute(raise_on_error=False)
+    last, this, bucket, waiting, paused, group = read_hashes(client, q, minute)
+    return [*found[:3], last, this, found[3], bucket, waiting, paused, group]
+
+
+def read_hashes(client: redis.Redis, q: QueueConfig, minute: int) -> list[Any]:
+    """The queue's small hashes ``queue_status`` shows: the counters of the last minute and of
+    this one, the rate bucket, the consumers waiting for a limit, the pause (``hashes_shown``:
+    only the fields jobd writes, but of the consumers waiting, whose names are theirs); and its
+    group with its consumers (a ``Group``; None: no such group or stream)."""
+    keys = [q.keys.stats(minute - 1), q.keys.stats(minute), q.keys.rate, q.keys.waiting,
+            q.keys.paused, q.stream]  # fmt: skip
+    specs = [COUNTERS, COUNTERS, "tokens at", "*", "since by", ">" + q.group]
+    return hashes_shown(client, keys, specs)
+
+
+def group_of(client: redis.Redis, q: QueueConfig) -> Group | None:
+    """The queue's group alone (none of its consumers), read to the same bound; None: no such
+    group or stream."""
+    return hashes_shown(client, [q.stream], ["=" + q.group])[0]  # type: ignore[no-any-return]
+
+
+def group_args(group: str) -> list[object]:
+    """The arguments of a ``hashes_shown`` call (keys: the stream alone) reading ``group``
+    alone, for a pipeline; its reply is read by ``group_from``."""
+    return [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, "=" + group]
+
+
+def group_from(reply: object) -> Group | None:
+    """The group a ``group_args`` call read; None: no such group or stream, or an error."""
+    return _group(reply[0]) if isinstance(reply, list) and reply else None
+
+
+@dataclass(frozen=True)
+class Group:
+    """A queue's consumer group as ``lua/lib/group.lua`` reads it: its last delivered id, lag
+    (None: Redis says null), pending entries and the oldest one's id, how many consumers it has
+    (``count``), and whether they are ``listed`` in ``consumers`` (CONSUMERS_LISTED at most:
+    (name cut to HASH_VALUE bytes, the name's length, entries held, idle ms) each)."""
+
+    last_delivered: bytes
+    lag: int | None
+    pending: int
+    oldest: bytes | None
+    count: int
+    listed: bool
+    consumers: list[tuple[bytes, int, int, int]]
+
+
+def _group(reply: list[Any]) -> Group | None:
+    if not (reply[0] and reply[1]):
+        return None  # no such group, no stream, or a key of another type
+    flat = reply[8:]
+    consumers = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
+    return Group(reply[2], reply[3], int(reply[4]), reply[5], int(reply[6]), bool(reply[7]),
+                 consumers)  # type: ignore[arg-type]  # fmt: skip
+
+
+def hashes_shown(client: redis.Redis, keys: list[str], specs: list[str]) -> list[Any]:
+    """Hashes of one slot, each as a dict, or the error its key gives (another type), read in
+    Redis to a bound (``lua/hashes_shown.lua``: anyone can add fields to them, or values of any
+    size): with ``spec`` '*', HASH_FIELDS fields and HASH_BYTES bytes of it (HSCAN pages of
+    HASH_PAGE: one page more at most); else only the fields it names (separated by spaces), each
+    read only when its length is HASH_VALUE or less. A longer value reads as b"" (none of
+    jobd's); a hash none of whose fields were read, as {b"": b""} (it is there)."""
+    args = [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, *specs]
+    replies = scripts.call(client, "hashes_shown", keys, args)
+    hashes: list[Any] = []
+    for reply, spec in zip(replies, specs, strict=True):
+        if spec[:1] in (">", "="):  # a stream: its group
+            hashes.append(_group(reply))
+            continue
+        if not reply[0]:
+            hashes.append(redis.ResponseError(os.fsdecode(reply[1])))
+            continue
+        rows = {reply[i]: reply[i + 1] or b"" for i in range(3, len(reply), 2)}
+        if reply[1] and not rows:  # none of its fields read: there all the same
+            rows = {b"": b""}
+        hashes.append(rows)
+    return hashes
 
 
 def _count(reply: object) -> int | None:
@@ -115,24 +216,29 @@ def _pause(fields: object) -> dict[str, Any] | None:
     return None if found is None else {"since": found.since_ms / 1000, "by": found.by}
 
 
-# A daemon's consumer name (daemon.lease.consumer_name): host-pid-random, and -pINDEX for
-# one of a supervisor's daemons (``processes``).
-CONSUMER = re.compile(r"(?P<host>.+)-(?P<pid>[0-9]+)-[0-9a-f]{4}(?:-p(?P<process>[0-9]+))?")
+# A daemon's consumer name (daemon.lease.consumer_name): host-pid-random (16 hex digits; 4 in
+# older daemons'), and -pINDEX for one of a supervisor's daemons (``processes``).
+CONSUMER = re.compile(
+    r"(?P<host>.+)-(?P<pid>[0-9]+)-[0-9a-f]{4}(?:[0-9a-f]{12})?(?:-p(?P<process>[0-9]+))?"
+)
 
 
-def _consumer(info: dict[str, Any]) -> dict[str, Any]:
-    """A consumer of the group as XINFO CONSUMERS describes it: its name, idle seconds, and
-    how many entries it holds; and, for a daemon's name, its host, pid and process index
-    (None for another name, or a daemon on its own)."""
-    name = info["name"].decode("utf-8", "backslashreplace")
-    parts = CONSUMER.fullmatch(name)
+def _consumer(raw: bytes, length: int, holding: int, idle_ms: int) -> dict[str, Any]:
+    """A consumer of the group as XINFO CONSUMERS describes it: its name (``name_cut``: only
+    its first HASH_VALUE bytes were read, of ``length``), idle seconds, and how many entries it
+    holds; and, for a daemon's name, its host, pid and process index (None for another name, or
+    a daemon on its own)."""
+    name = raw.decode("utf-8", "backslashreplace")
+    cut = int(length) > len(raw)
+    parts = None if cut else CONSUMER.fullmatch(name)
     if parts and max(len(parts["pid"]), len(parts["process"] or "")) > 15:
         parts = None  # not a daemon's: a pid or index past any (and past JSON's integers)
     process = parts["process"] if parts else None
     return {
         "name": name,
-        "idle": info["idle"] / 1000,
-        "holding": info["pending"],
+        **({"name_cut": True, "name_length": int(length)} if cut else {}),
+        "idle": int(idle_ms) / 1000,
+        "holding": int(holding),
         "host": parts["host"] if parts else None,
         "pid": int(parts["pid"]) if parts else None,
         "process": int(process) if process else None,
@@ -152,8 +258,9 @@ def _limits(
     if q.rate is not None:
         tokens = None
         if isinstance(bucket, dict) and b"tokens" in bucket:
-            elapsed_ms = max(0.0, redis_ms - float(bucket[b"at"]))
-            tokens = min(q.rate.burst, float(bucket[b"tokens"]) + elapsed_ms * q.rate.per_ms)
+            with contextlib.suppress(ValueError, KeyError):  # not numbers: someone else's
+                elapsed_ms = max(0.0, redis_ms - float(bucket[b"at"]))
+                tokens = min(q.rate.burst, float(bucket[b"tokens"]) + elapsed_ms * q.rate.per_ms)
         result["rate"] = {
             "count": q.rate.count, "per": q.rate.per, "burst": q.rate.burst,
             "tokens": q.rate.burst if tokens is None else round(tokens, 2),
@@ -164,31 +271,54 @@ def _limits(
     return result
 
 
+# Digits of a waiting consumer's SINCE_MS read at most (15: Unix ms until the year 33658).
+SINCE_DIGITS = 15
+
+
 def _waiting(value: bytes) -> dict[str, Any] | None:
-    """A waiting consumer's "REASON SINCE_MS" (acquire.lua); None for anything else."""
+    """A waiting consumer's "REASON SINCE_MS" (acquire.lua); None for anything else: SINCE_MS
+    is ASCII digits only (``str.isdigit`` alone takes "²", which ``int`` refuses: that one
+    field failed every page and status with a 500), SINCE_DIGITS of them at most."""
     reason, _, since = value.decode("utf-8", "replace").partition(" ")
-    return {"for": reason, "since": int(since) / 1000} if since.isdigit() else None
+    if not (since.isascii() and since.isdigit() and len(since) <= SINCE_DIGITS):
+        return None
+    return {"for": reason, "since": int(since) / 1000}
 
 
-def count_after(client: redis.Redis, stream: str, last_delivered: bytes) -> tuple[int, bool]:
+def count_after(
+    client: redis.Redis, stream: str, last_delivered: bytes, lags: LagBudget
+) -> tuple[int, bool]:
     """Entries after ``last_delivered`` (what lag means), counted in Redis up to LAG_COUNT_CAP
-    and LAG_COUNT_BYTES (``lua/count_after.lua``: no entry leaves Redis), and whether that is
-    all of them; 0 for a stream of another type (its error is shown elsewhere)."""
-    count = client.register_script(scripts.source("count_after"))
+    and the bytes ``lags`` has left (``lua/count_after.lua``: no entry leaves Redis; what it
+    read is taken from them), and whether that is all of them; 0 for a stream of another type
+    (its error is shown elsewhere). With no bytes left, one entry is still read (a budget of
+    one byte): 0 exactly, or at least 1, never "at least 0", which a page would take for
+    nothing waiting (a stalled queue shown idle)."""
     try:
-        args = [last_delivered, LAG_COUNT_CAP, LAG_COUNT_STEP, LAG_COUNT_BYTES]
-        counted, ended = count(keys=[stream], args=args)
+        args = [last_delivered, LAG_COUNT_CAP, LAG_COUNT_STEP, max(1, lags.left)]
+        counted, ended, read = scripts.call(client, "count_after", [stream], args)
     except redis.ResponseError:
         return 0, True
+    lags.left -= int(read)
     return int(counted), bool(ended)
+
+
+def counter(raw: bytes) -> int:
+    """A minute's counter as HINCRBY keeps it; 0 for anything else: not a number, or one out of
+    0..COUNTER_MAX (someone else's: a 21-digit one failed every page with a 500, past orjson's
+    64 bits)."""
+    try:
+        value = int(raw)
+    except ValueError:
+        return 0
+    return value if 0 <= value <= COUNTER_MAX else 0
 
 
 def _counters(raw: object) -> dict[str, int]:
     counts = {"done": 0, "failed": 0, "retried": 0, "dead": 0, "deduped": 0}
     if isinstance(raw, dict):
         for key, value in raw.items():
-            with contextlib.suppress(ValueError):  # a counter someone else wrote into
-                counts[key.decode("utf-8", "replace")] = int(value)
+            counts[key.decode("utf-8", "replace")] = counter(value)
     return counts
 
 
@@ -199,7 +329,9 @@ def gather(
     TIME per server: ``clock``); ``time`` is the registry's server's (what the registry's
     listing and the dashboard's every reply say), so any host shows the same figures."""
     clock = redisconn.Clock(client) if clock is None else clock
-    queues = {name: with_levels(client, q, clock.at(q.stream)) for name, q in config.queues.items()}
+    lags = LagBudget()  # one for the request: the queues share it
+    queues = {name: with_levels(client, q, clock.at(q.stream), lags)
+              for name, q in config.queues.items()}  # fmt: skip
     report = {"redis": config.redis.describe(), "time": clock.at(DAEMONS), "queues": queues}
     return with_daemons(client, config, report)
 
@@ -214,13 +346,17 @@ def with_daemons(client: redis.Redis, config: Config, report: dict[str, Any]) ->
     return report
 
 
-def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, Any]:
-    """A queue's status; with priority levels, each level's backlog too (its own stream)."""
-    result = queue_status(client, q, now)
+def with_levels(
+    client: redis.Redis, q: QueueConfig, now: float, lags: LagBudget | None = None
+) -> dict[str, Any]:
+    """A queue's status; with priority levels, each level's backlog too (its own stream); null
+    lags counted within ``lags`` (one budget for all the levels when not given)."""
+    lags = LagBudget() if lags is None else lags
+    result = queue_status(client, q, now, lags)
     if q.levels:
         result["levels"] = {}
         for level in q.levels:
-            s = result if level.stream == q.stream else queue_status(client, level, now)
+            s = result if level.stream == q.stream else queue_status(client, level, now, lags)
             result["levels"][level.priority] = {
                 k: s[k] for k in ("stream", "length", "lag", "lag_at_least", "pending", "delayed")
             }

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import orjson
 import redis
 
 from jobd.config import QueueConfig, durations
+from jobd.job import RESERVED_JOB_ID
 from jobd.newjob import follow_up_id
 from jobd.store import chains, notes
 from jobd.store.base import StoreBase
@@ -49,6 +50,11 @@ from jobd.store.scripts import Batch
 log = logging.getLogger("jobd.outbox")
 
 Row = tuple[bytes, dict[bytes, bytes]]
+# Bytes of a batch's on_complete (a queue name) and of its callback (``callback_spec``: the
+# queue's keys and name) a show reads at most: a longer one, written by someone else, is not
+# read (``BatchState.on_complete_unread``; a callback: ''), never sent whole.
+ON_COMPLETE_READ = 4096
+CALLBACK_READ = 16384
 EXPIRE_PAGE = 100  # held jobs past their deadline one expire_held.lua pass looks at
 
 
@@ -65,6 +71,7 @@ class BatchState:
     callback: str  # JSON: where the callback goes (``callback_spec``)
     incarnation: str = ""  # which batch of this id (batch.lua): names its callback's mark
     ttl: int = 1  # seconds its keys are kept after its latest change
+    on_complete_unread: int = 0  # a show's on_complete longer than ON_COMPLETE_READ: its bytes
 
     @property
     def pending(self) -> int:
@@ -75,14 +82,39 @@ class BatchState:
                 "done": self.done, "failed": self.failed, "pending": self.pending}  # fmt: skip
 
 
-def waiter_line(q: QueueConfig, job_id: str) -> bytes:
+def waiter_line(q: QueueConfig, job_id: str, token: str = "") -> bytes:
     """How a held job of ``q`` (a queue, or a level of it: its stream) is named to the jobs it
-    waits for: what a mover needs to reach it (``unblock``)."""
+    waits for: what a mover needs to reach it (``unblock``), and which hold of its job id
+    (``token``, its delayed member id, random per hold: a notice written for an earlier hold
+    of the job id finds this one 'gone'; '' for any hold, as lines written before it was)."""
     return orjson.dumps({
-        "queue": q.name, "job": job_id, "stream": q.stream, "base": q.keys.base,
+        "queue": q.name, "job": job_id, "hold": token, "stream": q.stream, "base": q.keys.base,
         "dead": q.dead_letter.stream, "maxlen": q.dead_letter.maxlen,
         "settings": notes.settings(q), "hook": chains.held_hook(q),
     })  # fmt: skip
+
+
+def held_token(packed: bytes) -> bytes | None:
+    """The second item of a held value (cmsgpack's array of strings, hold.lua: due, delayed
+    member id, fields), its hold's token; None for a value that is not such an array."""
+    at, kind = 1, packed[:1]
+    if kind in (b"\xdc", b"\xdd"):  # array 16, 32
+        at = 3 if kind == b"\xdc" else 5
+    elif not kind or not 0x90 <= kind[0] <= 0x9F:
+        return None
+    for item in range(2):
+        head = packed[at] if at < len(packed) else -1
+        if 0xA0 <= head <= 0xBF:
+            size, at = head & 0x1F, at + 1
+        elif head in (0xD9, 0xDA, 0xDB, 0xC4, 0xC5, 0xC6):
+            n = {0xD9: 1, 0xC4: 1, 0xDA: 2, 0xC5: 2, 0xDB: 4, 0xC6: 4}[head]
+            size, at = int.from_bytes(packed[at + 1 : at + 1 + n], "big"), at + 1 + n
+        else:
+            return None
+        if item == 1:
+            return packed[at : at + size]
+        at += size
+    return None
 
 
 def callback_spec(q: QueueConfig) -> bytes:
@@ -98,19 +130,29 @@ def _history(base: str, dead: str | None = None) -> tuple[QueueKeys, list[str]]:
 class WorkflowOps(StoreBase):
     def hold(self, q: QueueConfig, job_id: str, after: bytes, due: object, member: str,
              record: bytes, fields: dict[bytes, bytes],
-             unique: bool = False) -> bool | str:  # fmt: skip
-        """Hold job ``job_id`` of ``q`` until what ``after`` names (JSON) is done; False when it
-        was held already (an enqueue sent again). A ``unique`` job takes its job id's mark in
-        the same step; when the id is there already, nothing is held and its mark ('queued',
-        'done') is returned."""
-        keys = [q.keys.held, q.keys.after, *notes.keys(q), q.keys.held_until]
+             unique: bool = False) -> int | str:  # fmt: skip
+        """``hold_token``'s answer, without the token."""
+        return self.hold_token(q, job_id, after, due, member, record, fields, unique)[0]
+
+    def hold_token(self, q: QueueConfig, job_id: str, after: bytes, due: object, member: str,
+                   record: bytes, fields: dict[bytes, bytes],
+                   unique: bool = False) -> tuple[int | str, str]:  # fmt: skip
+        """Hold job ``job_id`` of ``q`` until what ``after`` names (JSON) is done: 1 when held
+        now; 0 when it is held already, -1 when its hold ended (released, dead-lettered) within
+        the queue's history.max_age (an enqueue sent again: nothing written). A ``unique`` job
+        takes its job id's mark in the same step; when the id is there already, nothing is
+        held and its mark ('queued', 'done') is returned. With it, the hold's token (its
+        delayed member id: ``member`` when held now, the hold's own when held already)."""
+        keys = [q.keys.held, q.keys.after, *notes.keys(q), q.keys.held_until, q.keys.held_ended]
         if unique:
             keys.append(q.keys.job_mark(job_id))
         flat = [x for item in fields.items() for x in item]
         args = [job_id, after, notes.settings(q), "" if due is None else due, member, record,
                 UNIQUE_TTL * 1000 if unique else "", *flat]  # fmt: skip
         reply = self.scripts.hold(keys=keys, args=args)
-        return reply.decode() if isinstance(reply, bytes) else bool(reply)
+        if isinstance(reply, list):  # held already: that hold's token
+            return int(reply[0]), reply[1].decode()
+        return (reply.decode() if isinstance(reply, bytes) else int(reply)), member
 
     def wait_on(self, dep: QueueConfig, job_id: str, waiter: bytes) -> tuple[str, str] | None:
         """Register ``waiter`` with job ``job_id`` of ``dep``; or, when that one ended already
@@ -123,6 +165,45 @@ class WorkflowOps(StoreBase):
             return None
         return reply[0].decode(), reply[1].decode()
 
+    def know(self, queues: Iterable[QueueConfig]) -> None:
+        """The max_payload of each of ``queues`` (a config's, in force now), and their hooks'."""
+        for q in queues:
+            self.know_hook(q)
+            self.payload_limits[q.name] = str(q.max_payload)  # a hook queue's own, first of all
+
+    def know_hook(self, q: QueueConfig) -> None:
+        """Take ``q``'s on_dead_letter queue's max_payload as in force: a held job's record is
+        cut to fit it (``unblock_call``), not its waiter line's copy, of its hold's day."""
+        hook = q.on_dead_letter
+        if hook is not None:
+            self.payload_limits[hook.queue] = (
+                "" if hook.max_payload is None else str(hook.max_payload)
+            )
+
+    def after_of(self, q: QueueConfig, job_id: str) -> dict | None:
+        """The after hash's spec of held job ``job_id`` of ``q`` (hold.lua), None when it is
+        not held (or its spec is not JSON jobd wrote)."""
+        try:
+            spec = orjson.loads(self.client.hget(q.keys.after, job_id) or b"null")
+        except (orjson.JSONDecodeError, redis.ResponseError):  # someone else's, not a spec
+            return None
+        return spec if isinstance(spec, dict) else None
+
+    def holds(self, q: QueueConfig, job_id: str, token: str) -> bool:
+        """Whether job ``job_id`` of ``q`` is held by the hold of token ``token`` now (its
+        delayed member id, the second item of its held value: hold.lua)."""
+        try:
+            packed = self.client.hget(q.keys.held, job_id)
+        except redis.ResponseError:  # WRONGTYPE: someone else's, no hold
+            return False
+        return packed is not None and held_token(packed) == token.encode()
+
+    def unwait(self, dep: QueueConfig, dep_job: str, job_id: str, token: str) -> int:
+        """Take the registration of hold ``token`` of ``job_id`` off job ``dep_job`` of
+        ``dep`` (unwait.lua, as the notice of its end does); how many lines went."""
+        keys = [dep.keys.waiters]
+        return int(self.scripts.unwait(keys=keys, args=[dep_job, job_id, token]))
+
     def _notice_call(self, outbox: str, entry_id: bytes, f: dict[bytes, bytes]) -> tuple:
         """The script call that applies notice ``entry_id`` of ``outbox`` (its fields ``f``);
         KeyError, TypeError, ValueError for an entry that is no notice."""
@@ -130,6 +211,8 @@ class WorkflowOps(StoreBase):
         if f.get(b"kind") == b"release":
             waiter = orjson.loads(f.get(b"waiter", b"{}"))
             return self.unblock_call(waiter, f[b"dep"].decode(), outcome, event)
+        if f.get(b"kind") == b"unwait":  # a hold ended: its registration goes (unwait.lua)
+            return self.scripts.unwait, [f[b"waiters"].decode()], [f[b"dep"], f[b"job"], f[b"hold"]]
         b_id = f[b"batch"].decode()
         keys = _batch_keys(b_id)
         if f.get(b"kind") == b"seal":  # an enqueue done adding (``seal_notice``)
@@ -145,13 +228,17 @@ class WorkflowOps(StoreBase):
         ``waiter_line``'s JSON) waits for it."""
         k, history = _history(waiter["base"], waiter["dead"])
         stream = waiter["stream"]
-        delayed = k.delayed if stream == k.base else QueueKeys.of(stream).delayed
-        keys = [k.held, k.after, k.held_until, stream, delayed, waiter["dead"], *history,
+        at = k.at(stream)  # the queue's keys, or its level's: the job mark is the queue's
+        keys = [k.held, k.after, k.held_until, stream, at.delayed, waiter["dead"], *history,
                 k.waiters, k.outbox, k.stats(self.minute(k.base)),
-                QueueKeys.of(stream).job_mark(waiter["job"])]  # fmt: skip
-        hook = chains.held_hook_args(waiter.get("hook"), k.outbox, keys, self.cluster)
+                at.job_mark(waiter["job"]), k.held_ended]  # fmt: skip
+        hook = waiter.get("hook")
+        if isinstance(hook, dict) and hook.get("queue") in self.payload_limits:  # in force now
+            hook = {**hook, "max_payload": self.payload_limits[hook["queue"]]}
+        hook = chains.held_hook_args(hook, k.outbox, keys, self.cluster)
         args = [waiter["job"], dep, outcome, event, waiter["settings"], waiter["maxlen"],
-                STATS_TTL, follow_up_id(waiter["job"], "dead"), *hook]  # fmt: skip
+                STATS_TTL, follow_up_id(waiter["job"], "dead"), waiter.get("hold", ""),
+                *hook]  # fmt: skip
         return self.scripts.unblock, keys, args
 
     def cancel_held(self, q: QueueConfig, job_ids: list[str], by: str) -> tuple[list[str], int]:
@@ -173,18 +260,18 @@ class WorkflowOps(StoreBase):
         outbox."""
         k = q.keys
         keys = [k.held, k.after, k.held_until, q.dead_letter.stream, *notes.keys(q), k.waiters,
-                k.outbox, k.stats(self.minute(k.base))]  # fmt: skip
+                k.outbox, k.stats(self.minute(k.base)), k.held_ended]  # fmt: skip
         hook = chains.held_hook_args(chains.held_hook(q), k.outbox, keys, self.cluster)
         base = [notes.settings(q), q.dead_letter.maxlen]
         due = self.scripts.expire_held(keys=keys, args=["due", *base, EXPIRE_PAGE])
         if not due:
             return 0, 0
         each: list[object] = []
-        for job, spec in zip(due[::2], due[1::2], strict=True):
+        for job, spec, error in zip(due[::3], due[1::3], due[2::3], strict=True):
             mark = k.job_mark(job)
             keys.append(mark)
-            each += [job, expired_why(orjson.loads(spec), self._seen),
-                     follow_up_id(os.fsdecode(job), "dead"), mark]  # fmt: skip
+            why = expired_why(orjson.loads(spec), self._seen, error == b"expired")
+            each += [job, why, error, follow_up_id(os.fsdecode(job), "dead"), mark]
         args = ["expire", *base, EXPIRE_PAGE, STATS_TTL, *hook, *each]
         dead, sent = self.scripts.expire_held(keys=keys, args=args)
         return int(dead), int(sent)
@@ -201,7 +288,10 @@ class WorkflowOps(StoreBase):
         return False
 
     def batch_op(self, batch_id: str, op: str, *args: object) -> BatchState | None:
-        """batch.lua's ``op`` on batch ``batch_id``; its state after (None: no such batch)."""
+        """batch.lua's ``op`` on batch ``batch_id``; its state after (None: no such batch). A
+        ``show`` reads each field only up to a bound (``ON_COMPLETE_READ``, ``CALLBACK_READ``)."""
+        if op == "show":
+            args = (ON_COMPLETE_READ, CALLBACK_READ)
         return _state(batch_id, self.scripts.batch(keys=_batch_keys(batch_id), args=[op, *args]))
 
     def seal_notice(self, outbox: str, fields: dict[bytes, bytes]) -> bytes:
@@ -231,7 +321,11 @@ class WorkflowOps(StoreBase):
         spec = orjson.loads(state.callback)
         k, history = _history(spec["base"])
         keys = [spec["stream"], k.callback_mark(state.batch_id, state.incarnation), *history]
-        fields = [b"payload", orjson.dumps(state.counts()), b"job_id", f"batch:{state.batch_id}"]
+        # Its job id as jobd's own field (as a retry's): no producer's job id, so the callback
+        # queue's dedupe window never takes it for the callback of the same id's batch before
+        # (an incarnation calls back once: its mark, not the window, says so).
+        fields = [b"payload", orjson.dumps(state.counts()), RESERVED_JOB_ID,
+                  f"batch:{state.batch_id}"]  # fmt: skip
         args = [max(FOLLOW_UP_TTL, state.ttl), spec["settings"], state.batch_id, *fields]
         return bool(self.scripts.callback(keys=keys, args=args))
 
@@ -264,16 +358,22 @@ class WorkflowOps(StoreBase):
         return done, error
 
 
-def expired_why(after: dict, seen: Callable[[list[str], str], bool]) -> str:
-    """Why a held job that waited its whole bound is dead-lettered: what it still waits for,
-    each "never seen" (no record of it in its queue's history, nor running: ``seen(keys, job
-    id)``, the keys ``after["seen"]`` names) or "not ended"."""
-    waited = durations.format(after.get("timeout_ms", 0) / 1000)
-    where = after.get("seen", {})
+def expired_why(after: dict, seen: Callable[[list[str], str], bool], expiry: bool = False) -> str:
+    """Why a held job that waited its whole bound (``expiry``: its own expiry passed) is
+    dead-lettered: what it still waits for, each "never seen" (no record of it in its queue's
+    history, nor running: ``seen(keys, job id)``, the keys ``after["seen"]`` names) or "not
+    ended" (neither said when the hold has no such keys: it had no bound but its expiry)."""
+    where = after.get("seen")
     told = []
     for dep in after["deps"]:
+        if where is None:
+            told.append(dep)
+            continue
         known = dep in where and seen(where[dep], dep.split(" ", 1)[-1])
         told.append(f"{dep}, {'not ended' if known else 'never seen'}")
+    if expiry:
+        return f"expired unrun while held (jobd_expires_at passed), waiting for {'; '.join(told)}"
+    waited = durations.format(after.get("timeout_ms", 0) / 1000)
     return f"waited {waited} for {'; '.join(told)}"
 
 
@@ -282,10 +382,19 @@ def _batch_keys(batch_id: str) -> list[str]:
 
 
 def _state(batch_id: str, reply: object) -> BatchState | None:
-    if not isinstance(reply, list) or not reply:
+    """batch.lua's reply as a BatchState; None for no batch, and for a hash jobd never wrote
+    (anyone who can write the batch's key: bytes not UTF-8, counts not numbers): said, and
+    taken as no batch of jobd's, so that neither `jobd batch` nor a daemon moving a notice of
+    it fails on it again and again."""
+    if not isinstance(reply, list) or len(reply) not in (8, 9):
         return None
-    state, total, done, failed, on_complete, callback, incarnation, ttl = (
-        v.decode() if isinstance(v, bytes) else str(v) for v in reply
-    )
-    return BatchState(batch_id, state, int(total), int(done), int(failed), on_complete, callback,
-                      incarnation, int(ttl))  # fmt: skip
+    try:
+        state, total, done, failed, on_complete, callback, incarnation, ttl, *unread = (
+            v.decode() if isinstance(v, bytes) else str(v) for v in reply
+        )
+        return BatchState(batch_id, state, int(total), int(done), int(failed), on_complete,
+                          callback, incarnation, int(ttl),
+                          int(unread[0]) if unread else 0)  # fmt: skip
+    except ValueError:  # UnicodeDecodeError too
+        log.warning("batch %r: its hash holds what jobd never wrote: taken as no batch", batch_id)
+        return None

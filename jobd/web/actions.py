@@ -123,7 +123,7 @@ def found_shown(f: Found, unseen: float) -> dict[str, Any]:
     """Where a cancel found a job, and what that means, in `jobd cancel`'s words."""
     return {
         "job_id": f.job_id, "where": f.where, "consumer": f.consumer, "entry": f.entry,
-        "due": f.due_ms / 1000 if f.where == "delayed" else None,
+        "due": f.due_ms / 1000 if f.where == "delayed" and f.due_ms is not None else None,
         "said": where(f, f"{unseen:g}s"),
     }  # fmt: skip
 

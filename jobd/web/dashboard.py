@@ -4,9 +4,11 @@ the daemon, or by ``jobd dashboard`` without one.
 Everything it shows is read from Redis (``status``, ``figures``, ``dlq``, ``history``), so any
 host's page shows the whole cluster; one refresh costs a few round trips per queue (its status
 pipeline, the last hour of figures, its newest dead letters, its next delayed jobs, its running
-jobs) and one for the events feed (``/api/events``). A job is looked up by id
-(``/api/job``). The page and its script are files in the package (``jobd/web/static/``): no
-CDN, no build step, works offline.
+jobs) and one for the events feed (``/api/events``: 1 MiB of events read in Redis at most, each
+event's first 32 fields cut there, ``Store.events_feed``). A job is looked up by id
+(``/api/job``: its history read only when 2 MiB or less, ``history.RECORDS_READ``). The page
+and its script are files in the package (``jobd/web/static/``): no CDN, no build step, works
+offline.
 
 Safe by default: read-only, payloads hidden. With ``dashboard.token`` (a file or a systemd
 credential), every request for data must carry it as ``Authorization: Bearer TOKEN``
@@ -43,7 +45,7 @@ from jobd.store import connection as redisconn
 from jobd.store import figures, status
 from jobd.store.browse import READ_BUDGET, DelayedShown
 from jobd.store.keys import DAEMONS
-from jobd.store.records import Event, Record, links
+from jobd.store.records import Event, Record, inexact_links, view_links
 from jobd.store.store import Store
 from jobd.web import actions, pages, shown
 from jobd.web.actions import BadRequest
@@ -75,9 +77,10 @@ def overview(store: Store, config: Config, query: object = None) -> dict[str, An
     showed before it had an overview and queue pages (kept for scripts that read it)."""
     clock = redisconn.Clock(store.client)  # Redis's time, not this host's
     queues = {}
+    lags = status.LagBudget()  # one for the request: the queues share it (as ``gather``)
     for name, q in config.queues.items():
         now = clock.at(q.stream)
-        queues[name] = status.with_levels(store.client, q, now)
+        queues[name] = status.with_levels(store.client, q, now, lags)
         queues[name]["hour"] = figures.last_hour(store.client, q, now)
         queues[name].update(_lists(store, q, config.dashboard.show_payloads))
         found = store.running_read(q, READ_BUDGET // max(1, len(config.queues)))
@@ -109,7 +112,7 @@ def next_delayed(store: Store, q: QueueConfig) -> list[dict[str, Any]]:
         page = store.delayed_shown(level, None, DELAYED_SHOWN, DELAYED_SHOWN,
                                    cap=shown.JOB_ID_SHOWN)  # fmt: skip
         soonest += [(level, d) for d in page.rows]
-    soonest.sort(key=lambda pair: pair[1].due_ms)
+    soonest.sort(key=lambda pair: (pair[1].due_ms is None, pair[1].due_ms or 0))  # never: last
     return [shown.delayed(level, w) for level, w in soonest[:DELAYED_SHOWN]]
 
 
@@ -133,9 +136,11 @@ def job_lookup(store: Store, config: Config, query: dict[str, list[str]]) -> dic
         "queue": view.queue, **shown.job_id_shown(view.job_id), "state": view.state,
         "now": view.now_ms / 1000, "due": shown.seconds(view.due_ms), "entry": view.entry,
         "stream": view.stream, "consumer": view.consumer, "skipped": view.skipped,
+        "records_unread": view.unread,
         "running": None if view.running is None else shown.running(view.running),
         "records": [_record(rec) for rec in view.records],
-        **links(view.records),  # parent, follow_ups, after, batch: the page links them
+        **view_links(view),  # parent, follow_ups, after, batch: the page links them
+        "links_inexact": inexact_links(view.records),  # … but these (shown as text)
     }  # fmt: skip
 
 
@@ -156,24 +161,24 @@ def events_feed(store: Store, config: Config, query: dict[str, list[str]]) -> di
         raise BadRequest(f"count is a number of events, 1 to {EVENTS_MAX}")
     queues = list(config.queues.values())
     after = _cursor(config, query["after"][0]) if query.get("after") else None
-    found = store.events(queues, after, int(count) + 1) if after is not None else []
-    skipped = len(found) > int(count)
-    if after is None or skipped:
-        found = store.events(queues, None, int(count))
-        oldest = found[0].id if found else "0-0"
-        after = {q.name: oldest for q in queues}  # every queue's older events: all before it
-    for event in found:
-        after[event.queue] = event.id
-    return {"events": [_event(e) for e in found], "after": after, "skipped": skipped}
+    feed = store.events_feed(queues, after, int(count))
+    events = [_event(e) for e in feed.events]
+    return {"events": events, "after": feed.after, "skipped": feed.skipped}
 
 
 def _event(event: Event) -> dict[str, Any]:
-    """An event as the page shows it: its time, queue, and (the first 32 of) its fields."""
-    fields = dict(list(event.fields.items())[:32])
-    cap = shown.FIELD_SHOWN
-    said = {k[:cap]: v[:cap] for k, v in fields.items()}
+    """An event as the page shows it: its time, queue, and its first 32 fields, each name and
+    value cut to 256 bytes in Redis (``cut``: those whose value was; ``fields_not_shown``: how
+    many it holds besides those shown)."""
     at = int(event.id.split("-", 1)[0]) / 1000
-    return {"id": event.id, "queue": event.queue, "at": at, "fields": said}
+    said = {"id": event.id, "queue": event.queue, "at": at, "fields": event.fields}
+    if event.cut:
+        said["cut"] = list(event.cut)
+    if event.inexact:  # not UTF-8, shown escaped: never linked as the job its text names
+        said["inexact"] = list(event.inexact)
+    if event.width > len(event.fields):
+        said["fields_not_shown"] = event.width - len(event.fields)
+    return said
 
 
 def _cursor(config: Config, text: str) -> dict[str, str]:
@@ -204,6 +209,7 @@ class Dashboard:
     def __init__(self, config: Config, client: redis.Redis | None = None) -> None:
         self.config = config
         self.store = Store(client) if client is not None else Store.open(config.redis, "dashboard")
+        self.store.know(config.queues.values())  # the config in force, for the notices it moves
         token = config.dashboard.token
         self.token = token.encode() if token else None
         self.csrf = hmac.new(self.token, b"csrf", hashlib.sha256).hexdigest() if token else ""

@@ -5,7 +5,7 @@ time; every series has a ``queue`` label. The registry is the daemon's own (no p
 state). ``/healthz`` answers 200 while the main loop turns over, 503 once it has been stuck
 for ``STUCK_AFTER`` seconds, and says nothing else: it needs no token. ``/metrics`` needs the
 dashboard's token when one is set (``Authorization: Bearer TOKEN``). Both are served, with the
-dashboard's page when there is one, by the bounded server of ``jobd.web.server``.
+dashboard's page when there is one, by ``jobd.web.endpoint``.
 
 With ``processes`` over 1, each daemon writes its series to files in a directory its
 supervisor made (prometheus_client's multiprocess mode, on when ``PROMETHEUS_MULTIPROC_DIR``
@@ -22,11 +22,13 @@ creation time is one more series per counter that dashboards show as a value.
 
 from __future__ import annotations
 
+import math
 import platform
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -35,7 +37,6 @@ from prometheus_client import (
     Histogram,
     ProcessCollector,
     disable_created_metrics,
-    make_wsgi_app,
     values,
 )
 from prometheus_client.core import GaugeMetricFamily
@@ -44,7 +45,6 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from jobd import __version__
 from jobd.outcome import Outcome, Verb
 from jobd.store import figures
-from jobd.web.server import Server, serve_app
 
 STUCK_AFTER = 10.0
 SHOW_EVERY = 0.5  # seconds between writes of the running and free gauges, when SHARED
@@ -134,7 +134,8 @@ class Metrics:
         self.notify_dropped = Counter(
             "jobd_notify_dropped",
             "Messages on handlers' NOTIFY_SOCKET not taken whole, by reason: stranger (not "
-            'from a running job\'s process; queue ""), malformed (taken in part), truncated.',
+            'from a running job\'s process; queue ""), malformed (taken in part), truncated, '
+            'descriptors (taken without the descriptors it brought; queue "").',
             ["queue", "reason"],
             registry=self.registry,
         )
@@ -208,6 +209,10 @@ class Metrics:
         self.heartbeat = time.monotonic()
         self._errors: dict[str, set[str]] = {}  # jobd_error values failed with, by queue
         self._queues: dict[str, QueueMetrics] = {}
+        # Queues in force (``watch``, ``forget``): the ticker's report of a queue a reload has
+        # removed meanwhile would make its gauges again, for ever; the lock spans look and set.
+        self._watched: set[str] = set()
+        self._watching = threading.Lock()
         self._shown: dict[tuple[str, str], tuple[Any, Callable[[], float]]] = {}  # SHARED
         self._show_at = 0.0
 
@@ -238,7 +243,13 @@ class Metrics:
 
     def queue_state(self, queue: str, report: dict) -> None:
         """The cluster-wide state of a queue, as ``status.queue_status`` read it."""
-        self.lag.labels(queue=queue).set(report["lag"] or 0)
+        with self._watching:
+            if queue in self._watched:
+                self._queue_state(queue, report)
+
+    def _queue_state(self, queue: str, report: dict) -> None:
+        lag = report["lag"]  # None: not known (no group yet), never 0 (nothing waits)
+        self.lag.labels(queue=queue).set(math.nan if lag is None else lag)
         self.pending.labels(queue=queue).set(report["pending"])
         self.oldest.labels(queue=queue).set(report["oldest_pending_age"] or 0)
         self.delayed.labels(queue=queue).set(report["delayed"] or 0)  # None: a key of
@@ -249,6 +260,8 @@ class Metrics:
     def watch(self, queue: str, running: Callable[[], float], free: Callable[[], float]) -> None:
         """Running handlers and free slots, as the functions say at each scrape; when SHARED,
         written every SHOW_EVERY by the main loop (``beat``): the supervisor reads files."""
+        with self._watching:
+            self._watched.add(queue)
         for gauge, value in ((self.running, running), (self.free, free)):
             if SHARED:
                 self._shown[gauge._name, queue] = (gauge.labels(queue=queue), value)
@@ -288,6 +301,8 @@ class Metrics:
         its slots) for ever, and /metrics listed every name ever served. In multiprocess mode
         (``SHARED``) the files keep what was written (prometheus_client cannot remove there);
         this process still forgets its own."""
+        with self._watching:
+            self._watched.discard(queue)
         self._queues.pop(queue, None)
         for shown in [k for k in self._shown if k[1] == queue]:
             del self._shown[shown]
@@ -338,51 +353,3 @@ class HostMetrics:
 
     def healthy(self) -> bool:
         return self._healthy()
-
-
-class Served(Protocol):
-    """What ``serve`` needs of the metrics: a registry, and whether to say ok."""
-
-    registry: CollectorRegistry
-    unhealthy: bytes
-
-    def healthy(self) -> bool: ...
-
-
-class Page(Protocol):
-    """What ``serve`` needs of the dashboard: the app, its token check, and the names it may
-    be reached by."""
-
-    allowed_hosts: tuple[str, ...]
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]: ...
-
-    def authorized(self, environ: dict[str, Any]) -> bool: ...
-
-
-def serve(metrics: Served, listen: str, page: Page | None = None) -> Server:
-    """Serve on ``listen`` (HOST:PORT) from a daemon thread; returns the server. ``page``
-    (the dashboard) answers every path but /metrics and /healthz, and its token guards
-    /metrics too; /healthz says only whether the main loop turns over."""
-    prometheus = make_wsgi_app(metrics.registry)
-
-    def app(environ, start_response):  # type: ignore[no-untyped-def]
-        path = environ.get("PATH_INFO")
-        if path == "/healthz":
-            ok = metrics.healthy()
-            start_response(
-                "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
-            )
-            return [b"ok\n" if ok else metrics.unhealthy]
-        if page is not None and path != "/metrics":
-            return page(environ, start_response)
-        if page is not None and not page.authorized(environ):
-            start_response(
-                "401 Unauthorized",
-                [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="jobd"')],
-            )
-            return [b"a valid token is needed: Authorization: Bearer TOKEN\n"]
-        return prometheus(environ, start_response)
-
-    hosts = page.allowed_hosts if page is not None else ()
-    return serve_app(app, listen, "metrics", hosts)

@@ -1,11 +1,11 @@
 """The dashboard's reads for its overview and queue pages (issue 36), each bounded by what it
 is asked for, never by what Redis holds:
 
-- ``GET /api/summary``: one row per queue (``queue_status``'s one pipeline a queue: state,
-  backlog, oldest pending age, done and failed in the last minute, dead letters, paused; the
-  live daemons' slots, once a daemon for all the levels it serves), the jobs running (their
-  active records, 1 MiB of them read in all: two more round trips for every queue,
-  ``Store.running_of``) and Redis's own figures (one INFO).
+- ``GET /api/summary``: one row per queue (``queue_status``'s pipeline and script call a
+  queue: state, backlog, oldest pending age, done and failed in the last minute, dead letters,
+  paused; the live daemons' slots, once a daemon for all the levels it serves), the jobs
+  running (their active records, 1 MiB of them read in all: two more round trips for every
+  queue, ``Store.running_of``) and Redis's own figures (one INFO).
 - ``GET /api/daemons``: the daemon registry (``registry.listing``: one script call, whatever
   the number of queues), polled often so that a stopped daemon leaves the page at once.
 - ``GET /api/queue?queue=Q``: one queue's status, its last hour of figures (per-minute
@@ -112,7 +112,8 @@ def _row(
     elif backlog or running["running"]:
         state = "busy"
     return {
-        "state": state, "backlog": backlog, "lag_known": q["lag"] is not None,
+        "state": state, "backlog": backlog,
+        "lag_known": all(level["lag"] is not None for level in levels),
         "backlog_at_least": any(level.get("lag_at_least") for level in levels),
         "oldest_pending_age": q["oldest_pending_age"], **running,
         "concurrency": slots, "pending": sum(level["pending"] for level in levels),
@@ -191,13 +192,9 @@ def _waiting(
 ) -> dict[str, Any]:
     """Entries of the stream after the group's last delivered id (or the cursor), oldest first."""
     start = "-"
-    try:
-        groups = store.client.xinfo_groups(q.stream)
-    except redis.ResponseError:  # no stream yet
-        groups = []
-    group = next((g for g in groups if os.fsdecode(g["name"]) == q.group), None)
+    group = status.group_of(store.client, q)  # in Redis: never the stream's groups whole
     if group is not None:
-        start = "(" + os.fsdecode(group["last-delivered-id"])
+        start = "(" + os.fsdecode(group.last_delivered)
     if cursor:
         after = _entry_id(cursor)
         if start == "-" or _id_key(after) > _id_key(start[1:]):
@@ -269,8 +266,8 @@ def _recent(
         rows = [{"job_id": find, "event": view.state, "at": None}] if view.records else []
         return {"jobs": rows, "cursor": None}
     total, found, last = store.recent(q, after, count)  # fewer than count: the bytes bound
-    rows = [{**shown.job_id_shown(os.fsdecode(r.job_id)), "at": r.at_ms / 1000, "event": r.event,
-             "attempt": r.attempt, "exit_code": r.exit_code, "signal": r.signal,
+    rows = [{**shown.job_id_shown(os.fsdecode(r.job_id)), "at": shown.seconds(r.at_ms),
+             "event": r.event, "attempt": r.attempt, "exit_code": r.exit_code, "signal": r.signal,
              "error": r.error, "duration_ms": r.duration_ms, "consumer": r.consumer,
              **({"bad": shown.unread_history(r.unread)} if r.unread else {})}
             for r in found]  # fmt: skip

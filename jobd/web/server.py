@@ -4,9 +4,12 @@ waitress: one thread reads every connection (a request reaches a worker thread o
 has arrived whole, and a connection's next request only once the answer is written), a few
 workers answer. Bounded on every side, so clients that connect and stall, or send and read
 nothing, can neither take the daemon's descriptors (its handlers need them) nor keep the
-page, /metrics and /healthz from answering. Every request must name this server in its Host
-header (``host_allowed``: DNS rebinding), else it gets 421. What is served on it, and behind
-which token, is the app's business (``metrics.serve``, ``dashboard.Dashboard``).
+page, /metrics and /healthz from answering. The paths an app answers without Redis (``apart``:
+/healthz and /metrics, a liveness probe's and a scraper's) have workers of their own
+(``PROBE_WORKERS``), so they never wait behind the dashboard's requests, each of which may wait
+for Redis up to its socket timeout while Redis is away. Every request must name this server in
+its Host header (``host_allowed``: DNS rebinding), else it gets 421. What is served on it, and
+behind which token, is the app's business (``metrics.serve``, ``dashboard.Dashboard``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import contextlib
 import ipaddress
 import logging
 import re
+import select
 import socket
 import struct
 import threading
@@ -27,14 +31,19 @@ from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
+from waitress.task import ThreadedTaskDispatcher
 
 WSGIApp = Callable[..., Any]
 
 MAX_CONNECTIONS = 64  # open at once; at the cap, a new one closes the one waiting longest
+# Seconds a new connection that had sent nothing when taken has for its request to begin before
+# the cap counts it as waiting; at the cap, the oldest such one is closed when nothing else can go.
+NEW_GRACE = 0.5
 # Seconds for a request to arrive whole, for a connection to sit idle, and for an answer the
 # client reads nothing of.
 TIMEOUT = 10
 WORKERS = 4  # requests answered at once
+PROBE_WORKERS = 2  # requests of the paths ``apart`` answered at once, besides WORKERS
 MAX_HEADERS = 32 * 1024  # bytes of a request's line and headers
 MAX_BODY = 64 * 1024  # bytes of a request's body (the dashboard's actions are small)
 # Bytes of an answer waiting unsent past which a worker writing more waits for the client (the
@@ -63,22 +72,28 @@ class Server:
         """Let the workers finish (they wake the loop through its trigger when done), then
         close every connection and the listening socket from the server's own thread."""
         self._server.task_dispatcher.shutdown(timeout=TIMEOUT)
+        self._server.probes.shutdown(timeout=TIMEOUT)
         self._server.trigger.pull_trigger(lambda: wasyncore.close_all(self._server._map))
         self._thread.join(TIMEOUT)
 
 
 def serve_app(
-    app: WSGIApp, listen: str, name: str, allowed_hosts: Iterable[str] | None = None
+    app: WSGIApp,
+    listen: str,
+    name: str,
+    allowed_hosts: Iterable[str] | None = None,
+    apart: Iterable[str] = (),
 ) -> Server:
     """Serve ``app`` on ``listen`` (HOST:PORT) from a daemon thread, answering only the Host
-    names ``host_allowed`` lets through (``allowed_hosts``: by default the app's own)."""
+    names ``host_allowed`` lets through (``allowed_hosts``: by default the app's own). The
+    requests for the paths ``apart`` (ones answered without Redis) go to workers of their own."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
     if allowed_hosts is None:
         allowed_hosts = getattr(app, "allowed_hosts", ())
     names = host_names(host, allowed_hosts)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "queue depth" on every burst
-    server = _WSGIServer(host_check(app, names), _socket_info(host, int(port)))
+    server = _WSGIServer(host_check(app, names), _socket_info(host, int(port)), frozenset(apart))
     thread = threading.Thread(target=server.run, name=name, daemon=True)
     thread.start()
     return Server(server, thread)
@@ -116,6 +131,14 @@ def host_check(app: WSGIApp, names: frozenset[str]) -> WSGIApp:
     return checked
 
 
+def app_path(path: str | None) -> str | None:
+    """The path the app answers a request for (its PATH_INFO): waitress's parsed path with its
+    leading slashes squeezed to one (``//healthz`` is answered as /healthz)."""
+    if path is None or not path.startswith("/"):
+        return path
+    return "/" + path.lstrip("/")
+
+
 def _is_ip(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
@@ -144,8 +167,27 @@ class _Channel(HTTPChannel):
     written (``readable``): a connection costs at most one answer, and a worker never waits on
     a client that does not read."""
 
-    began = 0.0  # when the request now arriving began
+    began = 0.0  # when the request now arriving began (0: none has yet)
     held = b""  # bytes past the request being answered, parsed once its answer is written
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.born = time.time()
+        super().__init__(*args, **kwargs)
+        self.read_now()
+
+    def read_now(self) -> None:
+        """Read what the client sent before it was taken (a probe's request, as a rule), so
+        that at the cap a request already sent is known at once and never shed as new."""
+        poller = select.poll()
+        poller.register(self._fileno, select.POLLIN)
+        if poller.poll(0):
+            self.handle_read()  # waitress's read: a client gone or a socket error closes it
+
+    def fresh(self, now: float) -> bool:
+        """Just accepted, nothing of a request read yet (not when taken, ``read_now``, nor
+        since): at the cap, closed for another connection before NEW_GRACE has passed only
+        when no other can go."""
+        return not self.began and now - self.born < NEW_GRACE
 
     def received(self, data: bytes) -> bool:
         """Parse ``data`` up to the end of the first whole request; hold back the rest."""
@@ -200,12 +242,19 @@ class _Channel(HTTPChannel):
 class _WSGIServer(TcpWSGIServer):
     """waitress's server, with a request timeout and a cap on connections that never stops
     accepting while a connection merely waits: at the cap, the one waiting longest is
-    closed for the newcomer. Only when every connection has a request being answered do
-    new ones wait in the listen backlog."""
+    closed for the newcomer (``_victim``), and when none waits, one whose request waits for the
+    page's workers (the page's requests are shed, never a probe's). Only when every connection
+    has a request being answered, or queued for the probes' workers, do new ones wait in the
+    listen backlog; a new connection's bytes are read as it is taken (``_Channel.read_now``),
+    and one that had sent nothing is closed, oldest first, only when nothing else can go. A
+    request for one of the paths ``apart`` is answered by workers of its own (``probes``): the
+    app's other requests, however long they wait, never keep it waiting."""
 
     channel_class = _Channel
 
-    def __init__(self, app: WSGIApp, sockinfo: tuple[int, int, int, Any]) -> None:
+    def __init__(
+        self, app: WSGIApp, sockinfo: tuple[int, int, int, Any], apart: frozenset[str]
+    ) -> None:
         adj = Adjustments(
             threads=WORKERS, connection_limit=MAX_CONNECTIONS, channel_timeout=TIMEOUT,
             cleanup_interval=1, max_request_header_size=MAX_HEADERS,
@@ -213,7 +262,17 @@ class _WSGIServer(TcpWSGIServer):
             asyncore_use_poll=True, ident="jobd", log_socket_errors=False,
         )  # fmt: skip
         self.closing: set[_Channel] = set()
+        self.apart = apart
+        self.probes = ThreadedTaskDispatcher()
+        self.probes.set_thread_count(PROBE_WORKERS if apart else 0)
         super().__init__(app, map={}, adj=adj, sockinfo=sockinfo)
+
+    def add_task(self, task: Any) -> None:
+        """A connection's request to its workers: those of the paths ``apart``, or the others.
+        A connection has one request at a time (``_Channel``), the one looked at here."""
+        request = task.requests[0] if task.requests else None
+        apart = app_path(getattr(request, "path", None)) in self.apart and not request.error
+        (self.probes if apart else self.task_dispatcher).add_task(task)
 
     def run(self) -> None:
         """waitress's loop, closing the connections picked to go between two turns: one
@@ -229,7 +288,18 @@ class _WSGIServer(TcpWSGIServer):
         if now >= self.next_channel_cleanup:
             self.next_channel_cleanup = now + self.adj.cleanup_interval
             self.maintenance(now)
-        return bool(self.accepting) and self._room()
+        if not self.accepting:
+            return False
+        return self._open() < MAX_CONNECTIONS or self._victim(now, take=False) is not None
+
+    def handle_accept(self) -> None:
+        """Take a new connection; past the cap, close another for it (``_victim``)."""
+        super().handle_accept()
+        while self._open() > MAX_CONNECTIONS:
+            victim = self._victim(time.time(), take=True)
+            if victim is None:
+                break
+            self._close(victim)
 
     def maintenance(self, now: float) -> None:
         """Close every connection that has waited longer than TIMEOUT."""
@@ -238,17 +308,30 @@ class _WSGIServer(TcpWSGIServer):
             if since is not None and since < now - TIMEOUT:
                 self._close(channel)
 
-    def _room(self) -> bool:
-        """Whether a new connection may be taken now, closing the one waiting longest at the
-        cap."""
+    def _open(self) -> int:
+        return sum(c not in self.closing for c in self.active_channels.values())
+
+    def _victim(self, now: float, take: bool) -> _Channel | None:
+        """The connection to close for a newcomer at the cap: the one waiting longest (its
+        request arriving, idle, or its answer unread), a new one only once past NEW_GRACE;
+        else the one whose request has waited longest for the page's workers (taken off their
+        queue when ``take``: never answered then); else the oldest new one (it had sent
+        nothing when taken, ``read_now``). None: every one is being answered, or queued for
+        the probes' workers."""
         channels = [c for c in self.active_channels.values() if c not in self.closing]
-        if len(channels) < MAX_CONNECTIONS:
-            return True
-        waiting = [(since, c) for c in channels if (since := c.waiting_since()) is not None]
-        if not waiting:
-            return False
-        self._close(min(waiting, key=lambda pair: pair[0])[1])
-        return True
+        waiting = [(since, c) for c in channels
+                   if not c.fresh(now) and (since := c.waiting_since()) is not None]  # fmt: skip
+        if waiting:
+            return min(waiting, key=lambda pair: pair[0])[1]
+        pages = self.task_dispatcher
+        with pages.lock:
+            queued = next((c for c in pages.queue if c not in self.closing), None)
+            if queued is not None and take:
+                pages.queue.remove(queued)
+        if queued is not None:
+            return queued
+        new = [c for c in channels if c.fresh(now)]
+        return min(new, key=lambda c: c.born) if new else None
 
     def _close(self, channel: _Channel) -> None:
         """Close ``channel`` after this turn of the loop; it reads nothing more meanwhile.

@@ -35,7 +35,7 @@ def delayed(level: QueueConfig, d: DelayedShown) -> dict[str, Any]:
     """A delayed job as the page shows it: when it is due, its job id (None: it runs under its
     entry id once due) and attempt (none of its payload); a member that is not a job says why."""
     attempt = None if d.malformed else text(d.attempt or b"1")
-    item: dict[str, Any] = {"due": d.due_ms / 1000, "job_id": None, "attempt": attempt,
+    item: dict[str, Any] = {"due": seconds(d.due_ms), "job_id": None, "attempt": attempt,
                             "level": level.priority}  # fmt: skip
     if d.job_id is not None:
         item.update(job_id_shown(os.fsdecode(d.job_id), cut=d.job_id_length > len(d.job_id)))
@@ -63,11 +63,14 @@ def dead_letter(shown: Shown, fields: tuple[tuple[str, str, int], ...]) -> dict[
     """One record as the page shows it; a field jobd would not have written is shown as it is,
     with why the record is bad, never failing the page."""
     item: dict[str, Any] = {"id": shown.id}
-    cut = []
+    cut, raw_id = [], None
     for (name, _, cap), (value, length) in zip(fields, shown.values, strict=True):
         item[name] = text(value)
+        raw_id = value if name == "job_id" else raw_id
         if length > abs(cap):
             cut.append(name)
+    if raw_id and job_id_shown(os.fsdecode(raw_id), "job_id" in cut).get("inexact"):
+        item["inexact"] = True  # not UTF-8 (escaped), cut or too long: the page shows it as text
     item.update(unshown_fields(shown.width, shown.values))
     item["exit_code"] = item["exit_code"] or None
     item["signal"] = item["signal"] or None

@@ -25,14 +25,17 @@
 --   seal TOKEN SEQ COUNT            the same, and the adder is done: sealed when none is left
 --   count NOTICE OUTCOME            a member's end, told by NOTICE (outcome done, failed or
 --                                   cancelled)
---   show                            nothing changes
--- The keys expire TTL seconds (the history's max_age) after the batch's latest change.
+--   show ON_COMPLETE CALLBACK       nothing changes; each field read only up to a bound, these
+--                                   two's given (shown)
+-- The keys expire TTL seconds (the history's max_age) after the batch's latest change; an open
+-- never shortens it (the longest TTL of its opens).
 --
 -- A batch made where one of the same id expired is another batch: its incarnation (Redis's time
 -- in µs when it was made) names its callback's mark, so the mark of the one before (which may
 -- outlive it) is not its own.
 --
--- Returns {state, total, done, failed, on_complete, callback, incarnation, ttl}; {} when there
+-- Returns {state, total, done, failed, on_complete, callback, incarnation, ttl} (and, for show,
+-- on_complete's length when not read: shown); {} when there
 -- is no such batch (expired, never made, or someone else's key there) for count, show and a
 -- seal; an error, having written nothing, when open or add find someone else's key, or an add
 -- names an adder the batch does not know.
@@ -70,6 +73,31 @@ local function status(look)
     string.format('%d', n[5]), v[6] or '', v[7] or '', v[8] or v[9] or '',
     ttl_of(v[10])}
 end
+-- The batch as status(true) says it, for `jobd batch` and the dashboard (show): each field read
+-- only when no longer than its bound (on_complete, a queue name: ARGV[2] bytes; the callback,
+-- its keys: ARGV[3]; the others, numbers and words: 32), so that a value someone else wrote
+-- there of any size never leaves Redis (a longer one is taken as missing). One value more:
+-- on_complete's length when it was too long to be read (0: read).
+local function shown()
+  local names = {'state', 'open', 'total', 'done', 'failed', 'on_complete', 'callback',
+    'incarnation', 'created', 'ttl'}
+  local v, unread = {}, 0
+  for i, f in ipairs(names) do
+    local cap = ({on_complete = tonumber(ARGV[2]), callback = tonumber(ARGV[3])})[f] or 32
+    local size = redis.call('HSTRLEN', b, f)
+    if size <= cap then
+      v[i] = redis.call('HGET', b, f)
+    elseif f == 'on_complete' then
+      unread = size
+    end
+  end
+  local n = {}
+  for i = 2, 5 do n[i] = math.floor(tonumber(v[i]) or 0) end
+  local state = v[1] or 'open'
+  if state ~= 'complete' and n[2] <= 0 and n[4] + n[5] >= n[3] then state = 'complete' end
+  return {state, string.format('%d', n[3]), string.format('%d', n[4]),
+    string.format('%d', n[5]), v[6] or '', v[7] or '', v[8] or v[9] or '', ttl_of(v[10]), unread}
+end
 local function keep()
   local ttl = ttl_of(redis.call('HGET', b, 'ttl'))
   redis.call('EXPIRE', b, ttl)
@@ -102,7 +130,10 @@ if op == 'open' then
   end
   redis.call('HINCRBY', b, 'open', 1)
   redis.call('HSET', adders, token, '0 0')
-  redis.call('HSET', b, 'state', 'open', 'ttl', ARGV[3])
+  -- Its ttl never shortened: the longest history.max_age of the queues added to (a member of
+  -- a queue of long history may still run when one of short history is added).
+  local had = tonumber(ttl_of(redis.call('HGET', b, 'ttl') or 0))
+  redis.call('HSET', b, 'state', 'open', 'ttl', ttl_of(math.max(had, tonumber(ARGV[3]) or 1)))
   if ARGV[4] ~= '' then
     redis.call('HSETNX', b, 'on_complete', ARGV[4])
     redis.call('HSETNX', b, 'callback', ARGV[5])
@@ -152,6 +183,6 @@ elseif op == 'count' then
 elseif op ~= 'show' then
   return redis.error_reply('ERR batch.lua: unknown operation ' .. op)
 end
-if op == 'show' then return status(true) end
+if op == 'show' then return shown() end
 keep()
 return status()

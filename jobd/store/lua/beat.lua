@@ -7,8 +7,14 @@
 -- ARGV[1]  the consumer name
 -- ARGV[2]  how long the entry and record are kept without a beat (ms)
 -- ARGV[3]  at most this many entries of other daemons swept in this call
--- ARGV[4…] field, value, … of the record to write (``beat`` and ``started`` are written here,
+-- ARGV[4]  this process's instance: drawn at its start, its own whatever its name ('': none)
+-- ARGV[5…] field, value, … of the record to write (``beat`` and ``started`` are written here,
 --          from Redis's clock)
+--
+-- Two processes that drew the same name (host, pid and random bits alike: containers) would
+-- write one record in turn and be listed as one: a beat that finds the record written by
+-- another instance marks it (``clash``, Redis ms), and the listing says so while the mark is
+-- recent.
 --
 -- Returns {'ok', now_ms, created (1: the record was new, or had expired), swept}, or
 -- {'wrongtype', key, type} and writes nothing when a key holds something else (someone else's
@@ -22,8 +28,14 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local keep = tonumber(ARGV[2])
+local instance = ARGV[4]
+if instance ~= '' then
+  local was = redis.call('HGET', record, 'instance')
+  if was and was ~= instance then redis.call('HSET', record, 'clash', now) end
+  redis.call('HSET', record, 'instance', instance)
+end
 local created = redis.call('HSETNX', record, 'started', now)
-local i = 4
+local i = 5
 while i <= #ARGV do  -- pairs one at a time: no unpack of a long list
   redis.call('HSET', record, ARGV[i], ARGV[i + 1])
   i = i + 2

@@ -20,7 +20,8 @@
 -- says 'queued'. The walk goes from the latest due to the soonest: promote.lua removes the
 -- soonest, which moves no member's rank counted from the end, so a walk of many calls skips
 -- nothing it removes. Each job removed gets its history record and event (cancelled, by) in the
--- same step. Returns {the next page's start, or -1 at the end, {job id, due (ms)}, …}.
+-- same step (its due time, unless its score is no time: browse.score_ms). Returns {the next
+-- page's start, or -1 at the end, {job id, due (ms) as Redis writes it}, …}.
 local start, size = tonumber(ARGV[1]), tonumber(ARGV[2])
 local mark_of = {}
 for i = 6, #ARGV do mark_of[ARGV[i]] = KEYS[i + 4] end
@@ -39,12 +40,13 @@ for i = 1, #page, 2 do
       if says_queued(mark_of[jid]) then redis.call('DEL', mark_of[jid]) end
       if marks then redis.call('ZREM', marks, 'job:' .. jid) end
       removed[#removed + 1] = {jid, page[i + 1]}
-      local due = tonumber(page[i + 1])
+      local due = tonumber(page[i + 1])  -- a score that is no time (±inf: anyone's ZADD) is
+      local said = math.abs(due) <= 8640000000000000 and {'due', due} or {}  -- not said: no date
       local origin = origin_of(fields)
       local record = cjson.encode({event = 'cancelled', by = ARGV[5],
         detail = 'removed from the delayed set, unrun', origin = origin})
       remember(h, {event = 'cancelled', job = jid, record = record,
-        extras = with_origin({'by', ARGV[5]}, origin)}, now, nil, {'due', due})
+        extras = with_origin({'by', ARGV[5]}, origin)}, now, nil, said)
       w = w or workflow_at(8, h.queue)
       ended(w, jid, 'cancelled', batch_in(fields))
     end

@@ -2,7 +2,8 @@
 -- cancel_held.lua: `jobd cancel` of jobs held until others end (hold.lua): each one held is held
 -- no more, recorded cancelled (by), counted, and its end told to its batch and to the jobs
 -- waiting for it (lib/workflows.lua ended), in one step. Its registrations with the jobs it
--- waited for stay: their notices find it gone (unblock.lua) and change nothing. Its 'job:'
+-- waited for are taken off by notices in its outbox (lib/workflows.lua unregister); one told
+-- before they are moved finds it gone (unblock.lua) and changes nothing. Its 'job:'
 -- cancellation marks (cancel.lua, one a level, set as it was found nowhere else) go too, as
 -- cancel_delayed.lua's do: left behind, they would cancel the job id's next enqueue.
 --
@@ -28,12 +29,14 @@ end
 for i = 5, #ARGV do
   local j = held_at(1, ARGV[i])
   if j then
+    w = w or workflow_at(8, h.queue)
+    unregister(w, j)
     unhold(j)
     unmark(j, KEYS[10 + levels + i - 4])
-    remember(h, {event = 'cancelled', job = j.job, extras = {'by', ARGV[2]},
-      record = cjson.encode({event = 'cancelled', by = ARGV[2],
+    local origin = origin_of(j.fields) -- a producer waiting for it knows its end by it
+    remember(h, {event = 'cancelled', job = j.job, extras = with_origin({'by', ARGV[2]}, origin),
+      record = cjson.encode({event = 'cancelled', by = ARGV[2], origin = origin,
         detail = 'held (waiting for other jobs): cancelled unrun'})}, now, nil)
-    w = w or workflow_at(8, h.queue)
     ended(w, j.job, 'cancelled', j.batch)
     for _, m in ipairs(marks) do redis.call('ZREM', m, 'job:' .. j.job) end
     out[#out + 1] = j.job

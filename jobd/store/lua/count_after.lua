@@ -14,21 +14,18 @@
 -- ARGV[4]  at most about this many bytes read (one XRANGE more at most)
 --
 -- Read-only. Returns {count, 1 when that is all of them, 0 when more may follow (at least
--- count)}.
+-- count), bytes read (as counted: the caller's budget shared among streams takes them)}.
 local from, cap, step = '(' .. ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget, read = tonumber(ARGV[4]), 0
 local counted = 0
 while counted < cap do
-  if read >= budget then return {counted, 0} end
+  if read >= budget then return {counted, 0, read} end
   local asked = math.min(step, cap - counted)
   local rows = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', asked)
   counted = counted + #rows
-  if #rows < asked then return {counted, 1} end
-  for _, row in ipairs(rows) do
-    read = read + #row[1]
-    for i = 1, #row[2] do read = read + #row[2][i] end
-    read = read + #row[2] / 2 * FIELD_COST
-  end
+  for _, row in ipairs(rows) do read = read + entry_cost(row) end
+  if #rows < asked then return {counted, 1, read} end
   from = '(' .. rows[#rows][1]
 end
-return {counted, #redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', 1) == 0 and 1 or 0}
+local more = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', 1)
+return {counted, #more == 0 and 1 or 0, read + (more[1] and entry_cost(more[1]) or 0)}

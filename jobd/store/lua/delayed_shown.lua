@@ -13,9 +13,11 @@
 -- ARGV[5]  at most this many members looked at (the search's bound)
 -- ARGV[6]  a text the job id must hold ('': every member)
 -- ARGV[7]  at most about this many bytes read: no member is read once the members read hold
---          this many, each field a member decodes to (two values) counted FIELD_COST bytes more
---          (lib/shown.lua); one call reads at most this plus one member, and the log2 of the
---          members sharing the cursor's score that finding where to go on reads; one at least
+--          this many, each field a member holds (two values: its arrays' and maps' values, nested
+--          ones too, counted from their headers, lib/shown.lua msgpack_width) counted FIELD_COST
+--          bytes more; a member of more values than a job holds is not decoded; one call reads
+--          at most this plus one member, and the log2 of the members sharing the cursor's score
+--          that finding where to go on reads; one at least
 -- ARGV[8]  bytes of the job id and of the attempt returned at most
 --
 -- Read-only; members are read one at a time (ZRANGE i i). Returns {1 when the set's end was
@@ -26,6 +28,7 @@
 local want, looks = tonumber(ARGV[4]), tonumber(ARGV[5])
 local find, budget, cap = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local MARK_ID_MAX = 256 -- bytes of a unique id a mark holds at most
+local WIDTH_MAX = 2 * MAX_FIELDS + 1 -- values a job's member holds at most: its id, fields
 
 -- A member's mark: its bytes up to the end of its first element (the unique id) when that is a
 -- string, never into the job's fields (a payload stays out of the page's cursor); else its
@@ -56,7 +59,15 @@ local rows, looked, last = {}, 0, {'', '', 0}
 while index < total and #rows < want and looked < looks and (looked == 0 or read < budget) do
   local found = redis.call('ZRANGE', KEYS[1], index, index, 'WITHSCORES')
   if #found == 0 then break end
-  local job, why, width = decode_member(found[1])
+  -- Its values counted from msgpack's headers first (a map's, a nested array's too: decoding
+  -- builds each), and a member holding more than a job can is not decoded at all.
+  local width, job, why = msgpack_width(found[1], WIDTH_MAX), nil, nil
+  if width > WIDTH_MAX then
+    why = string.format('more than %d fields (jobd.job.MAX_FIELDS): %d values or more, not '
+      .. 'decoded', MAX_FIELDS, width)
+  else
+    job, why = decode_member(found[1])
+  end
   index, looked, read = index + 1, looked + 1, read + #found[1] + width * FIELD_COST / 2
   local mark = mark_of(found[1])
   last = {found[2], mark, #mark == #found[1] and 1 or 0}

@@ -12,9 +12,11 @@
 --           one clock for every host (ignored without KEYS[7])
 -- ARGV[4]   the history's settings (lib/jobs.lua history_at)
 -- ARGV[5]   N: how many of the held entries' handlers told something new (below)
--- ARGV[6..5+3N] per such entry, three: its id, its job id, and the fields to show in its
---           active record (a JSON object's members' text, as '"progress":42,"status":"…"')
--- ARGV[6+3N..] ids of the entries this consumer believes it holds
+-- ARGV[6..5+4N] per such entry, four: its id, its job id, the fields to show in its active
+--           record (a JSON object's members' text, as '"progress":42,"status":"…"'; '' when
+--           none), and its deadline in ms after its start (what it extended it to, as the daemon
+--           enforces it; '' when none)
+-- ARGV[6+4N..] ids of the entries this consumer believes it holds
 --
 -- Returns {lost, cancelled, shown}: lost is a flat list of pairs for the entries it no longer holds:
 -- id, owner now ('' when no one: acknowledged, its data trimmed, or handed back); cancelled
@@ -63,7 +65,7 @@ local function lost_to(id, owner)
     extras = {'consumer', me, 'owner', owner}}, now_ms(), id)
 end
 local told = tonumber(ARGV[5])
-for i = 6 + 3 * told, #ARGV do
+for i = 6 + 4 * told, #ARGV do
   local id = ARGV[i]
   if held[id] then
     mine[#mine + 1] = id
@@ -119,7 +121,8 @@ if redis.call('TYPE', KEYS[2]).ok == 'zset' then
     end
   end
 end
--- What handlers told of themselves (progress, status; lease.py) goes into their jobs' active
+-- What handlers told of themselves (progress, status, the deadline they extended; lease.py)
+-- goes into their jobs' active
 -- records: only for entries renewed here (a handler whose lease was lost changes nothing of the
 -- new owner's), and only into this consumer's record of this very entry ("STREAM|ENTRY\n"
 -- first, "consumer" this one; none yet: the daemon sends it again). The record of the same
@@ -128,7 +131,8 @@ end
 -- holder's, then lost when start.lua replaced the record, and never sent again. The fields come
 -- first in the record, before "since" (start.lua), and replace those told before: a '"since":'
 -- outside a JSON string is that key's (a quote in a string is escaped), so what follows it is
--- the record as start.lua wrote it.
+-- the record as start.lua wrote it, '"since":S,"deadline":D,' first: a deadline told makes D
+-- since plus it (on Redis's clock, as start.lua's: the daemon sends it from the start).
 local function mine_to_tell(value, prefix)
   if string.sub(value, 1, #prefix) ~= prefix then return false end
   local ok, record = pcall(cjson.decode, string.sub(value, #prefix + 1))
@@ -136,14 +140,21 @@ local function mine_to_tell(value, prefix)
 end
 local shown = {}
 local t = told > 0 and redis.call('TYPE', KEYS[5]).ok
-for i = 6, 5 + 3 * told, 3 do
-  local id, job, fields = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+for i = 6, 5 + 4 * told, 4 do
+  local id, job, fields, deadline = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local prefix = stream .. '|' .. id .. '\n'
   local value = renewed[id] and t == 'hash' and redis.call('HGET', KEYS[5], job)
   if value and mine_to_tell(value, prefix) then
     local at = string.find(value, '"since":', #prefix + 1, true)
     if at then
-      redis.call('HSET', KEYS[5], job, prefix .. '{' .. fields .. ',' .. string.sub(value, at))
+      local rest = string.sub(value, at)
+      local since, after = string.match(rest, '^"since":(%d+),"deadline":%d+(,.*)$')
+      if since and deadline ~= '' then
+        rest = string.format('"since":%s,"deadline":%d%s', since,
+          tonumber(since) + tonumber(deadline), after)
+      end
+      local sep = fields == '' and '' or ','
+      redis.call('HSET', KEYS[5], job, prefix .. '{' .. fields .. sep .. rest)
       shown[#shown + 1] = id
     end
   end

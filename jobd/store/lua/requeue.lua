@@ -5,11 +5,19 @@
 -- KEYS[2]   the queue's stream
 -- KEYS[3..6] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[7]   the queue's cancellation marks (cancel.lua)
--- KEYS[8..] the job id marks of the records' --unique jobs (jobd/store/keys.py, "job:J")
 -- ARGV[1]   milliseconds a mark set again lasts (keys.UNIQUE_TTL)
 -- ARGV[2]   the history's settings (lib/jobs.lua history_at)
 -- ARGV[3]   who requeues (user@host)
--- ARGV[4..] pairs: a dead-letter record's id, the index in KEYS of its job's mark or 0
+-- ARGV[4]   the prefix of the queue's job id marks (jobd/store/keys.py, "job:J"): a --unique
+--           job's mark is prefix .. J, in KEYS[1]'s slot (the queue's hash tag)
+-- ARGV[5]   at most this many records visited in this call
+-- ARGV[6]   and no record visited once those visited hold this many bytes (one at least;
+--           each field counted FIELD_COST more: 100 000 empty fields cost as 6 MiB)
+-- ARGV[7]   'ids': ARGV[8…] are record ids; or 'range': ARGV[8] where to start (an id, '(' ..
+--           id: after it, or '-'), ARGV[9] the last id ('+': the newest record now)
+--
+-- Records are read here, one at a time, by id (XRANGE id id) or in order: no record leaves
+-- Redis, and the caller sends ids alone, whatever the records' size.
 --
 -- Each record's job goes back as a new entry: its own fields plus jobd_job_id (kept, so the
 -- job id stays stable) and jobd_unique (kept, so a --unique job stays unique: its mark, which
@@ -20,11 +28,15 @@
 -- Others may XADD records too: one whose entry could not be added (no job fields of its own,
 -- or more than MAX_FIELDS fields) is left in place, and so is the record of a job wider than
 -- that (dead_letter.lua keeps only its payload and job_id, and says in jobd_fields how many
--- it had), or whose values it clipped (jobd_clipped). Returns {{ids requeued}, {id, why, …} of the records left}; missing ids are
--- skipped. Each job requeued is in the queue's events (requeue, by, new_entry) and its
--- history (requeued) in the same step. A requeue is an operator's new decision: a `jobd
--- cancel` mark of the job id ('job:JOB_ID', left by a cancel that found the job nowhere) is
--- removed, so that it does not cancel the job requeued.
+-- it had), or whose values it clipped (jobd_clipped). Returns {{ids requeued}, {id, why, …} of
+-- the records left, how many ids (or records of the range) were visited, 1 when there may be
+-- more to visit (ids left, or the range not walked to its end: go on after the last id
+-- visited) else 0, the last id visited (false: none), the range's last id (false: the stream
+-- is empty)}; missing ids are skipped (an id that is no stream id too). Each job requeued is in
+-- the queue's events (requeue, by, new_entry) and its history (requeued) in the same step. A
+-- requeue is an operator's new decision: a `jobd cancel` mark of the job id ('job:JOB_ID',
+-- left by a cancel that found the job nowhere) is removed, so that it does not cancel the job
+-- requeued.
 local dead, stream, ttl = KEYS[1], KEYS[2], ARGV[1]
 local KEPT = {jobd_job_id = true, jobd_unique = true, jobd_parent = true, jobd_timeout = true,
   jobd_max_attempts = true}
@@ -66,34 +78,72 @@ end
 local done, left = {}, {}
 local h, now = history_at(3, ARGV[2]), now_ms()
 local marks = redis.call('TYPE', KEYS[7]).ok == 'zset' and KEYS[7] or nil
-for i = 4, #ARGV, 2 do
-  local id, mark = ARGV[i], tonumber(ARGV[i + 1])
-  local rec = redis.call('XRANGE', dead, id, id)
-  if #rec == 1 then
-    local entry, unique, why = entry_of(rec[1][2])
-    if entry then
-      local new = redis.call('XADD', unpack(entry))
-      redis.call('XDEL', dead, id)
-      local fields, job = rec[1][2], id
-      for j = 1, #fields, 2 do
-        if fields[j] == 'jobd_job_id' then job = fields[j + 1] end
-      end
-      local record = cjson.encode({event = 'requeued', by = ARGV[3], new_entry = new,
-        dead_letter = id, stream = stream})
-      remember(h, {event = 'requeue', job = job, record = record,
-        extras = {'by', ARGV[3], 'new_entry', new, 'dead_letter', id}}, now, nil)
-      if marks then
-        redis.call('ZREM', marks, 'job:' .. job_id_of(new, {unpack(entry, 3)}))
-      end
-      if unique and mark > 0 then
-        redis.call('SET', KEYS[mark], 'queued', 'PX', ttl, 'NX')
-      end
-      done[#done + 1] = id
-    else
-      left[#left + 1] = id
-      left[#left + 1] = why
+
+local FIELD_COST = 64 -- jobd.store.browse.FIELD_COST: what a field costs besides its bytes
+
+-- Requeue record ``rec`` ({id, fields}) or leave it in place; returns its size in bytes.
+local function requeue(rec)
+  local id, fields = rec[1], rec[2]
+  local size = #id
+  for j = 1, #fields, 2 do size = size + #fields[j] + #fields[j + 1] + FIELD_COST end
+  local entry, unique, why = entry_of(fields)
+  if not entry then
+    left[#left + 1] = id
+    left[#left + 1] = why
+    return size
+  end
+  local new = redis.call('XADD', unpack(entry))
+  redis.call('XDEL', dead, id)
+  local job = id
+  for j = 1, #fields, 2 do
+    if fields[j] == 'jobd_job_id' then job = fields[j + 1] end
+  end
+  local record = cjson.encode({event = 'requeued', by = ARGV[3], new_entry = new,
+    dead_letter = id, stream = stream})
+  remember(h, {event = 'requeue', job = job, record = record,
+    extras = {'by', ARGV[3], 'new_entry', new, 'dead_letter', id}}, now, nil)
+  -- The job id as the daemon reads it from the new entry (jobd.job: a stream id when none).
+  local job_id = job_id_of(new, {unpack(entry, 3)})
+  if marks then redis.call('ZREM', marks, 'job:' .. job_id) end
+  if unique and job_id ~= new then
+    redis.call('SET', ARGV[4] .. job_id, 'queued', 'PX', ttl, 'NX')
+  end
+  done[#done + 1] = id
+  return size
+end
+
+local most, budget, read, visited, last = tonumber(ARGV[5]), tonumber(ARGV[6]), 0, 0, false
+if ARGV[7] == 'ids' then
+  for i = 8, #ARGV do
+    if visited >= most or read >= budget then break end
+    visited = visited + 1
+    local rec = redis.pcall('XRANGE', dead, ARGV[i], ARGV[i], 'COUNT', 1)
+    if type(rec) == 'table' and not rec.err and rec[1] then
+      read = read + requeue(rec[1])
+      last = rec[1][1]
     end
   end
+  trim_history(h, now)
+  return {done, left, visited, 8 + visited <= #ARGV and 1 or 0, last, false}
+end
+local from, upto = ARGV[8], ARGV[9]
+if upto == '+' then
+  local newest = redis.call('XREVRANGE', dead, '+', '-', 'COUNT', 1)[1]
+  if not newest then return {done, left, 0, 0, false, false} end
+  upto = newest[1]
+end
+local more = 0
+while true do
+  if visited >= most or read >= budget then
+    more = 1
+    break
+  end
+  local rec = redis.call('XRANGE', dead, from, upto, 'COUNT', 1)[1]
+  if not rec then break end
+  visited = visited + 1
+  read = read + requeue(rec)
+  last = rec[1]
+  from = '(' .. last
 end
 trim_history(h, now)
-return {done, left}
+return {done, left, visited, more, last, upto}

@@ -449,12 +449,14 @@ function drawQueue(view) {
       Object.entries(q.levels).map(([level, b]) => el("tr", {}, el("td", {}, level),
         el("td", {class: "num"}, b.lag ?? "–"), el("td", {class: "num"}, b.pending),
         el("td", {class: "num"}, b.delayed ?? "–"))))] : null,
-    el("h3", {}, "Consumers"), q.consumers.length ? el("table", {},
+    el("h3", {}, "Consumers"), q.consumers_listed === false
+      ? el("p", {class: "bad"}, `${q.consumers_count} consumers: more than 256, not listed`)
+      : null, q.consumers.length ? el("table", {},
       el("tr", {}, ["consumer", "idle", "jobs held", ""].map((h) => el("th", {}, h))),
-      q.consumers.map((c) => el("tr", {}, el("td", {}, c.name),
+      q.consumers.map((c) => el("tr", {}, el("td", {}, c.name_cut ? `${c.name}… (${c.name_length} bytes)` : c.name),
         el("td", {class: "num"}, age(c.idle)), el("td", {class: "num"}, c.holding),
         el("td", {class: "waiting"}, waiting[c.name] ? "waiting for a " + waiting[c.name].for : ""))))
-      : el("p", {class: "muted"}, "No consumers yet."),
+      : q.consumers_listed === false ? null : el("p", {class: "muted"}, "No consumers yet."),
     el("p", {class: "muted"}, "Daemons serving it: " + (serving || "none")));
 }
 
@@ -600,7 +602,7 @@ const ROW = {
       j.bad ? el("div", {class: "bad"}, "not a job: " + j.bad) : null),
     el("td", {}, when(j.due), " ", el("span", {class: "muted"}, relative(j.due))),
     el("td", {class: "num"}, j.attempt ?? "–"), el("td", {}, j.level ?? "")],
-  dead: (name, r) => [el("td", {class: "job"}, r.job_id ? jobLink(name, {job_id: cut(r, "job_id"), inexact: (r.cut || []).includes("job_id")}) : "",
+  dead: (name, r) => [el("td", {class: "job"}, r.job_id ? jobLink(name, {job_id: cut(r, "job_id"), inexact: r.inexact || (r.cut || []).includes("job_id")}) : "",
       r.payload !== undefined ? el("pre", {}, cut(r, "payload")) : null,
       r.bad ? el("div", {class: "bad"}, "bad record: " + r.bad) : null, unshown(r)),
     el("td", {class: "error"}, cut(r, "error")),
@@ -669,13 +671,15 @@ async function refreshJob() {
   linksList(data),
   data.records.length ? historyTable(data.records)
     : el("p", {class: "muted"}, "No history of this job (never settled here, or trimmed)."),
-  data.skipped ? el("p", {class: "bad"}, `${data.skipped} line(s) of its history are no record`) : null);
+  data.skipped ? el("p", {class: "bad"}, `${data.skipped} line(s) of its history are no record`) : null,
+  data.records_unread ? el("p", {class: "bad"}, `its history is ${data.records_unread} bytes, more than jobd writes a job (a lookup reads 2 MiB): not read`) : null);
 }
 
-// A job named "QUEUE JOB_ID" (a queue name has no space) as a link to its page.
-function namedLink(named) {
+// A job named "QUEUE JOB_ID" (a queue name has no space) as a link to its page; as text when
+// the server says the name may not be exact (``inexact``: its job id was not UTF-8, escaped).
+function namedJob(named, inexact) {
   const at = named.indexOf(" ");
-  return at < 0 ? named : jobLink(named.slice(0, at), {job_id: named.slice(at + 1)});
+  return at < 0 ? named : jobLink(named.slice(0, at), {job_id: named.slice(at + 1), inexact});
 }
 
 function joined(items) {
@@ -686,6 +690,8 @@ function joined(items) {
 // batch (with the batch's progress, read from /api/batch).
 function linksList(data) {
   const items = [];
+  const inexact = new Set(data.links_inexact || []);
+  const namedLink = (named) => namedJob(named, inexact.has(named));
   if (data.parent) items.push(["parent", namedLink(data.parent)]);
   const fu = data.follow_ups;
   if (fu) items.push(["follow-ups", ...joined(fu.jobs.map(namedLink)),
@@ -767,18 +773,27 @@ async function refreshEvents() {
   const rows = events.map((e) => el("tr", {},
     el("td", {class: "when"}, new Date(e.at * 1000).toLocaleTimeString()), el("td", {}, e.queue),
     el("td", {class: "event-" + (e.fields.event || "")}, e.fields.event || "?"),
-    el("td", {class: "job"}, e.fields.job ? jobLink(e.queue, {job_id: e.fields.job}) : ""),
-    el("td", {}, e.fields.by || e.fields.consumer || ""), el("td", {}, eventDetail(e.fields))));
+    el("td", {class: "job"}, e.fields.job ? jobLink(e.queue, {job_id: eventField(e, "job"),
+      inexact: (e.cut || []).includes("job") || (e.inexact || []).includes("job")}) : ""),
+    el("td", {}, eventField(e, "by") || eventField(e, "consumer")), el("td", {}, eventDetail(e))));
   fill(panel, el("h2", {}, "Events"),
     data.skipped ? el("p", {class: "muted"}, "(more came than shown: the newest are)") : null,
     events.length ? el("table", {}, head, ...rows) : el("p", {class: "muted"}, "No events yet."));
 }
 
-function eventDetail(fields) {
+// An event's field as shown, "…" where the server cut it (256 bytes of each are read).
+function eventField(e, name) {
+  return cut({...e.fields, cut: e.cut}, name);
+}
+
+function eventDetail(e) {
+  const fields = e.fields;
   const shown = ["attempt", "error", "exit_code", "signal", "duration_ms", "due", "owner", "count",
                  "new_entry", "entry"];
-  return shown.filter((k) => fields[k] !== undefined && fields[k] !== "")
-    .map((k) => `${k} ${k === "due" ? when(Number(fields[k]) / 1000) : fields[k]}`).join(" · ");
+  const said = shown.filter((k) => fields[k] !== undefined && fields[k] !== "")
+    .map((k) => `${k} ${k === "due" ? when(Number(fields[k]) / 1000) : eventField(e, k)}`);
+  if (e.fields_not_shown) said.push(`… ${e.fields_not_shown} fields not shown`);
+  return said.join(" · ");
 }
 
 // -- the token, routes and refreshes ----------------------------------------------------------

@@ -50,16 +50,19 @@ end
 -- A held job's hook (unblock.lua, expire_held.lua: lib/workflows.lua held_dead), from ARGV[i]:
 -- k, the count of what follows (0: no hook), then the target queue's name, stream and delayed
 -- set, the outbox ('' on one Redis) and the head of the job's mark (store/keys.py
--- follow_up_head: the held job's delayed member id and its id end it). Its job id is given with
--- each held job (store/chains.py held_hook_args). Returns it (nil for none) and the index after.
+-- follow_up_head: the held job's delayed member id and its id end it), the target queue's
+-- max_payload ('': not known). Its job id is given with
+-- each held job (store/chains.py held_hook_args), sent as jobd_job_id (never deduped: as
+-- store/chains.py hook_args). Returns it (nil for none) and the index after.
 local function held_hook_at(i)
   local k = tonumber(ARGV[i])
   if k == 0 then return nil, i + 1 end
   return {queue = ARGV[i + 1], stream = ARGV[i + 2], delayed = ARGV[i + 3], outbox = ARGV[i + 4],
-    head = ARGV[i + 5]}, i + k + 1
+    head = ARGV[i + 5], max_payload = k >= 6 and tonumber(ARGV[i + 6]) or nil}, i + k + 1
 end
 
 local CLIP = 4096 -- store/chains.py CLIP
+local ROOM = 96 -- store/chains.py ROOM: the record's id and its time (twice) in the JSON
 
 -- ``s`` as Python's decode('utf-8', 'backslashreplace') makes it: a byte not in valid UTF-8 as
 -- the four characters \xNN (store/chains.py _text).
@@ -94,14 +97,15 @@ local function utf8_text(s)
 end
 
 -- The four pieces of a held job's record's JSON (store/chains.py json_pieces): queue ``queue``,
--- job ``job``, ``fields`` the record's (name, value, … before jobd_failed_at).
-local function held_json(queue, job, fields)
+-- job ``job``, ``fields`` the record's (name, value, … before jobd_failed_at), each value
+-- longer than ``clip`` cut to it.
+local function held_json(queue, job, fields, clip)
   local names, values, clipped = {}, {}, {}
   for i = 1, #fields - 1, 2 do
     local name, value = utf8_text(fields[i]), fields[i + 1]
-    if #value > CLIP then
+    if #value > clip then
       clipped[#clipped + 1] = cjson.encode(name .. ' ' .. #value)
-      value = string.sub(value, 1, CLIP)
+      value = string.sub(value, 1, clip)
     end
     if values[name] == nil then names[#names + 1] = name end
     values[name] = utf8_text(value)
@@ -117,14 +121,45 @@ local function held_json(queue, job, fields)
     ',"fields":{' .. table.concat(obj, ',') .. ',"jobd_failed_at":"', rest .. '}'}
 end
 
+local function json_size(pieces)
+  return #pieces[1] + #pieces[2] + #pieces[3] + #pieces[4] + ROOM
+end
+
+-- Why held job ``job``'s record (``fields``, as held_json) of queue ``queue`` cannot go to
+-- hook ``hook`` (held_hook_at), or nil when it can: its key of another type
+-- (dead_letter_hook_blocked), or its JSON above the hook queue's max_payload with each value
+-- cut to nothing. Else the JSON, its values cut to the longest that fits (store/chains.py
+-- json_pieces), is kept in ``hook.json`` for held_hook. Asked before anything is written.
+local function held_hook_blocked(hook, queue, job, fields)
+  local blocked = dead_letter_hook_blocked(hook)
+  if blocked then return blocked end
+  local most, json = hook.max_payload, held_json(queue, job, fields, CLIP)
+  if most and json_size(json) > most then
+    local least = json_size(held_json(queue, job, fields, 0))
+    if least > most then
+      return 'not enqueued: queue ' .. hook.queue .. "'s max_payload (" .. most ..
+        ") is below the record's JSON, " .. least .. ' bytes with each value cut to nothing'
+    end
+    local low, high = 0, CLIP -- a cut that fits, one that does not: the longest that fits
+    while high - low > 1 do
+      local mid = math.floor((low + high) / 2)
+      if json_size(held_json(queue, job, fields, mid)) <= most then low = mid else high = mid end
+    end
+    json = held_json(queue, job, fields, low)
+  end
+  hook.json = json
+  return nil
+end
+
 -- Held job ``j`` of queue history ``h`` dead-lettered (record ``record_id``, its fields
--- ``fields`` before jobd_failed_at, at ``now``): its queue's hook ``hook`` (held_hook_at)
--- enqueues job ``hook_job`` with the record's JSON, as dead_letter.lua's does.
+-- ``fields`` before jobd_failed_at, at ``now``): its queue's hook ``hook`` (held_hook_at,
+-- asked held_hook_blocked) enqueues job ``hook_job`` with the record's JSON, as
+-- dead_letter.lua's does.
 local function held_hook(hook, hook_job, j, h, fields, record_id, now)
   local a = {queue = hook.queue, stream = hook.stream, delayed = hook.delayed,
     outbox = hook.outbox, job = hook_job,
     mark = hook.head .. #j.member .. ':' .. j.member .. '|' .. j.job,
-    json = held_json(h.queue, j.job, fields),
-    fields = {'job_id', hook_job, 'jobd_parent', h.queue .. ' ' .. j.job}}
+    json = hook.json or held_json(h.queue, j.job, fields, CLIP),
+    fields = {'jobd_job_id', hook_job, 'jobd_parent', h.queue .. ' ' .. j.job}}
   dead_letter_hook(a, record_id, now, h, j.job, '')
 end

@@ -112,8 +112,18 @@ end
 -- ``limit`` bytes in all (names and values; 0: no limit; jobd_oversize, the entry's size in
 -- bytes). Its job_id, jobd_job_id and jobd_unique come with it, the last of each (as jobd.job
 -- reads a repeated name), cut to MAX_JOB_ID + 1 bytes (a longer job id stays too long: the
--- reader refuses it as such). jobd.job reads the stand-in as a malformed job. So a reader is
--- handed at most MAX_FIELDS pairs and ``limit`` bytes of an entry (of a stand-in, 4 pairs).
+-- reader refuses it as such); and so do the workflow fields its end is told with (its dead
+-- letter counted in its batch: jobd_batch, jobd_origin, jobd_parent), each when it is no longer
+-- than STAND_IN_KEPT says (longer: no value jobd wrote, left out, never cut into another batch's
+-- id). jobd.job reads the stand-in as a malformed job. So a reader is handed at most MAX_FIELDS
+-- pairs and ``limit`` bytes of an entry (of a stand-in, 7 pairs of at most 8 KiB in all).
+local STAND_IN_KEPT = {
+  {'job_id', MAX_JOB_ID + 1, true}, {'jobd_job_id', MAX_JOB_ID + 1, true},
+  {'jobd_unique', MAX_JOB_ID + 1, true},
+  -- jobd.workflows: a batch id is at most 200 characters (800 bytes of UTF-8); an origin at
+  -- most jobd.job.MAX_ORIGIN bytes; a parent a queue's name, a space and a job id.
+  {'jobd_batch', 800, false}, {'jobd_origin', 64, false}, {'jobd_parent', 2 * MAX_JOB_ID, false},
+}
 local function sized(fields, limit)
   local out
   if #fields > 2 * MAX_FIELDS then
@@ -125,14 +135,18 @@ local function sized(fields, limit)
     if size <= limit then return fields end
     out = {'jobd_oversize', tostring(size)}
   end
-  local ids = {job_id = false, jobd_job_id = false, jobd_unique = false}
+  local last = {}
+  for _, kept in ipairs(STAND_IN_KEPT) do last[kept[1]] = false end
   for i = 1, #fields, 2 do
-    if ids[fields[i]] ~= nil then ids[fields[i]] = fields[i + 1] end
+    if last[fields[i]] ~= nil then last[fields[i]] = fields[i + 1] end
   end
-  for _, name in ipairs({'job_id', 'jobd_job_id', 'jobd_unique'}) do
-    if ids[name] then
+  for _, kept in ipairs(STAND_IN_KEPT) do
+    local name, most, cut = kept[1], kept[2], kept[3]
+    local value = last[name]
+    if value and cut then value = string.sub(value, 1, most) end
+    if value and #value <= most then
       out[#out + 1] = name
-      out[#out + 1] = string.sub(ids[name], 1, MAX_JOB_ID + 1)
+      out[#out + 1] = value
     end
   end
   return out

@@ -1,22 +1,34 @@
--- lib/shown.lua: an entry as the dashboard shows it (entries_shown.lua, dead_letters_shown.lua).
+-- lib/shown.lua: what the dashboard's reads share: what reading costs (counted in bytes, against
+-- a budget), an entry as the dashboard shows it (entries_shown.lua, dead_letters_shown.lua), a
+-- hash read in bounded HSCAN pages (running_shown.lua, hashes_shown.lua), how many values a
+-- msgpack value holds, read from its headers without decoding it (delayed_shown.lua).
 
 -- What reading one field costs besides its bytes, counted as bytes: the reply's headers for its
 -- name and value, two Lua strings and a table slot. An entry of 100 000 empty fields holds a
 -- few bytes and costs Redis as much as one of 6 MiB to read.
 local FIELD_COST = 64 -- jobd.store.browse.FIELD_COST
 
--- The entry ``row`` (XRANGE's {id, {name, value, ...}}) as {id, fields, value, size, ...}: its
--- number of fields (name, value pairs, counted as they are: a name may repeat), then for each
--- pair of ARGV from ``from`` on (a field's name, how much of it: N bytes from its start, or -N
--- from its end), the field's value cut so (false when it has none) and its whole size. Its
--- fields by name are returned too, and what reading it cost (its names and values, and
--- FIELD_COST a field: a stream having no read of a part of an entry).
+-- What reading the field (or hash field) ``name``, ``value`` costs the budget.
+local function field_cost(name, value)
+  return #name + #value + FIELD_COST
+end
+
+-- What reading the stream entry ``row`` (XRANGE's {id, {name, value, ...}}) costs the budget:
+-- its id and each of its fields (a name may repeat: each counts).
+local function entry_cost(row)
+  local size = #row[1]
+  for i = 1, #row[2], 2 do size = size + field_cost(row[2][i], row[2][i + 1]) end
+  return size
+end
+
+-- The entry ``row`` as {id, fields, value, size, ...}: its number of fields (name, value pairs,
+-- counted as they are: a name may repeat), then for each pair of ARGV from ``from`` on (a
+-- field's name, how much of it: N bytes from its start, or -N from its end), the field's value
+-- cut so (false when it has none) and its whole size. Its fields by name are returned too, and
+-- what reading it cost (``entry_cost``: a stream having no read of a part of an entry).
 local function shown_row(row, from)
-  local fields, size = {}, #row[1]
-  for i = 1, #row[2], 2 do
-    fields[row[2][i]] = row[2][i + 1]
-    size = size + #row[2][i] + #row[2][i + 1] + FIELD_COST
-  end
+  local fields = {}
+  for i = 1, #row[2], 2 do fields[row[2][i]] = row[2][i + 1] end
   local shown = {row[1], #row[2] / 2}
   for i = from, #ARGV, 2 do
     local value, cap = fields[ARGV[i]], tonumber(ARGV[i + 1])
@@ -28,5 +40,91 @@ local function shown_row(row, from)
       shown[#shown + 1] = #value
     end
   end
-  return shown, fields, size
+  return shown, fields, entry_cost(row)
+end
+
+-- The bytes the hash ``key`` holds when Redis keeps it as a listpack (a ziplist before 7.0),
+-- from MEMORY USAGE (the listpack's allocation: no walk); nil for a table. Redis checks
+-- hash-max-listpack-entries and -value only on writes, and never converts back: a hash written
+-- under a higher bound, or RESTOREd, stays a listpack whatever its values hold, and HSCAN returns
+-- a listpack whole in one page whatever its COUNT.
+local LISTPACK = {listpack = true, ziplist = true}
+local function listpack_bytes(key)
+  if LISTPACK[redis.call('OBJECT', 'ENCODING', key)] then
+    return redis.call('MEMORY', 'USAGE', key, 'SAMPLES', 0)
+  end
+  return nil
+end
+
+-- The hash ``key`` read in HSCAN pages of about ``count`` fields until about ``most`` fields, or
+-- ``budget`` bytes (``field_cost`` each), were read: one page more at most (HSCAN has no read of
+-- part of a page, nor of part of a value). Returns {fields the hash holds (HLEN), 1 when every
+-- one was read, rows}: each row {name, value (false: it or its name is longer than ``cap``
+-- bytes; the name is then cut to ``cap``), the value's length}. A hash kept as a listpack is one
+-- page: read only when it holds ``budget`` bytes or less (``listpack_bytes``), else none of it.
+-- A key of another type: the script fails (WRONGTYPE), as a read of it would.
+local function hash_read(key, most, budget, cap, count)
+  local total = redis.call('HLEN', key)
+  local rows, read, seen, cursor = {}, 0, {}, '0'
+  if total == 0 then return {0, 1, rows} end
+  local packed = listpack_bytes(key)
+  if packed and packed > budget then return {total, 0, rows} end
+  repeat
+    local page = redis.call('HSCAN', key, cursor, 'COUNT', count)
+    cursor = page[1]
+    for i = 1, #page[2], 2 do
+      local name, value = page[2][i], page[2][i + 1]
+      if not seen[name] then  -- HSCAN may name a field twice (never here: nothing writes meanwhile)
+        seen[name] = true
+        read = read + field_cost(name, value)
+        local fits = #value <= cap and #name <= cap
+        rows[#rows + 1] = {string.sub(name, 1, cap), fits and value, #value}
+      end
+    end
+  until cursor == '0' or #rows >= most or read >= budget
+  return {total, cursor == '0' and 1 or 0, rows}
+end
+
+-- How many values the msgpack value at the start of ``blob`` holds, counted from the headers of
+-- its arrays and maps (a map's pair: two; nested ones too), without decoding it: each header is
+-- read at most, never a string's bytes (skipped by their length). Stops once the count passes
+-- ``most`` (a value of 100 000 empty strings is told by its first header) and returns it then;
+-- else the whole count. A byte that starts no msgpack value (0xc1), or the end of ``blob``,
+-- stops the count too (cmsgpack refuses such a value: decoding it stops there).
+local MSGPACK_SKIP = { -- bytes after the type byte, for a fixed-size value
+  [0xc0] = 0, [0xc2] = 0, [0xc3] = 0, [0xca] = 4, [0xcb] = 8, [0xcc] = 1, [0xcd] = 2,
+  [0xce] = 4, [0xcf] = 8, [0xd0] = 1, [0xd1] = 2, [0xd2] = 4, [0xd3] = 8, [0xd4] = 2,
+  [0xd5] = 3, [0xd6] = 5, [0xd7] = 9, [0xd8] = 17,
+}
+local function msgpack_width(blob, most)
+  local at, left, count = 1, 1, 0  -- left: values still to skip; count: values held in all
+  local function be(n) -- the big-endian number of n bytes after the type byte
+    local v = 0
+    for i = 1, n do v = v * 256 + (string.byte(blob, at + i) or 0) end
+    return v
+  end
+  while left > 0 and at <= #blob do
+    local b = string.byte(blob, at)
+    left = left - 1
+    local items, size, head = 0, 0, 1 -- nested values, bytes of a string, header's length
+    if b <= 0x7f or b >= 0xe0 then
+    elseif b >= 0x80 and b <= 0x8f then items = 2 * (b - 0x80)
+    elseif b >= 0x90 and b <= 0x9f then items = b - 0x90
+    elseif b >= 0xa0 and b <= 0xbf then size = b - 0xa0
+    elseif b == 0xc4 or b == 0xd9 then size, head = be(1), 2
+    elseif b == 0xc5 or b == 0xda then size, head = be(2), 3
+    elseif b == 0xc6 or b == 0xdb then size, head = be(4), 5
+    elseif b == 0xc7 then size, head = be(1) + 1, 2
+    elseif b == 0xc8 then size, head = be(2) + 1, 3
+    elseif b == 0xc9 then size, head = be(4) + 1, 5
+    elseif b == 0xdc then items, head = be(2), 3
+    elseif b == 0xdd then items, head = be(4), 5
+    elseif b == 0xde then items, head = 2 * be(2), 3
+    elseif b == 0xdf then items, head = 2 * be(4), 5
+    elseif MSGPACK_SKIP[b] then head = 1 + MSGPACK_SKIP[b]
+    else break end
+    count, left, at = count + items, left + items, at + head + size
+    if count > most then break end
+  end
+  return count
 end

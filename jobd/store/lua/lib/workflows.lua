@@ -10,10 +10,23 @@ local ENDS = {done = 'done', deduped = 'done', ['dead-lettered'] = 'failed', exp
 
 -- A queue's waiters hash (job id -> the jobs waiting for it, one JSON line each: wait_on.lua)
 -- and outbox, KEYS[k] and KEYS[k + 1]. The hash is looked at once a call: a queue no job waits
--- on pays one EXISTS, not one look a job.
+-- on pays one TYPE, not one look a job. A key of another type at either (someone else's) is
+-- never read nor written, as its type is known before the script's first write: a waiters key
+-- that is no hash holds no waiters; an outbox that is no stream takes no notice (``ended``
+-- tells nothing: the outbox's duty fails on it, logged, every pass), and the end goes on whole.
 local function workflow_at(k, queue)
   return {waiters = KEYS[k], outbox = KEYS[k + 1], queue = queue, sent = 0,
-    watched = redis.call('EXISTS', KEYS[k]) == 1}
+    watched = redis.call('TYPE', KEYS[k]).ok == 'hash'}
+end
+
+-- Whether ``w``'s outbox takes notices (a stream, or no key yet): looked at once a call, when
+-- a notice is first to be written.
+local function writable(w)
+  if w.writable == nil then
+    local t = redis.call('TYPE', w.outbox).ok
+    w.writable = t == 'stream' or t == 'none'
+  end
+  return w.writable
 end
 
 -- The batch a note names, or nil: store/notes.py note puts it first among the event fields, so
@@ -37,7 +50,7 @@ end
 local function ended(w, job, event, batch)
   if not (batch or w.watched) then return end
   local outcome = ENDS[event]
-  if not outcome then return end
+  if not outcome or not writable(w) then return end
   local member = w.queue .. ' ' .. job
   if batch and batch ~= '' then
     redis.call('XADD', w.outbox, '*', 'kind', 'batch', 'batch', batch, 'member', member,
@@ -47,11 +60,20 @@ local function ended(w, job, event, batch)
   if not w.watched then return end
   local waiters = redis.call('HGET', w.waiters, job)
   if not waiters then return end
-  redis.call('HDEL', w.waiters, job)
+  -- the holds that ended where they waited (unwait.lua marks them, JOB\0gone): not told
+  local marks, gone = redis.call('HGET', w.waiters, job .. '\0gone'), nil
+  redis.call('HDEL', w.waiters, job, job .. '\0gone')
+  if marks then
+    gone = {}
+    for t in string.gmatch(marks, '\n(%x+)') do gone[t] = true end
+  end
   for line in string.gmatch(waiters, '[^\n]+') do
-    redis.call('XADD', w.outbox, '*', 'kind', 'release', 'dep', member, 'outcome', outcome,
-      'event', event, 'waiter', line)
-    w.sent = w.sent + 1
+    local t = gone and string.match(line, '"hold":"(%x+)"')
+    if not (t and gone[t]) then
+      redis.call('XADD', w.outbox, '*', 'kind', 'release', 'dep', member, 'outcome', outcome,
+        'event', event, 'waiter', line)
+      w.sent = w.sent + 1
+    end
   end
 end
 
@@ -79,6 +101,48 @@ local function unmark(j, mark)
   if j.unique and mark and says_queued(mark) then redis.call('DEL', mark) end
 end
 
+-- A --unique held job's mark (hold.lua takes it) lives while it is held, and from its release
+-- as enqueue_unique.lua's does: UNIQUE_TTL_MS after its due time (a delayed one's too).
+local UNIQUE_TTL_MS = 604800000 -- jobd.store.keys.UNIQUE_TTL (a test holds them equal)
+local function delay_of(due)
+  if due == '' then return 0 end
+  local now, at = due_time(due)
+  return (at and at > now) and (at - now) or 0
+end
+
+-- Held job ``j`` released: its mark ``mark`` lives on as enqueue_unique.lua's would.
+local function remark(j, mark)
+  if j.unique and mark and says_queued(mark) then
+    redis.call('PEXPIRE', mark, string.format('%d', UNIQUE_TTL_MS + delay_of(j.due)))
+  end
+end
+
+-- Held job ``j`` (held_at) ends where it waits (cancelled, dead-lettered): its registrations with
+-- the jobs it still waits for (wait_on.lua: their queues' waiters hashes, in other slots) are
+-- taken off by notices written through ``w`` into its queue's outbox in this step (before
+-- ``unhold``: its after hash names them, and where each lives), moved on as any notice
+-- (unwait.lua, in the slot of each); each takes off the line of this hold only (its token,
+-- ``j.member``), so that no registration outlives its hold. A hold whose after hash names no
+-- waiters keys (held before they were kept there) writes none; nor does the dependency whose
+-- end ends it (``j.told``: its registrations went with that end).
+local function unregister(w, j)
+  local spec = redis.pcall('HGET', j.after, j.job)
+  if type(spec) ~= 'string' or not writable(w) then return end
+  local ok, after = pcall(cjson.decode, spec)
+  if not (ok and type(after) == 'table' and type(after.waiters) == 'table'
+      and type(after.deps) == 'table') then
+    return
+  end
+  for _, d in ipairs(after.deps) do
+    local key, dep = after.waiters[d], type(d) == 'string' and string.match(d, '^[^ ]* (.*)$')
+    if type(key) == 'string' and dep and d ~= j.told then
+      redis.call('XADD', w.outbox, '*', 'kind', 'unwait', 'waiters', key, 'dep', dep,
+        'job', j.job, 'hold', j.member)
+      w.sent = w.sent + 1
+    end
+  end
+end
+
 -- Held job ``j`` (held_at) is held no more.
 local function unhold(j)
   redis.call('HDEL', j.held, j.job)
@@ -86,22 +150,34 @@ local function unhold(j)
   redis.call('ZREM', j.deadlines, j.job)
 end
 
--- Held job ``j`` dead-lettered with jobd_error=dependency (``why`` its jobd_stderr; ``extras``
--- its event's fields), in queue history ``h``: its record on ``dead`` (MAXLEN ``maxlen``), the
+-- The expiry of held job ``j`` (its jobd_expires_at, Unix ms), or nil.
+local function expiry_of(j)
+  for i = 1, #j.fields - 1, 2 do
+    if j.fields[i] == 'jobd_expires_at' then return tonumber(j.fields[i + 1]) end
+  end
+  return nil
+end
+
+-- Held job ``j`` dead-lettered with jobd_error=dependency, or ``err`` (expired: its own expiry
+-- passed while it waited; its event then 'expired', as a job read past it: dead_letter.lua)
+-- (``why`` its jobd_stderr; ``extras``
+-- its event's fields, its origin added: a producer waiting for it knows its end by it), in queue history ``h``: its record on ``dead`` (MAXLEN ``maxlen``), the
 -- queue's counters ``stats`` (kept ``ttl`` s), its end told on through ``w``, and the queue's
 -- on_dead_letter job ``hook_job`` enqueued by ``hook`` (lib/chains.lua held_hook_at: nil for
 -- none; the script then uses chains.lua too), as dead_letter.lua's; ``mark`` its job id's
 -- mark (``unmark``).
 local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, hook, hook_job,
-    mark)
+    mark, err)
+  err = err or 'dependency'
+  local event = err == 'expired' and 'expired' or 'dead-lettered'
   local fields = {}
   for _, v in ipairs(j.fields) do fields[#fields + 1] = v end
   for _, v in ipairs({'jobd_job_id', j.job, 'jobd_queue', h.queue, 'jobd_original_id', '',
-      'jobd_error', 'dependency', 'jobd_exit_code', '', 'jobd_signal', '', 'jobd_attempts', '0',
+      'jobd_error', err, 'jobd_exit_code', '', 'jobd_signal', '', 'jobd_attempts', '0',
       'jobd_stderr', why}) do
     fields[#fields + 1] = v
   end
-  local blocked = hook and dead_letter_hook_blocked(hook)
+  local blocked = hook and held_hook_blocked(hook, h.queue, j.job, fields)
   if blocked then
     fields[#fields + 1] = 'jobd_on_dead_letter'; fields[#fields + 1] = blocked
   end
@@ -110,13 +186,40 @@ local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, ho
   record[#record + 1] = 'jobd_failed_at'; record[#record + 1] = string.format('%d', now)
   local record_id = redis.call('XADD', unpack(record))
   if hook and not blocked then held_hook(hook, hook_job, j, h, fields, record_id, now) end
+  unregister(w, j)
   unhold(j)
   unmark(j, mark)
-  local ex = {'error', 'dependency'}
+  local ex, origin = {'error', err}, origin_of(j.fields)
   for _, v in ipairs(extras) do ex[#ex + 1] = v end
-  remember(h, {event = 'dead-lettered', job = j.job, extras = ex,
-    record = cjson.encode({event = 'dead-lettered', error = 'dependency', detail = why})}, now, nil)
+  remember(h, {event = event, job = j.job, extras = with_origin(ex, origin),
+    record = cjson.encode({event = event, error = err, detail = why, origin = origin})}, now,
+    nil)
   add_count(stats, 'dead', 1, ttl)
   add_count(stats, 'failed', 1, ttl)
-  ended(w, j.job, 'dead-lettered', j.batch)
+  ended(w, j.job, event, j.batch)
+end
+
+-- Ended holds (KEYS: the queue's held:ended set, store/keys.py): a job whose hold ended
+-- (released into its stream, or dead-lettered) is remembered there, by job id, scored by when
+-- it is forgotten (Redis ms: the end plus ``window``, the queue's history.max_age), so that an
+-- enqueue sent again (its reply lost, the command run again) does not hold and run it again
+-- (hold.lua). A cancel where it waits leaves no entry: the job id is free again. Each write
+-- forgets up to ENDED_PRUNE entries past their time, so the set keeps about one window's ends.
+-- A key of another type there (someone else's) is neither read nor written: the end goes on.
+local ENDED_PRUNE = 100
+
+-- Whether job ``job``'s hold ended within its window, at ``now``.
+local function hold_ended_at(key, job, now)
+  local until_ms = redis.pcall('ZSCORE', key, job)
+  return type(until_ms) == 'string' and tonumber(until_ms) > now
+end
+
+-- Job ``job``'s hold ended at ``now``: remembered ``window`` ms.
+local function hold_ended(key, job, now, window)
+  local t = redis.call('TYPE', key).ok
+  if t ~= 'zset' and t ~= 'none' then return end
+  local old = redis.call('ZRANGEBYSCORE', key, '-inf', string.format('%d', now), 'LIMIT', 0,
+    ENDED_PRUNE)
+  if #old > 0 then redis.call('ZREM', key, unpack(old)) end
+  redis.call('ZADD', key, string.format('%d', now + window), job)
 end

@@ -4,7 +4,11 @@ make, nothing for the sender to pay). Each costs the channel's thread a few mill
 descriptors installed, looked at and closed), so ``Channel.sync``'s wait for the
 max_dgram_qlen + 1 messages the socket may hold before a handler's last one can outlast its 50
 ms; once a wait gave up, none is made again until the socket has been found empty, which a
-flood never lets happen. Real daemon, real handlers, a private Redis."""
+flood never lets happen. Real daemon, real handlers, a private Redis.
+
+Fixed: the channel's thread only hands the descriptors' numbers to the disposer (about 0.1 ms a
+message of 253 where it spent 1.4; under a flood it outruns the sink, the kernel drops the rest
+inside recvmsg, and that is cheaper still)."""
 
 from __future__ import annotations
 
@@ -39,9 +43,9 @@ def test_a_descriptor_flood_makes_handlers_last_messages_unheard(
     (before the daemon takes the handlers that exited out of its table it waits until the
     channel's thread has read everything the socket held, "which under a flood takes a
     fraction of a millisecond"); "a flood of messages from a process of no job ... costs the
-    loop nothing". Observed: under a stranger's flood of descriptor-laden messages, Python
-    handlers that send X_JOBD_RESULT on a raw socket (the page's own example) and exit are
-    done without their result, their message counted as a stranger's: here 29-35 of 40, after
+    loop nothing". Before the fix: under a stranger's flood of descriptor-laden messages,
+    Python handlers that send X_JOBD_RESULT on a raw socket (the page's own example) and exit
+    were done without their result, counted as a stranger's: here 23-35 of 40, after
     one or two of sync's waits gave up (the socket, never empty again, turned every later sync
     into none). No privilege, no special descriptor: the sender's cost is one sendmsg a
     message, the same 253 pipe ends each time."""

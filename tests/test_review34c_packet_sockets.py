@@ -7,27 +7,26 @@ AF_PACKET socket's close waits for an RCU grace period (``packet_release`` calls
 local user gets such sockets: a user namespace of its own (unprivileged here) has a network
 namespace of its own in which it may open them, and a descriptor opened there can be sent to
 the daemon on a Unix socket made before. A few messages hold the channel for as long as the
-sender likes: every job's `jobd notify` fails. Real daemon, real handlers, a private Redis."""
+sender likes: every job's `jobd notify` failed. Real daemon, real handlers, a private Redis.
+
+Fixed: those releases happen in a sink process (``daemon.disposer``), never on the channel's
+thread."""
 
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import socket
 import struct
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, acked_all, queue_config, wait_until
+from stuck import notifying_daemon, second_job_done_well
+from support import DaemonProcess
 
 Daemon = Callable[..., DaemonProcess]
-ROOT = Path(__file__).resolve().parent.parent
-JOBD = f"{sys.executable} -m jobd"
-ENV = json.dumps({"PYTHONPATH": str(ROOT)})
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 NOBODY = 65534
 MESSAGES, FDS = 8, 253  # 253: SCM_MAX_FD; 8 of them: fewer than the socket holds (11)
@@ -67,22 +66,11 @@ def test_a_strangers_packet_sockets_stall_every_jobs_channel(
     """Expected (docs/handlers-talking-back.md, "How the channel is protected"): sockets of a
     family other than AF_UNIX are closed "at once" and only "a local user who can make closes
     that never return (8 of them at once, and 64 more waiting) stalls the channel"; a stranger's
-    message is dropped and costs nothing. Observed: an unprivileged process of no job sends
-    eight messages carrying AF_PACKET sockets of its own network namespace; the channel's
-    thread spends seconds closing them one by one (13 ms each here), a healthy job's `jobd
-    notify --status` is not read within its 5 s and exits 1, and the job fails."""
-    address = tmp_path / "address"
-    script(
-        "h.sh",
-        f'#!/bin/sh\necho "$NOTIFY_SOCKET" > {address}\n'
-        f'[ "$JOBD_JOB_ID" = first ] && exit 0\n'
-        f"exec {JOBD} notify --status 'all fine'\n",
-    )
-    config = queue_config("[./h.sh]", env=ENV, retry="{max_attempts: 1}")
-    d = daemon(write_config(config))
-    r.xadd("jobd:q", {"payload": "", "job_id": "first"})
-    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
-    name = "\0" + address.read_text().strip()[1:]
+    message is dropped and costs nothing. Before the fix: an unprivileged process of no job
+    sent eight messages carrying AF_PACKET sockets of its own network namespace; the channel's
+    thread spent seconds closing them one by one (13 ms each here), a healthy job's `jobd
+    notify --status` was not read within its 5 s and exited 1, and the job failed."""
+    d, name = notifying_daemon(r, write_config, script, daemon, tmp_path)
     # Each message's sockets are the daemon's alone once read (its close is the last): the
     # daemon is held while they are sent, so that this test never loses that race (a real
     # sender just sends more).
@@ -91,8 +79,4 @@ def test_a_strangers_packet_sockets_stall_every_jobs_channel(
         assert send_packet_sockets(name) == 0, "the stranger could not send its sockets"
     finally:
         os.kill(d.proc.pid, signal.SIGCONT)
-    r.xadd("jobd:q", {"payload": "", "job_id": "second"})
-    marker = "job=second attempt=1 exit"
-    d.wait_log(marker, timeout=20)
-    line = next(x for x in d.log().splitlines() if marker in x)
-    assert "exit 0" in line, line
+    second_job_done_well(r, d, timeout=20)

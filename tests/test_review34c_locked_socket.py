@@ -7,34 +7,24 @@ lock as long as it likes: a send from a page the kernel cannot fault in (here a 
 page nobody serves; an unprivileged user gets the same from a file on their own FUSE mount)
 copies from user memory with the socket locked. CPython's ``socket.setsockopt`` keeps the GIL:
 the channel's thread blocks in the kernel holding it, and every thread of the daemon stops,
-its main loop included. Real daemon, a private Redis."""
+its main loop included. Real daemon, a private Redis.
+
+Fixed: the channel's thread makes no system call on a received descriptor; the daemon sends
+them on to a sink process and closes its copies, never the last (``daemon.disposer``)."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import fcntl
-import os
-import signal
 import socket
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
 import redis
+from stuck import stuck_writing
 from support import DaemonProcess, acked_all, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
-NR_USERFAULTFD = 323  # x86_64
-UFFDIO_API, UFFDIO_REGISTER, UFFD_API = 0xC018AA3F, 0xC020AA00, 0xAA
-PAGE = 4096
-
-
-def in_syscall(pid: int, number: str) -> bool:
-    """Whether ``pid`` waits in the system call ``number`` (/proc/PID/syscall)."""
-    with open(f"/proc/{pid}/syscall") as f:
-        return f.read().split()[0] == number
 
 
 @contextlib.contextmanager
@@ -47,30 +37,10 @@ def locked_tcp_socket() -> Iterator[socket.socket]:
     listener.listen(1)
     sock = socket.create_connection(listener.getsockname())
     peer, _ = listener.accept()
-    ready_r, ready_w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.mmap.restype = ctypes.c_void_p
-            uffd = libc.syscall(NR_USERFAULTFD, os.O_CLOEXEC | os.O_NONBLOCK)
-            fcntl.ioctl(uffd, UFFDIO_API, bytearray(struct.pack("QQQ", UFFD_API, 0, 0)))
-            addr = libc.mmap(None, ctypes.c_size_t(PAGE), 3, 0x22, -1, ctypes.c_long(0))
-            fcntl.ioctl(uffd, UFFDIO_REGISTER, bytearray(struct.pack("QQQQ", addr, PAGE, 1, 0)))
-            os.write(ready_w, b"x")
-            libc.send(sock.fileno(), ctypes.c_void_p(addr), ctypes.c_size_t(PAGE), 0)
-        finally:
-            os._exit(0)
-    os.close(ready_w)
     try:
-        if os.read(ready_r, 1) != b"x":
-            pytest.skip("no userfaultfd here")
-        wait_until(lambda: in_syscall(child, "44"), what="the child blocked in its sendto")
-        yield sock
+        with stuck_writing(sock.fileno(), "send"):
+            yield sock
     finally:
-        os.close(ready_r)
-        os.kill(child, signal.SIGKILL)  # its fault ends: the lock is released
-        os.waitpid(child, 0)
         for s in (sock, peer, listener):
             s.close()
 
@@ -82,10 +52,10 @@ def test_one_tcp_socket_sent_on_the_channel_freezes_the_whole_daemon(
     on the channel can stall the loop: a descriptor whose close blocks ... stalls only the
     channel, and jobs go on starting and ending meanwhile"; a socket of any family but AF_UNIX
     is closed "at once, its SO_LINGER set to none first"; and a local user must make 8 + 64
-    closes that never return to stall even the channel. Observed: one message from a process
-    of no job, carrying one TCP socket whose lock its sender holds, blocks the channel's thread
-    in setsockopt(SO_LINGER) with the GIL held: no job starts or ends until the sender lets go
-    (here: 10 s and more, the second job is never run)."""
+    closes that never return to stall even the channel. Before the fix: one message from a
+    process of no job, carrying one TCP socket whose lock its sender holds, blocked the
+    channel's thread in setsockopt(SO_LINGER) with the GIL held: no job started or ended until
+    the sender let go (here: 10 s and more, the second job was never run)."""
     address = tmp_path / "address"
     script("h.sh", f'#!/bin/sh\necho "$NOTIFY_SOCKET" > {address}\n')
     d = daemon(write_config(queue_config("[./h.sh]")))

@@ -1,0 +1,51 @@
+"""Review of issue 35 (workflows), round 5 (review35d), confirmed and left open: a job whose
+stream entry is deleted (XDEL by hand) while a daemon that died holds it. The daemon that takes
+the entry over (reclaim.lua) finds no data and acknowledges it, with no end told: the job
+waiting --after it stays held, its batch stays sealed with a member pending. docs/workflows.md
+(Dependencies) documents the gap; a fix needs the job's batch where the reclaim can read it
+(the active record holds the job id only, and only once the handler ran half a second) and an
+end event of its own ("lost"). Real daemons, SIGKILL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from support import DaemonProcess, jobd_cli, wait_until
+from test_after_batches import CALLBACK, callbacks
+
+Daemon = Callable[..., DaemonProcess]
+
+SLOW = """\
+#!/bin/sh
+cat >/dev/null
+echo "$JOBD_JOB_ID" >> "$(dirname "$0")/runs"
+exec sleep 60
+"""
+
+
+def test_a_pending_entry_deleted_under_a_dead_daemon_tells_its_waiter_and_batch(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    slow, cb = script("slow.sh", SLOW), script("cb.sh", CALLBACK)
+    cfg = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n"
+        f"  a:\n    command: [{slow}]\n    retry: {{max_attempts: 1}}\n"
+        "    lease: {renew_every: 200ms, reclaim_after: 1s}\n"
+        f"  cb:\n    command: [{cb}]\n"
+    )
+    c = str(cfg)
+    out = jobd_cli("enqueue", "-c", c, "a", "x", "--job-id", "x", "--batch", "B",
+                   "--on-complete", "cb")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert jobd_cli("enqueue", "-c", c, "a", "h", "--job-id", "h", "--after", "x").returncode == 0
+    first = daemon(cfg)
+    wait_until(lambda: (tmp_path / "runs").exists(), what="x running")
+    first.kill()
+    entry = r.xrange("jobd:a")[0][0]
+    r.xdel("jobd:a", entry)
+    daemon(cfg)
+    wait_until(lambda: r.xpending("jobd:a", "jobd")["pending"] == 0, 20, what="the entry reclaimed")
+    wait_until(lambda: not r.hexists("{jobd:a}:held", "h"), 10, what="h told x ended")
+    wait_until(lambda: callbacks(tmp_path), 10, what="the batch's callback")

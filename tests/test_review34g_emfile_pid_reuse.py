@@ -1,0 +1,109 @@
+"""Review 34g: "a negative SCM_PIDFD other than -EINVAL/-ESRCH is not known: the pid alone"
+(ef4d93b, ``_receive.c`` and ``receive.py``) reopens the pid-reuse attack the pidfd closed.
+
+On this kernel (>= 6.16) SCM_PIDFD is a pidfd even for a sender reaped already (a stale one:
+``pidfd_prepare(..., PIDFD_STALE)``), so the reader's ``pidfd_send_signal`` finds it gone
+(alive False) and its message is a stranger's: the control test below. The descriptor the
+kernel makes for it needs a free slot, though, and with the daemon's table full the kernel puts
+-EMFILE there *whatever the sender's state*: ef4d93b then takes the pid alone, ``getsid(pid)``
+names whoever has that pid now, and a message of a process that is long gone is taken for the
+job whose process got its pid (a forged result, a ``WATCHDOG=trigger``). Before ef4d93b this
+was a stranger's (fail closed). -EMFILE says nothing of the sender: the pid alone is not "as
+before 6.5" here, it is trusting a pid the kernel already knew to be stale. Not in the docs
+(docs/handlers-talking-back.md names only the no-room case as "pid alone").
+
+Real socket, real processes: the sender sends and is reaped, its pid is given (ns_last_pid) to
+a new session's leader (the victim job's handler), then the channel reads with no descriptor
+free."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import socket
+
+import pytest
+from listening import Heard as Running
+from support import wait_until
+
+from jobd.daemon.channel import Channel
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def _gone_sender(channel: Channel) -> int:
+    """A process that sends a forged message and exits; reaped: its pid."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the hostile sender
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                s.sendto(b"X_JOBD_RESULT=forged\nWATCHDOG=trigger", "\0" + channel.address[1:])
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def _victim_with_pid(wanted: int) -> int:
+    """A session leader (a job's handler) that got ``wanted`` as its pid."""
+    for _ in range(50):
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(wanted - 1))
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the victim handler
+            try:
+                os.setsid()
+                signal.pause()
+            finally:
+                os._exit(0)
+        if pid == wanted:
+            wait_until(lambda p=pid: os.getsid(p) == p, what="the victim's session")
+            return pid
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    pytest.skip("could not give the pid back")
+
+
+@contextlib.contextmanager
+def _no_descriptor_free():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler: list[int] = []
+    try:
+        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
+        with contextlib.suppress(OSError):
+            while True:
+                filler.append(os.dup(0))
+        yield
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["control", "emfile"])
+def test_a_reaped_senders_message_is_never_taken_for_the_job_that_got_its_pid(full):
+    if not os.access(NS_LAST_PID, os.W_OK):
+        pytest.skip("needs ns_last_pid")
+    channel = Channel()
+    victim = 0
+    try:
+        gone = _gone_sender(channel)
+        victim = _victim_with_pid(gone)
+        handlers = {victim: Running(victim)}
+        with _no_descriptor_free() if full else contextlib.nullcontext():
+            channel.start(handlers, None)
+            wait_until(lambda: channel.queue.qsize() or channel.dropped, what="judged")
+        channel.take(handlers)
+        assert handlers[victim].said == [], (
+            f"a reaped sender's message taken for the job that got its pid: "
+            f"{[(s.result, s.watchdog) for s in handlers[victim].said]}"
+        )
+        assert channel.dropped == {("", "stranger"): 1}
+    finally:
+        channel.close()
+        if victim:
+            os.kill(victim, signal.SIGKILL)
+            os.waitpid(victim, 0)
