@@ -10,6 +10,8 @@ from __future__ import annotations
 import array
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,29 +222,65 @@ def test_a_run_read_says_what_its_messages_say_one_after_the_other(messages: lis
     assert said(items[0]) == expected
 
 
-def test_a_sender_of_another_session_comes_with_a_pidfd_of_its_leader(receiver) -> None:
+# A sender in a session of its own: its leader (it), or, with "orphan", a child of that leader
+# once the leader has exited. It sends "known", then on a line on stdin "unknown", then waits
+# for stdin's end: alive while its messages are read.
+SENDER = """
+import os, socket, sys
+if sys.argv[2] == "orphan":
+    if os.fork():
+        os._exit(0)  # the session's leader gone; the child stays in its session
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+print(os.getpid(), os.getsid(0), flush=True)
+sys.stdin.readline()
+s.sendto(b"STATUS=known", "\\0" + sys.argv[1])
+print(flush=True)
+sys.stdin.readline()
+s.sendto(b"STATUS=unknown", "\\0" + sys.argv[1])
+print(flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("leader_is", ["alive", "orphan"])
+def test_a_sender_of_another_session_comes_with_a_pidfd_of_its_leader(
+    receiver, leader_is: str
+) -> None:
     """Asked (``keep``), a live sender of a session that is no running handler's comes with a
     pidfd of that session's leader (the caller's to close), or NO_LEADER when it has none; one
-    of a handler's session with none."""
+    of a handler's session with none. The sender runs in a session of its own (the test's own
+    session may have its leader outside this pid namespace: getsid says 0 then)."""
     r, name = receiver
-    sid = os.getsid(0)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.sendto(b"STATUS=known", name)
+    name = (name if isinstance(name, str) else name.decode())[1:]  # abstract: no NUL in argv
+    with subprocess.Popen(
+        [sys.executable, "-c", SENDER, name, leader_is],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as p:
+        assert p.stdin is not None and p.stdout is not None
+        pid, sid = map(int, p.stdout.readline().split())
+        assert sid != pid if leader_is == "orphan" else sid == pid
+        if leader_is == "orphan":
+            p.wait(10)  # the leader reaped: no zombie holds the session's id
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.stdout.readline()
         ((*_, known),) = r.batch([sid], keep=True)
-        s.sendto(b"STATUS=unknown", name)
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.stdout.readline()
         ((*_, leader),) = r.batch([], keep=True)
+        fdinfo = Path(f"/proc/self/fdinfo/{leader}").read_text() if leader >= 0 else ""
+        p.stdin.close()  # (read while the leader lives: a dead one's pidfd says Pid: -1)
     assert known == -1
     if not PIDFDS:
         assert leader == -1, "no pidfd of the sender: nothing to keep"
         return
-    try:
-        os.kill(sid, 0)
-    except ProcessLookupError:
+    if leader_is == "orphan":
         assert leader == receive.NO_LEADER, "its session's leader is gone"
         return
-    except PermissionError:
-        pass
     assert leader >= 0
-    fdinfo = Path(f"/proc/self/fdinfo/{leader}").read_text()
     os.close(leader)
     assert f"Pid:\t{sid}\n" in fdinfo, fdinfo
