@@ -220,6 +220,22 @@ def acked_all(r: redis.Redis, stream: str, count: int, group: str = "jobd") -> b
     return bool(g) and g["entries-read"] == count and g["pending"] == 0 and g["lag"] == 0
 
 
+def waiter_lines(r: redis.Redis, key: str, job_id: str) -> list[bytes]:
+    """The waiter lines registered with job ``job_id`` in the waiters hash ``key``, in the
+    order registered (lib/workflows.lua add_waiter: JOB\\0n "HIGH LIVE", JOB\\0SLOT the
+    waiter's name, JOB\\0hNAME "SLOT\\nLINE"); a field of the format before review 35k (JOB,
+    every line in one value) is not read: a test that plants one reads it itself."""
+    fields = r.hgetall(key)
+    prefix = job_id.encode() + b"\0"
+    high = int(fields.get(prefix + b"n", b"0 0").split()[0])
+    lines = []
+    for slot in range(1, high + 1):
+        name = fields.get(prefix + str(slot).encode())
+        if name is not None:
+            lines.append(fields[prefix + b"h" + name].split(b"\n", 1)[1])
+    return lines
+
+
 def paused_behind_hostile(r: redis.Redis, d: DaemonProcess, config: Path, sequence: int) -> bytes:
     """Queue q's stream with a hostile entry an hour ahead, sequence ``sequence``, run and
     acked; then q paused and a normal producer's entry added behind it (every XADD * of that

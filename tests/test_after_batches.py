@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 from redis.cluster import RedisCluster
-from support import DaemonProcess, LocalCluster, jobd_cli, wait_until
+from support import DaemonProcess, LocalCluster, jobd_cli, wait_until, waiter_lines
 
 from jobd import workflows
 from jobd.config import load
@@ -272,7 +272,7 @@ def test_notices_moved_twice_count_once_and_call_back_once(
     assert shown is not None and (shown.total, shown.done, shown.failed) == (2, 1, 1)
     cli(cfg, "enqueue", "a", "w", "--job-id", "w", "--after", "x", "--after", "y")
     for dep in ("x", "x", "y", "y"):
-        waiter = r.hget("{jobd:a}:waiters", dep).strip()
+        (waiter,) = waiter_lines(r, "{jobd:a}:waiters", dep)
         notice = {b"kind": b"release", b"dep": f"a {dep}".encode(), b"outcome": b"done",
                   b"event": b"done", b"waiter": waiter}  # fmt: skip
         store.move_notices("{jobd:a}:outbox", [(b"2-1", notice)])

@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from support import RedisServer, answers_busy, jobd_cli, wait_until
+from support import RedisServer, answers_busy, jobd_cli, wait_until, waiter_lines
 from test_after_batches import (
     CALLBACK,
     RUNS,
@@ -61,7 +61,7 @@ def test_a_job_after_itself_is_refused(
                        + batch_yaml(script("runs.sh", RUNS), script("cb.sh", CALLBACK)))  # fmt: skip
     out = jobd_cli("enqueue", "-c", str(cfg), "a", "p", "--job-id", "w", "--after", "w")
     held = r.hexists("{jobd:a}:held", "w")
-    waits_on_itself = b'"job":"w"' in (r.hget("{jobd:a}:waiters", "w") or b"")
+    waits_on_itself = any(b'"job":"w"' in x for x in waiter_lines(r, "{jobd:a}:waiters", "w"))
     # Expected: a usage error (exit 2), nothing held.
     assert out.returncode == 2 and not held, (out.returncode, held, waits_on_itself)
 
@@ -215,7 +215,7 @@ def test_a_stale_or_hostile_running_record_holds_no_waiter(
     r.delete(a.keys.history)
     r.set(a.keys.history, "someone else's")
     assert store.wait_on(a, "x", waiter_line(a, "w")) is None  # no record: waits
-    assert r.hget(a.keys.waiters, "x") == waiter_line(a, "w") + b"\n"
+    assert waiter_lines(r, a.keys.waiters, "x") == [waiter_line(a, "w")]
 
 
 def test_the_last_record_of_a_long_history_is_found_without_blocking_redis(

@@ -26,7 +26,7 @@ bound, and no operator command or documented key lifetime ever reclaims it."""
 from __future__ import annotations
 
 import redis
-from support import jobd_cli
+from support import jobd_cli, waiter_lines
 
 CONFIG = "redis: {url: '{redis}'}\nqueues:\n  a:\n    command: [/bin/true]\n"
 
@@ -43,11 +43,11 @@ def test_a_held_job_cancelled_leaves_no_registration_behind_for_ever(
     out = jobd_cli("cancel", "-c", c, "a", *ids)
     assert out.returncode == 0, out.stderr
     assert not r.hexists("{jobd:a}:held", "h0"), "cancelled where it waits"
-    left = r.hget("{jobd:a}:waiters", "never") or b""
+    left = waiter_lines(r, "{jobd:a}:waiters", "never")
     ttl = r.pttl("{jobd:a}:waiters")
     assert not left or ttl > 0, (
-        f"20 held jobs, all cancelled, leave {len(left.splitlines())} registrations "
-        f"({len(left)} bytes) under job id 'never' in {{jobd:a}}:waiters, with no expiry "
+        f"20 held jobs, all cancelled, leave {len(left)} registrations "
+        f"({sum(map(len, left))} bytes) under job id 'never' in {{jobd:a}}:waiters, with no expiry "
         f"(PTTL {ttl})"
     )
 
@@ -73,7 +73,8 @@ def test_a_held_job_dead_lettered_takes_its_registrations_with_it(
         extra = ["--job-id", "y"] if args[0] == "y" else []
         out = jobd_cli("enqueue", "-c", c, "a", *args, *extra)
         assert out.returncode == 0, out.stderr
-    assert r.hexists("{jobd:a}:waiters", "never") and r.hexists("{jobd:a}:waiters", "other")
+    assert waiter_lines(r, "{jobd:a}:waiters", "never")
+    assert waiter_lines(r, "{jobd:a}:waiters", "other")
     assert jobd_cli("cancel", "-c", c, "a", "y").returncode == 0  # h1 dead-lettered: dependency
     wait_until(lambda: store.expire_held(q)[0] == 1, what="h2 past its bound")
     store.move_follow_ups(q)

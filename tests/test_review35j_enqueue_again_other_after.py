@@ -23,7 +23,7 @@ is told it worked."""
 from __future__ import annotations
 
 import redis
-from support import jobd_cli
+from support import jobd_cli, waiter_lines
 
 from jobd.config import load
 from jobd.store.store import Store
@@ -45,7 +45,7 @@ def test_a_second_enqueue_with_another_after_leaves_no_registration(
     assert out.returncode == 2, out.stderr
     assert b"held already, waiting for a d1" in out.stderr, out.stderr
     assert r.hexists("{jobd:a}:held", "x")
-    assert r.hexists("{jobd:a}:waiters", "d1")
+    assert waiter_lines(r, "{jobd:a}:waiters", "d1")
     # the same command again (its reply lost) is still that job: exit 0
     out = jobd_cli("enqueue", "-c", c, "a", "p", "--job-id", "x", "--after", "d1")
     assert out.returncode == 0, out.stderr
@@ -55,9 +55,9 @@ def test_a_second_enqueue_with_another_after_leaves_no_registration(
     while store.move_follow_ups(q):  # the unwait notices, as a daemon's duty moves them
         pass
     assert not r.hexists("{jobd:a}:held", "x")
-    assert not r.hexists("{jobd:a}:waiters", "d1"), "x's registration with d1 went"
-    left = r.hget("{jobd:a}:waiters", "d2")
-    assert left is None, (
+    assert not waiter_lines(r, "{jobd:a}:waiters", "d1"), "x's registration with d1 went"
+    left = waiter_lines(r, "{jobd:a}:waiters", "d2")
+    assert not left, (
         f"x's hold was cancelled, yet its registration with d2 (made by the second enqueue, "
         f"which x does not wait for) stays for as long as d2 never ends: {left!r}"
     )

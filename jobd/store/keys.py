@@ -61,10 +61,12 @@ Layout of a queue whose stream is S:
                        the seals of the enqueues into a batch (store/workflows.py)
   derive(S, "follow-up:Q|N|L:O|J") the mark of the Nth follow-up of job J (of enqueue O, L its
                        length) of queue Q, once moved into this queue: kept FOLLOW_UP_TTL
-  derive(S, "waiters")  the jobs waiting for jobs of this queue (`enqueue --after`): a hash, job id
-                       -> one JSON line per waiter (store/workflows.py), read and deleted by the
-                       script that ends the job (lua/lib/workflows.lua); a waiter whose hold ends
-                       unreleased takes its line off (lua/unwait.lua, through its outbox)
+  derive(S, "waiters")  the jobs waiting for jobs of this queue (`enqueue --after`): a hash, a few
+                       fields per waiter named from the job id waited for, one holding its JSON
+                       line (store/workflows.py; lua/lib/workflows.lua add_waiter), read and
+                       deleted by the script that ends the job (lib/workflows.lua ended); a
+                       waiter whose hold ends unreleased takes its fields off (lua/unwait.lua,
+                       through its outbox)
   derive(S, "held")    jobs of this queue waiting for others: a hash, job id -> cmsgpack {due,
                        delayed member id, fields…} (lua/hold.lua), until released or dead-lettered
   derive(S, "after")   what each held job waits for: a hash, job id -> JSON {deps, all, any,

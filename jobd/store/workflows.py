@@ -155,12 +155,13 @@ class WorkflowOps(StoreBase):
         return (reply.decode() if isinstance(reply, bytes) else int(reply)), member
 
     def wait_on(self, dep: QueueConfig, job_id: str, waiter: bytes) -> tuple[str, str] | None:
-        """Register ``waiter`` with job ``job_id`` of ``dep``; or, when that one ended already
-        and does not run again now, (outcome, event) and nothing registered."""
-        k = dep.keys
+        """Register ``waiter`` (a ``waiter_line``: once by its job and hold) with job ``job_id``
+        of ``dep``; or, when it ended already and does not run again now, (outcome, event)."""
+        k, w = dep.keys, orjson.loads(waiter)
         keys = [k.history, k.waiters, k.active, k.job_mark(job_id),
                 *(level.stream for level in dep.all_levels())]  # fmt: skip
-        reply = self.scripts.wait_on(keys=keys, args=[job_id, waiter, dep.group])
+        args = [job_id, waiter, dep.group, w["job"], w.get("hold", "")]
+        reply = self.scripts.wait_on(keys=keys, args=args)
         if reply[0] == b"waiting":
             return None
         return reply[0].decode(), reply[1].decode()
@@ -200,7 +201,7 @@ class WorkflowOps(StoreBase):
 
     def unwait(self, dep: QueueConfig, dep_job: str, job_id: str, token: str) -> int:
         """Take the registration of hold ``token`` of ``job_id`` off job ``dep_job`` of
-        ``dep`` (unwait.lua, as the notice of its end does); how many lines went."""
+        ``dep`` (unwait.lua, as the notice of its end does); how many went (0 or 1)."""
         keys = [dep.keys.waiters]
         return int(self.scripts.unwait(keys=keys, args=[dep_job, job_id, token]))
 
@@ -256,8 +257,7 @@ class WorkflowOps(StoreBase):
     def expire_held(self, q: QueueConfig) -> tuple[int, int]:
         """Dead-letter the held jobs of ``q`` past their deadline (expire_held.lua), EXPIRE_PAGE
         at most, each saying what it still waited for: a job never seen (no history record in
-        its queue) or not ended. The number dead-lettered and the notices written into the
-        outbox."""
+        its queue) or not ended. The number dead-lettered, and the notices written (outbox)."""
         k = q.keys
         keys = [k.held, k.after, k.held_until, q.dead_letter.stream, *notes.keys(q), k.waiters,
                 k.outbox, k.stats(self.minute(k.base)), k.held_ended]  # fmt: skip

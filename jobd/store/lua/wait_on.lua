@@ -17,8 +17,11 @@
 -- KEYS[4]   the job id's --unique mark (jobd/store/keys.py job_mark)
 -- KEYS[5..] the queue's streams (its own, and each priority level's)
 -- ARGV[1]   the job id waited for
--- ARGV[2]   the waiter, one JSON line (store/workflows.py); registered once however often sent
+-- ARGV[2]   the waiter, one JSON line (store/workflows.py waiter_line)
 -- ARGV[3]   the queue's consumer group
+-- ARGV[4], ARGV[5] the waiter's job id and its hold's token (in the line): the waiter is
+--           registered once however often sent, in fields of its own (lib/workflows.lua
+--           add_waiter), at a cost that does not grow with the number registered before
 --
 -- Keys of another type than jobd's (someone else's) are read as holding nothing; the only write,
 -- the registration, comes last. Returns {outcome, event} when the job ended (outcome: done,
@@ -79,9 +82,6 @@ local outcome, event = ended_as()
 if outcome and not (runs_now() or says_queued(KEYS[4])) then
   return {outcome, event}
 end
-local line = ARGV[2] .. '\n'
-local old = redis.call('HGET', KEYS[2], job) or ''
-if not string.find('\n' .. old, '\n' .. line, 1, true) then
-  redis.call('HSET', KEYS[2], job, old .. line)
-end
+upgrade_waiters(KEYS[2], job)
+add_waiter(KEYS[2], job, ARGV[4], ARGV[5], ARGV[2])
 return {'waiting'}

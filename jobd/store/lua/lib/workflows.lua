@@ -8,7 +8,7 @@
 local ENDS = {done = 'done', deduped = 'done', ['dead-lettered'] = 'failed', expired = 'failed',
   poison = 'failed', cancelled = 'cancelled'}
 
--- A queue's waiters hash (job id -> the jobs waiting for it, one JSON line each: wait_on.lua)
+-- A queue's waiters hash (job id -> the jobs waiting for it, one field each: ``add_waiter``)
 -- and outbox, KEYS[k] and KEYS[k + 1]. The hash is looked at once a call: a queue no job waits
 -- on pays one TYPE, not one look a job. A key of another type at either (someone else's) is
 -- never read nor written, as its type is known before the script's first write: a waiters key
@@ -45,6 +45,76 @@ local function batch_in(fields)
   return nil
 end
 
+-- A job's waiters, in its queue's waiters hash ``key`` (known to be a hash), under fields named
+-- from its job id ``job`` (no job id holds a NUL byte), one waiter a field, so that registering
+-- one (``add_waiter``), taking one off (unwait.lua) and telling one (``ended``) each cost the
+-- same whatever the number of others:
+--   JOB\0n                  "HIGH LIVE": the last slot number given, how many waiters are left
+--   JOB\0SLOT               (SLOT 1..HIGH) the waiter's name there: TOKEN\0HOLDER
+--   JOB\0hTOKEN\0HOLDER     "SLOT\nLINE": the waiter line (store/workflows.py waiter_line) of
+--                           hold TOKEN of job HOLDER; its existence is the dedupe
+-- A slot whose waiter was taken off is gone; the last one taken off deletes JOB\0n.
+local function waiter_index(job, name) return job .. '\0h' .. name end
+
+local function waiter_count(key, job)
+  local high, live = string.match(redis.call('HGET', key, job .. '\0n') or '', '^(%d+) (%d+)$')
+  return tonumber(high) or 0, tonumber(live) or 0
+end
+
+-- Register ``line``, the waiter line of hold ``token`` of job ``holder``, with job ``job``:
+-- once however often sent. Whether it was registered now.
+local function add_waiter(key, job, holder, token, line)
+  local name = token .. '\0' .. holder
+  local index = waiter_index(job, name)
+  if redis.call('HEXISTS', key, index) == 1 then return false end
+  local high, live = waiter_count(key, job)
+  high = high + 1
+  redis.call('HSET', key, job .. '\0n', high .. ' ' .. (live + 1), job .. '\0' .. high, name,
+    index, high .. '\n' .. line)
+  return true
+end
+
+-- Take the registration of hold ``token`` of job ``holder`` off job ``job``: 1 when it was
+-- there, else 0.
+local function drop_waiter(key, job, holder, token)
+  local index = waiter_index(job, token .. '\0' .. holder)
+  local v = redis.call('HGET', key, index)
+  if not v then return 0 end
+  local slot = string.match(v, '^(%d+)\n')
+  local high, live = waiter_count(key, job)
+  redis.call('HDEL', key, index)
+  if slot then redis.call('HDEL', key, job .. '\0' .. slot) end
+  if live <= 1 then
+    redis.call('HDEL', key, job .. '\0n')
+  else
+    redis.call('HSET', key, job .. '\0n', high .. ' ' .. (live - 1))
+  end
+  return 1
+end
+
+-- Waiters registered by a jobd before review 35k (every waiter of ``job`` a line of one field,
+-- JOB, rewritten whole per registration; the holds unwait.lua marked gone in JOB\0gone)
+-- are moved into fields of their own, the lines marked gone left out: once, by the first
+-- script of this jobd that registers, takes off or tells a waiter of ``job``. A line that is
+-- no waiter line (none jobd wrote) is kept, named by itself, and told as before.
+local function upgrade_waiters(key, job)
+  local old = redis.call('HGET', key, job)
+  if not old then return end
+  local marks = redis.call('HGET', key, job .. '\0gone')
+  redis.call('HDEL', key, job, job .. '\0gone')
+  local gone = {}
+  for t in string.gmatch(marks or '', '\n(%x+)') do gone[t] = true end
+  for line in string.gmatch(old, '[^\n]+') do
+    local ok, w = pcall(cjson.decode, line)
+    if ok and type(w) == 'table' and type(w.job) == 'string' then
+      local token = type(w.hold) == 'string' and w.hold or ''
+      if not gone[token] then add_waiter(key, job, w.job, token, line) end
+    else
+      add_waiter(key, job, line, '', line)
+    end
+  end
+end
+
 -- Job ``job`` of the queue ended as ``event``: a notice for its batch (``batch``, nil: none) and
 -- one for each job waiting for it, whose registrations then go (they are told once).
 local function ended(w, job, event, batch)
@@ -58,21 +128,23 @@ local function ended(w, job, event, batch)
     w.sent = w.sent + 1
   end
   if not w.watched then return end
-  local waiters = redis.call('HGET', w.waiters, job)
-  if not waiters then return end
-  -- the holds that ended where they waited (unwait.lua marks them, JOB\0gone): not told
-  local marks, gone = redis.call('HGET', w.waiters, job .. '\0gone'), nil
-  redis.call('HDEL', w.waiters, job, job .. '\0gone')
-  if marks then
-    gone = {}
-    for t in string.gmatch(marks, '\n(%x+)') do gone[t] = true end
-  end
-  for line in string.gmatch(waiters, '[^\n]+') do
-    local t = gone and string.match(line, '"hold":"(%x+)"')
-    if not (t and gone[t]) then
-      redis.call('XADD', w.outbox, '*', 'kind', 'release', 'dep', member, 'outcome', outcome,
-        'event', event, 'waiter', line)
-      w.sent = w.sent + 1
+  upgrade_waiters(w.waiters, job)
+  local high = waiter_count(w.waiters, job)
+  if high == 0 then return end
+  redis.call('HDEL', w.waiters, job .. '\0n')
+  for slot = 1, high do
+    local at = job .. '\0' .. slot
+    local name = redis.call('HGET', w.waiters, at)
+    if name then
+      local index = waiter_index(job, name)
+      local v = redis.call('HGET', w.waiters, index) or ''
+      redis.call('HDEL', w.waiters, at, index)
+      local cut = string.find(v, '\n', 1, true)
+      if cut then
+        redis.call('XADD', w.outbox, '*', 'kind', 'release', 'dep', member, 'outcome', outcome,
+          'event', event, 'waiter', string.sub(v, cut + 1))
+        w.sent = w.sent + 1
+      end
     end
   end
 end
