@@ -1,0 +1,49 @@
+"""Review 36k of issue 36: a stream's other consumer groups, their names long, block Redis for
+about a second at every read of the queue's group (each summary, queue page, status report).
+
+``lib/group.lua group_read`` (hashes_shown.lua's '=GROUP' and '>GROUP', ``status.group_args``:
+``jobd status``, ``/api/summary`` for every queue every 5 s of an open overview, ``/api/queue``,
+and every daemon's status report each tick) sends ``XINFO GROUPS stream`` and looks for the
+queue's group in what it answers. Its header says the group is "read in Redis to a bound
+whatever the stream holds: anyone who can write to Redis can add groups and consumers ...,
+their names of any length"; but the bound is on what leaves Redis only. XINFO GROUPS answers
+every group of the stream, each name whole, into the script: 16 groups of 4 MiB names
+(``XGROUP CREATE`` by anyone who can write: 64 MiB) made each call take 1.1 s here, 24 of
+them ~1.1 s, and 100 000 groups of short names ~0.33 s; one summary of a page of queues holds
+Redis that long per queue so defaced (the same holds for XINFO CONSUMERS when the group has
+CONSUMERS_LISTED or fewer consumers: their names are copied whole before being cut).
+
+What should happen: one read of a queue's group holds Redis a bounded time whatever other
+groups the stream has (e.g. look at how many groups the stream has first and read XINFO GROUPS
+only when few, saying otherwise that the group is not read, as ``listed`` 0 does for
+consumers; or keep the group's last delivered id and lag from what XREADGROUP/XPENDING tell
+for the group itself). Bound here: 100 ms for one call (the summary's whole budget of Redis
+time is of that order).
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from jobd.store import status
+
+GROUPS = 16
+NAME = 4 << 20  # bytes of each other group's name
+WITHIN = 0.1  # seconds one read of the queue's group may hold Redis
+
+
+def test_one_group_read_is_bounded_whatever_other_groups_the_stream_has(r: redis.Redis) -> None:
+    r.xadd("q", {"payload": "x"})
+    r.xgroup_create("q", "jobd", "0")
+    for i in range(GROUPS):
+        r.xgroup_create("q", b"g" * NAME + str(i).encode(), "0")
+    began = time.monotonic()
+    group = status.hashes_shown(r, ["q"], ["=jobd"])[0]
+    took = time.monotonic() - began
+    assert group is not None and group.last_delivered == b"0-0"
+    assert took < WITHIN, (
+        f"one read of the queue's group held Redis {took:.2f} s: XINFO GROUPS copies the "
+        f"{GROUPS} other groups' {NAME >> 20} MiB names into the script"
+    )
