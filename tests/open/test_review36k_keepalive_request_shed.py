@@ -28,6 +28,7 @@ socket after the connections in a turn).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -94,10 +95,8 @@ def test_kept_alive_connection_request_is_not_shed_at_the_cap() -> None:
             kept.sendall(HEALTHZ)  # the scrape on the kept-alive connection
             newcomer = socket.socket()
             newcomer.setblocking(False)
-            try:
+            with contextlib.suppress(BlockingIOError):
                 newcomer.connect(("127.0.0.1", port))  # into the listen backlog
-            except BlockingIOError:
-                pass
             held.append(newcomer)
             time.sleep(0.2)
         finally:
