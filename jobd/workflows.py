@@ -12,10 +12,12 @@ history.max_age.
 A batch is *open* while an enqueue adds to it (``Member``): its total grows before each
 round trip of jobs (and shrinks by the jobs Redis refused), and the enqueue *seals* it when it
 ends; several enqueues may add to one batch at once. Once sealed and every member counted, it is
-complete: its callback is enqueued once, by whoever sees it complete first (the daemons that
-count the last members, or the move of the enqueue's seal notice). A complete batch takes no
-more jobs. Each enqueue's batch calls carry a token of its own, so that one sent again after a
-lost reply changes the batch once (``Member``).
+complete (with one member at least: an enqueue that added nothing seals with a count of 0, and
+a batch no enqueue added a job to is gone with its last seal, never complete): its callback is
+enqueued once, by whoever sees it complete first (the daemons that count the last members, or
+the move of the enqueue's seal notice). A complete batch takes no more jobs. Each enqueue's
+batch calls carry a token of its own, so that one sent again after a lost reply changes the
+batch once (``Member``).
 """
 
 from __future__ import annotations
@@ -213,7 +215,8 @@ class Member:
     more, sealed on exit when opened, the jobs not added taken off its total). ``grow`` before
     each round trip of jobs, with the jobs of it that passed their own checks; ``added(n)``
     after it, with how many Redis took. An enqueue whose every job is refused before it is sent
-    leaves the batch as it was (sealed empty, it would be complete: its callback, total 0).
+    leaves the batch as it was; one whose jobs were sent, none added, seals with 0 (batch.lua:
+    a batch no adder counted a job into is never complete, and gone once sealed).
 
     Each call names this enqueue's token (made here, before the first) and says what this
     enqueue's count is now, not what to add: a call whose reply was lost is sent again as it

@@ -71,8 +71,6 @@ def check_enqueue_flags(
     if args.on_complete is not None and args.on_complete not in config.queues:
         parser.error(f"--on-complete: queue {args.on_complete!r} is not in the config")
     if args.batch is not None:
-        if args.unique:
-            parser.error("--batch: not with --unique (a member not added would be counted)")
         try:
             check_batch_id(args.batch)
         except WorkflowError as exc:

@@ -27,6 +27,10 @@
 --                                   cancelled)
 --   show ON_COMPLETE CALLBACK       nothing changes; each field read only up to a bound, these
 --                                   two's given (shown)
+-- A seal that leaves no adder at work and total 0 (every adder added nothing) deletes the
+-- batch (no member's end counted in it): it is complete only with a member, and so an enqueue
+-- that added nothing (its count 0) neither completes it nor calls it back, whether another
+-- enqueue adds to it at the same time or not; its seal (it took its adder off) returns {}.
 -- The keys expire TTL seconds (the history's max_age) after the batch's latest change; an open
 -- never shortens it (the longest TTL of its opens).
 --
@@ -56,6 +60,12 @@ local function ttl_of(v)
   if not (s >= 1) then return '1' end -- NaN too
   return string.format('%d', math.min(s, 10 * 365 * 86400))
 end
+-- Complete: no adder at work, at least one member (an enqueue that added nothing counts 0: a
+-- batch no adder counted a job into is never complete, never called back), every one ended.
+-- n: open, total, done, failed at 2..5.
+local function complete(n)
+  return n[2] <= 0 and n[3] > 0 and n[4] + n[5] >= n[3]
+end
 -- The batch as it is; marked complete (unless ``look``: show changes nothing) once it is.
 local function status(look)
   local v = redis.call('HMGET', b, 'state', 'open', 'total', 'done', 'failed', 'on_complete',
@@ -63,7 +73,7 @@ local function status(look)
   local n = {} -- the numbers, 0 for one missing or that is none (someone wrote it)
   for i = 2, 5 do n[i] = math.floor(tonumber(v[i]) or 0) end
   local state = v[1] or 'open'
-  if state ~= 'complete' and n[2] <= 0 and n[4] + n[5] >= n[3] then
+  if state ~= 'complete' and complete(n) then
     state = 'complete'
     if not look then
       redis.call('HSET', b, 'state', state, 'completed', string.format('%d', now_ms()))
@@ -94,7 +104,7 @@ local function shown()
   local n = {}
   for i = 2, 5 do n[i] = math.floor(tonumber(v[i]) or 0) end
   local state = v[1] or 'open'
-  if state ~= 'complete' and n[2] <= 0 and n[4] + n[5] >= n[3] then state = 'complete' end
+  if state ~= 'complete' and complete(n) then state = 'complete' end
   return {state, string.format('%d', n[3]), string.format('%d', n[4]),
     string.format('%d', n[5]), v[6] or '', v[7] or '', v[8] or v[9] or '', ttl_of(v[10]), unread}
 end
@@ -142,6 +152,13 @@ if op == 'open' then
   return status()
 end
 if redis.call('EXISTS', b) == 0 then return {} end
+-- No member's end counted (none can be: no adder counts a job; a notice of the batch before
+-- this one's id still moving is counted here, and keeps it).
+local function gone()
+  local v = redis.call('HMGET', b, 'done', 'failed')
+  return (tonumber(v[1]) or 0) == 0 and (tonumber(v[2]) or 0) == 0
+    and redis.call('SCARD', members) == 0
+end
 if op == 'add' or op == 'seal' then
   local token = ARGV[2]
   local seq, err = number(ARGV[3])
@@ -170,6 +187,13 @@ if op == 'add' or op == 'seal' then
         local open = math.max(0, math.floor(tonumber(v[2]) or 0) - 1)
         redis.call('HSET', b, 'open', string.format('%d', open))
         if open == 0 and v[3] == 'open' then redis.call('HSET', b, 'state', 'sealed') end
+        if open == 0 and total <= 0 and gone() then
+          -- The last adder done, and none counted a job (each added nothing: a job held
+          -- already, a --unique duplicate, one Redis refused): the batch is left as it was
+          -- before them, no batch. A copy of this seal finds none ({}), as this one says.
+          redis.call('DEL', b, members, adders)
+          return {}
+        end
       end
     end
   end
