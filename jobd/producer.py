@@ -14,8 +14,7 @@ each batch's outcomes over as they come, for inputs too large to hold.
 time, uniqueness, and the per-job limits (``jobd_timeout``, ``jobd_max_attempts``,
 ``jobd_expires_at``); its docstring lists them, ``after`` and ``batch`` too (``jobd.workflows``).
 A payload above the queue's ``max_payload`` is refused (the daemon would not run it). A job
-refused (by its own checks or by Redis) is never half-written, and in a bulk enqueue does not
-stop the others.
+refused (by its own checks or by Redis) is never half-written, nor stops a bulk enqueue.
 """
 
 from __future__ import annotations
@@ -134,8 +133,7 @@ def enqueue(
     With ``unique`` (a ``job_id`` is required): added only if that job id is not queued,
     running, or done within the dedupe window, checked and added in one script; else raises
     Duplicate. Its mark lasts until ``UNIQUE_TTL`` after the job is due (by Redis's clock), in
-    case the job is lost.
-    A job has at most ``job.MAX_FIELDS`` fields (ProducerError otherwise).
+    case the job is lost. A job has at most ``job.MAX_FIELDS`` fields (ProducerError otherwise).
     With ``priority``: into that level's stream (the queue's own stream is its default level).
     Per-job limits and extra fields: ``enqueue_job``.
     """
@@ -170,8 +168,10 @@ def _enqueue(
             entry.fields[ORIGIN] = origin.encode()
             check_width(entry.fields)
         deps = workflows.waited_for(config, q, job, job_id, store) if job.after else []  # type: ignore[arg-type]
-        if job.after and workflows.ended_already(store, q, job_id, clock):  # sent before: done
-            return job_id, None
+        if job.after and (before := workflows.sent_before(store, q, job_id, clock, job.unique)):
+            if before == "ended":  # sent before, its hold ended since: done
+                return job_id, None
+            raise Duplicate(job_id, queue, before)  # type: ignore[arg-type]  # the mark first
         with workflows.member(store, config, q, job) as member:
             member.grow(1)  # counted before it is added: a batch never completes without it
             if job.after:  # held until the jobs it waits for end (jobd.workflows)

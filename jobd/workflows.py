@@ -110,15 +110,21 @@ def waited_for(config: Config, q: QueueConfig, job: NewJob, job_id: str,
     return deps
 
 
-def ended_already(store: Store, q: QueueConfig, job_id: str, clock: RedisClock) -> bool:
+def sent_before(store: Store, q: QueueConfig, job_id: str, clock: RedisClock,
+                unique: bool) -> str | None:  # fmt: skip
     """Whether the hold of ``job_id`` in ``q`` ended within its window (hold.lua's -1: this
-    enqueue was sent before, nothing is to be done), read before its batch opens: one complete
-    since would refuse it. Redis's clock; a key of another type there is no hold's."""
+    enqueue was sent before, nothing is to be done): 'ended'; or, for a ``unique`` job, its
+    job id's mark ('queued', 'done': a duplicate), which answers first, as in hold.lua; None
+    otherwise. Read before its batch opens: one complete since would refuse it. Redis's
+    clock; a key of another type there is no hold's (nor mark)."""
     try:
         until = store.client.zscore(q.keys.held_ended, job_id)
+        if until is None or until <= clock.now_ms():  # the enqueue's one read of TIME
+            return None
+        mark = store.client.get(q.keys.job_mark(job_id)) if unique else None
     except redis.ResponseError:
-        return False
-    return until is not None and until > clock.now_ms()  # the enqueue's one read of TIME
+        return None
+    return "ended" if mark is None else mark.decode()
 
 
 def _other_after(job_id: str, differs: list[str], names: list[str]) -> WorkflowError:
