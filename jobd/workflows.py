@@ -96,17 +96,17 @@ def waited_for(config: Config, q: QueueConfig, job: NewJob, job_id: str,
     """The jobs ``job`` (job id ``job_id``, for ``q``) waits for (``dependencies``), checked:
     WorkflowError (a usage error) for a job id not UTF-8 or no job can have, a job that waits
     for itself, a bound (``after_timeout``) not from 0 (excluded) to MAX_AFTER_TIMEOUT, or (with
-    ``store``) a job held already that waits for other jobs. Called before anything is written
-    (its batch opened too: a refused enqueue writes nothing, opens and seals no batch)."""
+    ``store``) a job held already that waits otherwise (other jobs, after_any, bound). Called
+    before anything is written (its batch opened too: a refused enqueue writes nothing)."""
     deps = dependencies(config.queues, q.name, job.after)
     check_utf8(job_id, "--after")
     if job.after_timeout is not None:
         check_after_timeout(job.after_timeout)
     if any(dq.name == q.name and jid == job_id for dq, jid in deps):
         raise WorkflowError(f"job {job_id!r} cannot wait for itself (--after {job_id})")
-    names = [f"{dq.name} {jid}" for dq, jid in deps]
-    if store is not None and (differs := _held_deps(store, config, q, job_id, names)[1]):
-        raise _other_after(job_id, differs, names)  # held since, it is refused in ``hold``
+    want = _waits(q, job, [f"{dq.name} {jid}" for dq, jid in deps])
+    if store is not None and (differs := _held_deps(store, config, q, job_id, want)[1]):
+        raise _other_after(job_id, differs)  # held since, it is refused in ``hold``
     return deps
 
 
@@ -127,11 +127,23 @@ def sent_before(store: Store, q: QueueConfig, job_id: str, clock: RedisClock,
     return "ended" if mark is None else mark.decode()
 
 
-def _other_after(job_id: str, differs: list[str], names: list[str]) -> WorkflowError:
+def _bound_ms(q: QueueConfig, job: NewJob) -> int | None:
+    """How long ``job`` is held at most (its after_timeout, else ``q``'s max_wait), in ms: at
+    least 1 (a bound under it, written 0, was due at once: dead-lettered unrun); rounded, as
+    --delay is (2.007 s x 1000 is 2007.0000000000002: ceil made it 2008)."""
+    timeout = job.after_timeout if job.after_timeout is not None else q.max_wait
+    return None if timeout is None else max(1, round(min(timeout, MAX_AFTER_TIMEOUT) * 1000))
+
+
+def _waits(q: QueueConfig, job: NewJob, names: list[str]) -> dict[str, object]:
+    """How ``job`` waits, as its hold's after hash says it (``_held_deps`` compares them)."""
+    return {"all": names, "any": job.after_any, "timeout_ms": _bound_ms(q, job)}
+
+
+def _other_after(job_id: str, differs: str) -> WorkflowError:
     return WorkflowError(
-        f"job {job_id!r} is held already, waiting for {', '.join(differs) or 'nothing'}, "
-        f"not for what this enqueue names ({', '.join(names)}): nothing changed (to change "
-        "what it waits for, cancel it and enqueue it again)"
+        f"job {job_id!r} is held already, {differs}: nothing changed (to change how it waits, "
+        "cancel it and enqueue it again)"
     )
 
 
@@ -146,14 +158,12 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
     whose job id is queued, running or done within the dedupe window is not held: its mark
     ('queued', 'done') is the reply's ``exists``."""
     names = [f"{dq.name} {jid}" for dq, jid in deps]
+    want = _waits(q, job, names)
     spec: dict[str, object] = {"deps": names, "all": names, "any": job.after_any}
     # where each is registered: a hold that ends unreleased takes its registrations off there
     spec["waiters"] = {n: dq.keys.waiters for (dq, _), n in zip(deps, names, strict=True)}
-    timeout = job.after_timeout if job.after_timeout is not None else q.max_wait
-    if timeout is not None:  # a bound (expire_held.lua); where a record of each dep would be
-        # at least 1 ms: a bound under it, written 0, was due at once (dead-lettered unrun);
-        # rounded, as --delay is (2.007 s x 1000 is 2007.0000000000002: ceil made it 2008)
-        spec["timeout_ms"] = max(1, round(min(timeout, MAX_AFTER_TIMEOUT) * 1000))
+    if (bound := want["timeout_ms"]) is not None:  # a bound (expire_held.lua); where a
+        spec["timeout_ms"] = bound  # record of each dep would be (said when it expires)
         spec["seen"] = {n: [dq.keys.history, dq.keys.active]
                         for (dq, _), n in zip(deps, names, strict=True)}  # fmt: skip
     after = orjson.dumps(spec)
@@ -168,29 +178,44 @@ def hold(store: Store, config: Config, q: QueueConfig, entry: NewEntry, job_id: 
     if held < 0:  # held, then released or dead-lettered already: this enqueue was sent before
         return Enqueued()
     # held already (this enqueue sent before): what that hold waits for, not what it names
-    deps, differs = _held_deps(store, config, q, job_id, names) if held == 0 else (deps, None)
+    deps, differs = _held_deps(store, config, q, job_id, want) if held == 0 else (deps, None)
     told = _register(store, q, job_id, token, deps)
     if told:  # it was dead-lettered: its own waiters and batch are told now
         move_notices(store, config.queues[q.name], "a held job's")
     if differs:
-        raise _other_after(job_id, differs, names)
+        raise _other_after(job_id, differs)
     return Enqueued()
 
 
 def _held_deps(store: Store, config: Config, q: QueueConfig, job_id: str,
-               names: list[str]) -> tuple[Deps, list[str] | None]:  # fmt: skip
+               want: dict[str, object]) -> tuple[Deps, str | None]:  # fmt: skip
     """What the hold of ``job_id`` (held already) still waits for, by its after hash (a queue
-    not in the config left out); and all it waits for when ``names`` differ (else None)."""
+    not in the config left out); and how it waits when that is not as ``want`` (``_waits``)
+    says: the jobs named, after_any, the bound (else None)."""
     spec = store.after_of(q, job_id) or {}
     deps = []
     for name in spec.get("deps", []):
         queue, _, jid = name.partition(" ")
         if queue in config.queues:
             deps.append((config.queues[queue], jid))
-    every = spec.get("all", [])
-    if not spec or set(every) == set(names):  # no hash: its hold ended since
+    if not spec:  # no hash: its hold ended since
         return deps, None
-    return deps, every
+    every, names = spec.get("all", []), want["all"]
+    if set(every) != set(names):  # type: ignore[call-overload]
+        return deps, (f"waiting for {', '.join(every) or 'nothing'}, not for what this "
+                      f"enqueue names ({', '.join(names)})")  # type: ignore[arg-type]  # fmt: skip
+    if bool(spec.get("any")) != want["any"]:
+        said = ("with", "without") if spec.get("any") else ("without", "with")
+        return deps, f"{said[0]} --after-any-outcome, this enqueue {said[1]}"
+    if spec.get("timeout_ms") != want["timeout_ms"]:
+        return deps, (f"bound to {_said(spec.get('timeout_ms'))}, this enqueue to "
+                      f"{_said(want['timeout_ms'])} (--after-timeout, else the queue's "
+                      "max_wait)")  # fmt: skip
+    return deps, None
+
+
+def _said(ms: object) -> str:
+    return "no bound" if ms is None else f"{int(ms) / 1000:g}s"  # type: ignore[call-overload]
 
 
 def _register(store: Store, q: QueueConfig, job_id: str, token: str, deps: Deps) -> int:
