@@ -40,6 +40,7 @@ from prometheus_client import (
     values,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from jobd import __version__
@@ -94,6 +95,21 @@ class QueueMetrics:
     notified: Any  # messages taken from its handlers' channel
     extended: Any  # of which EXTEND_TIMEOUT_USEC, taken while running
     watchdogged: Any  # handlers stopped by their watchdog
+
+
+def labelled(registry: CollectorRegistry, label: str) -> list[MetricWrapperBase]:
+    """Every metric of ``registry`` that has ``label``."""
+    with registry._lock:
+        collectors = list(registry._collector_to_names)
+    return [c for c in collectors if isinstance(c, MetricWrapperBase) and label in c._labelnames]
+
+
+def remove_where(metric: MetricWrapperBase, label: str, value: str) -> None:
+    """Remove every series of ``metric`` whose ``label`` is ``value`` (whatever its others)."""
+    at = metric._labelnames.index(label)
+    with metric._lock:
+        for key in [k for k in metric._metrics if k[at] == value]:
+            del metric._metrics[key]
 
 
 class Metrics:
@@ -207,7 +223,6 @@ class Metrics:
             multiprocess_mode="livemostrecent",
         )
         self.heartbeat = time.monotonic()
-        self._errors: dict[str, set[str]] = {}  # jobd_error values failed with, by queue
         self._queues: dict[str, QueueMetrics] = {}
         # Queues in force (``watch``, ``forget``): the ticker's report of a queue a reload has
         # removed meanwhile would make its gauges again, for ever; the lock spans look and set.
@@ -292,7 +307,6 @@ class Metrics:
             self.trace_context_dropped.labels(queue=queue, field=name).inc()
 
     def _failed(self, queue: str, error: str | None) -> None:
-        self._errors.setdefault(queue, set()).add(str(error))
         self.failed.labels(queue=queue, error=error).inc()
 
     def forget(self, queue: str) -> None:
@@ -300,25 +314,18 @@ class Metrics:
         renamed queue left its series (histograms and all, and its gauges' functions holding
         its slots) for ever, and /metrics listed every name ever served. In multiprocess mode
         (``SHARED``) the files keep what was written (prometheus_client cannot remove there);
-        this process still forgets its own."""
+        this process still forgets its own. Every metric with a ``queue`` label is looked
+        at (a list of them missed the ones added later), and every label set of the queue
+        removed; nothing writes one again (``_watched``)."""
         with self._watching:
             self._watched.discard(queue)
         self._queues.pop(queue, None)
         for shown in [k for k in self._shown if k[1] == queue]:
             del self._shown[shown]
-        errors = self._errors.pop(queue, set())
         if SHARED:
             return
-        by_queue = (self.started, self.succeeded, self.retried, self.cancelled, self.reclaimed,
-                    self.leases_lost, self.groups_recreated, self.duration, self.latency,
-                    self.cpu, self.rss, self.notify_messages, self.timeout_extensions,
-                    self.watchdog_timeouts, self.running, self.free, self.lag, self.pending,
-                    self.oldest, self.delayed, self.dead, self.paused)  # fmt: skip
-        for metric in by_queue:
-            metric.remove(queue)
-        for error in errors:  # each failed; some dead-lettered too (remove: none is no error)
-            self.failed.remove(queue, error)
-            self.dead_lettered.remove(queue, error)
+        for metric in labelled(self.registry, "queue"):
+            remove_where(metric, "queue", queue)
 
     def beat(self) -> None:
         """The main loop turned over."""
