@@ -53,7 +53,7 @@ def test_forget_drops_notify_dropped_and_trace_context_series() -> None:
     m = Metrics()
     m.watch("old", running=lambda: 0.0, free=lambda: 1.0)
     m.of("old")
-    m.notify_dropped.labels(queue="old", reason="malformed").inc()  # Channel.drop
+    m.notify_drop("old", "malformed", 1)  # Channel.drop
     m.trace_dropped("old", ["traceparent"])  # Admission at a start
     m.forget("old")
     left = series_of(m, "old")
@@ -72,3 +72,23 @@ def test_poison_counted_after_forget_makes_no_series_again() -> None:
     m.count(outcome)  # type: ignore[arg-type]
     made = series_of(m, "old")
     assert made == [], f"a count after forget made the removed queue's series again: {made}"
+
+
+def test_forget_drops_a_series_of_every_metric_with_a_queue_label() -> None:
+    """Whatever metric is added later: each one with a ``queue`` label is emptied of the queue."""
+    m = Metrics()
+    m.watch("old", running=lambda: 0.0, free=lambda: 1.0)
+    m.watch("kept", running=lambda: 0.0, free=lambda: 1.0)
+    for family in list(m.registry._collector_to_names):
+        names = getattr(family, "_labelnames", ())
+        if "queue" in names:
+            for queue in ("old", "kept"):
+                family.labels(**{n: queue if n == "queue" else "x" for n in names})
+    m.forget("old")
+    assert series_of(m, "old") == []
+    assert series_of(m, "kept"), "a queue in force keeps its series"
+    m.trace_dropped("old", ["traceparent"])
+    m.notify_drop("old", "malformed", 1)
+    m.notify_drop("", "stranger", 1)  # of no job: counted whatever the queues in force
+    assert series_of(m, "old") == []
+    assert series_of(m, "") != []

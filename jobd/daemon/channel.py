@@ -224,7 +224,7 @@ class Channel(Starts):
         with self.counting:  # the loop's and the thread's
             self.dropped[queue, reason] = self.dropped.get((queue, reason), 0) + count
         if self.metrics is not None:
-            self.metrics.notify_dropped.labels(queue=queue, reason=reason).inc(count)
+            self.metrics.notify_drop(queue, reason, count)
 
     # -- the thread's side ----------------------------------------------------------------
 

@@ -181,8 +181,6 @@ class Daemon:
         self.running.listen()  # the handlers' channel's thread
         if self.config.metrics_listen:
             serve_endpoint(self.metrics, self.config.metrics_listen, self.config)
-        for name in self.config.queues:
-            self.metrics.of(name)
         self.recorder.start()
         self.queues.start()
         self.admission.configure(self.config)
@@ -386,8 +384,6 @@ class Daemon:
             self.config = new
             self.queues_changed()
             self.ticker.replace(self.periodic_duties())
-            for name in new.queues:
-                self.metrics.of(name)
             ending = len(self.queues.retired)  # this reload's, and earlier ones' not ended yet
             log.info("reload done: %s%s", ", ".join(new.queues),
                      f" ({ending} replaced reader(s) still ending)" if ending else "")  # fmt: skip

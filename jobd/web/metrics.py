@@ -97,6 +97,19 @@ class QueueMetrics:
     watchdogged: Any  # handlers stopped by their watchdog
 
 
+class _Void:
+    """A series of a queue not in force: what is counted there goes nowhere."""
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+
+VOID = QueueMetrics(*(_Void(),) * 12)
+
+
 def labelled(registry: CollectorRegistry, label: str) -> list[MetricWrapperBase]:
     """Every metric of ``registry`` that has ``label``."""
     with registry._lock:
@@ -224,10 +237,12 @@ class Metrics:
         )
         self.heartbeat = time.monotonic()
         self._queues: dict[str, QueueMetrics] = {}
-        # Queues in force (``watch``, ``forget``): the ticker's report of a queue a reload has
-        # removed meanwhile would make its gauges again, for ever; the lock spans look and set.
+        # Queues in force (``watch``, ``forget``): only their series are written. A late write
+        # for a queue a reload removed (the ticker's report, the recorder's count of a poison
+        # dead letter a retired reader decided) would make its series again, for ever; the
+        # lock spans look and write (reentrant: ``count`` writes through ``of``).
         self._watched: set[str] = set()
-        self._watching = threading.Lock()
+        self._watching = threading.RLock()
         self._shown: dict[tuple[str, str], tuple[Any, Callable[[], float]]] = {}  # SHARED
         self._show_at = 0.0
 
@@ -242,9 +257,14 @@ class Metrics:
         return Histogram(name, doc, ["queue"], buckets=buckets, registry=self.registry)
 
     def of(self, queue: str) -> QueueMetrics:
-        """The queue's series (created at 0, so rates work from the first scrape)."""
-        found = self._queues.get(queue)
-        if found is None:
+        """The queue's series (created at 0 by ``watch``, so rates work from the first
+        scrape); ``VOID`` for a queue not in force."""
+        found = self._queues.get(queue)  # forgotten: taken out of the registry, none written
+        if found is not None:
+            return found
+        with self._watching:
+            if queue not in self._watched:
+                return VOID
             found = self._queues[queue] = QueueMetrics(
                 *(m.labels(queue=queue) for m in (self.started, self.succeeded, self.retried,
                                                    self.reclaimed, self.leases_lost,
@@ -254,7 +274,7 @@ class Metrics:
                                                    self.watchdog_timeouts))
             )  # fmt: skip
             self.cancelled.labels(queue=queue)  # at 0 too, though not touched for every job
-        return found
+            return found
 
     def queue_state(self, queue: str, report: dict) -> None:
         """The cluster-wide state of a queue, as ``status.queue_status`` read it."""
@@ -277,6 +297,7 @@ class Metrics:
         written every SHOW_EVERY by the main loop (``beat``): the supervisor reads files."""
         with self._watching:
             self._watched.add(queue)
+        self.of(queue)
         for gauge, value in ((self.running, running), (self.free, free)):
             if SHARED:
                 self._shown[gauge._name, queue] = (gauge.labels(queue=queue), value)
@@ -284,7 +305,13 @@ class Metrics:
                 gauge.labels(queue=queue).set_function(value)
 
     def count(self, outcome: Outcome) -> None:
-        """An outcome decided (by the loop's policy, or a reader for poison)."""
+        """An outcome decided (by the loop's policy, or a reader for poison: the recorder
+        counts it once written, maybe after a reload removed its queue: then not at all)."""
+        with self._watching:
+            if outcome.queue.name in self._watched:
+                self._count(outcome)
+
+    def _count(self, outcome: Outcome) -> None:
         ran = outcome.ran
         if ran is not None and ran.cpu_seconds is not None:
             series = self.of(outcome.queue.name)
@@ -303,8 +330,16 @@ class Metrics:
             self.cancelled.labels(queue=outcome.queue.name).inc()
 
     def trace_dropped(self, queue: str, fields: Sequence[str]) -> None:
-        for name in fields:
-            self.trace_context_dropped.labels(queue=queue, field=name).inc()
+        with self._watching:
+            if queue in self._watched:
+                for name in fields:
+                    self.trace_context_dropped.labels(queue=queue, field=name).inc()
+
+    def notify_drop(self, queue: str, reason: str, count: int) -> None:
+        """Messages on the handlers' channel not taken whole: ``queue`` "" when of no job."""
+        with self._watching:
+            if queue == "" or queue in self._watched:
+                self.notify_dropped.labels(queue=queue, reason=reason).inc(count)
 
     def _failed(self, queue: str, error: str | None) -> None:
         self.failed.labels(queue=queue, error=error).inc()
@@ -319,7 +354,7 @@ class Metrics:
         removed; nothing writes one again (``_watched``)."""
         with self._watching:
             self._watched.discard(queue)
-        self._queues.pop(queue, None)
+            self._queues.pop(queue, None)
         for shown in [k for k in self._shown if k[1] == queue]:
             del self._shown[shown]
         if SHARED:
