@@ -228,6 +228,27 @@ class _Channel(HTTPChannel):
             return bool(super().readable())
         return True
 
+    def take_sent(self) -> bool:
+        """Before it is closed at the cap: parse what was held back and read what the client
+        sent (its next request, sent while it was idle, maybe in this very turn of the loop).
+        True when it read or parsed anything: pick again, a request may now be under way."""
+        if not HTTPChannel.readable(self):  # an answer being made or unsent: nothing to read
+            return False
+        before = (self.connected, self.last_activity, self.began, len(self.requests), self.held)
+        if self.held:
+            self.received(self.held)
+        if not self.requests:
+            self.read_now()
+            self.server.read_early.add(self)  # this turn's read event, if any, is stale now
+        after = (self.connected, self.last_activity, self.began, len(self.requests), self.held)
+        return after != before  # or it closed: gone, no need to close it
+
+    def handle_read(self) -> None:
+        """waitress's read, but for a stale read event (``take_sent`` read it already): the
+        read would find nothing, and waitress closes a connection whose read fails."""
+        if self not in self.server.read_early:
+            super().handle_read()
+
     def waiting_since(self) -> float | None:
         """None while a worker answers a request and nothing of the answer waits to be sent;
         else when the request still arriving began, or the last byte received or sent (an
@@ -248,7 +269,10 @@ class _WSGIServer(TcpWSGIServer):
     listen backlog; a new connection's bytes are read as it is taken (``_Channel.read_now``),
     and one that had sent nothing is closed, oldest first, only when nothing else can go. A
     request for one of the paths ``apart`` is answered by workers of its own (``probes``): the
-    app's other requests, however long they wait, never keep it waiting."""
+    app's other requests, however long they wait, never keep it waiting. Before a connection
+    idle between two requests is closed, what it sent is read (``_Channel.take_sent``): the
+    listening socket is handled first in a turn, so a kept-alive scrape's next request arriving
+    with a newcomer was closed unread."""
 
     channel_class = _Channel
 
@@ -262,6 +286,7 @@ class _WSGIServer(TcpWSGIServer):
             asyncore_use_poll=True, ident="jobd", log_socket_errors=False,
         )  # fmt: skip
         self.closing: set[_Channel] = set()
+        self.read_early: set[_Channel] = set()  # read this turn before their read event
         self.apart = apart
         self.probes = ThreadedTaskDispatcher()
         self.probes.set_thread_count(PROBE_WORKERS if apart else 0)
@@ -280,6 +305,7 @@ class _WSGIServer(TcpWSGIServer):
         way) would leave it open."""
         while self._map:
             wasyncore.poll2(self.adj.asyncore_loop_timeout, self._map)
+            self.read_early.clear()
             while self.closing:
                 self.closing.pop().handle_close()
 
@@ -295,10 +321,15 @@ class _WSGIServer(TcpWSGIServer):
     def handle_accept(self) -> None:
         """Take a new connection; past the cap, close another for it (``_victim``)."""
         super().handle_accept()
+        looked: set[_Channel] = set()  # read before closing, once each (a request never shed)
         while self._open() > MAX_CONNECTIONS:
             victim = self._victim(time.time(), take=True)
             if victim is None:
                 break
+            if victim not in looked:
+                looked.add(victim)
+                if victim.take_sent():
+                    continue
             self._close(victim)
 
     def maintenance(self, now: float) -> None:

@@ -81,6 +81,7 @@ def test_kept_alive_connection_request_is_not_shed_at_the_cap() -> None:
         assert child.stdout is not None and child.stdout.readline() == b"up\n"
         base = sockets_of(child.pid)  # the listening socket, the trigger
         kept = socket.create_connection(("127.0.0.1", port), timeout=5)
+        held.append(kept)
         kept.sendall(HEALTHZ)
         first = answer(kept)
         assert first.startswith(b"HTTP/1.1 200"), first
@@ -107,6 +108,7 @@ def test_kept_alive_connection_request_is_not_shed_at_the_cap() -> None:
             s.close()
         child.kill()
         child.wait()
+        child.stdout.close()  # type: ignore[union-attr]
     assert second.startswith(b"HTTP/1.1 200"), (
         f"/healthz sent on a kept-alive connection at the cap, arriving with a newcomer: "
         f"{second!r} (closed as the connection waiting longest, its request dropped unread)"
