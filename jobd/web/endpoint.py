@@ -59,5 +59,6 @@ def serve(metrics: Served, listen: str, page: Page | None = None) -> Server:
         return prometheus(environ, start_response)
 
     hosts = page.allowed_hosts if page is not None else ()
-    # Neither needs Redis: they never wait behind the dashboard's requests, which may.
+    # Neither needs Redis: they never wait behind the dashboard's requests, which may; each has
+    # workers of its own, so a client asking for /metrics again and again never delays a probe.
     return serve_app(app, listen, "metrics", hosts, apart=("/healthz", "/metrics"))

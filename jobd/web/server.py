@@ -5,11 +5,13 @@ has arrived whole, and a connection's next request only once the answer is writt
 workers answer. Bounded on every side, so clients that connect and stall, or send and read
 nothing, can neither take the daemon's descriptors (its handlers need them) nor keep the
 page, /metrics and /healthz from answering. The paths an app answers without Redis (``apart``:
-/healthz and /metrics, a liveness probe's and a scraper's) have workers of their own
-(``PROBE_WORKERS``), so they never wait behind the dashboard's requests, each of which may wait
-for Redis up to its socket timeout while Redis is away. Every request must name this server in
-its Host header (``host_allowed``: DNS rebinding), else it gets 421. What is served on it, and
-behind which token, is the app's business (``metrics.serve``, ``dashboard.Dashboard``).
+/healthz and /metrics, a liveness probe's and a scraper's) have workers of their own, each path
+its own (``PROBE_WORKERS``), so they never wait behind the dashboard's requests, each of which
+may wait for Redis up to its socket timeout while Redis is away, nor one behind the other (a
+/metrics of 50 queues takes 0.1 s: a client asking for it again and again on a few connections
+kept /healthz waiting seconds when they shared their workers). Every request must name this
+server in its Host header (``host_allowed``: DNS rebinding), else it gets 421. What is served on
+it, and behind which token, is the app's business (``metrics.serve``, ``dashboard.Dashboard``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ NEW_GRACE = 0.5
 # client reads nothing of.
 TIMEOUT = 10
 WORKERS = 4  # requests answered at once
-PROBE_WORKERS = 2  # requests of the paths ``apart`` answered at once, besides WORKERS
+PROBE_WORKERS = 2  # requests of each path ``apart`` answered at once, besides WORKERS
 MAX_HEADERS = 32 * 1024  # bytes of a request's line and headers
 MAX_BODY = 64 * 1024  # bytes of a request's body (the dashboard's actions are small)
 # Bytes of an answer waiting unsent past which a worker writing more waits for the client (the
@@ -72,7 +74,8 @@ class Server:
         """Let the workers finish (they wake the loop through its trigger when done), then
         close every connection and the listening socket from the server's own thread."""
         self._server.task_dispatcher.shutdown(timeout=TIMEOUT)
-        self._server.probes.shutdown(timeout=TIMEOUT)
+        for probes in self._server.probes.values():
+            probes.shutdown(timeout=TIMEOUT)
         self._server.trigger.pull_trigger(lambda: wasyncore.close_all(self._server._map))
         self._thread.join(TIMEOUT)
 
@@ -86,7 +89,7 @@ def serve_app(
 ) -> Server:
     """Serve ``app`` on ``listen`` (HOST:PORT) from a daemon thread, answering only the Host
     names ``host_allowed`` lets through (``allowed_hosts``: by default the app's own). The
-    requests for the paths ``apart`` (ones answered without Redis) go to workers of their own."""
+    requests for each path of ``apart`` (ones answered without Redis) go to workers of its own."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
     if allowed_hosts is None:
@@ -268,11 +271,11 @@ class _WSGIServer(TcpWSGIServer):
     has a request being answered, or queued for the probes' workers, do new ones wait in the
     listen backlog; a new connection's bytes are read as it is taken (``_Channel.read_now``),
     and one that had sent nothing is closed, oldest first, only when nothing else can go. A
-    request for one of the paths ``apart`` is answered by workers of its own (``probes``): the
-    app's other requests, however long they wait, never keep it waiting. Before a connection
-    idle between two requests is closed, what it sent is read (``_Channel.take_sent``): the
-    listening socket is handled first in a turn, so a kept-alive scrape's next request arriving
-    with a newcomer was closed unread."""
+    request for one of the paths ``apart`` is answered by workers of that path's own
+    (``probes``): the app's other requests, and the other paths', however long they wait,
+    never keep it waiting. Before a connection idle between two requests is closed, what it
+    sent is read (``_Channel.take_sent``): the listening socket is handled first in a turn,
+    so a kept-alive scrape's next request arriving with a newcomer was closed unread."""
 
     channel_class = _Channel
 
@@ -287,17 +290,20 @@ class _WSGIServer(TcpWSGIServer):
         )  # fmt: skip
         self.closing: set[_Channel] = set()
         self.read_early: set[_Channel] = set()  # read this turn before their read event
-        self.apart = apart
-        self.probes = ThreadedTaskDispatcher()
-        self.probes.set_thread_count(PROBE_WORKERS if apart else 0)
+        self.probes = {path: ThreadedTaskDispatcher() for path in apart}
+        for probes in self.probes.values():
+            probes.set_thread_count(PROBE_WORKERS)
         super().__init__(app, map={}, adj=adj, sockinfo=sockinfo)
 
     def add_task(self, task: Any) -> None:
         """A connection's request to its workers: those of the paths ``apart``, or the others.
         A connection has one request at a time (``_Channel``), the one looked at here."""
         request = task.requests[0] if task.requests else None
-        apart = app_path(getattr(request, "path", None)) in self.apart and not request.error
-        (self.probes if apart else self.task_dispatcher).add_task(task)
+        path = app_path(getattr(request, "path", None))
+        probes = self.probes.get(path) if path else None
+        if probes is None or request.error:
+            probes = self.task_dispatcher
+        probes.add_task(task)
 
     def run(self) -> None:
         """waitress's loop, closing the connections picked to go between two turns: one
