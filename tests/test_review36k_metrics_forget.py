@@ -53,7 +53,7 @@ def test_forget_drops_notify_dropped_and_trace_context_series() -> None:
     m = Metrics()
     m.watch("old", running=lambda: 0.0, free=lambda: 1.0)
     m.of("old")
-    m.notify_drop("old", "malformed", 1)  # Channel.drop
+    m.add(m.notify_dropped, "old", reason="malformed")  # Channel.drop
     m.trace_dropped("old", ["traceparent"])  # Admission at a start
     m.forget("old")
     left = series_of(m, "old")
@@ -88,7 +88,8 @@ def test_forget_drops_a_series_of_every_metric_with_a_queue_label() -> None:
     assert series_of(m, "old") == []
     assert series_of(m, "kept"), "a queue in force keeps its series"
     m.trace_dropped("old", ["traceparent"])
-    m.notify_drop("old", "malformed", 1)
-    m.notify_drop("", "stranger", 1)  # of no job: counted whatever the queues in force
+    m.add(m.notify_dropped, "old", reason="malformed")
+    m.add(m.groups_recreated, "old")
+    m.add(m.notify_dropped, "", reason="stranger")  # of no job: counted whatever is in force
     assert series_of(m, "old") == []
     assert series_of(m, "") != []

@@ -224,7 +224,7 @@ class Channel(Starts):
         with self.counting:  # the loop's and the thread's
             self.dropped[queue, reason] = self.dropped.get((queue, reason), 0) + count
         if self.metrics is not None:
-            self.metrics.notify_drop(queue, reason, count)
+            self.metrics.add(self.metrics.notify_dropped, queue, count, reason=reason)
 
     # -- the thread's side ----------------------------------------------------------------
 

@@ -89,7 +89,7 @@ class Groups:
         deleted and added again) and was created again at the stream's start: every entry
         still in the stream, done or not, is delivered again. jobd cannot tell which ran (the
         group held that); at-least-once means running them again, so it says so loudly."""
-        self.metrics.groups_recreated.labels(queue=q.name).inc()
+        self.metrics.add(self.metrics.groups_recreated, q.name)
         log.error(
             "queue=%s consumer group %r on stream %r vanished and was created again from the "
             "stream's start: its %d retained entries are delivered again, those already done "

@@ -76,7 +76,7 @@ class Screening:
             if job.message_id in gone:
                 log.warning("%s cancelled (jobd cancel) before it started: acked unrun",
                             job.tag(q.name))  # fmt: skip
-                self.metrics.cancelled.labels(queue=q.name).inc()
+                self.metrics.add(self.metrics.cancelled, q.name)
         return [job for job in jobs if job.message_id not in gone]
 
     def drop_done(self, q: QueueConfig, jobs: list[Job]) -> list[Job]:

@@ -330,16 +330,15 @@ class Metrics:
             self.cancelled.labels(queue=outcome.queue.name).inc()
 
     def trace_dropped(self, queue: str, fields: Sequence[str]) -> None:
-        with self._watching:
-            if queue in self._watched:
-                for name in fields:
-                    self.trace_context_dropped.labels(queue=queue, field=name).inc()
+        for name in fields:
+            self.add(self.trace_context_dropped, queue, field=name)
 
-    def notify_drop(self, queue: str, reason: str, count: int) -> None:
-        """Messages on the handlers' channel not taken whole: ``queue`` "" when of no job."""
+    def add(self, counter: Counter, queue: str, amount: float = 1, **labels: str) -> None:
+        """``amount`` more on ``counter`` for a queue in force, or "" (of no queue, as a
+        stranger's message): nothing for a queue a reload removed (see ``_watched``)."""
         with self._watching:
             if queue == "" or queue in self._watched:
-                self.notify_dropped.labels(queue=queue, reason=reason).inc(count)
+                counter.labels(queue=queue, **labels).inc(amount)
 
     def _failed(self, queue: str, error: str | None) -> None:
         self.failed.labels(queue=queue, error=error).inc()
