@@ -44,8 +44,9 @@ HELD = frozenset({"lease lost", "reclaimed", "handed back"})  # the record's ent
 ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 POLL_MS = 100  # followed queues on a cluster: each is read with this short block in turn
 MAX_BLOCK_MS = int(connection.SOCKET_TIMEOUT * 1000 / 2)  # a block never outlasts the socket
-# A queue's active records read at most (lua/running_shown.lua): about RUNNING_READ, in HSCAN
-# pages of about RUNNING_PAGE, and a read's bytes; a record longer than ACTIVE_CAP is none of
+# A queue's active records read at most (lua/running_shown.lua): RUNNING_READ (their job ids
+# first, then their lengths, then the values in HMGETs of RUNNING_PAGE), and a read's bytes;
+# a record longer than ACTIVE_CAP is never read: none of
 # jobd's (it writes well under 8 KiB: ids, host, a 1 KiB status line escaped) and not returned.
 RUNNING_READ = 1000
 RUNNING_PAGE = 16

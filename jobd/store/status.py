@@ -32,8 +32,10 @@ LAG_COUNT_CAP = 10_000
 LAG_COUNT_STEP = 1
 LAG_COUNT_BYTES = 16 << 20  # shared by every queue a request reads (``LagBudget``)
 # A queue's small hashes (``read_hashes``): fields and bytes read of one of open fields (the
-# consumers waiting for a limit: one a daemon; the minute's counters: a few), in HSCAN pages of
-# HASH_PAGE, and bytes of a value read at most (jobd writes numbers and names).
+# consumers waiting for a limit: one a daemon; the minute's counters: a few), names first, then
+# the values of HASH_VALUE bytes or less in HMGETs of HASH_PAGE (``lua/lib/shown.lua
+# hash_read``: a longer value is never read), and bytes of a value read at most (jobd writes
+# numbers and names).
 HASH_FIELDS = 256
 HASH_BYTES = 64 << 10
 HASH_VALUE = 256
@@ -183,10 +185,11 @@ def _group(reply: list[Any]) -> Group | None:
 def hashes_shown(client: redis.Redis, keys: list[str], specs: list[str]) -> list[Any]:
     """Hashes of one slot, each as a dict, or the error its key gives (another type), read in
     Redis to a bound (``lua/hashes_shown.lua``: anyone can add fields to them, or values of any
-    size): with ``spec`` '*', HASH_FIELDS fields and HASH_BYTES bytes of it (HSCAN pages of
-    HASH_PAGE: one page more at most); else only the fields it names (separated by spaces), each
-    read only when its length is HASH_VALUE or less. A longer value reads as b"" (none of
-    jobd's); a hash none of whose fields were read, as {b"": b""} (it is there)."""
+    size): with ``spec`` '*', HASH_FIELDS fields and HASH_BYTES bytes of it (names first, then
+    only the values within HASH_VALUE bytes: one field more at most); else only the fields it
+    names (separated by spaces), each read only when its length is HASH_VALUE or less. A longer
+    value reads as b"" (none of jobd's); a hash none of whose fields were read, as {b"": b""}
+    (it is there)."""
     args = [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, *specs]
     replies = scripts.call(client, "hashes_shown", keys, args)
     hashes: list[Any] = []

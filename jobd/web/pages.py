@@ -15,7 +15,7 @@ is asked for, never by what Redis holds:
   last delivered id, oldest first (XRANGE from the cursor, an entry at a time, ``count`` at
   most); ``dead``: the dead letters, newest first (XREVRANGE likewise); ``delayed``: the delayed
   set by due time (a member at a time, only its job id and attempt leaving Redis);
-  ``running``: the running jobs (their active records, read in bounded HSCAN pages:
+  ``running``: the running jobs (their active records, read to a bound, job ids first:
   ``Store.running_read``); ``recent``: the history's jobs by their latest record (ZRANGE … REV,
   one HSTRLEN and at most one HGET a job, 1 MiB of records at most). ``find`` keeps the jobs
   whose id holds it, looking at ``SCAN`` entries at most a request. A stream entry or delayed

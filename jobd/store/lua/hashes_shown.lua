@@ -2,18 +2,20 @@
 -- hashes_shown.lua: small hashes of a queue as `jobd status` and the dashboard read them (the
 -- consumers waiting for a limit, the per-minute counters, the rate bucket, the pause), each read
 -- to a bound whatever it holds: anyone who can write to Redis can add fields, or values of any
--- size, to them. A hash of open fields is read in bounded HSCAN pages (lib/shown.lua
--- hash_read); one of known fields, only those, each only when its length (HSTRLEN) is within
--- the cap (never read otherwise), or whole when Redis keeps it as a small listpack (below).
+-- size, to them. A hash of open fields is read to a bound, its names first, then only the
+-- values within the cap (lib/shown.lua hash_read); one of known fields, only those, each only
+-- when its length (HSTRLEN) is within the cap (never read otherwise), or whole when Redis keeps
+-- it as a small listpack (below).
 -- The queue's stream may be one of the keys too: its consumer group is read (lib/group.lua),
 -- in the same round trip.
 --
 -- KEYS     the hashes (one slot: a queue's keys)
--- ARGV[1]  fields of a hash read at most, about (HSCAN pages of ARGV[4]: one page more at most)
+-- ARGV[1]  fields of a hash read at most (a sample of them when it holds more: hash_read)
 -- ARGV[2]  bytes of a hash read at most, about (names and values, and FIELD_COST a field: one
---          page more at most)
--- ARGV[3]  bytes of a name or value returned at most (a longer value: false, and its length)
--- ARGV[4]  HSCAN's COUNT
+--          field more at most)
+-- ARGV[3]  bytes of a name or value returned at most (a longer value: never read; false, and
+--          its length)
+-- ARGV[4]  fields whose values one HMGET reads
 -- ARGV[5…] per key, what to read of it: '*' (every field, to the bounds), or its field names,
 --          separated by spaces; of a stream, '>GROUP' (the group GROUP and its consumers: ARGV[1]
 --          of them at most, each name cut to ARGV[3] bytes) or '=GROUP' (the group alone)

@@ -1,18 +1,23 @@
 --! uses shown.lua
 -- running_shown.lua: a queue's active records (job id -> 'STREAM|ENTRY\n' and a JSON object:
--- its jobs running now, lib/jobs.lua) as the dashboard and `jobd status` read them: HSCAN
--- pages until so many records, or so many bytes, were read; a value longer than any record
--- jobd writes is not returned (lib/shown.lua hash_read). Whatever the hash holds (100 000
--- records, a value of 500 MiB, someone else's), one call reads a bounded part of it and says
--- how many records it holds.
+-- its jobs running now, lib/jobs.lua) as the dashboard and `jobd status` read them
+-- (lib/shown.lua hash_read): the job ids first, without their records (HRANDFIELD: all of them
+-- when the hash holds ARGV[1] or fewer, else ARGV[1] of them at random), each record's length
+-- (HSTRLEN), then the records within ARGV[3] bytes, until so many bytes were read; a record
+-- longer than any jobd writes is never read, only its length. Whatever the values hold (100 000
+-- records, a value of 500 MiB, someone else's), one call reads a bounded part of the hash and
+-- says how many records it holds. The job ids themselves are read whole (Redis before 7.4 has
+-- no read of part of a field's name): a name is as long as whoever wrote it made it.
 --
 -- KEYS[1]  the queue's active hash
--- ARGV[1]  at most about this many records read (HSCAN pages of ARGV[4]: one page more at most)
--- ARGV[2]  at most about this many bytes read: no page is read once the records read hold this
---          many (names and values, and FIELD_COST a record: lib/shown.lua); at most this plus
---          one page
--- ARGV[3]  bytes of a value returned at most (a longer one: false, and its length)
--- ARGV[4]  HSCAN's COUNT: records a page holds, about (a small hash comes in one page)
+-- ARGV[1]  at most this many records read
+-- ARGV[2]  at most about this many bytes read: no record is looked at once those read hold
+--          this many (names and values, and FIELD_COST a record: lib/shown.lua); at most this
+--          plus one record of ARGV[3] bytes and its name
+-- ARGV[3]  bytes of a value read and returned at most (a longer one: never read; false, and
+--          its length)
+-- ARGV[4]  records read a HMGET (a hash Redis keeps as a listpack of ARGV[2] bytes or less is
+--          read whole in one HSCAN page instead; a larger listpack, not at all)
 --
 -- Read-only. Returns {records the hash holds (HLEN), 1 when every one was read, rows}: each
 -- row {job id, value (false: longer than ARGV[3]), its length}. A key of another type: the

@@ -1,6 +1,6 @@
 -- lib/shown.lua: what the dashboard's reads share: what reading costs (counted in bytes, against
 -- a budget), an entry as the dashboard shows it (entries_shown.lua, dead_letters_shown.lua), a
--- hash read in bounded HSCAN pages (running_shown.lua, hashes_shown.lua), how many values a
+-- hash read to a bound, its names first (running_shown.lua, hashes_shown.lua), how many values a
 -- msgpack value holds, read from its headers without decoding it (delayed_shown.lua).
 
 -- What reading one field costs besides its bytes, counted as bytes: the reply's headers for its
@@ -56,33 +56,57 @@ local function listpack_bytes(key)
   return nil
 end
 
--- The hash ``key`` read in HSCAN pages of about ``count`` fields until about ``most`` fields, or
--- ``budget`` bytes (``field_cost`` each), were read: one page more at most (HSCAN has no read of
--- part of a page, nor of part of a value). Returns {fields the hash holds (HLEN), 1 when every
+-- The hash ``key`` read to about ``most`` fields and ``budget`` bytes (``field_cost`` each),
+-- whatever a value holds: HSCAN and HGETALL answer each value whole into the script (one of
+-- 64 MiB held Redis 0.4 s though never returned), so the names come first, without their
+-- values (HRANDFIELD with a positive count: distinct names; every one of them when the hash
+-- holds ``most`` or fewer, else ``most`` of them at random, a sample that differs from one read
+-- to the next), then each value's length (HSTRLEN), then the values within ``cap`` bytes in
+-- HMGETs of ``count`` names, until ``budget`` bytes were read (one field past it at most: ``cap``
+-- bytes and its name). Names are read whole (Redis before 7.4 has no read of a part of one, nor
+-- of its length), each cut to ``cap`` here. Returns {fields the hash holds (HLEN), 1 when every
 -- one was read, rows}: each row {name, value (false: it or its name is longer than ``cap``
--- bytes; the name is then cut to ``cap``), the value's length}. A hash kept as a listpack is one
--- page: read only when it holds ``budget`` bytes or less (``listpack_bytes``), else none of it.
--- A key of another type: the script fails (WRONGTYPE), as a read of it would.
+-- bytes; the name is then cut to ``cap``), the value's length}. A hash kept as a listpack is read
+-- in one HSCAN page (values and all) when it holds ``budget`` bytes or less
+-- (``listpack_bytes``), else none of it. A key of another type: the script fails (WRONGTYPE),
+-- as a read of it would.
 local function hash_read(key, most, budget, cap, count)
   local total = redis.call('HLEN', key)
-  local rows, read, seen, cursor = {}, 0, {}, '0'
+  local rows, read = {}, 0
   if total == 0 then return {0, 1, rows} end
   local packed = listpack_bytes(key)
-  if packed and packed > budget then return {total, 0, rows} end
-  repeat
-    local page = redis.call('HSCAN', key, cursor, 'COUNT', count)
-    cursor = page[1]
+  if packed then
+    if packed > budget then return {total, 0, rows} end
+    local page = redis.call('HSCAN', key, '0', 'COUNT', total) -- a listpack: one page, whole
     for i = 1, #page[2], 2 do
       local name, value = page[2][i], page[2][i + 1]
-      if not seen[name] then  -- HSCAN may name a field twice (never here: nothing writes meanwhile)
-        seen[name] = true
-        read = read + field_cost(name, value)
-        local fits = #value <= cap and #name <= cap
-        rows[#rows + 1] = {string.sub(name, 1, cap), fits and value, #value}
-      end
+      local fits = #value <= cap and #name <= cap
+      rows[#rows + 1] = {string.sub(name, 1, cap), fits and value, #value}
     end
-  until cursor == '0' or #rows >= most or read >= budget
-  return {total, cursor == '0' and 1 or 0, rows}
+    return {total, #rows >= total and 1 or 0, rows}
+  end
+  local names = redis.call('HRANDFIELD', key, math.min(total, most))
+  local asked, wanted = {}, {} -- names whose values are to be read, and their rows
+  local function flush() -- the values of ``asked`` in one HMGET
+    if #asked == 0 then return end
+    local values = redis.call('HMGET', key, unpack(asked))
+    for j, row in ipairs(wanted) do row[2] = values[j] or false end
+    asked, wanted = {}, {}
+  end
+  for _, name in ipairs(names) do
+    if read >= budget then break end
+    local length = redis.call('HSTRLEN', key, name)
+    local row = {string.sub(name, 1, cap), false, length}
+    rows[#rows + 1] = row
+    read = read + #name + FIELD_COST
+    if length <= cap and #name <= cap then
+      asked[#asked + 1], wanted[#wanted + 1] = name, row
+      read = read + length
+      if #asked >= tonumber(count) then flush() end
+    end
+  end
+  flush()
+  return {total, #rows >= total and 1 or 0, rows}
 end
 
 -- How many values the msgpack value at the start of ``blob`` holds, counted from the headers of
