@@ -50,7 +50,7 @@ def render(report: dict[str, Any]) -> str:
         last, this = s["last_minute"], s["this_minute"]
         lines += [
             f"  length {s['length']}  lag {_lag(s)}  "
-            f"pending {s['pending']} (oldest {_age(s['oldest_pending_age'])})  "
+            f"pending {_count(s['pending'])} (oldest {_age(s['oldest_pending_age'])})  "
             f"delayed {_count(s['delayed'])}  dead-lettered {_count(s['dead_lettered'])}",
             f"  last minute: done {last['done']}, failed {last['failed']} "
             f"(retried {last['retried']}, dead {last['dead']});  "
@@ -63,8 +63,9 @@ def render(report: dict[str, Any]) -> str:
         for level, b in s.get("levels", {}).items():
             lag = _lag(b)
             lines.append(
-                f"  level {level}: length {b['length']}  lag {lag}  pending {b['pending']}  "
-                f"delayed {_count(b['delayed'])}  (stream {b['stream']})"
+                f"  level {level}: length {b['length']}  lag {lag}  "
+                f"pending {_count(b['pending'])}  delayed {_count(b['delayed'])}  "
+                f"(stream {b['stream']})"
             )
         limits = s["limits"]
         if "slots" in limits:
@@ -123,8 +124,16 @@ def _serving(s: dict[str, Any]) -> list[str]:
 def _consumers(s: dict[str, Any]) -> list[str]:
     """One line per consumer of queue status ``s``; a host's several daemons (``processes``)
     under one line for the host, in process order; a group of too many, its count alone."""
+    if s.get("consumers_count", 0) is None:  # lib/group.lua: the group not read
+        return [
+            f"  group not read: the stream has {s['groups']} consumer groups (lag, pending "
+            "and consumers are read only when the queue's is its only one)"
+        ]
     if not s.get("consumers_listed", True):
-        return [f"  consumers: {s['consumers_count']} (too many to list)"]
+        return [
+            f"  consumers: {s['consumers_count']} (not listed: more than 256, or names "
+            "too large to read)"
+        ]
     consumers: list[dict[str, Any]] = s["consumers"]
     hosts: dict[str, list[dict[str, Any]]] = {}
     for c in sorted(consumers, key=lambda c: (c["host"] or c["name"], c["process"] or 0)):

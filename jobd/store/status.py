@@ -40,10 +40,12 @@ HASH_FIELDS = 256
 HASH_BYTES = 64 << 10
 HASH_VALUE = 256
 HASH_PAGE = 64
-# A queue's group (``read_hashes``): its consumers are listed when it has HASH_FIELDS or fewer
-# (else only counted), each name cut to HASH_VALUE bytes (64 KiB at most); the stream's other
-# groups never leave Redis (``lua/lib/group.lua``).
+# A queue's group (``read_hashes``, ``lua/lib/group.lua``): read only when it is the stream's
+# only group (XINFO GROUPS answers every group's name whole inside Redis); its consumers are
+# listed when it has HASH_FIELDS or fewer and the stream's MEMORY USAGE, which counts their
+# names, is CONSUMER_NAMES_READ or less (else only counted), each name cut to HASH_VALUE bytes.
 CONSUMERS_LISTED = HASH_FIELDS
+CONSUMER_NAMES_READ = 1 << 20  # lua/lib/group.lua NAMES_READ
 COUNTERS = "done failed retried dead deduped cancelled"  # a minute's counters jobd writes
 # A minute's counter jobd could have written: no minute counts 2**53 jobs, so the page's sums
 # (60 minutes, a queue's levels) stay exact in JSON and JavaScript, and far from orjson's 64-bit
@@ -91,8 +93,12 @@ def queue_status(
         "last_minute": _counters(last),
         "this_minute": _counters(this),
         "consumers": [],
-        "consumers_count": 0,  # how many the group has (listed when CONSUMERS_LISTED or fewer)
+        "consumers_count": 0,  # how many the group has (None: the group not read, below)
         "consumers_listed": True,
+        # consumer groups the stream has: with others than the queue's, its group is not read
+        # (lib/group.lua): lag, pending and consumers_count are None, only the oldest pending
+        # entry's age is known
+        "groups": 0,
         "limits": _limits(q, slots_used, bucket, waiting, redis_ms),
         "paused": _pause(paused),
         "schedule": [
@@ -101,19 +107,38 @@ def queue_status(
             for s in q.schedule
         ],
     }  # fmt: skip
-    if group is None:
-        return result
+    if group is not None:
+        _with_group(client, q.stream, result, group, now, LagBudget() if lags is None else lags)
+    return result
+
+
+def _with_group(
+    client: redis.Redis,
+    stream: str,
+    result: dict[str, Any],
+    group: Group,
+    now: float,
+    lags: LagBudget,
+) -> None:
+    """``result`` with what ``group`` says: lag (a null one counted within ``lags``), pending
+    and the oldest's age, consumers; of a group not read (other groups on the stream), the
+    oldest pending entry's age alone, the rest None."""
+    result["groups"] = group.groups
+    if group.last_delivered is None:  # other groups on the stream: the group not read
+        result["pending"], result["consumers_count"] = None, None
+        result["consumers_listed"] = False
+        if group.oldest is not None:
+            result["oldest_pending_age"] = max(0.0, now - _ms_of(group.oldest) / 1000)
+        return
     result["lag"] = group.lag
     if result["lag"] is None:
-        lags = LagBudget() if lags is None else lags
-        counted, exact = count_after(client, q.stream, group.last_delivered, lags)
+        counted, exact = count_after(client, stream, group.last_delivered, lags)
         result["lag"], result["lag_at_least"] = counted, not exact
     if group.pending and group.oldest is not None:
         result["pending"] = group.pending
         result["oldest_pending_age"] = max(0.0, now - _ms_of(group.oldest) / 1000)
     result["consumers"] = [_consumer(*c) for c in group.consumers]
     result["consumers_count"], result["consumers_listed"] = group.count, group.listed
-    return result
 
 
 def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> list[Any]:
@@ -162,24 +187,33 @@ class Group:
     """A queue's consumer group as ``lua/lib/group.lua`` reads it: its last delivered id, lag
     (None: Redis says null), pending entries and the oldest one's id, how many consumers it has
     (``count``), and whether they are ``listed`` in ``consumers`` (CONSUMERS_LISTED at most:
-    (name cut to HASH_VALUE bytes, the name's length, entries held, idle ms) each)."""
+    (name cut to HASH_VALUE bytes, the name's length, entries held, idle ms) each); ``groups``:
+    how many the stream has. With others than this one the group is not read (their names may
+    be of any size): ``last_delivered``, ``lag``, ``pending`` and ``count`` are None, only
+    ``oldest`` is known."""
 
-    last_delivered: bytes
+    last_delivered: bytes | None
     lag: int | None
-    pending: int
+    pending: int | None
     oldest: bytes | None
-    count: int
+    count: int | None
     listed: bool
     consumers: list[tuple[bytes, int, int, int]]
+    groups: int = 1
 
 
 def _group(reply: list[Any]) -> Group | None:
     if not (reply[0] and reply[1]):
         return None  # no such group, no stream, or a key of another type
-    flat = reply[8:]
+    flat = reply[9:]
     consumers = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
-    return Group(reply[2], reply[3], int(reply[4]), reply[5], int(reply[6]), bool(reply[7]),
-                 consumers)  # type: ignore[arg-type]  # fmt: skip
+    last, lag, pending, oldest, count = reply[2:7]  # nil (None): not read
+    return Group(last, lag, _int(pending), oldest, _int(count), bool(reply[7]),
+                 consumers, int(reply[8]))  # type: ignore[arg-type]  # fmt: skip
+
+
+def _int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def hashes_shown(client: redis.Redis, keys: list[str], specs: list[str]) -> list[Any]:

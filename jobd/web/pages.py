@@ -116,7 +116,7 @@ def _row(
         "lag_known": all(level["lag"] is not None for level in levels),
         "backlog_at_least": any(level.get("lag_at_least") for level in levels),
         "oldest_pending_age": q["oldest_pending_age"], **running,
-        "concurrency": slots, "pending": sum(level["pending"] for level in levels),
+        "concurrency": slots, "pending": sum(level["pending"] or 0 for level in levels),
         "delayed": sum(level["delayed"] or 0 for level in levels),
         "done_per_minute": q["last_minute"]["done"],
         "failed_per_minute": q["last_minute"]["failed"],
@@ -193,7 +193,7 @@ def _waiting(
     """Entries of the stream after the group's last delivered id (or the cursor), oldest first."""
     start = "-"
     group = status.group_of(store.client, q)  # in Redis: never the stream's groups whole
-    if group is not None:
+    if group is not None and group.last_delivered is not None:  # None: not read (other groups)
         start = "(" + os.fsdecode(group.last_delivered)
     if cursor:
         after = _entry_id(cursor)

@@ -434,7 +434,7 @@ function drawQueue(view) {
     (q.errors || []).map((e) => el("p", {class: "bad"}, e)));
   fill(section.querySelector(".figures"),
     figure(q.length, "in stream"), figure(q.lag === null ? "–" : (q.lag_at_least ? "≥ " : "") + q.lag, "backlog (lag)"),
-    figure(q.pending, "pending"), figure(age(q.oldest_pending_age), "oldest pending"),
+    figure(q.pending ?? "–", "pending"), figure(age(q.oldest_pending_age), "oldest pending"),
     figure(`${q.running_at_most ? "≤ " : ""}${q.running_count} / ${q.concurrency}`, "running / concurrency (config)"),
     figure(q.delayed ?? "–", "delayed"), figure(q.dead_lettered ?? "–", "dead-lettered"),
     figure(done, "done, last hour"),
@@ -447,10 +447,12 @@ function drawQueue(view) {
     q.levels ? [el("h3", {}, "Priority levels"), el("table", {},
       el("tr", {}, ["level", "backlog", "pending", "delayed"].map((h) => el("th", {}, h))),
       Object.entries(q.levels).map(([level, b]) => el("tr", {}, el("td", {}, level),
-        el("td", {class: "num"}, b.lag ?? "–"), el("td", {class: "num"}, b.pending),
+        el("td", {class: "num"}, b.lag ?? "–"), el("td", {class: "num"}, b.pending ?? "–"),
         el("td", {class: "num"}, b.delayed ?? "–"))))] : null,
-    el("h3", {}, "Consumers"), q.consumers_listed === false
-      ? el("p", {class: "bad"}, `${q.consumers_count} consumers: more than 256, not listed`)
+    el("h3", {}, "Consumers"), q.consumers_count === null
+      ? el("p", {class: "bad"}, `Group not read: the stream has ${q.groups} consumer groups; its lag, pending count and consumers are read only when the queue's group is its only one`)
+      : q.consumers_listed === false
+      ? el("p", {class: "bad"}, `${q.consumers_count} consumers: not listed (more than 256, or the stream holds more than 1 MiB, which their names could take)`)
       : null, q.consumers.length ? el("table", {},
       el("tr", {}, ["consumer", "idle", "jobs held", ""].map((h) => el("th", {}, h))),
       q.consumers.map((c) => el("tr", {}, el("td", {}, c.name_cut ? `${c.name}… (${c.name_length} bytes)` : c.name),

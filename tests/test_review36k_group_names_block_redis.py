@@ -42,8 +42,53 @@ def test_one_group_read_is_bounded_whatever_other_groups_the_stream_has(r: redis
     began = time.monotonic()
     group = status.hashes_shown(r, ["q"], ["=jobd"])[0]
     took = time.monotonic() - began
-    assert group is not None and group.last_delivered == b"0-0"
+    # Fixer's note: Redis 7.0 has no read of one group's last delivered id that does not
+    # answer every group's name whole (XINFO GROUPS, XINFO STREAM FULL), so with other groups on
+    # the stream the group is found (XPENDING) but not read, and says so (lib/group.lua).
+    assert group is not None and group.last_delivered is None and group.groups == GROUPS + 1
     assert took < WITHIN, (
         f"one read of the queue's group held Redis {took:.2f} s: XINFO GROUPS copies the "
         f"{GROUPS} other groups' {NAME >> 20} MiB names into the script"
     )
+
+
+def test_the_queues_group_alone_is_read_whole(r: redis.Redis) -> None:
+    """The stream's only group is the queue's: XINFO GROUPS answers it alone (its name is the
+    one asked for), so its last delivered id, lag, pending count and consumers are read."""
+    first = r.xadd("q", {"payload": "x"})
+    r.xadd("q", {"payload": "y"})
+    r.xgroup_create("q", "jobd", "0")
+    r.xreadgroup("jobd", "c1", {"q": ">"}, count=1)
+    group = status.hashes_shown(r, ["q"], [">jobd"])[0]
+    assert group is not None and group.last_delivered == first and group.groups == 1
+    assert (group.lag, group.pending, group.oldest, group.count) == (1, 1, first, 1)
+    assert group.listed and [c[:3] for c in group.consumers] == [(b"c1", 2, 1)]
+
+
+def test_100_000_short_groups_cost_one_read_nothing(r: redis.Redis) -> None:
+    r.xadd("q", {"payload": "x"})
+    pipe = r.pipeline(transaction=False)
+    for i in range(100_000):
+        pipe.xgroup_create("q", f"g{i}", "0")
+    pipe.execute()
+    r.xgroup_create("q", "jobd", "0")
+    began = time.monotonic()
+    group = status.hashes_shown(r, ["q"], [">jobd"])[0]
+    took = time.monotonic() - began
+    assert group is not None and group.groups == 100_001 and not group.listed
+    assert took < WITHIN, f"one read of the queue's group held Redis {took:.2f} s"
+
+
+def test_long_consumer_names_are_counted_not_copied(r: redis.Redis) -> None:
+    """XINFO CONSUMERS copies every name whole into the script (16 of 1 MiB: 0.45 s): it is
+    asked only when the stream's MEMORY USAGE, which counts the names, is 1 MiB or less."""
+    r.xadd("q", {"payload": "x"})
+    r.xgroup_create("q", "jobd", "0")
+    for n in range(16):
+        r.xgroup_createconsumer("q", "jobd", f"{n:02d}" + "c" * (1 << 20))
+    began = time.monotonic()
+    group = status.hashes_shown(r, ["q"], [">jobd"])[0]
+    took = time.monotonic() - began
+    assert group is not None and group.count == 16 and not group.listed
+    assert group.last_delivered == b"0-0"
+    assert took < WITHIN, f"one read of the queue's group held Redis {took:.2f} s"
