@@ -452,7 +452,7 @@ function drawQueue(view) {
     el("h3", {}, "Consumers"), q.consumers_count === null
       ? el("p", {class: "bad"}, `Group not read: the stream has ${q.groups} consumer groups; its lag, pending count and consumers are read only when the queue's group is its only one`)
       : q.consumers_listed === false
-      ? el("p", {class: "bad"}, `${q.consumers_count} consumers: not listed (more than 256, or the stream holds more than 1 MiB, which their names could take)`)
+      ? el("p", {class: "muted"}, `${q.consumers_count} consumers: not listed (more than 256, or the stream holds more than 1 MiB, which their names could take: the daemons table lists jobd's)`)
       : null, q.consumers.length ? el("table", {},
       el("tr", {}, ["consumer", "idle", "jobs held", ""].map((h) => el("th", {}, h))),
       q.consumers.map((c) => el("tr", {}, el("td", {}, c.name_cut ? `${c.name}… (${c.name_length} bytes)` : c.name),
