@@ -242,8 +242,11 @@ class Handlers:
             self.stop(handler, reason, now)
 
     def act(self, now: float) -> None:
-        """Each handler whose time has come acts (``Handler.act``); processes that escaped a
-        handler whose job has ended are ended (``Reaper.sweep``, a few times a second)."""
+        """Each handler whose time has come acts (``Handler.act``), once what the channel's
+        thread queued is taken (``hear``: a request for more time read before its deadline
+        counts, though the loop was busy when it was read; only what is queued already, at a
+        fixed cost, so a flood cannot put a timeout off); processes that escaped a handler
+        whose job has ended are ended (``Reaper.sweep``, a few times a second)."""
         if now >= self.reaper.next_sweep:
             self.reaper.sweep(now, set(self.by_pid), {delivery(h) for h in self})
             if self.tree is not None:
@@ -251,6 +254,7 @@ class Handlers:
         if now >= self.next_sample:
             self.sample_memory(now)
         if now >= self.next_due:
+            self.hear(now)
             scan, heard = self.sessions(now), self.channel.drained
             self.next_due = min(
                 (h.act(now, scan, heard) for h in self.by_pid.values()), default=float("inf")
