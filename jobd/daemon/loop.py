@@ -5,7 +5,8 @@ The loop, as an algorithm:
     until stopped and every handler has ended:
         wait for an event: a signal, jobs delivered by a reader, a handler's output, room in
             its stdin pipe, or its exit (its pidfd)
-        reap the handlers that exited (what they said first); decide each outcome (policy)
+        reap the handlers that exited (what they said first); decide each outcome (policy),
+            once a follow-up file a handler left is parsed, on a thread (``endings``)
         let the handlers whose time has come act (SIGTERM at their timeout, SIGKILL after)
         start a handler for each job delivered while its queue has a free slot; the others
             wait for one, read ahead (``admission``, ``prefetch``)
@@ -40,6 +41,7 @@ from jobd.config import Config, QueueConfig
 from jobd.daemon import delayed, janitor, lease, outbox, periodic, presence, queues, retention
 from jobd.daemon.admission import Admission
 from jobd.daemon.duties import Duty, Ticker
+from jobd.daemon.endings import Endings
 from jobd.daemon.handlers import Handlers
 from jobd.daemon.inbox import Inbox
 from jobd.daemon.lease import Holdings, Renewal
@@ -51,7 +53,7 @@ from jobd.daemon.report import LoopView, StatusReport, serve_endpoint, status_li
 from jobd.daemon.slots import Slots
 from jobd.embedded import EmbeddedServer
 from jobd.outcome import Outcome, Started, Verb
-from jobd.process import policy, spawn
+from jobd.process import spawn
 from jobd.process.handler import Handler, StopReason
 from jobd.store.store import Store
 from jobd.web.metrics import Metrics
@@ -85,6 +87,8 @@ class Daemon:
         self.admission = Admission(self.running, self.inbox, self.queues, self.metrics,
                                    self.folder, lambda o: self.settle(o), self.freed,
                                    self.holdings)  # fmt: skip
+        self.endings = Endings(self.poller, self.running, self.admission, self.metrics,
+                               lambda o: self.settle(o))  # fmt: skip
         self.ready = self.stopping = False  # READY=1 told; a stop begun
         self.queue_list: tuple[QueueConfig, ...] = ()
         self.total_slots = 0
@@ -206,6 +210,8 @@ class Daemon:
                 self.on_lost()
             elif what == "channel":
                 self.running.hear(time.monotonic())
+            elif what == "endings":  # follow-up files read (``endings``)
+                self.endings.take()
             elif what[1] == "exit":
                 exited.append(what[0])
             else:
@@ -271,6 +277,7 @@ class Daemon:
             and not self.running
             and not self.inbox.has_deliveries()
             and not self.admission.waiting
+            and not self.endings.pending
             and not self.outcomes
             and not self.queues.reading()
         )
@@ -309,29 +316,8 @@ class Daemon:
         self.admission.start_delivered()
 
     def finish(self, handler: Handler) -> None:
-        """The handler's leader exited: reap it, decide, settle."""
-        self.running.remove(handler)
-        try:
-            status = handler.exited(handler.reap())
-        except Exception:
-            handler.log(logging.ERROR, "internal error after exit; releasing it")
-            log.exception("while finishing pid %d", handler.pid)
-            self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
-            return
-        if handler.lapsed:  # never exec'd, past its start's deadline: handed back unstarted
-            self.admission.lapsed(handler.queue, handler.job, handler.ending())
-            return
-        if handler.start_error is not None and handler.ending() is None:
-            self.admission.cannot_start(handler.queue, handler.job, handler.start_error)
-            return
-        took = time.monotonic() - handler.started
-        outcome = policy.of_handler(handler, status, took, self.config.queues)
-        self.metrics.of(handler.queue.name).duration.observe(took)
-        self.admission.ended(handler.queue.name, took, handler.span, outcome)
-        level = logging.INFO if outcome.verb is Verb.ACK else logging.WARNING
-        handler.log(level, "%s after %.3fs%s: %s", status.describe(), took, status.cost(),
-                    outcome.describe(), outcome=outcome)  # fmt: skip
-        self.settle(outcome)
+        """The handler's leader exited: reap it, decide, settle (``endings``)."""
+        self.endings.finish(handler, self.config.queues)
 
     def settle(self, outcome: Outcome) -> None:
         """Count an outcome, pass it on to the recorder with this pass's others, free its slot.

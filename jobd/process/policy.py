@@ -52,6 +52,7 @@ from jobd.outcome import (
     SIGNAL,
     SPAWN,
     TIMEOUT,
+    FollowUp,
     Outcome,
     Ran,
     Verb,
@@ -62,14 +63,24 @@ from jobd.process.handler import ExitStatus, Handler, StopReason
 _RNG = random.Random()
 
 
+def succeeded(handler: Handler, status: ExitStatus) -> bool:
+    """Whether a reaped handler's attempt succeeded, as far as its follow-ups are concerned:
+    exit 0, not over its memory, its result taken."""
+    return status.ok and handler.ending() is not StopReason.MEMORY and handler.result_error is None
+
+
 def of_handler(
-    handler: Handler, status: ExitStatus, took: float, queues: Mapping[str, QueueConfig]
-) -> Outcome:
+    handler: Handler, status: ExitStatus, took: float, queues: Mapping[str, QueueConfig],
+    found: tuple[tuple[FollowUp, ...], str | None] | None = None,
+) -> Outcome:  # fmt: skip
     """``decide`` on what a reaped handler says of its attempt, ``took`` seconds long; its
-    follow-ups (JOBD_ENQUEUE), when it succeeded, go to ``queues`` (the config's)."""
-    ok = status.ok and handler.ending() is not StopReason.MEMORY and handler.result_error is None
-    follow_ups, error = followups.collected(handler.result_path, handler.job, handler.queue,
-                                            queues, ok)  # fmt: skip
+    follow-ups (JOBD_ENQUEUE), when it succeeded, go to ``queues`` (the config's): ``found``
+    when its file was read already (``followups.collected``'s, off the loop:
+    ``daemon.endings``), else read here."""
+    ok = succeeded(handler, status)
+    if found is None or not ok:
+        found = followups.collected(handler.result_path, handler.job, handler.queue, queues, ok)
+    follow_ups, error = found
     if handler.queue.then and ok and error is None:  # its then: steps (process.chains)
         steps, error = chains.then_follow_ups(handler.job, handler.queue, queues,
                                               handler.kept_result, handler.stdout)  # fmt: skip

@@ -1,0 +1,117 @@
+"""A handler's end: reaped, decided (``process.policy``), settled by the loop; its follow-ups
+(the JOBD_ENQUEUE file, ``process.followups``) read and parsed on a thread of its own.
+
+A file of 10 000 follow-ups costs a parse of a few hundred milliseconds (it cost a second), and
+up to ``max_follow_ups`` lines of any length: paid on the loop, no queue would start or end a
+job meanwhile. So the loop only asks whether a handler that succeeded left such a file (one
+``lstat``: a handler that writes none costs that, where it cost one failed ``open``); when it
+did, the handler's end waits (``pending``) while the thread reads and parses the file, and the
+loop then decides and settles it as it would have at once: the same outcome, with its
+follow-ups written with the acknowledgement in one step (``store.outcomes``), a refused file
+dead-lettering the parent (``enqueue``, with why), a parent that failed reading none (its file
+is removed on the loop, as before). Only the decision waits: the handler is out of the table
+(its slot in the queue's concurrency is free), its entry still held (renewed) until the
+recorder writes its outcome. The loop stops only once none is pending (``Daemon.finished``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import select
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+
+from jobd.config import QueueConfig
+from jobd.daemon.admission import Admission
+from jobd.daemon.handlers import Handlers
+from jobd.daemon.poller import Poller, Wakeup
+from jobd.outcome import FollowUp, Outcome, Verb
+from jobd.process import followups, policy
+from jobd.process.exitstatus import ExitStatus
+from jobd.process.handler import Handler
+from jobd.web.metrics import Metrics
+
+log = logging.getLogger("jobd.daemon")
+
+Found = tuple[tuple[FollowUp, ...], str | None]  # ``followups.collected``'s
+Ending = tuple[Handler, ExitStatus, float, Mapping[str, QueueConfig]]
+
+
+class Endings:
+    """The loop's ``finish`` of a handler, and the thread that reads follow-up files for it."""
+
+    def __init__(self, poller: Poller, running: Handlers, admission: Admission,
+                 metrics: Metrics, settle: Callable[[Outcome], None]) -> None:  # fmt: skip
+        self.running, self.admission, self.metrics = running, admission, metrics
+        self.settle = settle
+        self.wakeup = Wakeup()  # the thread's byte: a file parsed
+        poller.register(self.wakeup.r, select.EPOLLIN, "endings")
+        self.asked: queue.SimpleQueue[Ending] = queue.SimpleQueue()  # the loop's, to the thread
+        self.parsed: deque[tuple[Ending, Found]] = deque()  # the thread's, to the loop
+        self.pending = 0  # ends waiting for their file (the loop's)
+        self.thread: threading.Thread | None = None  # started at the first file
+
+    def finish(self, handler: Handler, queues: Mapping[str, QueueConfig]) -> None:
+        """The handler's leader exited: reap it, decide, settle; ``queues``: the config's."""
+        self.running.remove(handler)
+        try:
+            status = handler.exited(handler.reap())
+        except Exception:
+            handler.log(logging.ERROR, "internal error after exit; releasing it")
+            log.exception("while finishing pid %d", handler.pid)
+            self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+            return
+        if handler.lapsed:  # never exec'd, past its start's deadline: handed back unstarted
+            self.admission.lapsed(handler.queue, handler.job, handler.ending())
+            return
+        if handler.start_error is not None and handler.ending() is None:
+            self.admission.cannot_start(handler.queue, handler.job, handler.start_error)
+            return
+        took = time.monotonic() - handler.started
+        if not policy.succeeded(handler, status) or handler.result_path is None:
+            self.decide((handler, status, took, queues), None)  # its file removed, unread
+        elif os.path.lexists(followups.path_of(handler.result_path)):
+            self.pending += 1
+            self.asked.put((handler, status, took, queues))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.read, name="jobd-follow-ups",
+                                               daemon=True)  # fmt: skip
+                self.thread.start()
+        else:
+            self.decide((handler, status, took, queues), ((), None))  # no file: none
+
+    def take(self) -> None:
+        """The ends whose file the thread has read: decided and settled (the loop's)."""
+        self.wakeup.drain()  # before the deque: a byte written after this wakes the loop again
+        while self.parsed:
+            ending, found = self.parsed.popleft()
+            self.pending -= 1
+            self.decide(ending, found)
+
+    def decide(self, ending: Ending, found: Found | None) -> None:
+        handler, status, took, queues = ending
+        outcome = policy.of_handler(handler, status, took, queues, found)
+        self.metrics.of(handler.queue.name).duration.observe(took)
+        self.admission.ended(handler.queue.name, took, handler.span, outcome)
+        level = logging.INFO if outcome.verb is Verb.ACK else logging.WARNING
+        handler.log(level, "%s after %.3fs%s: %s", status.describe(), took, status.cost(),
+                    outcome.describe(), outcome=outcome)  # fmt: skip
+        self.settle(outcome)
+
+    def read(self) -> None:
+        """The thread: each file read, removed and parsed, in the order the loop asked."""
+        while True:
+            ending = self.asked.get()
+            handler, _, _, queues = ending
+            try:
+                found = followups.collected(handler.result_path, handler.job, handler.queue,
+                                            queues, True)  # fmt: skip
+            except Exception as exc:  # a bug: the parent fails, its end is never lost
+                log.exception("while reading the follow-ups of pid %d", handler.pid)
+                found = (), f"JOBD_ENQUEUE: not read ({exc!r})"
+            self.parsed.append((ending, found))
+            self.wakeup.wake()
