@@ -23,12 +23,17 @@ exits; a flood cannot use it to put a timeout off, since only what was queued is
 Real daemon, real handlers (Python, sending as `jobd notify` does: the message with one end
 of a pipe, then waiting for the pipe's end), a private Redis. The victim computes its deadline
 from its own fork time (/proc/self/stat, never later than the daemon's start of it), and the
-test checks that the read was confirmed before it."""
+test checks that the read was confirmed before it.
+
+Since JOBD_ENQUEUE files are parsed off the loop (daemon/endings.py), that parse no longer
+keeps the loop busy, and the first test passes without the fix too: the second drives the
+loop in-process, whatever keeps it busy, and fails without it."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -117,3 +122,37 @@ def test_an_extension_read_before_the_deadline_is_not_stopped_as_a_timeout(
         "before its deadline (its pipe closed: `jobd notify` exits 0), yet it was stopped as "
         f"a timeout and dead-lettered: {r.xrange(dead)}"
     )
+
+
+def test_a_request_queued_before_the_deadline_is_heard_before_the_timeout_acts(
+    r: redis.Redis, write_config
+) -> None:
+    """The same, in-process and whatever keeps the loop busy: a request the channel's thread
+    queued (read before the deadline) and the loop has not taken yet (no poll since) is
+    taken before the handlers act on their due time (``Handlers.act``)."""
+    from test_loop import STREAM, Loop
+
+    from jobd.process.channel import Said
+    from jobd.process.handler import State
+
+    cfg = write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 200ms\nqueues:\n"
+        f"  q:\n    stream: {STREAM}\n    command: [sleep, '30']\n    timeout: 1s\n"
+        "    max_timeout: 20s\n    kill_grace: 1s\n"
+    )
+    loop = Loop(cfg)
+    try:
+        r.xadd(STREAM, {"payload": ""})
+        handler = loop.handler()
+        read = time.monotonic()  # before its deadline: its start + 1 s
+        assert read < handler.due
+        item = ("said", handler, Said(extend=5_000_000, extends=1), read)
+        loop.daemon.running.channel.queue.put(item)  # queued, the loop not woken yet
+        loop.daemon.running.act(handler.due + 0.01)  # the pass goes on past the deadline
+        assert handler.state is State.RUNNING and handler.stop_reason is None, (
+            "a request for more time queued before the deadline was not heard before the "
+            f"timeout acted: {handler.stop_reason}"
+        )
+        assert handler.due >= read + 5.0 - 0.001
+    finally:
+        loop.stop()
