@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import replace
 
 import orjson
 
 from jobd import ndjson
 from jobd.config import QueueConfig
 from jobd.job import PARENT, Job
-from jobd.newjob import JobClock, NewJob, follow_up_id, follow_up_template, prepare
+from jobd.newjob import JobClock, follow_up_id, follow_up_template, prepare
 from jobd.outcome import FollowUp
 from jobd.process import results
 
@@ -69,27 +68,30 @@ def parse(
 ) -> tuple[FollowUp, ...]:
     """The follow-ups ``data`` (a JOBD_ENQUEUE file) names; FollowUpError for the first line
     that is no job, or for more than the queue's ``max_follow_ups``."""
-    start = follow_up_template(job)
+    start = ndjson.as_arguments(follow_up_template(job))  # once: the same for every line
+    parent = f"{queue.name} ".encode() + os.fsencode(job.job_id)  # each one's PARENT field
+    clock, most = JobClock(job), queue.max_follow_ups
     found: list[FollowUp] = []
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip(b" \t\r"):
             continue
-        if len(found) >= queue.max_follow_ups:
-            raise FollowUpError(
-                f"JOBD_ENQUEUE: more than max_follow_ups ({queue.max_follow_ups}) jobs"
-            )
+        if len(found) >= most:
+            raise FollowUpError(f"JOBD_ENQUEUE: more than max_follow_ups ({most}) jobs")
         try:
-            found.append(_follow_up(line, len(found) + 1, job, queue, queues, start))
+            found.append(_follow_up(line, len(found) + 1, job, queue, queues, start, clock))
         except ValueError as exc:
             raise FollowUpError(f"JOBD_ENQUEUE line {number}: {exc}") from None
+        found[-1].fields[PARENT] = parent
     return tuple(found)
 
 
 def _follow_up(
     line: bytes, n: int, parent: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig],
-    template: NewJob,
+    template: dict[str, object], clock: JobClock,
 ) -> FollowUp:  # fmt: skip
-    """The follow-up of one line, the ``n``th job of the file; ValueError saying why not."""
+    """The follow-up of one line, the ``n``th job of the file (its ``PARENT`` field left to
+    the caller); ValueError saying why not. The line is parsed once (``orjson``), its job
+    made from the object (``ndjson.job_from_object``)."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -104,14 +106,16 @@ def _follow_up(
         raise ValueError(f"queue {name!r} is not in the config")
     if obj.get("unique"):
         raise ValueError("unique: a follow-up is enqueued once already; give no unique")
-    new = ndjson.job_from_json(orjson.dumps(obj), template)
+    new = ndjson.job_from_object(obj, template)
     if len(new.payload) > target.max_payload:
         raise ValueError(
             f"payload of {len(new.payload)} bytes is above queue {name!r}'s max_payload "
             f"({target.max_payload})"
         )
-    job_id = new.job_id if new.job_id is not None else follow_up_id(parent.job_id, n)
-    entry, _ = prepare(replace(new, job_id=job_id), JobClock(parent))
-    entry.fields[PARENT] = f"{queue.name} ".encode() + os.fsencode(parent.job_id)
+    job_id = new.job_id
+    if job_id is None:  # derived from the parent's (a job, not a template: no copy of it)
+        job_id = follow_up_id(parent.job_id, n)
+        object.__setattr__(new, "job_id", job_id)
+    entry, _ = prepare(new, clock)
     mark = target.keys.follow_up(queue.name, parent.job_id, parent.origin, n)
     return FollowUp(target, entry.fields, entry.due, os.fsencode(job_id), mark)
