@@ -3,7 +3,8 @@ decided (``recorder``), and the periodic duties (``duties`` and the modules that
 
 Redis stays off the loop: reader threads fetch jobs (``reader``), a recorder thread writes
 outcomes (``recorder``), a ticker thread renews leases and runs the other periodic duties
-(``duties``). Each thread owns its state; work crosses threads through queues only: readers put
+(``duties``); a handler's follow-up file is parsed on a thread of its own (``endings``). Each
+thread owns its state; work crosses threads through queues only: readers put
 jobs in the loop's inbox (``inbox``), the lease renewal puts lost entries there too (both wake
 the loop), the loop puts outcomes in the recorder's inbox and freed slots in each queue's
 ``Slots``. The one structure several threads touch is the lease ledger (``lease.Holdings``):
