@@ -12,6 +12,8 @@ dead-lettering the parent (``enqueue``, with why), a parent that failed reading 
 is removed on the loop, as before). Only the decision waits: the handler is out of the table
 (its slot in the queue's concurrency is free), its entry still held (renewed) until the
 recorder writes its outcome. The loop stops only once none is pending (``Daemon.finished``).
+The thread rests now and then (``REST``), so that the loop is not slowed to a system call per
+switch interval while it parses.
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ from jobd.process.handler import Handler
 from jobd.web.metrics import Metrics
 
 log = logging.getLogger("jobd.daemon")
+
+# Every ``followups.PACE`` lines the thread sleeps this long, GIL let go: the loop runs meanwhile.
+# A thread that never waits keeps the GIL but every 5 ms (``sys.getswitchinterval``), and the
+# loop, which lets it go at each system call, waits that long for it again at each.
+REST = 0.001
+
+
+def pause() -> None:
+    time.sleep(REST)
+
 
 Found = tuple[tuple[FollowUp, ...], str | None]  # ``followups.collected``'s
 Ending = tuple[Handler, ExitStatus, float, Mapping[str, QueueConfig]]
@@ -109,7 +121,7 @@ class Endings:
             handler, _, _, queues = ending
             try:
                 found = followups.collected(handler.result_path, handler.job, handler.queue,
-                                            queues, True)  # fmt: skip
+                                            queues, True, pause)  # fmt: skip
             except Exception as exc:  # a bug: the parent fails, its end is never lost
                 log.exception("while reading the follow-ups of pid %d", handler.pid)
                 found = (), f"JOBD_ENQUEUE: not read ({exc!r})"

@@ -22,7 +22,7 @@ origin) and N: what makes moving it out of an outbox idempotent.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import orjson
 
@@ -34,6 +34,7 @@ from jobd.outcome import FollowUp
 from jobd.process import results
 
 SUFFIX = ".enqueue"  # JOBD_ENQUEUE is JOBD_RESULT's path plus this
+PACE = 64  # lines parsed between two calls of ``parse``'s ``pause``
 MAX_BYTES = 64 * 2**20  # the most a JOBD_ENQUEUE file may hold: all of it is sent in one write
 
 
@@ -47,10 +48,10 @@ def path_of(result_path: str) -> str:
 
 def collected(
     result_path: str | None, job: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig],
-    ok: bool,
+    ok: bool, pause: Callable[[], object] | None = None,
 ) -> tuple[tuple[FollowUp, ...], str | None]:  # fmt: skip
     """The follow-ups of a handler at its end (none unless its attempt succeeded: ``ok``), its
-    file removed either way; or why they fail the attempt."""
+    file removed either way; or why they fail the attempt. ``pause``: ``parse``'s."""
     if result_path is None:
         return (), None
     try:
@@ -58,16 +59,18 @@ def collected(
                             "JOBD_ENQUEUE")  # fmt: skip
         if not data:
             return (), None
-        return parse(data, job, queue, queues), None
+        return parse(data, job, queue, queues, pause), None
     except (results.ResultError, FollowUpError) as exc:
         return (), str(exc)
 
 
 def parse(
-    data: bytes, job: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig]
-) -> tuple[FollowUp, ...]:
+    data: bytes, job: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig],
+    pause: Callable[[], object] | None = None,
+) -> tuple[FollowUp, ...]:  # fmt: skip
     """The follow-ups ``data`` (a JOBD_ENQUEUE file) names; FollowUpError for the first line
-    that is no job, or for more than the queue's ``max_follow_ups``."""
+    that is no job, or for more than the queue's ``max_follow_ups``. ``pause`` is called every
+    PACE lines (a thread parsing beside the daemon's loop lets it have the GIL meanwhile)."""
     start = ndjson.as_arguments(follow_up_template(job))  # once: the same for every line
     parent = f"{queue.name} ".encode() + os.fsencode(job.job_id)  # each one's PARENT field
     clock, most = JobClock(job), queue.max_follow_ups
@@ -75,6 +78,8 @@ def parse(
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip(b" \t\r"):
             continue
+        if pause is not None and not number % PACE:
+            pause()
         if len(found) >= most:
             raise FollowUpError(f"JOBD_ENQUEUE: more than max_follow_ups ({most}) jobs")
         try:
