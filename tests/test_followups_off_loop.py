@@ -88,3 +88,28 @@ def test_a_parent_with_10000_follow_ups_does_not_stall_other_queues(
         f"queue fast stalled {longest:.3f}s ({len(during)} starts) in the {window:.3f}s from the "
         "parent's exit until its follow-ups were written: the loop parsed its JOBD_ENQUEUE"
     )
+
+
+def test_a_stop_waits_for_a_parse_under_way(r: redis.Redis, write_config) -> None:
+    """In-process: a stop begun while a parent's file is parsed on the thread ends the loop
+    only once the parent is decided: it is acked with its follow-ups, not left unsettled."""
+    from test_loop import STREAM, Loop
+
+    line = json.dumps({"queue": "sink", "payload": "x"})
+    cfg = write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 10s\nqueues:\n"
+        f"  q:\n    stream: {STREAM}\n    command: [/bin/sh, -c, "
+        f"'yes {json.dumps(line)} | head -n {LINES} > \"$JOBD_ENQUEUE\"']\n"
+        "  sink:\n    command: [/bin/true]\n"
+    )
+    loop = Loop(cfg)
+    try:
+        r.xadd(STREAM, {"payload": ""})
+        loop.until(lambda: loop.daemon.endings.pending or loop.outcomes, "the parent's end")
+        assert loop.daemon.endings.pending, "inconclusive: the file was parsed in the same pass"
+        loop.daemon.begin_stop("the test")
+        loop.until(loop.daemon.finished, "the loop to finish")
+        (outcome,) = loop.outcomes
+        assert outcome.verb.value == "ack" and len(outcome.follow_ups) == LINES, outcome.verb
+    finally:
+        loop.stop()
