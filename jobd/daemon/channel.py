@@ -65,6 +65,12 @@ SYNC_REST = 1.0  # seconds after a wait that gave up before ``sync`` waits again
 CLOSE_WAIT = 1.0  # seconds ``close`` waits for the thread to end
 UNSURE_MAX = 256  # messages of an unknown session kept while a start is under way, at most
 SETTLE_WAIT = 0.05  # seconds the thread waits for the disposer when short of spare slots
+# A wake that read messages is followed by a rest of REST_MS, so that under a flood each wake
+# reads many: only where the socket's queue holds REST_BACKLOG messages or more (systemd sets
+# net.unix.max_dgram_qlen to 512; the kernel's default, 10, would block a flood's sender
+# through the rest: none then), and not after messages that brought descriptors (each costs
+# the thread 0.1 ms: a rest's worth of them, queued, would outlast ``sync``'s wait).
+REST_MS, REST_BACKLOG = 2, 64
 
 # What the thread tells the loop: a message taken ("said", handler, what, when read), dropped
 # ("drop", queue, reason), or the socket found empty ("drained", when).
@@ -106,6 +112,7 @@ class Channel(Starts):
         self.starting, self.started, self.ended = 0, 0, threading.Event()
         self.unsure: list[tuple[Message, int, bool]] = []
         self.count, self.flushed = 0, 0  # messages read; ``count`` when it last queued them
+        self.laden = 0  # messages read that brought descriptors (or lost them: MSG_CTRUNC)
         # For ``sync``: the thread queues what it holds once ``count`` reaches ``flush_at``, and
         # says so (``reached``); the socket holds ``backlog`` messages at most.
         self.flush_at, self.reached, self.backlog = float("inf"), threading.Event(), backlog()
@@ -232,14 +239,23 @@ class Channel(Starts):
         poll = select.poll()
         poll.register(self.sock, select.POLLIN)
         poll.register(self.asked.r, select.POLLIN)
+        rest = select.poll()  # a rest after a flood's wake, ended by the loop's byte
+        rest.register(self.asked.r, select.POLLIN)
+        resting = self.backlog >= REST_BACKLOG
+        asked_fd = self.asked.r
         while not self.closing:
-            poll.poll()
-            asked = bool(self.asked.drain())
+            ready = poll.poll()
+            # its byte read only when one came: a flood's wake is one call less
+            asked = any(fd == asked_fd for fd, _ in ready) and bool(self.asked.drain())
+            read, laden = self.count, self.laden
             try:
                 self.read_out(asked) if not self.closing else None
             except Exception:  # never the channel's end (the sink not started, say): again
                 log.exception("the handlers' channel: a read failed; reading on in 0.1 s")
                 time.sleep(0.1)
+            if resting and self.count != read and self.laden == laden:
+                rest.poll(REST_MS)  # the next messages read together: under a flood, a wake
+                # every REST_MS at most, and the loop woken as often
 
     def read_out(self, asked: bool) -> None:
         """Read until the socket is empty (then "drained"), queueing what each message says,
@@ -274,6 +290,7 @@ class Channel(Starts):
         queued, before = 0, self.count
         self.count += 0 if again else count_of(message)
         pid, flags, fds = message[0], message[4], () if again else message[6]
+        self.laden += bool(fds or flags & socket.MSG_CTRUNC)
         if flags & socket.MSG_CTRUNC and not again:  # its descriptors dropped (read with room)
             self.drop("", "descriptors")
         try:

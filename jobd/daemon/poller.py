@@ -62,13 +62,24 @@ class Wakeup:
 
     def __init__(self) -> None:
         self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # A byte written and not drained yet: a wake then writes none (under a flood on the
+        # handlers' channel, its thread wakes the loop a thousand times a second). Set before
+        # the write, cleared after the read (cleared before it, a byte written meanwhile would
+        # be read with pending left set: no wake would write again): the reader, which drains
+        # before it takes what it was woken for, takes what a wake that wrote nothing was for.
+        self.pending = False
 
     def wake(self) -> None:
+        if self.pending:
+            return
+        self.pending = True
         with contextlib.suppress(BlockingIOError):  # full: the loop is already due to wake
             os.write(self.w, b"\0")
 
     def drain(self) -> bytes:
-        return drain(self.r)
+        data = drain(self.r)
+        self.pending = False
+        return data
 
 
 class Signals:
