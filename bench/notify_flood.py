@@ -1,6 +1,6 @@
 """What one handler flooding its NOTIFY_SOCKET costs the other jobs of its daemon.
 
-    python bench/notify_flood.py [--jobs 2000] [--rounds 4] [--rate 10000]
+    python bench/notify_flood.py [--jobs 2000] [--rounds 4] [--rate 10000] [--qlen 512]
 
 One daemon, two queues: ``noop`` (/bin/true handlers, concurrency 8) and ``flood`` (one handler
 that sends ``--rate`` messages a second, ``X_JOBD_PROGRESS=…`` and ``STATUS=…``, on its channel
@@ -8,6 +8,11 @@ until told to stop). Each round measures the noop queue's jobs/s without the flo
 in alternating order, and says how many messages the flooder sent a second meanwhile (its
 socket blocks while the daemon's queue is full: what it sent is what the loop took). Prints
 each round, the medians and the median of with/without per round: the target is ≥ 0.90.
+
+How many messages the socket's queue holds is the host's ``net.unix.max_dgram_qlen`` (the
+kernel's default is 10; systemd sets 512 at boot, on the hosts jobd is made for): ``--qlen N``
+runs the bench in a network namespace of its own with that value (root; ``unshare -n``), as on
+such a host, whatever this one's is. The value in force is printed first.
 """
 
 from __future__ import annotations
@@ -104,12 +109,28 @@ class Bench:
         self.proc.wait(30)
 
 
+def qlen() -> int:
+    return int(Path("/proc/sys/net/unix/max_dgram_qlen").read_text())
+
+
+def in_namespace(value: int) -> None:
+    """This bench again, in a network namespace of its own (loopback up) whose
+    net.unix.max_dgram_qlen is ``value``."""
+    inner = f'sysctl -q -w net.unix.max_dgram_qlen={value} && ip link set lo up && exec "$@"'
+    command = [sys.executable, *sys.argv]
+    os.execvp("unshare", ["unshare", "-n", "sh", "-c", inner, "sh", *command])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--rate", type=int, default=10000, help="messages a second to send")
+    parser.add_argument("--qlen", type=int, help="net.unix.max_dgram_qlen to run with (root)")
     args = parser.parse_args()
+    if args.qlen is not None and qlen() != args.qlen:
+        in_namespace(args.qlen)
+    print(f"net.unix.max_dgram_qlen: {qlen()}")
     quiet: list[float] = []
     loud: list[float] = []
     floods: list[float] = []
