@@ -16,9 +16,9 @@ at once, as a socket with a timeout does in Python). The wait gives up ("a wait 
 ms"), every handler that exits in the next second leaves the table without waiting, and its
 last message is judged after it left: counted ``stranger``, its result and status lost (the job
 acked with no result). Measured here: 5 and 16 of 30 jobs unheard (2 runs of 2) at 447ddc8
-(the rest of 2 ms); with four flooding threads, 3-10 of 30 in 2 runs of 3 there and 5 of 30
-in 2 runs of 3 at ac37f49, the commit before the rest: not the rest's doing, the queue
-length's; none at qlen 10 (a target of 75 messages).
+(the rest of 2 ms); 13 of 30 in 1 run of 2 at ac37f49, the commit before the rest (with four
+flooding threads instead: 3-10 of 30 in 2 runs of 3 at 447ddc8, 5 of 30 in 2 runs of 3 at
+ac37f49): not the rest's doing, the queue length's; none at qlen 10 (a target of 75).
 
 Run as root: the test re-runs itself in a network namespace of its own whose
 net.unix.max_dgram_qlen is 512 (``unshare -n``), as bench/notify_flood.py --qlen does.
