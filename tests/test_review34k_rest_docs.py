@@ -19,7 +19,7 @@ from pathlib import Path
 
 from jobd.daemon import channel
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_docs_say_what_the_channels_rest_does() -> None:
