@@ -8,6 +8,7 @@ Real daemons, real processes; each process is found by a marker in its command l
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import redis
@@ -82,17 +83,22 @@ def test_adopted_processes_that_exit_are_reaped(
 
 
 def test_nothing_a_job_started_outlives_the_daemon(
-    r: redis.Redis, write_config, daemon: Daemon
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
 ) -> None:
     """The last handler exits just before SIGTERM reaches the daemon (the sweep has not come
-    round again): the daemon's close sweeps one last time, attributed or not."""
+    round again): the daemon's close sweeps one last time, attributed or not. The handler
+    waits until the test has seen its escapees (under load, a fixed 0.3 s could end the job,
+    and its attributed escapee with it, before the test looked)."""
+    go = tmp_path / "go"
     command = (
         "[/bin/sh, -c, 'setsid sleep 305.1 >/dev/null 2>&1 & "
-        "env -i setsid sleep 306.1 >/dev/null 2>&1 & echo a; sleep 0.3; echo b; sleep 0.05']"
+        "env -i setsid sleep 306.1 >/dev/null 2>&1 & echo a; "
+        f"while [ ! -e {go} ]; do sleep 0.05; done; echo b; sleep 0.05']"
     )
     d = daemon(write_config(queue_config(command)))
     r.xadd("jobd:q", {"payload": "x", "job_id": "j"})
     wait_until(lambda: alive("305.1") and alive("306.1"), what="its escapees to start")
+    go.touch()
     d.wait_log("stdout: b")
     d.stop()
     left = lambda: [(p.pid, p.ppid(), p.status()) for p in alive("305.1") + alive("306.1")]  # noqa: E731

@@ -209,7 +209,7 @@ ACL_COMMANDS = (
     "hincrby", "expire", "hgetall", "wait", "get", "set", "exists", "pexpire", "hget", "hmget",
     "hset", "hdel", "zcount", "zremrangebyscore", "xread", "time", "zscore", "type", "hsetnx",
     "hstrlen", "hexists", "sismember", "sadd", "hscan", "pttl", "hlen", "object|encoding",
-    "memory|usage", "hrandfield",
+    "memory|usage", "hrandfield", "scard",
 )  # fmt: skip
 # ... and on Redis 7.2+, "waitaof" for `jobd enqueue --wait-aof` (7.0 refuses the name in ACLs).
 
