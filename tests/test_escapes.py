@@ -54,16 +54,35 @@ def test_processes_that_leave_the_group_end_with_their_job_and_no_other(
     d.wait_log("left the handler's group outlived its job; killed")
 
 
-def test_after_a_timeout_too(r: redis.Redis, write_config, daemon: Daemon) -> None:
-    command = (
-        '[/bin/sh, -c, \'setsid sh -c "sleep 303.1 >/dev/null 2>&1 &"; '
-        "setsid sleep 304.1 >/dev/null 2>&1 & exec sleep 60']"
+def test_after_a_timeout_too(
+    r: redis.Redis, write_config, daemon: Daemon, script, tmp_path: Path
+) -> None:
+    """Each escapee writes its pid before it sleeps: the test knows them without having to see
+    them alive within the 1 s timeout (a scan of every process under load took longer)."""
+    handler = script(
+        "escapes.sh",
+        f"""
+        #!/bin/sh
+        setsid sh -c 'sh -c "echo \\$\\$ > {tmp_path}/a; exec sleep 303.1" >/dev/null 2>&1 &'
+        setsid sh -c 'echo $$ > {tmp_path}/b; exec sleep 304.1' >/dev/null 2>&1 &
+        exec sleep 60
+        """,
     )
-    daemon(write_config(queue_config(command, timeout="1s", retry="{max_attempts: 1}")))
+    daemon(write_config(queue_config(f"[{handler}]", timeout="1s", retry="{max_attempts: 1}")))
     r.xadd("jobd:q", {"payload": "x", "job_id": "slow"})
-    wait_until(lambda: alive("303.1") and alive("304.1"), what="its escapees to start")
+    files = [tmp_path / "a", tmp_path / "b"]
+    wait_until(lambda: all(f.exists() and f.read_text().strip() for f in files), what="pids")
+    pids = [int(f.read_text()) for f in files]
     wait_until(lambda: r.xlen("{jobd:q}:dead") == 1, what="the timeout's dead letter")
-    wait_until(lambda: not alive("303.1") and not alive("304.1"), what="escapees ended", timeout=5)
+
+    def running(pid: int) -> bool:
+        try:
+            p = psutil.Process(pid)
+            return p.status() != psutil.STATUS_ZOMBIE and "sleep" in p.cmdline()
+        except psutil.NoSuchProcess:
+            return False
+
+    wait_until(lambda: not any(map(running, pids)), what="escapees ended", timeout=5)
 
 
 def test_adopted_processes_that_exit_are_reaped(

@@ -242,7 +242,8 @@ def test_a_batch_and_a_held_job_under_the_documented_acl_user(
     """The documented ACL user (connection.ACL_COMMANDS) lacked SISMEMBER and SADD (batch.lua
     counts a member's end) and HEXISTS (hold.lua, and batch.lua's open now): a batch under it
     never completed (every notice's move refused, NOPERM), a job --after another was never
-    held (the enqueue failed)."""
+    held (the enqueue failed). Later SCARD (a seal that counted nothing: an enqueue refused
+    with NOPERM after its job was held)."""
     from test_redis_auth import PASSWORD
 
     rules = ["on", f">{PASSWORD}", "~jobd:*", "~{jobd:*", "resetchannels", "-@all"]
@@ -257,6 +258,9 @@ def test_a_batch_and_a_held_job_under_the_documented_acl_user(
         enqueue = ["enqueue", "-c", str(cfg), "a"]
         out = jobd_cli(*enqueue, "w", "--job-id", "w", "--after", "x", "--batch", "L",
                        "--on-complete", "cb")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        # sent again into another batch: held already, nothing added, the empty seal (SCARD)
+        out = jobd_cli(*enqueue, "w", "--job-id", "w", "--after", "x", "--batch", "N")
         assert out.returncode == 0, out.stderr
         out = jobd_cli(*enqueue, "x", "--job-id", "x", "--batch", "L")
         assert out.returncode == 0, out.stderr
