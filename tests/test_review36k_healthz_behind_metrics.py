@@ -27,12 +27,12 @@ the scrapes come from a child process, so they take no turn of this one's GIL.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 
 from support import free_port, wait_until
+from test_review36j_new_grace_flood import healthz
 
 from jobd.web import endpoint
 from jobd.web.metrics import Metrics
@@ -54,18 +54,6 @@ for _ in range(n):
     threading.Thread(target=scrape, daemon=True).start()
 time.sleep(max(0, end - time.time()))
 """
-
-
-def healthz(port: int, timeout: float) -> int | str:
-    """The status of a GET /healthz, or why there is none within ``timeout`` seconds."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.settimeout(timeout)
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            line = s.makefile("rb").readline()
-        return int(line.split()[1]) if line else "closed without an answer"
-    except (OSError, ValueError) as exc:
-        return repr(exc)
 
 
 def test_healthz_answers_while_a_client_keeps_scraping_metrics() -> None:
