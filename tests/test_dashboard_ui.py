@@ -153,8 +153,20 @@ def test_an_incident_from_the_dashboard_in_headless_chromium(  # long: the issue
         assert seen == [f"invoice-{i:03}" for i in range(500)]
         assert js(driver, "return document.getElementById('next-page').disabled")
         # A search finds one job; its id is a link to its page.
-        find = driver.find_element("id", "find")
-        find.send_keys("invoice-377\n")
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        # The box is redrawn with the page every refresh: found and typed into again when an
+        # element found by one call is gone (stale) by the next.
+        for _ in range(50):
+            try:
+                find = driver.find_element("id", "find")
+                find.clear()
+                find.send_keys("invoice-377\n")
+                break
+            except StaleElementReferenceException:
+                continue
+        else:
+            raise AssertionError("the search box was redrawn at every try")
         wait_until(lambda: page_jobs(driver) == ["invoice-377"], what="the search")
         # Read in one script: the page redraws its table every refresh, so an element found
         # by one call can be gone (stale) by the next.
