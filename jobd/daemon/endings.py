@@ -9,9 +9,10 @@ did, the handler's end waits (``pending``) while the thread reads and parses the
 loop then decides and settles it as it would have at once: the same outcome, with its
 follow-ups written with the acknowledgement in one step (``store.outcomes``), a refused file
 dead-lettering the parent (``enqueue``, with why), a parent that failed reading none (its file
-is removed on the loop, as before). Only the decision waits: the handler is out of the table
-(its slot in the queue's concurrency is free), its entry still held (renewed) until the
-recorder writes its outcome. The loop stops only once none is pending (``Daemon.finished``).
+is removed on the loop, as before). Only the decision waits: the handler is out of the table,
+its entry still held (renewed) until the recorder writes its outcome; its queue reads a job for
+its slot once it is settled (the slot is counted free then, as for any end). The loop stops
+only once none is pending (``Daemon.finished``).
 The thread rests now and then (``REST``), so that the loop is not slowed to a system call per
 switch interval while it parses.
 """
