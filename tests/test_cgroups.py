@@ -117,14 +117,17 @@ def test_each_handler_runs_in_a_cgroup_of_its_own_from_its_first_instruction(
 
 
 def test_every_process_in_it_ends_with_its_job_whatever_its_environment(
-    root: Path, r: redis.Redis, write_config, daemon: Daemon
+    root: Path, r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
 ) -> None:
     """Escapees that cleared their environment cannot be attributed by it, and the subreaper
     leaves them alone while any job runs (another queue's here): the cgroup ends them with their
-    own job, at its exit and at its timeout; the other job's escapee lives on."""
+    own job, at its exit and at its timeout; the other job's escapee lives on. The handler
+    exits once the test has seen its escapees (a go file), not after a fixed 0.3 s."""
+    go = tmp_path / "go"
     escape = (
         "[/bin/sh, -c, 'env -i setsid sleep 310.1 >/dev/null 2>&1 & "
-        'env -i setsid sh -c "sleep 311.1 >/dev/null 2>&1 &"; sleep 0.3; exit 0\']'
+        'env -i setsid sh -c "sleep 311.1 >/dev/null 2>&1 &"; '
+        f"while [ ! -e {go} ]; do sleep 0.05; done; exit 0']"
     )
     config = (
         f"cgroup: {root}\n"
@@ -139,6 +142,7 @@ def test_every_process_in_it_ends_with_its_job_whatever_its_environment(
     wait_until(lambda: alive("312.1"), what="the other job's escapee")
     r.xadd("jobd:q", {"payload": "x", "job_id": "escaper"})
     wait_until(lambda: alive("310.1") and alive("311.1"), what="its escapees started")
+    go.touch()
     wait_until(lambda: r.hexists("{jobd:q}:history", "escaper"), what="the job done")
     wait_until(lambda: not alive("310.1") and not alive("311.1"), what="its escapees ended")
     assert record(r, "escaper")["exit_code"] == 0

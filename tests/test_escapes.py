@@ -140,20 +140,25 @@ def test_an_escapee_that_cleared_its_environment_ends_once_no_job_runs(
 
 
 def test_an_escapee_is_its_queues_not_another_queues_on_the_same_stream(
-    r: redis.Redis, write_config, daemon: Daemon
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
 ) -> None:
     """Two queues read one stream (two consumer groups): the same entry is a job of each. The
     escapee of one queue's job ends with that job, though the other queue's job of the same
-    entry still runs (a delivery is queue, stream and entry, not stream and entry alone)."""
+    entry still runs (a delivery is queue, stream and entry, not stream and entry alone).
+    Queue a's handler exits only once the test has seen both processes (a go file): a test
+    starved of the CPU for the escapee's whole life would otherwise never see it."""
+    go = tmp_path / "go"
     config = (
         "redis: {url: '{redis}'}\nqueues:\n"
         "  a:\n    stream: shared\n    group: ga\n"
-        "    command: [/bin/sh, -c, 'setsid sleep 340.1 >/dev/null 2>&1 & sleep 0.3; exit 0']\n"
+        "    command: [/bin/sh, -c, 'setsid sleep 340.1 >/dev/null 2>&1 & "
+        f"while [ ! -e {go} ]; do sleep 0.05; done; exit 0']\n"
         "  b:\n    stream: shared\n    group: gb\n    command: [/bin/sleep, '341.1']\n"
     )
     d = daemon(write_config(config))
     r.xadd("shared", {"payload": "x", "job_id": "both"})
     wait_until(lambda: alive("341.1") and alive("340.1"), what="b's job and a's escapee")
+    go.touch()
     d.wait_log("queue=a job=both attempt=1 exit 0 after")
     wait_until(lambda: not alive("340.1"), what="queue a's escapee ended", timeout=5)
     assert alive("341.1"), "queue b's job of the same entry runs on"
