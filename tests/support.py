@@ -221,8 +221,9 @@ def acked_all(r: redis.Redis, stream: str, count: int, group: str = "jobd") -> b
 
 
 def waiter_lines(r: redis.Redis, key: str, job_id: str) -> list[bytes]:
-    """The waiter lines registered with job ``job_id`` in the waiters hash ``key``, in the
-    order registered (lib/workflows.lua add_waiter: JOB\\0n "HIGH LIVE", JOB\\0SLOT the
+    """The waiter lines registered with job ``job_id`` in the waiters hash ``key``, in slot
+    order (the order registered, but that a waiter taken off has the last one moved into its
+    slot: lib/workflows.lua add_waiter: JOB\\0n "HIGH LIVE", JOB\\0SLOT the
     waiter's name, JOB\\0hNAME "SLOT\\nLINE"); a field of the format before review 35k (JOB,
     every line in one value) is not read: a test that plants one reads it itself."""
     fields = r.hgetall(key)

@@ -53,7 +53,10 @@ end
 --   JOB\0SLOT               (SLOT 1..HIGH) the waiter's name there: TOKEN\0HOLDER
 --   JOB\0hTOKEN\0HOLDER     "SLOT\nLINE": the waiter line (store/workflows.py waiter_line) of
 --                           hold TOKEN of job HOLDER; its existence is the dedupe
--- A slot whose waiter was taken off is gone; the last one taken off deletes JOB\0n.
+-- The slots stay 1..LIVE (HIGH = LIVE): a waiter taken off has the last slot's moved into its
+-- own, so that the end of a job walks the waiters it has, not every one it ever had (review
+-- 35m: one waiter staying while others came and went made HIGH grow without bound). The last
+-- one taken off deletes JOB\0n.
 local function waiter_index(job, name) return job .. '\0h' .. name end
 
 local function waiter_count(key, job)
@@ -74,21 +77,43 @@ local function add_waiter(key, job, holder, token, line)
   return true
 end
 
+-- Slot ``slot`` of ``job`` freed: the waiter of its last slot ``high`` moves into it (its name
+-- there, its index's slot number rewritten); the new HIGH.
+local function fill_slot(key, job, slot, high)
+  local last = job .. '\0' .. high
+  if slot == high then
+    redis.call('HDEL', key, last)
+    return high - 1
+  end
+  local moved = redis.call('HGET', key, last)
+  local mi = moved and waiter_index(job, moved)
+  local mv = mi and redis.call('HGET', key, mi)
+  local cut = mv and string.find(mv, '\n', 1, true)
+  if not cut then -- no waiter there (a hash someone wrote): the freed slot stays empty
+    redis.call('HDEL', key, job .. '\0' .. slot)
+    return high
+  end
+  redis.call('HSET', key, job .. '\0' .. slot, moved, mi, slot .. string.sub(mv, cut))
+  redis.call('HDEL', key, last)
+  return high - 1
+end
+
 -- Take the registration of hold ``token`` of job ``holder`` off job ``job``: 1 when it was
 -- there, else 0.
 local function drop_waiter(key, job, holder, token)
   local index = waiter_index(job, token .. '\0' .. holder)
   local v = redis.call('HGET', key, index)
   if not v then return 0 end
-  local slot = string.match(v, '^(%d+)\n')
+  local slot = tonumber(string.match(v, '^(%d+)\n'))
   local high, live = waiter_count(key, job)
   redis.call('HDEL', key, index)
-  if slot then redis.call('HDEL', key, job .. '\0' .. slot) end
   if live <= 1 then
     redis.call('HDEL', key, job .. '\0n')
-  else
-    redis.call('HSET', key, job .. '\0n', high .. ' ' .. (live - 1))
+    if slot then redis.call('HDEL', key, job .. '\0' .. slot) end
+    return 1
   end
+  if slot and slot <= high then high = fill_slot(key, job, slot, high) end
+  redis.call('HSET', key, job .. '\0n', high .. ' ' .. (live - 1))
   return 1
 end
 
@@ -115,6 +140,8 @@ local function upgrade_waiters(key, job)
   end
 end
 
+local MISSES_MAX = 64
+
 -- Job ``job`` of the queue ended as ``event``: a notice for its batch (``batch``, nil: none) and
 -- one for each job waiting for it, whose registrations then go (they are told once).
 local function ended(w, job, event, batch)
@@ -129,13 +156,19 @@ local function ended(w, job, event, batch)
   end
   if not w.watched then return end
   upgrade_waiters(w.waiters, job)
-  local high = waiter_count(w.waiters, job)
+  local high, live = waiter_count(w.waiters, job)
   if high == 0 then return end
   redis.call('HDEL', w.waiters, job .. '\0n')
+  -- Slots 1..LIVE (fill_slot keeps them so): walked until LIVE waiters were found, or past
+  -- MISSES_MAX empty slots (a JOB\0n someone wrote, "9999999999 1", costs that many reads).
+  local found, missed = 0, 0
   for slot = 1, high do
+    if found >= live or missed > MISSES_MAX then break end
     local at = job .. '\0' .. slot
     local name = redis.call('HGET', w.waiters, at)
+    if not name then missed = missed + 1 end
     if name then
+      found = found + 1
       local index = waiter_index(job, name)
       local v = redis.call('HGET', w.waiters, index) or ''
       redis.call('HDEL', w.waiters, at, index)
