@@ -271,13 +271,15 @@ class Member:
         self.opening = (int(q.history.max_age) or 1, on_complete or "", cb)
         self.sealed: BatchState | None = None
         self.opened = False
+        self.incarnation = ""  # the batch opened (its open's reply): its seal names it
 
     def __enter__(self) -> Member:
         return self
 
     def _open(self) -> None:
         try:
-            self._again(self.store.batch_op, self.batch_id, "open", self.token, *self.opening)
+            state = self._again(self.store.batch_op, self.batch_id, "open", self.token,
+                                *self.opening)  # fmt: skip
         except Exception as exc:
             if "batch complete" in str(exc):
                 raise WorkflowError(f"batch {self.batch_id!r} is complete: it takes no more "
@@ -287,6 +289,7 @@ class Member:
                                     "is not a batch (another type)") from None  # fmt: skip
             raise
         self.opened = True
+        self.incarnation = state.incarnation if state is not None else ""
 
     def _count(self, count: int) -> None:
         self.seq += 1
@@ -324,7 +327,8 @@ class Member:
         self.sent, self.seq = 0, self.seq + 1
         fields = {b"kind": b"seal", b"batch": self.batch_id.encode(),
                   b"token": self.token.encode(), b"seq": b"%d" % self.seq,
-                  b"count": b"%d" % self.counted}  # fmt: skip
+                  b"count": b"%d" % self.counted,
+                  b"incarnation": self.incarnation.encode()}  # fmt: skip
         entry = self._again(self.store.seal_notice, self.outbox, fields)
         try:
             self.sealed = self._again(self.store.apply_seal, self.outbox, entry, fields)

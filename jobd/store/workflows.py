@@ -217,7 +217,7 @@ class WorkflowOps(StoreBase):
         b_id = f[b"batch"].decode()
         keys = _batch_keys(b_id)
         if f.get(b"kind") == b"seal":  # an enqueue done adding (``seal_notice``)
-            seal = [int(f[b"seq"]), int(f[b"count"])]
+            seal = [int(f[b"seq"]), int(f[b"count"]), f.get(b"incarnation", b"")]
             return self.scripts.batch, keys, ["seal", f[b"token"], *seal]
         # Counted once by the notice, written once by the step that ended the member: two jobs
         # of one job id are two members, and this notice moved again counts nothing more.
@@ -296,8 +296,8 @@ class WorkflowOps(StoreBase):
 
     def seal_notice(self, outbox: str, fields: dict[bytes, bytes]) -> bytes:
         """Write an enqueue's seal of its batch (``fields``: kind seal, batch, token, seq,
-        count) into ``outbox``, its queue's; its entry id. Written twice (a lost reply, sent
-        again), it seals once."""
+        count, incarnation) into ``outbox``, its queue's; its entry id. Written twice (a lost
+        reply, sent again), it seals once."""
         return self.client.xadd(outbox, fields)  # type: ignore[return-value]
 
     def apply_seal(self, outbox: str, entry_id: bytes, f: dict[bytes, bytes]) -> BatchState | None:

@@ -22,7 +22,10 @@
 --   open TOKEN TTL ON_COMPLETE CALLBACK   one more adder; refused (an error) once complete
 --   add TOKEN SEQ COUNT             the adder's jobs are COUNT now (its call number SEQ, 1, 2, …:
 --                                   one of a number not above its latest changes nothing)
---   seal TOKEN SEQ COUNT            the same, and the adder is done: sealed when none is left
+--   seal TOKEN SEQ COUNT INCARNATION  the same, and the adder is done: sealed when none is
+--                                   left; INCARNATION the batch the adder opened (its open's
+--                                   reply; '' from a jobd before review 35m): a seal of
+--                                   another finds none ({}) and writes nothing
 --   count NOTICE OUTCOME            a member's end, told by NOTICE (outcome done, failed or
 --                                   cancelled)
 --   show ON_COMPLETE CALLBACK       nothing changes; each field read only up to a bound, these
@@ -165,6 +168,12 @@ if op == 'add' or op == 'seal' then
   if err then return err end
   local count, err2 = number(ARGV[4])
   if err2 then return err2 end
+  if op == 'seal' and (ARGV[5] or '') ~= '' then
+    -- The batch this adder opened is gone and one of the same id was made since (this seal's
+    -- copy, its notice moved twice, after the first deleted it): not this seal's batch.
+    local v = redis.call('HMGET', b, 'incarnation', 'created')
+    if (v[1] or v[2] or '') ~= ARGV[5] then return {} end
+  end
   local was = redis.call('HGET', adders, token)
   if not was then
     if op == 'add' then
