@@ -32,7 +32,7 @@ from jobd import config as jobd_config
 from jobd.store.admin import REQUEUE_BYTES
 from jobd.store.browse import FIELD_COST
 
-RECORDS = 60
+RECORDS = 24  # at least 2 calls with the bound (11 records a call), 1 without it
 WIDTH = 100_000  # empty fields (name and value) of each record
 
 
