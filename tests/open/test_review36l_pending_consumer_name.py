@@ -1,0 +1,50 @@
+"""Review 36l of issue 36: a consumer of a long name holding the oldest pending entry blocks
+Redis at every read of the queue's group (each summary, queue page, ``jobd status``, every
+daemon's status report), though round 36k bounded that read "whatever anyone added to the
+stream (groups and consumers, with names of any length)".
+
+``lib/group.lua group_read`` asks ``XPENDING key group - + 1`` first, for whether the group is
+there and its oldest pending id, before anything is weighed. That form answers the entry's
+consumer name whole, and Redis copies it into the script: anyone who can write to Redis can
+make a consumer of any name that holds the oldest entry (``XREADGROUP GROUP jobd NAME ... >``,
+one command; or XCLAIM). Round 36k gated XINFO CONSUMERS on the stream's MEMORY USAGE (16 names
+of 1 MiB: 0.45 s) and says of this call "one name"; but one name may be 64 MiB: 0.3 s to 0.8 s a
+read here (the same order as the 16 groups of 4 MiB names 36k fixed). The consumers are rightly not
+listed (MEMORY USAGE is past 1 MiB); the XPENDING before that gate is not weighed.
+
+What should happen: one read of a queue's group holds Redis a bounded time whatever a
+consumer's name (suggested fix: find the group with ``XPENDING key group - + 0``, which answers
+NOGROUP or an empty list, no name; ask for the oldest pending entry (``- + 1``) only when the
+stream's MEMORY USAGE, which counts the consumers' names, is within NAMES_READ, as XINFO
+CONSUMERS is; else say its age is not read). Bound, as 36k's: 100 ms for one read.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from jobd.store import status
+
+NAME = 64 << 20  # bytes of the consumer's name
+WITHIN = 0.1  # seconds one read of the queue's group may hold Redis (36k's bound)
+
+
+def test_one_group_read_is_bounded_whatever_the_oldest_pending_entrys_consumer_name(
+    r: redis.Redis,
+) -> None:
+    r.xgroup_create("q", "jobd", id="0", mkstream=True)
+    r.xadd("q", {"payload": "x"})
+    name = b"c" * NAME
+    r.execute_command("XREADGROUP", "GROUP", "jobd", name, "COUNT", 1, "STREAMS", "q", ">")
+    r.xadd("q", {"payload": "y"})  # one waiting
+    status.hashes_shown(r, ["q"], [">jobd"])  # the script loaded
+    began = time.monotonic()
+    group = status.hashes_shown(r, ["q"], [">jobd"])[0]
+    took = time.monotonic() - began
+    assert group is not None and group.pending == 1 and not group.listed
+    assert took < WITHIN, (
+        f"one read of the queue's group held Redis {took:.2f} s: XPENDING ... 1 copies the "
+        f"oldest pending entry's consumer name ({NAME >> 20} MiB) into the script"
+    )
