@@ -1,0 +1,106 @@
+"""Review 36l of issue 36: past the 64-connection cap, a client keeping its connections busy
+with /metrics requests keeps every /healthz probe out: it waits in the listen backlog, or is
+closed unanswered.
+
+Round 36k (d028139) gave /healthz workers of its own, so it is "answered whatever /metrics
+requests are queued" (CHANGELOG). But a probe must first be taken, and the cap
+(``server.MAX_CONNECTIONS``, 64) never sheds a request queued for the probes' workers
+(``_Channel.waiting_since`` is None while it waits; ``_WSGIServer._victim``: "None: every one is
+being answered, or queued for the probes' workers"), and /metrics is one of those paths. A
+client that opens more than 64 connections, each with /metrics requests pipelined (no token: the
+loopback default; each /metrics of 50 queues renders ~0.1 s on 2 workers, so 64 queued requests
+are ~3 s of work, refilled as each is answered), holds every place: ``readable`` says False, so
+a probe's connection waits in the backlog among the client's; when it is taken, it is the only
+connection that may go (a fresh one: taken before its request arrived, the only ``_victim``
+left), and the next of the client's connections in the backlog closes it unread. Here, with 150
+such connections, 2 to 5 probes of 10 timed out after 2 s, were closed without an answer or
+reset (3 runs; with 80 connections: 1 probe of 10 closed unanswered). docs/security.md: a client
+on the metrics port cannot "starve /healthz"; the kubelet restarts a healthy daemon, killing its
+jobs.
+
+What should happen: /healthz answers within 2 s whatever clients hold the metrics port's
+connections with /metrics requests (suggested fix: only /healthz's queued requests are kept at
+the cap; a /metrics request waiting for its workers may be shed as a page's is, or each path
+apart gets its own share of the cap; and a fresh connection is never closed for a newcomer that
+brings no more than it).
+
+The server is served in this process (``endpoint.serve``, a ``Metrics`` of 50 queues, no page);
+the scrapes come from a child process, so they take no turn of this one's GIL.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+from support import free_port, wait_until
+from test_review36j_new_grace_flood import healthz
+
+from jobd.web import endpoint
+from jobd.web.metrics import Metrics
+
+HEALTHZ_WITHIN = 2.0  # seconds /healthz may take (test_dashboard_security's bound)
+QUEUES = 50
+CONNECTIONS = 150  # past the cap of 64, each pipelining /metrics, reconnecting when closed
+PROBES = 10
+SCRAPES = """
+import socket, sys, threading, time
+port, n, end = int(sys.argv[1]), int(sys.argv[2]), time.time() + float(sys.argv[3])
+ask = b"GET /metrics HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n\\r\\n" * 400  # pipelined, read in turn
+def scrape():
+    while time.time() < end:
+        try:
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(ask)
+            while time.time() < end and s.recv(1 << 16):
+                pass
+            s.close()
+        except OSError:
+            pass
+for _ in range(n):
+    threading.Thread(target=scrape, daemon=True).start()
+time.sleep(max(0, end - time.time()))
+"""
+
+
+def test_healthz_answers_while_a_client_holds_the_cap_with_metrics_requests() -> None:
+    metrics = Metrics()
+    for i in range(QUEUES):
+        name = f"queue-{i}"
+        metrics.watch(name, running=lambda: 0.0, free=lambda: 1.0)
+        metrics.queue_state(name, {"lag": 1, "pending": 0, "oldest_pending_age": 0,
+                                   "delayed": 0, "dead_lettered": 0})  # fmt: skip
+    done = threading.Event()
+
+    def beat() -> None:  # the main loop turning over: /healthz says 200, never 503
+        while not done.wait(0.5):
+            metrics.beat()
+
+    threading.Thread(target=beat, daemon=True).start()
+    port = free_port()
+    served = endpoint.serve(metrics, f"127.0.0.1:{port}")
+    seen: list[tuple[object, float]] = []
+    try:
+        wait_until(lambda: healthz(port, 2) == 200, what="the server to answer")
+        flood = subprocess.Popen([sys.executable, "-c", SCRAPES, str(port), str(CONNECTIONS),
+                                  "30"])  # fmt: skip
+        try:
+            time.sleep(3)  # the scrapes under way (not an assertion: what the probes meet)
+            for _ in range(PROBES):
+                began = time.monotonic()
+                status = healthz(port, HEALTHZ_WITHIN)
+                seen.append((status, round(time.monotonic() - began, 2)))
+                time.sleep(0.3)
+        finally:
+            flood.kill()
+            flood.wait()
+    finally:
+        done.set()
+        served.shutdown()
+    failed = [s for s in seen if s[0] != 200]
+    assert not failed, (
+        f"{len(failed)} /healthz probes of {PROBES} failed while a client kept {CONNECTIONS} "
+        f"connections asking for /metrics ({QUEUES} queues' series): {seen}"
+    )
