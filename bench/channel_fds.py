@@ -16,38 +16,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import struct
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from support import descriptor_flooder  # the tests' flooder (review 34c), counted and paced
+
 from jobd.daemon.channel import Channel
 
-FDS = 253
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def flood(name: str, messages: int, pause: float) -> int:
-    """A child sending ``messages`` messages of FDS pipe ends on ``name``."""
-    pipes = [os.pipe() for _ in range(FDS)]
-    fds = struct.pack(f"{FDS}i", *(w for _, w in pipes))
-    child = os.fork()
-    if child == 0:
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                for _ in range(messages):
-                    s.sendmsg([b"STATUS=x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)], 0, name)
-                    if pause:
-                        time.sleep(pause)
-        finally:
-            os._exit(0)
-    for r, w in pipes:
-        os.close(r)
-        os.close(w)
-    return child
 
 
 def cpu(tid: int) -> float:
@@ -63,7 +43,7 @@ def round_(messages: int, pause: float) -> tuple[float, float, int]:
     tid = channel.thread.native_id
     assert tid is not None
     began, used = time.monotonic(), cpu(tid)
-    child = flood("\0" + channel.address[1:], messages, pause)
+    child = descriptor_flooder("\0" + channel.address[1:], messages, pause)
     while channel.count < messages:
         time.sleep(0.01)
         channel.take({})  # as the loop would ("drained" items)

@@ -1,23 +1,36 @@
-"""Helpers for tests: polling, a private redis-server, and real `jobd run` daemons."""
+"""Helpers for tests: polling, a private redis-server, real `jobd run` daemons, and the set-ups
+several tests share (senders on a handlers' channel, a descriptor flood, a dashboard's polls)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
+import resource
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 import redis
 
+if TYPE_CHECKING:
+    from jobd.daemon.channel import Channel
+
+T = TypeVar("T")
 DEADLINE = 30.0  # seconds any poll may take before a test fails
+REPO = Path(__file__).resolve().parent.parent  # the repository (for tests/open's tests too)
+JOBD = f"{sys.executable} -m jobd"  # as a handler's shell runs it: this tree's jobd
+JOBD_ENV = json.dumps({"PYTHONPATH": str(REPO)})  # a queue's `env` in which that jobd is found
 
 
 def wait_until(
@@ -283,7 +296,6 @@ def dashboard_server(config: Path, env: dict[str, str] | None = None) -> Iterato
 def get_json(port: int, path: str) -> dict:
     """GET a dashboard's API path: its JSON (the reply must be 200)."""
     import http.client
-    import json
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=GET_JSON_TIMEOUT)
     try:
@@ -666,3 +678,280 @@ def outage(server: RedisServer, seconds: float) -> None:
     end = time.monotonic() + seconds
     wait_until(lambda: time.monotonic() >= end, seconds + 5, f"{seconds}s of outage")
     server.start()
+
+
+def queues_config(count: int) -> str:
+    """A config text with ``count`` queues q0, q1, … running /bin/true (the `{redis}`
+    placeholder is the test server)."""
+    queues = "".join(f"  q{i}: {{command: [/bin/true]}}\n" for i in range(count))
+    return "redis: {url: '{redis}'}\nqueues:\n" + queues
+
+
+def get_status(port: int, path: str) -> tuple[int, bytes]:
+    """GET a dashboard's path, whatever the reply: its status and its body's first 200 bytes."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        reply = conn.getresponse()
+        return reply.status, reply.read()[:200]
+    finally:
+        conn.close()
+
+
+def settled_event(r: redis.Redis, queue: str, job: str, **extra: str) -> str:
+    """XADD to ``queue``'s events stream the fields jobd's settling script writes for a done job
+    (lib/jobs.lua emit), of typical sizes, ``extra`` fields after them: the entry's id."""
+    fields = {"event": "done", "queue": queue, "job": job, "attempt": "1",
+              "consumer": "worker-3-12345-9f8e7d6c", "host": "worker-3", "exit_code": "0",
+              "duration_ms": "15", **extra}  # fmt: skip
+    return r.xadd(f"{{jobd:{queue}}}:events", fields).decode()
+
+
+def events_after(port: int, after: dict) -> dict:
+    """The page's poll of a dashboard's events feed, with the cursor ``after`` a reply gave."""
+    return get_json(port, f"/api/events?after={urllib.parse.quote(json.dumps(after))}")
+
+
+def feed_polls(
+    r: redis.Redis, port: int, rounds: int, busy: int, event: Callable[[redis.Redis, str, int], str]
+) -> Iterator[tuple[dict, bool]]:
+    """The page's polls of a dashboard's events feed while queue q0 is busy: each round,
+    ``busy`` events in q0, then one in q1 (``event(r, queue, n)`` adds one: its id), then a poll
+    with the cursor the last reply gave. Yields each reply and whether q1's new event is in it."""
+    after = get_json(port, "/api/events")["after"]
+    for round_ in range(rounds):
+        for n in range(busy):
+            event(r, "q0", round_ * 100 + n)
+        other = event(r, "q1", round_)
+        reply = events_after(port, after)
+        after = reply["after"]
+        yield reply, ("q1", other) in {(e["queue"], e["id"]) for e in reply["events"]}
+
+
+def counted_scripts(
+    r: redis.Redis, run: Callable[[], T], slower_than_us: int = 10_000
+) -> tuple[int, T]:
+    """``run()`` with Redis's slow log emptied and logging what takes ``slower_than_us``: how
+    many EVAL/EVALSHA calls it made, and what it returned (the slow log's longest call is
+    printed, for the record: counted, not timed)."""
+    r.config_set("slowlog-log-slower-than", slower_than_us)
+    r.slowlog_reset()
+    before = script_calls(r)
+    result = run()
+    calls = script_calls(r) - before
+    print(f"{calls} script calls; the longest {longest_script_us(r) / 1e6:.3f} s")
+    return calls, result
+
+
+def script_calls(r: redis.Redis) -> int:
+    """How many EVAL and EVALSHA calls Redis has run (INFO commandstats)."""
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+def longest_script_us(r: redis.Redis) -> int:
+    """The longest EVAL/EVALSHA in the slow log, in µs."""
+    durations = [int(e["duration"]) for e in r.slowlog_get(128)
+                 if e["command"].split()[:1] and e["command"].split()[0].upper()
+                 in (b"EVALSHA", b"EVAL")]  # fmt: skip
+    return max(durations, default=0)
+
+
+HEALTHZ_WITHIN = 2.0  # seconds /healthz may take (test_dashboard_security's bound)
+
+
+def healthz(port: int, timeout: float) -> int | str:
+    """The status of a GET /healthz, or why there is none within ``timeout`` seconds."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            line = s.makefile("rb").readline()
+        return int(line.split()[1]) if line else "closed without an answer"
+    except (OSError, ValueError) as exc:
+        return repr(exc)
+
+
+def healthz_under(port: int, load: str, *args: str) -> tuple[int | str, float]:
+    """A GET /healthz of the server on ``port`` (once it answers) while ``load``, a Python
+    script given the port and ``args``, runs in a child process (taking no turn of this one's
+    GIL) for 3 s already: the status (or why none within HEALTHZ_WITHIN) and the seconds it
+    took. The child is killed after."""
+    wait_until(lambda: healthz(port, 2) == 200, what="the server to answer")
+    child = subprocess.Popen([sys.executable, "-c", load, str(port), *args])
+    try:
+        time.sleep(3)  # the load under way (not an assertion: what the probe meets)
+        began = time.monotonic()
+        status = healthz(port, HEALTHZ_WITHIN)
+        return status, time.monotonic() - began
+    finally:
+        child.kill()
+        child.wait()
+
+
+def first_job_channel(r: redis.Redis, address: Path) -> str:
+    """Queue q's first job run and acked (its handler writes its NOTIFY_SOCKET to ``address``):
+    the name of the daemon's channel, an abstract socket, to send on."""
+    r.xadd("jobd:q", {"payload": "", "job_id": "first"})
+    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
+    return "\0" + address.read_text().strip()[1:]
+
+
+def close_channel(channel: Channel, children: Iterable[int] = (), fds: Iterable[int] = ()) -> None:
+    """A channel test's end: each forked process of ``children`` (those above 0) killed and
+    reaped, the channel closed, then the descriptors ``fds``."""
+    for child in children:
+        if child > 0:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+    channel.close()
+    for fd in fds:
+        os.close(fd)
+
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def session_leader_with_pid(wanted: int, what: str) -> int:
+    """A forked process leading its own session (a job's handler), waiting for a signal, that
+    got ``wanted`` as its pid (written to NS_LAST_PID, root's: a test checks it may); ``what``
+    names its session in the wait for it. The test is skipped when 50 tries did not give it."""
+    for _ in range(50):
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(wanted - 1))
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the session leader
+            try:
+                os.setsid()
+                signal.pause()
+            finally:
+                os._exit(0)
+        if pid == wanted:
+            wait_until(lambda p=pid: os.getsid(p) == p, what=what)
+            return pid
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    pytest.skip("could not give the pid back")
+
+
+@contextlib.contextmanager
+def no_descriptor_free() -> Iterator[None]:
+    """Inside, this process has no descriptor slot free: RLIMIT_NOFILE lowered to the highest
+    open descriptor's, the gaps below filled with copies of 0 (descriptors opened before, a
+    reader's spare, stay their holders'). The fillers closed and the limit restored after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler: list[int] = []
+    try:
+        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
+        with contextlib.suppress(OSError):
+            while True:
+                filler.append(os.dup(0))
+        yield
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def session_sender(name: str, messages: list[bytes], go: int = -1) -> int:
+    """A forked process leading a session of its own (as a handler does) that sends
+    ``messages`` on the socket ``name`` (the last one only once a byte comes on ``go``, a
+    pipe's read end, when given) and lives on until killed; returned once it sent the others."""
+    ready_r, ready_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - a process of a job, or a stranger
+        try:
+            os.setsid()
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                first = messages if go < 0 else messages[:-1]
+                for m in first:
+                    s.sendto(m, name)
+                os.write(ready_w, b"x")
+                if go >= 0 and os.read(go, 1):
+                    s.sendto(messages[-1], name)
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"x"
+    os.close(ready_r)
+    return child
+
+
+def gated_sender(
+    name: str, messages: list[bytes], go: int, sent: int, pipe_ends: bool = False
+) -> int:
+    """A forked process leading a session of its own (a handler) that, once a byte comes on
+    ``go`` (a pipe's read end), sends ``messages`` on the socket ``name`` (with ``pipe_ends``,
+    each with a pipe's write end, as `jobd notify` does: the read end is its wait), says so with
+    a byte on ``sent``, and waits for a signal."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the handler
+        try:
+            os.setsid()
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                os.read(go, 1)
+                for message in messages:
+                    if not pipe_ends:
+                        s.sendto(message, name)
+                        continue
+                    _, write_end = os.pipe()
+                    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                               write_end.to_bytes(4, sys.byteorder))]  # fmt: skip
+                    s.sendmsg([message], rights, 0, name)
+                os.write(sent, b"x")
+            signal.pause()
+        finally:
+            os._exit(0)
+    return pid
+
+
+SCM_MAX_FD = 253  # the most descriptors one message may carry
+
+
+def descriptor_flooder(
+    name: str, messages: int | None = None, pause: float = 0.0, user: int | None = None
+) -> int:
+    """A forked process of no job that sends on the socket ``name`` messages of SCM_MAX_FD
+    pipe ends (the same ones each time): ``messages`` of them, or for as long as it lives;
+    ``pause`` seconds after each; running as ``user`` (its uid and gid, no groups) when
+    given, so with no privilege. Its pid."""
+    pipes = [os.pipe() for _ in range(SCM_MAX_FD)]
+    fds = struct.pack(f"{SCM_MAX_FD}i", *(w for _, w in pipes))
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the flooder
+        try:
+            if user is not None:
+                os.setgroups([])
+                os.setgid(user)
+                os.setuid(user)
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                sent = 0
+                while messages is None or sent < messages:
+                    s.sendmsg([b"STATUS=x"], rights, 0, name)
+                    sent += 1
+                    if pause:
+                        time.sleep(pause)
+        finally:
+            os._exit(0)
+    for r, w in pipes:
+        os.close(r)
+        os.close(w)
+    return child
+
+
+def jobs_under_descriptor_flood(r: redis.Redis, name: str, jobs: int, timeout: float) -> None:
+    """``jobs`` jobs j0, j1, … added to queue q (which ran one job before) while a
+    descriptor_flooder sends on ``name``; returns once all are acked, the flooder killed."""
+    child = descriptor_flooder(name)
+    try:
+        for i in range(jobs):
+            r.xadd("jobd:q", {"payload": "", "job_id": f"j{i}"})
+        wait_until(lambda: acked_all(r, "jobd:q", jobs + 1), timeout=timeout, what="the jobs done")
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)

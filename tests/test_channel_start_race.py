@@ -7,37 +7,14 @@ spawned job), as ``Admission.start`` would add it, between ``begin_start`` and `
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import time
 
 from listening import Heard as Started
-from support import wait_until
+from support import close_channel, session_sender, wait_until
 
 from jobd.daemon.channel import Channel
 
-
-def sender(name: str, again: int = -1) -> int:
-    """A process leading a session of its own (as a handler does) that sends one message, and
-    a second one once a byte comes on ``again`` (a pipe's read end), and lives on until
-    killed."""
-    ready_r, ready_w = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the handler's first process
-        try:
-            os.setsid()
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                s.sendto(b"X_JOBD_RESULT=early", name)
-                os.write(ready_w, b"x")
-                if again >= 0 and os.read(again, 1):
-                    s.sendto(b"X_JOBD_RESULT=later", name)
-            time.sleep(60)
-        finally:
-            os._exit(0)
-    os.close(ready_w)
-    assert os.read(ready_r, 1) == b"x"
-    os.close(ready_r)
-    return child
+# What the handler's first process sends: one message, and a second once the test says go.
+EARLY, LATER = b"X_JOBD_RESULT=early", b"X_JOBD_RESULT=later"
 
 
 def test_a_message_read_while_its_handler_starts_is_its_handlers() -> None:
@@ -47,7 +24,7 @@ def test_a_message_read_while_its_handler_starts_is_its_handlers() -> None:
     child = -1
     try:
         channel.begin_start()  # the loop spawns: the handler is not in the table yet
-        child = sender("\0" + channel.address[1:])
+        child = session_sender("\0" + channel.address[1:], [EARLY])
         wait_until(lambda: channel.count == 1 and not channel.in_hand, what="it was judged")
         handler = handlers[child] = Started(child)  # spawn returned: in the table
         channel.end_start()
@@ -56,10 +33,7 @@ def test_a_message_read_while_its_handler_starts_is_its_handlers() -> None:
         assert heard == [handler] and handler.said[0].result == b"early", channel.dropped
         assert not channel.dropped, channel.dropped
     finally:
-        if child > 0:
-            os.kill(child, signal.SIGKILL)
-            os.waitpid(child, 0)
-        channel.close()
+        close_channel(channel, [child])
 
 
 def test_a_strangers_message_read_while_a_handler_starts_is_still_a_strangers() -> None:
@@ -69,17 +43,14 @@ def test_a_strangers_message_read_while_a_handler_starts_is_still_a_strangers() 
     child = -1
     try:
         channel.begin_start()
-        child = sender("\0" + channel.address[1:])
+        child = session_sender("\0" + channel.address[1:], [EARLY])
         wait_until(lambda: channel.count == 1 and not channel.in_hand, what="it was judged")
         channel.end_start()  # the start ended with another handler (or none): not the sender's
         wait_until(lambda: channel.settled() and not channel.unsure, what="judged again")
         assert channel.take(handlers) == []
         assert channel.dropped == {("", "stranger"): 1}, channel.dropped
     finally:
-        if child > 0:
-            os.kill(child, signal.SIGKILL)
-            os.waitpid(child, 0)
-        channel.close()
+        close_channel(channel, [child])
 
 
 def test_messages_read_while_their_handler_starts_are_taken_in_the_order_sent() -> None:
@@ -93,7 +64,7 @@ def test_messages_read_while_their_handler_starts_are_taken_in_the_order_sent() 
     try:
         channel.begin_start()
         go_r, go_w = os.pipe()
-        child = sender("\0" + channel.address[1:], again=go_r)
+        child = session_sender("\0" + channel.address[1:], [EARLY, LATER], go=go_r)
         wait_until(lambda: channel.count == 1 and not channel.in_hand, what="it was judged")
         handler = handlers[child] = Started(child)  # in the table, the start not ended yet
         os.write(go_w, b"x")  # its second message
@@ -106,7 +77,4 @@ def test_messages_read_while_their_handler_starts_are_taken_in_the_order_sent() 
         results = [said.result for said in handler.said]
         assert results == [b"later"], results  # both in one take, merged: the later one last
     finally:
-        if child > 0:
-            os.kill(child, signal.SIGKILL)
-            os.waitpid(child, 0)
-        channel.close()
+        close_channel(channel, [child])

@@ -22,7 +22,15 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import DaemonProcess, acked_all, free_port, jobd_cli, queue_config, wait_until
+from support import (
+    DaemonProcess,
+    acked_all,
+    first_job_channel,
+    free_port,
+    jobd_cli,
+    queue_config,
+    wait_until,
+)
 
 from jobd.process.channel import LINES_MAX, Told
 
@@ -488,9 +496,7 @@ def test_a_descriptor_sent_on_the_channel_does_not_freeze_the_daemon(
     address = tmp_path / "address"
     script("h.sh", f'#!/bin/sh\necho "$NOTIFY_SOCKET" > {address}\n')
     d = daemon(write_config(queue_config("[./h.sh]")))
-    r.xadd("jobd:q", {"payload": "", "job_id": "first"})
-    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
-    name = "\0" + address.read_text().strip()[1:]
+    name = first_job_channel(r, address)
     listener, peer, sender = lingering_socket()
     # Any sender may lose the race to the daemon's read (its own close is then the last, and
     # it lingers); the daemon is held for a moment so that this test never does: the sender

@@ -12,37 +12,14 @@ a raw socket's last message under this flood (test_review34c_fd_flood_raw.py).""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, acked_all, queue_config, wait_until
+from support import DaemonProcess, first_job_channel, jobs_under_descriptor_flood, queue_config
 
 Daemon = Callable[..., DaemonProcess]
-FDS = 253  # SCM_MAX_FD
-
-
-def flooder(name: str) -> int:
-    """A process of no job that sends, for as long as it lives, messages of FDS pipe ends."""
-    pipes = [os.pipe() for _ in range(FDS)]
-    fds = struct.pack(f"{FDS}i", *(w for _, w in pipes))
-    child = os.fork()
-    if child == 0:
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                while True:
-                    s.sendmsg([b"STATUS=x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)], 0, name)
-        finally:
-            os._exit(0)
-    for r, w in pipes:
-        os.close(r)
-        os.close(w)
-    return child
 
 
 def test_a_descriptor_flood_makes_jobd_notify_results_unheard(
@@ -62,17 +39,9 @@ def test_a_descriptor_flood_makes_jobd_notify_results_unheard(
     )
     env = json.dumps({"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     d = daemon(write_config(queue_config("[./h.sh]", concurrency=4, env=env)))
-    r.xadd("jobd:q", {"payload": "", "job_id": "first"})
-    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
-    child = flooder("\0" + address.read_text().strip()[1:])
+    name = first_job_channel(r, address)
     jobs = 20
-    try:
-        for i in range(jobs):
-            r.xadd("jobd:q", {"payload": "", "job_id": f"j{i}"})
-        wait_until(lambda: acked_all(r, "jobd:q", jobs + 1), timeout=90, what="the jobs done")
-    finally:
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
+    jobs_under_descriptor_flood(r, name, jobs, timeout=90)
     log = d.log()
     failed = [f"j{i}" for i in range(jobs) if f"job=j{i} attempt=1 exit 0" not in log]
     unheard = [f"j{i}" for i in range(jobs) if f"job=j{i} attempt=1 told jobd: " not in log]

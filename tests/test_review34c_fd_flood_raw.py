@@ -12,15 +12,12 @@ inside recvmsg, and that is cheaper still)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, acked_all, queue_config, wait_until
-from test_review34c_fd_flood import flooder
+from support import DaemonProcess, first_job_channel, jobs_under_descriptor_flood, queue_config
 
 Daemon = Callable[..., DaemonProcess]
 JOBS = 40
@@ -52,17 +49,8 @@ def test_a_descriptor_flood_makes_handlers_last_messages_unheard(
     address = tmp_path / "address"
     script("h.py", HANDLER.format(python=sys.executable, path=str(address)))
     d = daemon(write_config(queue_config("[./h.py]", concurrency=4)))
-    r.xadd("jobd:q", {"payload": "", "job_id": "first"})
-    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
-    name = "\0" + address.read_text().strip()[1:]
-    child = flooder(name)
-    try:
-        for i in range(JOBS):
-            r.xadd("jobd:q", {"payload": "", "job_id": f"j{i}"})
-        wait_until(lambda: acked_all(r, "jobd:q", JOBS + 1), timeout=60, what="the jobs done")
-    finally:
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
+    name = first_job_channel(r, address)
+    jobs_under_descriptor_flood(r, name, JOBS, timeout=60)
     log = d.log()
     unheard = [f"j{i}" for i in range(JOBS) if f"job=j{i} attempt=1 told jobd: " not in log]
     gave_up = log.count("a wait for the thread gave up")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import redis
 from stuck import stuck_writing
-from support import DaemonProcess, acked_all, queue_config, wait_until
+from support import DaemonProcess, acked_all, first_job_channel, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -59,9 +59,7 @@ def test_one_tcp_socket_sent_on_the_channel_freezes_the_whole_daemon(
     address = tmp_path / "address"
     script("h.sh", f'#!/bin/sh\necho "$NOTIFY_SOCKET" > {address}\n')
     d = daemon(write_config(queue_config("[./h.sh]")))
-    r.xadd("jobd:q", {"payload": "", "job_id": "first"})
-    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
-    name = "\0" + address.read_text().strip()[1:]
+    name = first_job_channel(r, address)
     with locked_tcp_socket() as sock:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", sock.fileno()))]

@@ -15,43 +15,18 @@ Real daemon, real handlers, a private Redis."""
 from __future__ import annotations
 
 import os
-import socket
-import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, acked_all, queue_config, wait_until
+from support import DaemonProcess, descriptor_flooder, first_job_channel, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
 LIMIT = 4096  # the daemon's open-file limit, soft and hard: pending at most LIMIT // 4
 FLOODERS = 3
 JOBS = 20
-FDS = 253  # SCM_MAX_FD
 NOBODY = 65534
-
-
-def flooder(name: str) -> int:
-    """A process of no job, running as nobody (no privilege), that sends for as long as it
-    lives messages of FDS pipe ends (the same ones each time)."""
-    pipes = [os.pipe() for _ in range(FDS)]
-    fds = struct.pack(f"{FDS}i", *(w for _, w in pipes))
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the flooder
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                while True:
-                    s.sendmsg([b"STATUS=x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)], 0, name)
-        finally:
-            os._exit(0)
-    for r, w in pipes:
-        os.close(r)
-        os.close(w)
-    return child
 
 
 def open_fds(pid: int) -> int:
@@ -77,12 +52,10 @@ def test_a_batch_takes_sixteen_times_the_descriptors_the_daemon_allows_itself(
            "exit 0\n")  # fmt: skip
     prefix = ("prlimit", f"--nofile={LIMIT}:{LIMIT}", "--")
     d = daemon(write_config(queue_config("[./h.sh]", concurrency=2)), prefix=prefix)
-    r.xadd("jobd:q", {"payload": "", "job_id": "first"})
-    wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
-    name = "\0" + address.read_text().strip()[1:]
+    name = first_job_channel(r, address)
     pid = d.proc.pid
     own = open_fds(pid)
-    children = [flooder(name) for _ in range(FLOODERS)]
+    children = [descriptor_flooder(name, user=NOBODY) for _ in range(FLOODERS)]  # no privilege
     most = 0
     try:
         end = time.monotonic() + 4

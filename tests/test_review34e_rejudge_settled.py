@@ -15,14 +15,10 @@ and its thread, real processes each leading a session of its own."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import threading
-import time
 
 from listening import Heard as Started
-from support import wait_until
+from support import close_channel, session_sender, wait_until
 
 from jobd.daemon.channel import Channel
 
@@ -43,24 +39,6 @@ class Table(dict):
         return found
 
 
-def sender(name: str, message: bytes) -> int:
-    ready_r, ready_w = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - a handler's first process, or a stranger
-        try:
-            os.setsid()
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                s.sendto(message, name)
-            os.write(ready_w, b"x")
-            time.sleep(60)
-        finally:
-            os._exit(0)
-    os.close(ready_w)
-    assert os.read(ready_r, 1) == b"x"
-    os.close(ready_r)
-    return child
-
-
 def test_settled_is_false_while_a_message_judged_again_is_not_queued() -> None:
     channel = Channel()
     table = Table(channel)
@@ -69,8 +47,8 @@ def test_settled_is_false_while_a_message_judged_again_is_not_queued() -> None:
     try:
         channel.begin_start()
         name = "\0" + channel.address[1:]
-        children.append(sender(name, b"STATUS=a stranger's"))
-        children.append(sender(name, b"X_JOBD_RESULT=42"))  # the handler being started
+        children.append(session_sender(name, [b"STATUS=a stranger's"]))
+        children.append(session_sender(name, [b"X_JOBD_RESULT=42"]))  # the handler being started
         wait_until(lambda: channel.count == 2 and not channel.in_hand, what="both read")
         table.watch = children[-1]
         handler = table[children[-1]] = Started(children[-1])  # spawn returned
@@ -81,7 +59,4 @@ def test_settled_is_false_while_a_message_judged_again_is_not_queued() -> None:
         assert [s.result for s in handler.said] == [b"42"], channel.dropped
         assert table.seen == [False], "settled() said True with the message not queued"
     finally:
-        for child in children:
-            os.kill(child, signal.SIGKILL)
-            os.waitpid(child, 0)
-        channel.close()
+        close_channel(channel, children)

@@ -15,13 +15,10 @@ channel, its thread, and a real process leading its own session sending on the s
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import threading
-import time
 
 from listening import Heard as Started
-from support import wait_until
+from support import close_channel, session_sender, wait_until
 
 from jobd.daemon.channel import Channel
 
@@ -49,16 +46,7 @@ def test_a_handlers_first_message_read_as_its_start_ends_is_not_a_strangers() ->
     go_r, go_w = os.pipe()
     try:
         channel.begin_start()  # the loop spawns the handler
-        child = os.fork()
-        if child == 0:  # pragma: no cover - the handler's first process
-            try:
-                os.setsid()
-                os.read(go_r, 1)
-                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                    s.sendto(b"X_JOBD_RESULT=early", "\0" + channel.address[1:])
-                time.sleep(60)
-            finally:
-                os._exit(0)
+        child = session_sender("\0" + channel.address[1:], [b"X_JOBD_RESULT=early"], go=go_r)
         handler = table.pending = Started(child)
         os.write(go_w, b"x")
         wait_until(lambda: channel.count == 1 and not channel.in_hand, what="it was read")
@@ -68,12 +56,7 @@ def test_a_handlers_first_message_read_as_its_start_ends_is_not_a_strangers() ->
         assert [s.result for s in handler.said] == [b"early"], channel.dropped
         assert not channel.dropped, channel.dropped
     finally:
-        os.close(go_r)
-        os.close(go_w)
-        if child > 0:
-            os.kill(child, signal.SIGKILL)
-            os.waitpid(child, 0)
-        channel.close()
+        close_channel(channel, [child], (go_r, go_w))
 
 
 class Unsure(list):
@@ -120,16 +103,7 @@ def test_a_message_kept_as_its_start_ends_is_not_kept_until_the_next_start() -> 
     go_r, go_w = os.pipe()
     try:
         channel.begin_start()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - the handler's first process
-            try:
-                os.setsid()
-                os.read(go_r, 1)
-                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                    s.sendto(b"X_JOBD_RESULT=early", "\0" + channel.address[1:])
-                time.sleep(60)
-            finally:
-                os._exit(0)
+        child = session_sender("\0" + channel.address[1:], [b"X_JOBD_RESULT=early"], go=go_r)
         handler = table.pending = Started(child)
         os.write(go_w, b"x")
         wait_until(lambda: channel.count == 1 and not channel.in_hand, what="it was read")
@@ -141,9 +115,4 @@ def test_a_message_kept_as_its_start_ends_is_not_kept_until_the_next_start() -> 
 
         wait_until(heard, timeout=5, what="its message heard (it waits in unsure for ever)")
     finally:
-        os.close(go_r)
-        os.close(go_w)
-        if child > 0:
-            os.kill(child, signal.SIGKILL)
-            os.waitpid(child, 0)
-        channel.close()
+        close_channel(channel, [child], (go_r, go_w))

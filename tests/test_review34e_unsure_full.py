@@ -17,13 +17,10 @@ handler does) sending on the real socket; the handler in the table a stand-in, a
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import time
 
 import pytest
 from listening import Heard as Started
-from support import wait_until
+from support import close_channel, session_sender, wait_until
 
 from jobd.daemon import receive
 from jobd.daemon.channel import UNSURE_MAX, Channel
@@ -36,33 +33,9 @@ def one_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(receive, "_native", None)
 
 
-def sender(name: str, messages: list[bytes], go: int = -1) -> int:
-    """A process leading its own session that sends ``messages``, one more (the last) once a
-    byte comes on ``go``, and lives on until killed."""
-    ready_r, ready_w = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - a process of a job, or a stranger
-        try:
-            os.setsid()
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                first = messages if go < 0 else messages[:-1]
-                for m in first:
-                    s.sendto(m, name)
-                os.write(ready_w, b"x")
-                if go >= 0 and os.read(go, 1):
-                    s.sendto(messages[-1], name)
-            time.sleep(60)
-        finally:
-            os._exit(0)
-    os.close(ready_w)
-    assert os.read(ready_r, 1) == b"x"
-    os.close(ready_r)
-    return child
-
-
 def flooded(channel: Channel, count: int) -> int:
     """A stranger's ``count`` messages read while a start is under way (kept in ``unsure``)."""
-    stranger = sender("\0" + channel.address[1:], [b"STATUS=flood"] * count)
+    stranger = session_sender("\0" + channel.address[1:], [b"STATUS=flood"] * count)
     wait_until(lambda: len(channel.unsure) == count, what="the flood kept")
     return stranger
 
@@ -75,7 +48,7 @@ def test_a_strangers_flood_during_a_start_does_not_drop_the_handlers_first_messa
     try:
         channel.begin_start()
         children.append(flooded(channel, UNSURE_MAX))
-        children.append(sender("\0" + channel.address[1:], [b"X_JOBD_RESULT=early"]))
+        children.append(session_sender("\0" + channel.address[1:], [b"X_JOBD_RESULT=early"]))
         # read, and waiting (``unsure`` full) for the start's end: in hand meanwhile
         wait_until(lambda: channel.count == UNSURE_MAX + 1, what="read")
         handler = handlers[children[-1]] = Started(children[-1])
@@ -84,10 +57,7 @@ def test_a_strangers_flood_during_a_start_does_not_drop_the_handlers_first_messa
         channel.take(handlers)
         assert [s.result for s in handler.said] == [b"early"], channel.dropped
     finally:
-        for child in children:
-            os.kill(child, signal.SIGKILL)
-            os.waitpid(child, 0)
-        channel.close()
+        close_channel(channel, children)
 
 
 def test_a_strangers_flood_during_a_start_does_not_reorder_the_handlers_messages() -> None:
@@ -100,7 +70,7 @@ def test_a_strangers_flood_during_a_start_does_not_reorder_the_handlers_messages
         channel.begin_start()
         children.append(flooded(channel, UNSURE_MAX - 1))
         messages = [b"X_JOBD_PROGRESS=10", b"X_JOBD_PROGRESS=90"]
-        children.append(sender("\0" + channel.address[1:], messages, go=go_r))
+        children.append(session_sender("\0" + channel.address[1:], messages, go=go_r))
         wait_until(lambda: channel.count == UNSURE_MAX and not channel.in_hand, what="read")
         handler = handlers[children[-1]] = Started(children[-1])  # in the table, not ended
         os.write(go_w, b"x")  # its second message: waits, its first kept (``unsure`` full)
@@ -111,9 +81,4 @@ def test_a_strangers_flood_during_a_start_does_not_reorder_the_handlers_messages
         progress = [s.progress for s in handler.said]
         assert progress and progress[-1] == 90, progress  # the later one last
     finally:
-        os.close(go_r)
-        os.close(go_w)
-        for child in children:
-            os.kill(child, signal.SIGKILL)
-            os.waitpid(child, 0)
-        channel.close()
+        close_channel(channel, children, (go_r, go_w))

@@ -13,14 +13,10 @@ what it has open, for the moment of the read)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
-import signal
-import socket
 
 from listening import Heard as Running
-from support import wait_until
+from support import close_channel, gated_sender, no_descriptor_free, wait_until
 
 from jobd.daemon.channel import Channel
 
@@ -29,42 +25,16 @@ def test_a_handlers_message_read_while_the_daemon_has_no_descriptor_free_is_not_
     channel = Channel()
     go_r, go_w = os.pipe()
     sent_r, sent_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the handler
-        try:
-            os.setsid()
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                os.read(go_r, 1)
-                s.sendto(b"X_JOBD_RESULT=done", "\0" + channel.address[1:])
-                os.write(sent_w, b"x")
-            signal.pause()
-        finally:
-            os._exit(0)
+    pid = gated_sender("\0" + channel.address[1:], [b"X_JOBD_RESULT=done"], go_r, sent_w)
     handlers = {pid: Running(pid)}
     channel.start(handlers, None)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    filler: list[int] = []
-    try:
-        # no descriptor free: the limit lowered to the highest open one, the gaps filled
-        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
-        with contextlib.suppress(OSError):
-            while True:
-                filler.append(os.dup(0))
+    with no_descriptor_free():
         os.write(go_w, b"x")
         assert os.read(sent_r, 1) == b"x"
         wait_until(lambda: channel.queue.qsize() or channel.dropped, what="the message judged")
-    finally:
-        for fd in filler:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     try:
         channel.take(handlers)
         assert channel.dropped == {}, f"its message was a stranger's: {channel.dropped}"
         assert [s.result for s in handlers[pid].said] == [b"done"]
     finally:
-        channel.close()
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        for fd in (go_r, go_w, sent_r, sent_w):
-            os.close(fd)
+        close_channel(channel, [pid], (go_r, go_w, sent_r, sent_w))

@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
-import signal
 import socket
 
 import pytest
 from listening import Heard as Running
-from support import wait_until
+from support import (
+    NS_LAST_PID,
+    close_channel,
+    no_descriptor_free,
+    session_leader_with_pid,
+    wait_until,
+)
 
 from jobd.daemon.channel import Channel
-
-NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 
 
 def _gone_sender(channel: Channel) -> int:
@@ -46,43 +48,6 @@ def _gone_sender(channel: Channel) -> int:
     return pid
 
 
-def _victim_with_pid(wanted: int) -> int:
-    """A session leader (a job's handler) that got ``wanted`` as its pid."""
-    for _ in range(50):
-        with open(NS_LAST_PID, "w") as f:
-            f.write(str(wanted - 1))
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the victim handler
-            try:
-                os.setsid()
-                signal.pause()
-            finally:
-                os._exit(0)
-        if pid == wanted:
-            wait_until(lambda p=pid: os.getsid(p) == p, what="the victim's session")
-            return pid
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    pytest.skip("could not give the pid back")
-
-
-@contextlib.contextmanager
-def _no_descriptor_free():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    filler: list[int] = []
-    try:
-        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
-        with contextlib.suppress(OSError):
-            while True:
-                filler.append(os.dup(0))
-        yield
-    finally:
-        for fd in filler:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 @pytest.mark.parametrize("full", [False, True], ids=["control", "emfile"])
 def test_a_reaped_senders_message_is_never_taken_for_the_job_that_got_its_pid(full):
     if not os.access(NS_LAST_PID, os.W_OK):
@@ -91,9 +56,9 @@ def test_a_reaped_senders_message_is_never_taken_for_the_job_that_got_its_pid(fu
     victim = 0
     try:
         gone = _gone_sender(channel)
-        victim = _victim_with_pid(gone)
+        victim = session_leader_with_pid(gone, "the victim's session")  # a job's handler
         handlers = {victim: Running(victim)}
-        with _no_descriptor_free() if full else contextlib.nullcontext():
+        with no_descriptor_free() if full else contextlib.nullcontext():
             channel.start(handlers, None)
             wait_until(lambda: channel.queue.qsize() or channel.dropped, what="judged")
         channel.take(handlers)
@@ -103,7 +68,4 @@ def test_a_reaped_senders_message_is_never_taken_for_the_job_that_got_its_pid(fu
         )
         assert channel.dropped == {("", "stranger"): 1}
     finally:
-        channel.close()
-        if victim:
-            os.kill(victim, signal.SIGKILL)
-            os.waitpid(victim, 0)
+        close_channel(channel, [victim])

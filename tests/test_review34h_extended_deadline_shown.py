@@ -16,20 +16,14 @@ Real daemon, real handler (sh with `jobd notify`), a private Redis."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
-from support import DaemonProcess, acked_all, jobd_cli, queue_config, wait_until
+from support import JOBD, JOBD_ENV, DaemonProcess, acked_all, jobd_cli, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
-ROOT = Path(__file__).resolve().parent.parent
-if not (ROOT / "jobd").is_dir():  # run from tests/open
-    ROOT = ROOT.parent
-JOBD = f"{sys.executable} -m jobd"
-ENV = json.dumps({"PYTHONPATH": str(ROOT)})
 LEASE = "{renew_every: 300ms, reclaim_after: 3s}"
 
 
@@ -50,7 +44,7 @@ def test_the_running_record_shows_the_deadline_a_handler_extended_to(
         while [ ! -e {tmp_path}/go ]; do sleep 0.05; done
         """,
     )
-    settings = dict(env=ENV, lease=LEASE, timeout="1s", max_timeout="30s")
+    settings = dict(env=JOBD_ENV, lease=LEASE, timeout="1s", max_timeout="30s")
     config = write_config(queue_config("[./h.sh]", **settings))
     daemon(config)
     r.xadd("jobd:q", {"payload": "", "job_id": "x"})

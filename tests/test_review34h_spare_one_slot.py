@@ -21,58 +21,23 @@ daemon here) has no descriptor free but the reader's spare."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
-import signal
-import socket
-import sys
 
 from listening import Heard as Running
-from support import wait_until
+from support import close_channel, gated_sender, no_descriptor_free, wait_until
 
 from jobd.daemon.channel import Channel
-
-
-@contextlib.contextmanager
-def _no_descriptor_free():
-    """Every descriptor slot taken (the reader's spare, opened before, stays its own)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    filler: list[int] = []
-    try:
-        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
-        with contextlib.suppress(OSError):
-            while True:
-                filler.append(os.dup(0))
-        yield
-    finally:
-        for fd in filler:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_jobd_notify_message_read_at_the_open_file_limit_is_its_handlers():
     channel = Channel()
     go_r, go_w = os.pipe()
     sent_r, sent_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the handler, sending as `jobd notify` does
-        try:
-            os.setsid()
-            _, write_end = os.pipe()  # its read end: jobd notify's wait
-            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, write_end.to_bytes(4, sys.byteorder))]
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                os.read(go_r, 1)
-                s.sendmsg([b"X_JOBD_RESULT=done"], rights, 0, "\0" + channel.address[1:])
-                os.write(sent_w, b"x")
-            signal.pause()
-        finally:
-            os._exit(0)
+    pid = _notify_like(channel, [b"X_JOBD_RESULT=done"], go_r, sent_w)  # the handler
     handlers = {pid: Running(pid)}
     channel.start(handlers, None)
     try:
-        with _no_descriptor_free():
+        with no_descriptor_free():  # (the reader's spare, opened before, stays its own)
             os.write(go_w, b"x")
             assert os.read(sent_r, 1) == b"x"
             wait_until(lambda: channel.queue.qsize() or channel.dropped, what="judged")
@@ -82,32 +47,13 @@ def test_a_jobd_notify_message_read_at_the_open_file_limit_is_its_handlers():
         )
         assert [s.result for s in handlers[pid].said] == [b"done"]
     finally:
-        channel.close()
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        for fd in (go_r, go_w, sent_r, sent_w):
-            os.close(fd)
+        close_channel(channel, [pid], (go_r, go_w, sent_r, sent_w))
 
 
 def _notify_like(channel: Channel, messages: list[bytes], go_r: int, sent_w: int) -> int:
     """A process leading its own session that sends ``messages`` as `jobd notify` does (each
     with a pipe's write end) once a byte comes on ``go_r``, says so on ``sent_w``, and waits."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the handler
-        try:
-            os.setsid()
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                os.read(go_r, 1)
-                for message in messages:
-                    _, write_end = os.pipe()
-                    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                               write_end.to_bytes(4, sys.byteorder))]  # fmt: skip
-                    s.sendmsg([message], rights, 0, "\0" + channel.address[1:])
-                os.write(sent_w, b"x")
-            signal.pause()
-        finally:
-            os._exit(0)
-    return pid
+    return gated_sender("\0" + channel.address[1:], messages, go_r, sent_w, pipe_ends=True)
 
 
 def test_later_messages_of_the_same_read_at_the_open_file_limit_are_their_handlers_too(
@@ -129,7 +75,7 @@ def test_later_messages_of_the_same_read_at_the_open_file_limit_are_their_handle
         channel.disposer.give([os.dup(0)])  # its sink started, as by an earlier message
         wait_until(lambda c=channel: c.disposer.pending == 0, what="the sink started")
         try:
-            with _no_descriptor_free():
+            with no_descriptor_free():
                 os.write(go_w, b"x")
                 assert os.read(sent_r, 1) == b"x"
                 channel.start(handlers, None)
@@ -139,8 +85,4 @@ def test_later_messages_of_the_same_read_at_the_open_file_limit_are_their_handle
             heard = handlers[pid].said  # (what a batch read of one handler: merged)
             assert sum(s.count for s in heard) == 8 and heard[-1].status == b"7", heard
         finally:
-            channel.close()
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            for fd in (go_r, go_w, sent_r, sent_w):
-                os.close(fd)
+            close_channel(channel, [pid], (go_r, go_w, sent_r, sent_w))

@@ -27,31 +27,9 @@ import socket
 
 import pytest
 from listening import Heard as Running
-from support import wait_until
+from support import NS_LAST_PID, close_channel, session_leader_with_pid, wait_until
 
 from jobd.daemon.channel import Channel
-
-NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
-
-
-def _victim_with_pid(wanted: int) -> int:
-    """A session leader (the handler being started) that got ``wanted`` as its pid."""
-    for _ in range(50):
-        with open(NS_LAST_PID, "w") as f:
-            f.write(str(wanted - 1))
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the new handler
-            try:
-                os.setsid()
-                signal.pause()
-            finally:
-                os._exit(0)
-        if pid == wanted:
-            wait_until(lambda p=pid: os.getsid(p) == p, what="the handler's session")
-            return pid
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    pytest.skip("could not give the pid back")
 
 
 def test_a_kept_strangers_message_is_not_taken_for_the_handler_that_got_its_pid() -> None:
@@ -77,7 +55,8 @@ def test_a_kept_strangers_message_is_not_taken_for_the_handler_that_got_its_pid(
         assert channel.dropped == {}
         os.write(go_w, b"x")
         os.waitpid(stranger, 0)  # gone: its pid is free
-        victim = _victim_with_pid(stranger)  # the spawn under way gets it
+        # the spawn under way gets it
+        victim = session_leader_with_pid(stranger, "the handler's session")
         handlers[victim] = Running(victim)
         channel.end_start()
 
@@ -92,12 +71,7 @@ def test_a_kept_strangers_message_is_not_taken_for_the_handler_that_got_its_pid(
         )
         assert channel.dropped == {("", "stranger"): 1}
     finally:
-        channel.close()
-        if victim:
-            os.kill(victim, signal.SIGKILL)
-            os.waitpid(victim, 0)
-        os.close(go_r)
-        os.close(go_w)
+        close_channel(channel, [victim], (go_r, go_w))
 
 
 def test_a_message_kept_during_its_handlers_start_is_its_handlers_though_its_sender_left():
@@ -137,9 +111,4 @@ def test_a_message_kept_during_its_handlers_start_is_its_handlers_though_its_sen
         assert channel.dropped == {}
         assert [s.result for s in handlers[leader].said] == [b"early"]
     finally:
-        channel.close()
-        if leader:
-            os.kill(leader, signal.SIGKILL)
-            os.waitpid(leader, 0)
-        for fd in (done_r, done_w, go_r, go_w):
-            os.close(fd)
+        close_channel(channel, [leader], (done_r, done_w, go_r, go_w))

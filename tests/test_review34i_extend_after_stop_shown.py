@@ -20,20 +20,14 @@ a private Redis."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
-from support import DaemonProcess, acked_all, jobd_cli, queue_config, wait_until
+from support import JOBD, JOBD_ENV, DaemonProcess, acked_all, jobd_cli, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
-ROOT = Path(__file__).resolve().parent.parent
-if not (ROOT / "jobd").is_dir():  # run from tests/open
-    ROOT = ROOT.parent
-JOBD = f"{sys.executable} -m jobd"
-ENV = json.dumps({"PYTHONPATH": str(ROOT)})
 LEASE = "{renew_every: 300ms, reclaim_after: 3s}"
 
 
@@ -70,7 +64,7 @@ def test_an_extension_asked_after_the_stop_is_not_shown_as_the_deadline(
         while [ ! -e {go} ]; do sleep 0.05; done
         """,
     )
-    settings = dict(env=ENV, lease=LEASE, timeout="1s", max_timeout="2h", kill_grace="20s")
+    settings = dict(env=JOBD_ENV, lease=LEASE, timeout="1s", max_timeout="2h", kill_grace="20s")
     config = write_config(queue_config("[./h.sh]", **settings))
     daemon(config)
     r.xadd("jobd:q", {"payload": "", "job_id": "x"})

@@ -15,22 +15,17 @@ poll, then q1's pause (a real `jobd pause`: an event in q1's stream), then the n
 
 from __future__ import annotations
 
-import json
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import redis
-from support import dashboard_server, get_json, jobd_cli
+from support import dashboard_server, events_after, get_json, jobd_cli, queues_config
 
 
 def test_a_queue_without_events_gets_a_cursor_from_another_stream(
     r: redis.Redis, write_config: Any, tmp_path: Path
 ) -> None:
-    config = write_config(
-        "redis: {url: '{redis}'}\nqueues:\n  q0: {command: [/bin/true]}\n"
-        "  q1: {command: [/bin/true]}\n"
-    )
+    config = write_config(queues_config(2))
     seconds, _ = r.time()
     ahead = f"{(int(seconds) + 3600) * 1000}-0"  # an hour ahead of Redis's clock
     r.xadd("{jobd:q0}:events", {"event": "done", "queue": "q0", "job": "j"}, id=ahead)
@@ -38,8 +33,7 @@ def test_a_queue_without_events_gets_a_cursor_from_another_stream(
         first = get_json(port, "/api/events")
         assert jobd_cli("pause", "-c", str(config), "q1").returncode == 0
         [paused] = r.xrange("{jobd:q1}:events")
-        cursor = urllib.parse.quote(json.dumps(first["after"]))
-        second = get_json(port, f"/api/events?after={cursor}")
+        second = events_after(port, first["after"])
     shown = [(e["queue"], e["id"]) for e in second["events"]]
     # Expected: q1's pause shows at the next poll (its cursor: before any of q1's events).
     assert ("q1", paused[0].decode()) in shown, (

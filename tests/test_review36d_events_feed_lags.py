@@ -15,42 +15,29 @@ shape in q0 then one in q1, then the page's poll with the cursor the last reply 
 
 from __future__ import annotations
 
-import json
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import redis
-from support import dashboard_server, get_json
+from support import dashboard_server, feed_polls, queues_config, settled_event
 
 QUEUES = 50
 
 
 def _event(r: redis.Redis, queue: str, n: int) -> str:
-    # The fields jobd's settling script writes for a done job (lib/jobs.lua emit), typical sizes.
-    fields = {"event": "done", "queue": queue, "job": f"order-{n:08d}", "attempt": "1",
-              "consumer": "worker-3-12345-9f8e7d6c", "host": "worker-3", "exit_code": "0",
-              "duration_ms": "15", "origin": "enqueue-0123456789abcdef"}  # fmt: skip
-    return r.xadd(f"{{jobd:{queue}}}:events", fields).decode()
+    return settled_event(r, queue, f"order-{n:08d}", origin="enqueue-0123456789abcdef")
 
 
 def test_a_busy_queue_holds_back_every_other_queues_events_without_skipped(
     r: redis.Redis, write_config: Any, tmp_path: Path
 ) -> None:
-    queues = "".join(f"  q{i}: {{command: [/bin/true]}}\n" for i in range(QUEUES))
-    config = write_config("redis: {url: '{redis}'}\nqueues:\n" + queues)
+    config = write_config(queues_config(QUEUES))
     with dashboard_server(config) as port:
-        after = get_json(port, "/api/events")["after"]
-        rounds = []
-        for round_ in range(6):
-            for n in range(60):  # more than count (50) since the last poll
-                _event(r, "q0", round_ * 100 + n)
-            other = _event(r, "q1", round_)
-            cursor = urllib.parse.quote(json.dumps(after))
-            reply = get_json(port, f"/api/events?after={cursor}")
-            after = reply["after"]
-            shown = {(e["queue"], e["id"]) for e in reply["events"]}
-            rounds.append((len(reply["events"]), reply["skipped"], ("q1", other) in shown))
+        # 60 events a round: more than count (50) since the last poll
+        rounds = [
+            (len(reply["events"]), reply["skipped"], q1_shown)
+            for reply, q1_shown in feed_polls(r, port, rounds=6, busy=60, event=_event)
+        ]
     # Expected, as documented: each poll after more than 50 new events says skipped and gives
     # the newest, q1's among them.
     assert all(skipped and q1_shown for _, skipped, q1_shown in rounds), (

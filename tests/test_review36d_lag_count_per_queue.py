@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from support import dashboard_server, get_json
+from support import dashboard_server, get_json, queues_config
 
 QUEUES = 50
 FIELDS = 90_000  # empty fields an entry: 90 000 × 64 bytes counted ≈ 5.5 MiB, 2 bytes a field held
@@ -42,8 +42,7 @@ def counted(r: redis.Redis, write_config: Any, path: str) -> tuple[list, int, in
     ``path`` on a dashboard: its rows, the bytes its lag counts read (each XRANGE of
     count_after reads one entry: a queue's first is the small kept one, once the budget is
     spent still read: 0 told from "at least 1"), its XRANGE calls and Redis's µs in scripts."""
-    queues = "".join(f"  q{i}: {{command: [/bin/true]}}\n" for i in range(QUEUES))
-    config = write_config("redis: {url: '{redis}'}\nqueues:\n" + queues)
+    config = write_config(queues_config(QUEUES))
     stream = "jobd:q0"
     r.xgroup_create(stream, "jobd", id="0", mkstream=True)
     r.xadd(stream, {"payload": "x"})

@@ -13,35 +13,20 @@ field of one queue. The hostile-bytes sweep of the page never sees it: it is no 
 
 from __future__ import annotations
 
-import http.client
 from pathlib import Path
 from typing import Any
 
 import redis
+from support import dashboard_server, get_status, queues_config
 
 from jobd import config as jobd_config
 from jobd.store import keys
 
 
-def _status(port: int, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path)
-        reply = conn.getresponse()
-        return reply.status, reply.read()[:200]
-    finally:
-        conn.close()
-
-
 def test_a_long_counter_value_fails_the_overview_and_the_queue_page(
     r: redis.Redis, write_config: Any, tmp_path: Path
 ) -> None:
-    from support import dashboard_server
-
-    config = write_config(
-        "redis: {url: '{redis}'}\nqueues:\n  q0: {command: [/bin/true]}\n"
-        "  q1: {command: [/bin/true]}\n"
-    )
+    config = write_config(queues_config(2))
     seconds, _ = r.time()
     minute = keys.minute(int(seconds))
     qkeys = jobd_config.load(str(config)).queues["q0"].keys
@@ -49,6 +34,6 @@ def test_a_long_counter_value_fails_the_overview_and_the_queue_page(
     for m in (minute, minute - 1):  # this minute and the last (the overview's per minute)
         r.hset(qkeys.stats(m), mapping={"done": big})
     with dashboard_server(config) as port:
-        replies = {path: _status(port, path) for path in ("/api/summary", "/api/queue?queue=q0")}
+        replies = {path: get_status(port, path) for path in ("/api/summary", "/api/queue?queue=q0")}
     # Expected: the pages answer (the counter shown as not jobd's, or capped), never a 500.
     assert all(code == 200 for code, _ in replies.values()), replies

@@ -17,43 +17,29 @@ no skip is due by count alone), then one in q1, then the page's poll with the la
 
 from __future__ import annotations
 
-import json
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import redis
-from support import dashboard_server, get_json
+from support import dashboard_server, feed_polls, queues_config, settled_event
 
 QUEUES = 50
 
 
 def _event(r: redis.Redis, queue: str, n: int) -> str:
-    # The fields jobd's settling script writes for a done job (lib/jobs.lua emit); a long job id.
-    fields = {"event": "done", "queue": queue, "job": f"order-{n:08d}-" + "x" * 985,
-              "attempt": "1", "consumer": "worker-3-12345-9f8e7d6c", "host": "worker-3",
-              "exit_code": "0", "duration_ms": "15"}  # fmt: skip
-    return r.xadd(f"{{jobd:{queue}}}:events", fields).decode()
+    return settled_event(r, queue, f"order-{n:08d}-" + "x" * 985)  # a long job id
 
 
 def test_a_busy_queue_with_long_ids_puts_the_feed_behind_for_good(
     r: redis.Redis, write_config: Any, tmp_path: Path
 ) -> None:
-    queues = "".join(f"  q{i}: {{command: [/bin/true]}}\n" for i in range(QUEUES))
-    config = write_config("redis: {url: '{redis}'}\nqueues:\n" + queues)
+    config = write_config(queues_config(QUEUES))
     with dashboard_server(config) as port:
-        after = get_json(port, "/api/events")["after"]
         rounds = []
-        for round_ in range(8):
-            for n in range(30):  # fewer than count (50) since the last poll
-                _event(r, "q0", round_ * 100 + n)
-            other = _event(r, "q1", round_)
-            cursor = urllib.parse.quote(json.dumps(after))
-            reply = get_json(port, f"/api/events?after={cursor}")
-            after = reply["after"]
-            shown = {(e["queue"], e["id"]) for e in reply["events"]}
-            behind = len(r.xrange("{jobd:q0}:events", "(" + after["q0"], "+"))
-            rounds.append((len(reply["events"]), reply["skipped"], ("q1", other) in shown, behind))
+        # 30 events a round: fewer than count (50) since the last poll
+        for reply, q1_shown in feed_polls(r, port, rounds=8, busy=30, event=_event):
+            behind = len(r.xrange("{jobd:q0}:events", "(" + reply["after"]["q0"], "+"))
+            rounds.append((len(reply["events"]), reply["skipped"], q1_shown, behind))
     # Expected: the feed keeps up (every event since, or the newest with skipped): q1's newest
     # event is shown at each poll, and q0's events not yet given never pile up past count.
     assert all((skipped or q1) and behind <= 50 for _, skipped, q1, behind in rounds), (

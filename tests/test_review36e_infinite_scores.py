@@ -11,24 +11,13 @@ member stays (promote.lua never moves a job due at +inf; the history's is trimme
 
 from __future__ import annotations
 
-import http.client
 from pathlib import Path
 from typing import Any
 
 import redis
-from support import dashboard_server
+from support import dashboard_server, get_status
 
 from jobd import config as jobd_config
-
-
-def _status(port: int, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path)
-        reply = conn.getresponse()
-        return reply.status, reply.read()[:200]
-    finally:
-        conn.close()
 
 
 def test_an_infinite_score_fails_the_delayed_and_recent_pages(
@@ -40,6 +29,6 @@ def test_an_infinite_score_fails_the_delayed_and_recent_pages(
     r.zadd(qkeys.history_at, {b"some-job": float("inf")})
     paths = ("/api/overview", "/api/jobs?queue=q0&state=delayed", "/api/jobs?queue=q0&state=recent")
     with dashboard_server(config) as port:
-        replies = {path: _status(port, path) for path in paths}
+        replies = {path: get_status(port, path) for path in paths}
     # Expected: each page answers (the member shown as due never, or not jobd's), never a 500.
     assert all(code == 200 for code, _ in replies.values()), replies

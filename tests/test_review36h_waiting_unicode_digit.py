@@ -20,37 +20,23 @@ who can write to Redis (its field names are consumers' names, its values any byt
 
 from __future__ import annotations
 
-import http.client
 from pathlib import Path
 from typing import Any
 
 import redis
-from support import dashboard_server, jobd_cli
+from support import dashboard_server, get_status, jobd_cli, queues_config
 
 from jobd import config as jobd_config
-
-
-def _status(port: int, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path)
-        reply = conn.getresponse()
-        return reply.status, reply.read()[:200]
-    finally:
-        conn.close()
 
 
 def test_a_superscript_digit_in_the_waiting_hash_fails_the_pages_and_status(
     r: redis.Redis, write_config: Any, tmp_path: Path
 ) -> None:
-    config = write_config(
-        "redis: {url: '{redis}'}\nqueues:\n  q0: {command: [/bin/true]}\n"
-        "  q1: {command: [/bin/true]}\n"
-    )
+    config = write_config(queues_config(2))
     qkeys = jobd_config.load(str(config)).queues["q0"].keys
     r.hset(qkeys.waiting, "someone-1-abcd", "slots ²".encode())  # isdigit(), not int()
     with dashboard_server(config) as port:
-        replies = {path: _status(port, path) for path in ("/api/summary", "/api/queue?queue=q0")}
+        replies = {path: get_status(port, path) for path in ("/api/summary", "/api/queue?queue=q0")}
     status = jobd_cli("status", "-c", str(config))
     # Expected: the value is not jobd's and is left out; the pages and the status still answer.
     assert all(code == 200 for code, _ in replies.values()), replies

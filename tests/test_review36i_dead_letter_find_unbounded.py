@@ -22,29 +22,13 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from support import jobd_cli, queue_config
+from support import counted_scripts, jobd_cli, queue_config
 
 from jobd import config as jobd_config
 from jobd.store.admin import FIND_BYTES
 
 RECORDS = 48
 SIZE = 8 << 20  # bytes of each record's payload
-
-
-def _longest_script_us(r: redis.Redis) -> int:
-    """The longest EVAL/EVALSHA in the slow log, in µs."""
-    entries = r.slowlog_get(128)
-    durations = [
-        int(e["duration"])
-        for e in entries
-        if e["command"].split()[:1] and e["command"].split()[0].upper() in (b"EVALSHA", b"EVAL")
-    ]
-    return max(durations, default=0)
-
-
-def _script_calls(r: redis.Redis) -> int:
-    stats = r.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
 
 
 def test_looking_for_a_job_ids_dead_letter_holds_redis_a_bounded_time(
@@ -56,16 +40,14 @@ def test_looking_for_a_job_ids_dead_letter_holds_redis_a_bounded_time(
     for i in range(RECORDS):
         r.xadd(q.dead_letter.stream, {"jobd_job_id": f"job-{i}", "jobd_error": "exit",
                                       "payload": payload})  # fmt: skip
-    r.config_set("slowlog-log-slower-than", 100_000)  # 100 ms
-    r.slowlog_reset()
-    before = _script_calls(r)
-    shown = jobd_cli("dlq", "-c", str(config), "q", "show", "job-0")  # the oldest: all walked
+    # job-0, the oldest: all walked (the slow log keeps calls of 100 ms and more)
+    calls, shown = counted_scripts(
+        r, lambda: jobd_cli("dlq", "-c", str(config), "q", "show", "job-0"), 100_000
+    )
     assert shown.returncode == 0, shown.stderr
     # What bounds a call is the bytes it reads (FIND_BYTES): as many calls as that takes, each
     # holding Redis for what reading FIND_BYTES costs. Counted, not timed: a loaded machine
     # slows every call alike (the slow log's longest is printed for the record).
-    calls = _script_calls(r) - before
-    print(f"{calls} script calls; the longest {_longest_script_us(r) / 1e6:.3f} s")
     assert calls >= RECORDS * SIZE // FIND_BYTES, (
         f"{calls} dead_letter_find.lua call(s) read {RECORDS} dead letters of {SIZE >> 20} MiB: "
         f"more than {FIND_BYTES >> 20} MiB a call (no byte bound: 500 records a call)"

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from support import jobd_cli, queue_config
+from support import counted_scripts, jobd_cli, queue_config
 
 from jobd import config as jobd_config
 from jobd.store.admin import FIND_BYTES
@@ -34,18 +34,6 @@ from jobd.store.browse import FIELD_COST
 
 RECORDS = 20
 WIDTH = 100_000  # empty fields (name and value) of each record
-
-
-def _script_calls(r: redis.Redis) -> int:
-    stats = r.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
-
-
-def _longest_script_us(r: redis.Redis) -> int:
-    durations = [int(e["duration"]) for e in r.slowlog_get(128)
-                 if e["command"].split()[:1] and e["command"].split()[0].upper()
-                 in (b"EVALSHA", b"EVAL")]  # fmt: skip
-    return max(durations, default=0)
 
 
 def test_looking_for_a_job_ids_dead_letter_counts_each_field_it_copies(
@@ -56,13 +44,10 @@ def test_looking_for_a_job_ids_dead_letter_counts_each_field_it_copies(
     r.xadd(q.dead_letter.stream, {"jobd_job_id": "job-0", "jobd_error": "exit", "payload": "x"})
     for _ in range(RECORDS):  # newer than job-0's: the search walks them all first
         r.execute_command("XADD", q.dead_letter.stream, "*", *([b"", b""] * WIDTH))
-    r.config_set("slowlog-log-slower-than", 10_000)  # 10 ms
-    r.slowlog_reset()
-    before = _script_calls(r)
-    shown = jobd_cli("dlq", "-c", str(config), "q", "show", "job-0")
+    calls, shown = counted_scripts(
+        r, lambda: jobd_cli("dlq", "-c", str(config), "q", "show", "job-0")
+    )
     assert shown.returncode == 0, shown.stderr
-    calls = _script_calls(r) - before
-    print(f"{calls} script calls; the longest {_longest_script_us(r) / 1e6:.3f} s")
     # A call stops once what it visited costs FIND_BYTES (one record past it at most), each
     # record costing WIDTH * FIELD_COST as every other bounded read counts these fields.
     per_call = FIND_BYTES // (WIDTH * FIELD_COST) + 1

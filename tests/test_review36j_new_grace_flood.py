@@ -28,18 +28,13 @@ small); the flood comes from a child process, so it takes no turn of this one's 
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterable
 from typing import Any
 
-from support import free_port, wait_until
+from support import free_port, healthz_under
 
 from jobd.web import server
 
-HEALTHZ_WITHIN = 2.0  # seconds /healthz may take (test_dashboard_security's bound)
 RATE = 300  # connections a second the flood makes, each sending nothing
 FLOOD = """
 import socket, sys, time
@@ -64,32 +59,11 @@ def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
     return [b"ok\n"]
 
 
-def healthz(port: int, timeout: float) -> int | str:
-    """The status of a GET /healthz, or why there is none within ``timeout`` seconds."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.settimeout(timeout)
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            line = s.makefile("rb").readline()
-        return int(line.split()[1]) if line else "closed without an answer"
-    except (OSError, ValueError) as exc:
-        return repr(exc)
-
-
 def test_healthz_answers_while_a_client_keeps_connecting_and_sending_nothing() -> None:
     port = free_port()
     served = server.serve_app(app, f"127.0.0.1:{port}", "review36j", apart=("/healthz",))
     try:
-        wait_until(lambda: healthz(port, 2) == 200, what="the server to answer")
-        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(port), str(RATE), "20"])
-        try:
-            time.sleep(3)  # the flood under way (not an assertion: what the probe meets)
-            began = time.monotonic()
-            status = healthz(port, HEALTHZ_WITHIN)
-            took = time.monotonic() - began
-        finally:
-            flood.kill()
-            flood.wait()
+        status, took = healthz_under(port, FLOOD, str(RATE), "20")
     finally:
         served.shutdown()
     assert status == 200, (

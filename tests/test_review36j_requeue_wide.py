@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from support import jobd_cli, queue_config
+from support import counted_scripts, jobd_cli, queue_config
 
 from jobd import config as jobd_config
 from jobd.store.admin import REQUEUE_BYTES
@@ -36,18 +36,6 @@ RECORDS = 24  # at least 2 calls with the bound (11 records a call), 1 without i
 WIDTH = 100_000  # empty fields (name and value) of each record
 
 
-def _script_calls(r: redis.Redis) -> int:
-    stats = r.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
-
-
-def _longest_script_us(r: redis.Redis) -> int:
-    durations = [int(e["duration"]) for e in r.slowlog_get(128)
-                 if e["command"].split()[:1] and e["command"].split()[0].upper()
-                 in (b"EVALSHA", b"EVAL")]  # fmt: skip
-    return max(durations, default=0)
-
-
 def test_requeueing_every_dead_letter_counts_each_field_it_copies(
     r: redis.Redis, write_config: Any
 ) -> None:
@@ -55,13 +43,10 @@ def test_requeueing_every_dead_letter_counts_each_field_it_copies(
     q = jobd_config.load(str(config)).queues["q"]
     for _ in range(RECORDS):
         r.execute_command("XADD", q.dead_letter.stream, "*", *([b"", b""] * WIDTH))
-    r.config_set("slowlog-log-slower-than", 10_000)  # 10 ms
-    r.slowlog_reset()
-    before = _script_calls(r)
-    done = jobd_cli("dlq", "-c", str(config), "q", "requeue", "--all")
+    calls, done = counted_scripts(
+        r, lambda: jobd_cli("dlq", "-c", str(config), "q", "requeue", "--all")
+    )
     assert done.returncode in (0, 1), done.stderr  # 1: records left in place (not jobs)
-    calls = _script_calls(r) - before
-    print(f"{calls} script calls; the longest {_longest_script_us(r) / 1e6:.3f} s")
     # A call stops once what it visited costs REQUEUE_BYTES (one record past it at most), each
     # record costing WIDTH * FIELD_COST as every other bounded read counts these fields.
     per_call = REQUEUE_BYTES // (WIDTH * FIELD_COST) + 1

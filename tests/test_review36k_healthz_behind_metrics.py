@@ -27,17 +27,11 @@ the scrapes come from a child process, so they take no turn of this one's GIL.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
-from support import free_port, wait_until
-from test_review36j_new_grace_flood import healthz
+from support import free_port, healthz_under
 
 from jobd.web import endpoint
 from jobd.web.metrics import Metrics
 
-HEALTHZ_WITHIN = 2.0  # seconds /healthz may take (test_dashboard_security's bound)
 QUEUES = 50
 CONNECTIONS = 24  # each asking for /metrics again as soon as it has its answer
 SCRAPES = """
@@ -67,16 +61,7 @@ def test_healthz_answers_while_a_client_keeps_scraping_metrics() -> None:
     port = free_port()
     served = endpoint.serve(metrics, f"127.0.0.1:{port}")
     try:
-        wait_until(lambda: healthz(port, 2) == 200, what="the server to answer")
-        flood = subprocess.Popen([sys.executable, "-c", SCRAPES, str(port), str(CONNECTIONS), "8"])
-        try:
-            time.sleep(3)  # the scrapes under way (not an assertion: what the probe meets)
-            began = time.monotonic()
-            status = healthz(port, HEALTHZ_WITHIN)
-            took = time.monotonic() - began
-        finally:
-            flood.kill()
-            flood.wait()
+        status, took = healthz_under(port, SCRAPES, str(CONNECTIONS), "8")  # the scrapes
     finally:
         served.shutdown()
     assert status == 200, (
