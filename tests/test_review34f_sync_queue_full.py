@@ -1,4 +1,4 @@
-"""Review 34f: ``Channel.sync`` cannot get an exiting handler's last message queued while the
+"""Review 34f: ``Channel.sync`` (now ``mark``/``past``) cannot get an exiting handler's last message queued while the
 thread's queue to the loop is full, and the loop's ``take`` after it takes QUEUED_MAX items at
 most: a message behind a backlog of more than QUEUED_MAX items is not heard before its handler
 leaves the table (``Loop.step``: ``sync``, then ``finish`` removes it; the item, taken later,
@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import array
 import os
+import select
 import signal
 import socket
+import time
 
 from listening import Heard as Running
 from support import wait_until
@@ -64,8 +66,12 @@ def test_a_handlers_last_message_behind_a_flood_of_cut_ones_is_heard_before_it_l
         # exited, not reaped (the loop syncs before it reaps a leader: a zombie is still its
         # session's, and alive by its pidfd)
         wait_until(lambda: _exited(exiting), what="the exiting handler sent its result and exited")
-        # the loop's pass with its exit: sync, take (Handlers.sync), then it leaves the table
-        channel.sync(lambda: channel.take(handlers))
+        # the loop's passes after its exit: a mark, takes until the thread is past it
+        # (Handlers.exited, left), then it leaves the table
+        mark = channel.mark()
+        while mark is not None and not channel.past(mark, time.monotonic()):
+            channel.take(handlers)
+            select.select([channel.wakeup.r], [], [], 0.01)  # the loop woken
         channel.take(handlers)
         results = [s.result for s in handlers[exiting].said if s.result is not None]
         assert results == [b"final"], "its result was not heard before it left the table"

@@ -60,8 +60,7 @@ log = logging.getLogger("jobd.daemon")
 
 PER_WAKE = 32  # messages the thread queues between two wake-ups of the loop, at most
 QUEUED_MAX = 1024  # messages waiting for the loop, at most (``take`` takes as many a pass)
-SYNC_WAIT = 0.05  # seconds ``sync`` waits for the thread, at most
-SYNC_REST = 1.0  # seconds after a wait that gave up before ``sync`` waits again, at least
+LEAVE_WAIT = 1.0  # seconds a handler that exited waits for the thread to read past it (``mark``)
 CLOSE_WAIT = 1.0  # seconds ``close`` waits for the thread to end
 UNSURE_MAX = 256  # messages of an unknown session kept while a start is under way, at most
 SETTLE_WAIT = 0.05  # seconds the thread waits for the disposer when short of spare slots
@@ -77,6 +76,7 @@ REST_MS, REST_BACKLOG = 2, 64
 Item = tuple[str, Handler, Said, float] | tuple[str, str, str] | tuple[str, float]
 WAIT: Item = ("wait", 0.0)  # ``judge``: ``unsure`` is full, the message waits for a start's end
 KEPT: Item = ("kept", 0.0)  # ``judge``: the message is kept in ``unsure`` (``starts``)
+Mark = tuple[float, int, float]  # ``mark``: when, ``count`` then, the count to be queued
 
 
 class Channel(Starts):
@@ -113,12 +113,10 @@ class Channel(Starts):
         self.unsure: list[tuple[Message, int, bool]] = []
         self.count, self.flushed = 0, 0  # messages read; ``count`` when it last queued them
         self.laden = 0  # messages read that brought descriptors (or lost them: MSG_CTRUNC)
-        # For ``sync``: the thread queues what it holds once ``count`` reaches ``flush_at``, and
-        # says so (``reached``); the socket holds ``backlog`` messages at most.
-        self.flush_at, self.reached, self.backlog = float("inf"), threading.Event(), backlog()
+        self.backlog = backlog()  # messages the socket holds, at most (``mark``)
         # The loop's: the socket last found empty, all before taken (a watchdog waits for it).
         self.drained, self.awaited = float("-inf"), False
-        self.gave_up = float("-inf")  # when the last ``sync`` that gave up began
+        self.stuck: tuple[int, float] | None = None  # (count, emptied) when a mark ran out
         self.emptied = float("-inf")  # the thread's: when it last began a read that found none
         self.peek = select.poll()
         self.peek.register(self.sock, select.POLLIN)
@@ -182,36 +180,35 @@ class Channel(Starts):
         self.awaited = True
         self.asked.wake()
 
-    def sync(self, take: Callable[[], object]) -> None:
-        """Before handlers that exited leave the table: wait (SYNC_WAIT at most) until every
-        message they sent is queued, so that what a handler sent before its exit is heard:
-        until the socket is empty, or the thread found it empty since, or it has read
-        ``backlog`` messages more than it had when this began, and a batch (all that the socket
-        and the thread held then: under a flood, a millisecond or so). Not again once a wait
-        gave up (the thread stuck in a close, say), until the thread has found the socket empty
-        since and SYNC_REST has passed: it costs the loop SYNC_WAIT a SYNC_REST at most (5 %)."""
-        if not self.thread.is_alive() or self.settled() or self.emptied < self.gave_up:
-            return
-        if time.monotonic() < self.gave_up + SYNC_REST:
-            return
-        began = time.monotonic()
-        self.reached.clear()
-        # + BATCH_MAX: a batch read and not all judged yet (``in_hand``) comes before them
-        target = self.count + BATCH_MAX + self.backlog
-        self.flush_at = target
+    def mark(self) -> Mark | None:
+        """A handler has exited: where the thread has read everything it sent before (in the
+        socket then, or read and not queued yet), for ``past``; None when that is already so
+        (the socket empty, the thread holding nothing), or when no thread would get there: it
+        has ended, or it is stuck (a mark ran out with it reading nothing: none until it reads
+        again). The thread is asked to read the socket out (ending a rest) and to say so."""
+        began = time.monotonic()  # before the ask: a read it makes begins after this
+        if not self.thread.is_alive() or self.settled() or self.stuck == (self.count, self.emptied):
+            return None
         self.asked.wake()
-        try:
-            while not self.settled() and self.emptied < began and self.flushed < target:
-                if self.queue.full():  # the thread waits in ``put`` (it says so): room first
-                    take()
-                if not self.reached.wait(max(0.0, began + SYNC_WAIT - time.monotonic())):
-                    self.gave_up = began
-                    log.debug("channel: a wait for the thread gave up after 50 ms (stuck?): "
-                              "handlers leave without this wait for a second")  # fmt: skip
-                    return
-                self.reached.clear()
-        finally:
-            self.flush_at = float("inf")
+        # + BATCH_MAX: a batch read and not all judged yet (``in_hand``) comes before them
+        return began, self.count, self.count + BATCH_MAX + self.backlog
+
+    def past(self, mark: Mark, now: float) -> bool:
+        """Whether everything sent before ``mark`` is queued (then ``take``): the thread has
+        found the socket empty since, or has queued what it judged of as many messages as the
+        socket held then and the batch in hand (under a flood, a millisecond or so: it queues
+        every PER_WAKE messages, and wakes the loop). Or LEAVE_WAIT has passed: what comes
+        later is a stranger's."""
+        began, count, target = mark
+        if self.emptied >= began or self.flushed >= target:
+            return True
+        if now < began + LEAVE_WAIT:
+            return False
+        if self.count == count:
+            self.stuck = (count, self.emptied)
+        log.debug("channel: a wait for the thread gave up after %gs (%d messages read since): "
+                  "a handler leaves unheard out", LEAVE_WAIT, self.count - count)  # fmt: skip
+        return True
 
     def settled(self) -> bool:
         """The socket is empty and the thread holds no message: everything read is queued."""
@@ -274,7 +271,6 @@ class Channel(Starts):
                 queued += self.flush(batch)
                 self.put(("drained", began))
                 self.emptied = began
-                self.reached.set()
                 break
             self.in_hand = sum(map(count_of, messages))
             for message in messages:
@@ -318,7 +314,7 @@ class Channel(Starts):
             queued += self.flush(batch)
         if fds:
             self.disposer.give(list(fds))
-        if self.count // PER_WAKE != before // PER_WAKE or self.count >= self.flush_at:
+        if self.count // PER_WAKE != before // PER_WAKE:
             queued += self.flush(batch)
             self.wakeup.wake()
         return queued
@@ -332,8 +328,6 @@ class Channel(Starts):
         batch.clear()
         self.holding = False
         self.flushed = self.count
-        if self.flushed >= self.flush_at:
-            self.reached.set()
         return count
 
     def judge(self, message: Message, defer: bool = False) -> Item | None:
@@ -369,12 +363,11 @@ class Channel(Starts):
 
     def put(self, item: Item) -> None:
         """Queued for the loop; while QUEUED_MAX wait, the thread waits (the loop is woken)."""
-        told = False  # the loop, and a ``sync`` waiting, which makes room (``take``)
+        told = False  # the loop, which makes room (``take``)
         while not self.closing:
             try:
                 self.queue.put(item, block=told, timeout=0.1)
                 return
             except queue.Full:
                 self.wakeup.wake()
-                self.reached.set()
                 told = True

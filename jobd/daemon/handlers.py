@@ -15,12 +15,11 @@ import functools
 import logging
 import os
 import select
-import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 
 from jobd.config import QueueConfig
-from jobd.daemon.channel import Channel
+from jobd.daemon.channel import LEAVE_WAIT, Channel, Mark
 from jobd.daemon.poller import Poller
 from jobd.job import Job
 from jobd.process import cgroup, containment, memory, reaper, results, where
@@ -64,6 +63,8 @@ class Handlers:
         self.next_sample = 0.0  # when resources.memory is next sampled (process.memory)
         self.tree: cgroup.Tree | None = None  # where handlers get a cgroup each, if anywhere
         self.scan = (-1.0, Sessions())  # ``sessions``: when read, and what
+        # Exited, waiting for their channel (``exited``), by pid: with the mark they wait for.
+        self.leaving: dict[int, tuple[Handler, Mark | None]] = {}
 
     def contain(self, queues: Iterable[QueueConfig], setting: str) -> bool:
         """Become the child subreaper (a handler's escaped processes become this process's:
@@ -120,14 +121,37 @@ class Handlers:
             self.channel.awaited = False
             self.next_due = min(self.next_due, now)
 
-    def sync(self) -> None:
-        """Before handlers whose leader exited leave the table: what they sent before is
-        taken (``Channel.sync``: one wait for all of a pass's)."""
-        self.channel.sync(lambda: self.hear(time.monotonic()))  # making room, where it must
-        self.hear(time.monotonic())
+    def exited(self, handlers: list[Handler]) -> None:
+        """Their leaders exited: each stays in the table, unreaped (a zombie is still its
+        session's, and alive by its pidfd: its messages are its own), until the channel's
+        thread has queued what it sent before (``Channel.mark``, one for a pass's; ``left``).
+        Meanwhile it is not acted on (its timeout, its SIGKILL) nor stopped (but for a lost
+        lease, noted): it ended by itself."""
+        mark = self.channel.mark()
+        for handler in handlers:
+            self.poller.unregister(handler.pidfd)  # its exit said once
+            self.leaving[handler.pid] = (handler, mark)
+        if mark is not None:
+            self.next_due = min(self.next_due, mark[0] + LEAVE_WAIT)
+
+    def left(self, now: float) -> list[Handler]:
+        """The handlers that exited whose messages are all taken now, in the order they
+        exited: for the loop to finish (reap, decide, settle), and ``remove``."""
+        ready: list[Handler] = []
+        last = None  # a pass's handlers share a mark
+        for handler, mark in self.leaving.values():  # marks in order: past ones first
+            if mark is not None and mark is not last and not self.channel.past(mark, now):
+                break
+            ready.append(handler)
+            last = mark
+        if ready:
+            self.hear(now)  # after ``past``: what was queued before it said so
+            for handler in ready:
+                del self.leaving[handler.pid]
+        return ready
 
     def remove(self, handler: Handler) -> None:
-        """Its leader has exited: out of the table, and out of the channel's reach (``sync``
+        """Its leader has exited: out of the table, and out of the channel's reach (``left``
         first)."""
         del self.by_pid[handler.pid]
         self.in_cgroup.leave(handler)
@@ -156,6 +180,7 @@ class Handlers:
         self.next_sample = now + memory.SAMPLE_EVERY
         capped = [(h.pid, h.queue.resources.memory, self.reaper.of(delivery(h))) for h in self
                   if h.queue.resources.memory is not None and h.stop_reason is None
+                  and h.pid not in self.leaving
                   and not (h.placed and h.placed[1].caps_memory)]  # fmt: skip
         for pid, used in memory.over(capped):  # type: ignore[arg-type]
             handler = self.by_pid[pid]
@@ -227,6 +252,9 @@ class Handlers:
         return True
 
     def stop(self, handler: Handler, reason: StopReason, now: float) -> None:
+        if handler.pid in self.leaving:  # it ended by itself: a lost lease is noted alone
+            handler.lease_lost |= reason is StopReason.LEASE_LOST
+            return
         handler.stop(reason, now, self.sessions(now))
         self.next_due = min(self.next_due, handler.due)
 
@@ -256,11 +284,12 @@ class Handlers:
         if now >= self.next_due:
             self.hear(now)
             scan, heard = self.sessions(now), self.channel.drained
-            self.next_due = min(
-                (h.act(now, scan, heard) for h in self.by_pid.values()), default=float("inf")
-            )
+            acting = [h for h in self.by_pid.values() if h.pid not in self.leaving]
+            waits = [m[0] + LEAVE_WAIT for _, m in self.leaving.values() if m is not None]
+            self.next_due = min([*(h.act(now, scan, heard) for h in acting), *waits],
+                                default=float("inf"))  # fmt: skip
             # A watchdog past due that its channel was not heard out after: read it out.
-            if any(h.stop_reason is None and h.due <= now for h in self.by_pid.values()):
+            if any(h.stop_reason is None and h.due <= now for h in acting):
                 self.channel.ask()
 
 

@@ -217,9 +217,10 @@ class Daemon:
             else:
                 self.running.on_io(fd, *what)
         # Exits after output (its last output and end of file come in the wake-up of its exit)
-        # and after what it said on the channel (``Channel.sync``, one wait for all).
-        self.running.sync() if exited else None
-        for handler in exited:
+        # and after what it said on the channel: it leaves once the channel's thread has read
+        # past its exit (``Handlers.exited``, ``left``), the loop never waiting for that.
+        self.running.exited(exited) if exited else None
+        for handler in self.running.left(time.monotonic()) if self.running.leaving else ():
             self.finish(handler)
         self.act_on_due()
         self.start_delivered()
