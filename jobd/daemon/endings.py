@@ -12,7 +12,8 @@ dead-lettering the parent (``enqueue``, with why), a parent that failed reading 
 is removed on the loop, as before). Only the decision waits: the handler is out of the table,
 its entry still held (renewed) until the recorder writes its outcome; its queue reads a job for
 its slot once it is settled (the slot is counted free then, as for any end). The loop stops
-only once none is pending (``Daemon.finished``).
+only once none is pending (``Daemon.finished``). An error deciding an end (a bug) releases its
+entry (``decide``): an end is never left pending, nor the ends parsed behind it.
 The thread rests now and then (``REST``), so that the loop is not slowed to a system call per
 switch interval while it parses.
 """
@@ -106,6 +107,18 @@ class Endings:
             self.decide(ending, found)
 
     def decide(self, ending: Ending, found: Found | None) -> None:
+        """Its outcome decided and settled; an error doing so (a bug) releases its entry, as
+        one in its reap does (``finish``): its end is never lost, its slot freed, the ends
+        behind it in ``parsed`` decided in the same ``take``."""
+        try:
+            self.decided(ending, found)
+        except Exception:
+            handler = ending[0]
+            handler.log(logging.ERROR, "internal error deciding its outcome; releasing it")
+            log.exception("while deciding the outcome of pid %d", handler.pid)
+            self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+
+    def decided(self, ending: Ending, found: Found | None) -> None:
         handler, status, took, queues = ending
         outcome = policy.of_handler(handler, status, took, queues, found)
         self.metrics.of(handler.queue.name).duration.observe(took)
