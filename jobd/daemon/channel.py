@@ -68,7 +68,7 @@ SETTLE_WAIT = 0.05  # seconds the thread waits for the disposer when short of sp
 # reads many: only where the socket's queue holds REST_BACKLOG messages or more (systemd sets
 # net.unix.max_dgram_qlen to 512; the kernel's default, 10, would block a flood's sender
 # through the rest: none then), and not after messages that brought descriptors (each costs
-# the thread 0.1 ms: a rest's worth of them, queued, would outlast ``sync``'s wait).
+# the thread 0.1 ms: a rest's worth of them, queued, would hold a handler's end that long).
 REST_MS, REST_BACKLOG = 2, 64
 
 # What the thread tells the loop: a message taken ("said", handler, what, when read), dropped
