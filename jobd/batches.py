@@ -43,6 +43,19 @@ log = logging.getLogger("jobd.workflows")
 T = TypeVar("T")
 
 
+class BatchComplete(WorkflowError):
+    """The batch is complete: it takes no new job. A --unique job whose job id is there
+    already is a duplicate all the same (``marks_of``, read after this refusal)."""
+
+
+def marks_of(store: Store, q: QueueConfig, job_ids: list[str]) -> list[str | None]:
+    """The marks of ``job_ids`` in ``q`` (a queue or a level of it): 'queued' or 'done' for a
+    job id queued, running or done within the dedupe window, as enqueue_unique.lua and
+    hold.lua read them; None for one free (or a key of another type there: no mark)."""
+    found = store.client.mget([q.keys.job_mark(j) for j in job_ids]) if job_ids else []
+    return [m.decode(errors="replace") if m is not None else None for m in found]
+
+
 class Member:
     """Adding jobs to batch ``batch_id`` (a context: opened by the first ``grow`` of one job or
     more, sealed on exit when opened, the jobs not added taken off its total). ``grow`` before
@@ -84,7 +97,7 @@ class Member:
                                 *self.opening)  # fmt: skip
         except Exception as exc:
             if "batch complete" in str(exc):
-                raise WorkflowError(f"batch {self.batch_id!r} is complete: it takes no more "
+                raise BatchComplete(f"batch {self.batch_id!r} is complete: it takes no more "
                                     "jobs") from None  # fmt: skip
             if "is not a batch" in str(exc):  # batch.lua: someone else's key where it lives
                 raise WorkflowError(f"batch {self.batch_id!r}: its key {batch(self.batch_id)} "
@@ -98,6 +111,8 @@ class Member:
         self._again(self.store.batch_op, self.batch_id, "add", self.token, self.seq, count)
 
     def grow(self, n: int) -> None:
+        """``n`` jobs more to be sent, counted in the batch (opened at the first: BatchComplete
+        when it is complete)."""
         if n == 0:  # nothing to send: nothing to count (nor to open the batch for)
             self.sent = 0
             return

@@ -118,7 +118,12 @@ def _enqueue(
                 return job_id, None
             raise Duplicate(job_id, queue, before)  # type: ignore[arg-type]  # the mark first
         with workflows.member(store, config, q, job) as member:
-            member.grow(1)  # counted before it is added: a batch never completes without it
+            try:  # counted before it is added: a batch never completes without it
+                member.grow(1)
+            except workflows.BatchComplete:  # takes no new job: a --unique one there is a duplicate
+                if job.unique and (mark := workflows.marks_of(store, q, [job_id])[0]):  # type: ignore[list-item]
+                    raise Duplicate(job_id, queue, mark) from None
+                raise
             if job.after:  # held until the jobs it waits for end (jobd.workflows)
                 held = workflows.hold(store, config, q, entry, job_id, job, deps, member)  # type: ignore[arg-type]
                 return _added(held, queue, job_id), None  # Duplicate: --unique, its id there
@@ -192,9 +197,15 @@ def enqueue_many(
             clock = RedisClock(store)
             while chunk := _chunk(source, batch):
                 prepared = _prepared(q, chunk, start, clock)
-                member.grow(sum(not isinstance(p, Refused) for p in prepared))  # opens it
-                outcomes = _send(store, q, queue, prepared, start)
-                member.added(sum(not isinstance(o, Refused) for o in outcomes))
+                sent = [p[0].fields for p in prepared if not isinstance(p, Refused)]
+                try:
+                    member.grow(len(sent))  # opens it
+                except workflows.BatchComplete:  # refuses them, unless each is a duplicate
+                    if (outcomes := _duplicates(store, q, queue, prepared, start)) is None:
+                        raise
+                else:
+                    outcomes = _send(store, q, queue, prepared, start)
+                    member.added(sum(not isinstance(o, Refused) for o in outcomes))
                 keep(outcomes)
                 start += len(chunk)
     except ProducerError as exc:
@@ -244,6 +255,23 @@ def _send(store: Store, q: QueueConfig, queue: str, prepared: list[Prepared],
     if any(isinstance(o, Refused) and o.temporary for o in outcomes):
         store.refresh()  # on a cluster, the slot may have moved
     return outcomes
+
+
+def _duplicates(store: Store, q: QueueConfig, queue: str, prepared: list[Prepared],
+                start: int) -> list[Outcome] | None:  # fmt: skip
+    """A batch's outcomes (``_prepared``) when their batch is complete: each job refused by its
+    own checks as it was, each --unique one whose job id is there already a duplicate (as the
+    job alone would be); None when another is neither (a new job: the batch refuses it)."""
+    sent = [(i, p[0].unique_id, p[1]) for i, p in enumerate(prepared, start)
+            if not isinstance(p, Refused)]  # fmt: skip
+    if any(unique is None for _, unique, _ in sent):
+        return None  # not --unique: a new job
+    marks = workflows.marks_of(store, q, [unique for _, unique, _ in sent])  # type: ignore[misc]
+    if None in marks:
+        return None
+    found = {i: Refused(i, str(Duplicate(job_id, queue, mark)), duplicate=True)  # type: ignore[arg-type]
+             for (i, _, job_id), mark in zip(sent, marks, strict=True)}  # fmt: skip
+    return [found.get(i, p) for i, p in enumerate(prepared, start)]  # type: ignore[misc]
 
 
 def _prepare(job: NewJob, clock: Clock, q: QueueConfig) -> tuple[NewEntry, str | None]:

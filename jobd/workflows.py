@@ -20,8 +20,10 @@ from collections.abc import Mapping
 import orjson
 import redis
 
+from jobd.batches import BatchComplete as BatchComplete
 from jobd.batches import Member as Member
 from jobd.batches import NoBatch as NoBatch
+from jobd.batches import marks_of as marks_of
 from jobd.batches import member as member
 from jobd.batches import member_of as member_of
 from jobd.cancel import move_notices
