@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from jobd.config import Config, QueueConfig
+from jobd.job import BATCH_INCARNATION
 from jobd.newjob import NewJob
 from jobd.store import connection
 from jobd.store.keys import batch
@@ -110,14 +111,17 @@ class Member:
         self.seq += 1
         self._again(self.store.batch_op, self.batch_id, "add", self.token, self.seq, count)
 
-    def grow(self, n: int) -> None:
-        """``n`` jobs more to be sent, counted in the batch (opened at the first: BatchComplete
-        when it is complete)."""
+    def grow(self, n: int, jobs: Iterable[dict[bytes, bytes]] = ()) -> None:
+        """``n`` jobs more to be sent (``jobs``: their fields), counted in the batch (opened at
+        the first: BatchComplete when it is complete), each job told which batch of its id it
+        is a member of (its field ``job.BATCH_INCARNATION``: its end is counted there only)."""
         if n == 0:  # nothing to send: nothing to count (nor to open the batch for)
             self.sent = 0
             return
         if not self.opened:
             self._open()
+        for fields in jobs:
+            fields[BATCH_INCARNATION] = self.incarnation.encode()
         self.sent = n
         try:
             self._count(self.counted + n)
@@ -173,7 +177,7 @@ class Member:
 class NoBatch:
     """A job of no batch: nothing to count."""
 
-    def grow(self, n: int) -> None:
+    def grow(self, n: int, jobs: Iterable[dict[bytes, bytes]] = ()) -> None:
         pass
 
     def added(self, n: int) -> None:

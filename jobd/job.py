@@ -83,8 +83,21 @@ PARENT = b"jobd_parent"
 # The batch the job is a member of (`jobd enqueue --batch ID`; docs: Workflows), set by jobd only:
 # its end is counted there (lua/lib/workflows.lua).
 BATCH = b"jobd_batch"
+# Which batch of that id (its incarnation: lua/batch.lua), as the enqueue's open of it answered;
+# '' until it is opened (jobd.batches Member.grow). A batch made again under the id of one that
+# expired is another: the end of a member of the one before is not counted in it.
+BATCH_INCARNATION = b"jobd_batch_incarnation"
 # jobd's fields that a retry carries (the limits only when usable: see next_attempt_fields)
-KEPT = (RESERVED_JOB_ID, RESERVED_ATTEMPT, UNIQUE, ORIGIN, PARENT, BATCH, *LIMIT_FIELDS)
+KEPT = (
+    RESERVED_JOB_ID,
+    RESERVED_ATTEMPT,
+    UNIQUE,
+    ORIGIN,
+    PARENT,
+    BATCH,
+    BATCH_INCARNATION,
+    *LIMIT_FIELDS,
+)
 
 # What Python's repr of a float, a printf %g or a hand write: 2.5, 30, 2., 1e+06; no sign, no
 # nan or inf, no spaces or underscores (float() alone would take those).
@@ -227,7 +240,8 @@ class Job:
         fields[RESERVED_JOB_ID] = os.fsencode(self.job_id)
         fields[RESERVED_ATTEMPT] = str(self.attempt + 1).encode()
         fields[ORIGIN] = self.origin.encode()
-        for name in (UNIQUE, PARENT, BATCH):  # a retried member's end is its batch's
+        # a retried member's end is its batch's
+        for name in (UNIQUE, PARENT, BATCH, BATCH_INCARNATION):
             if name in self.fields:
                 fields[name] = self.fields[name]
         usable = (self.limits.timeout, self.limits.max_attempts, self.limits.expires_at)

@@ -180,8 +180,8 @@ def prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
         fields[name] = value
     if any(name in fields for name in LIMIT_FIELDS):
         _check_limits(fields, due, clock)
-    if job.batch is not None:
-        fields[_job.BATCH] = job.batch.encode()
+    if job.batch is not None:  # which batch of that id: known once it opens (jobd.batches)
+        fields[_job.BATCH], fields[_job.BATCH_INCARNATION] = job.batch.encode(), b""
     return NewEntry(fields, due, job_id if job.unique else None), job_id
 
 

@@ -119,7 +119,7 @@ def _enqueue(
             raise Duplicate(job_id, queue, before)  # type: ignore[arg-type]  # the mark first
         with workflows.member(store, config, q, job) as member:
             try:  # counted before it is added: a batch never completes without it
-                member.grow(1)
+                member.grow(1, [entry.fields])
             except workflows.BatchComplete:  # takes no new job: a --unique one there is a duplicate
                 if job.unique and (mark := workflows.marks_of(store, q, [job_id])[0]):  # type: ignore[list-item]
                     raise Duplicate(job_id, queue, mark) from None
@@ -199,7 +199,7 @@ def enqueue_many(
                 prepared = _prepared(q, chunk, start, clock)
                 sent = [p[0].fields for p in prepared if not isinstance(p, Refused)]
                 try:
-                    member.grow(len(sent))  # opens it
+                    member.grow(len(sent), sent)  # opens it
                 except workflows.BatchComplete:  # refuses them, unless each is a duplicate
                     if (outcomes := _duplicates(store, q, queue, prepared, start)) is None:
                         raise

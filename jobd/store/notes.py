@@ -17,7 +17,7 @@ import time
 import orjson
 
 from jobd.config import QueueConfig
-from jobd.job import BATCH, ORIGIN, PARENT
+from jobd.job import BATCH, BATCH_INCARNATION, ORIGIN, PARENT
 from jobd.outcome import EXPIRED, POISON, RESULT, Outcome, Started, Verb
 from jobd.store.keys import HISTORY_BYTES
 
@@ -65,7 +65,7 @@ def note(o: Outcome, consumer: str) -> list[object]:
         "consumer": consumer,
         "host": HOST,
     }
-    extras: list[object] = ["batch", job.fields[BATCH]] if BATCH in job.fields else []  # first
+    extras = _batch(job.fields)  # first
     extras += ["consumer", consumer, "attempt", job.attempt]
     if ORIGIN in job.fields:  # a retry's, or a timed job's: which enqueue it is of (a waiter's)
         record["origin"] = job.origin
@@ -102,6 +102,16 @@ def note(o: Outcome, consumer: str) -> list[object]:
         record["detail"] = _text(o.detail.rpartition(b"\njobd: ")[2])
     record.update(links(o))
     return [event_of(o), os.fsencode(job.job_id), run_ms, _fit(record), len(extras) // 2, *extras]
+
+
+def _batch(fields: dict[bytes, bytes]) -> list[object]:
+    """A note's first extras: its job's batch, and which batch of that id (its incarnation: no
+    event field, lib/jobs.lua note_at takes it out; lib/workflows.lua batch_of reads both)."""
+    if BATCH not in fields:
+        return []
+    if incarnation := fields.get(BATCH_INCARNATION):
+        return ["batch", fields[BATCH], "batch_incarnation", incarnation]
+    return ["batch", fields[BATCH]]
 
 
 def links(o: Outcome) -> dict[str, object]:

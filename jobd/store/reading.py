@@ -21,7 +21,7 @@ import redis
 from redis.exceptions import ClusterError, MovedError
 
 from jobd.config import QueueConfig
-from jobd.job import BATCH, ENTRY_SLACK, MAX_FIELDS, ORIGIN, OVERWIDE, Job
+from jobd.job import BATCH, BATCH_INCARNATION, ENTRY_SLACK, MAX_FIELDS, ORIGIN, OVERWIDE, Job
 from jobd.store import doorbell, notes
 from jobd.store.base import StoreBase
 from jobd.store.connection import SlotMigrating, away, migrating, node_for
@@ -304,7 +304,8 @@ class ReadingOps(StoreBase):
         args: list[object] = [queue.group, self.consumer, STATS_TTL, notes.settings(queue)]
         for job, _ in marks:
             origin = job.origin if ORIGIN in job.fields else ""
-            args += [job.message_id, os.fsencode(job.job_id), origin, job.fields.get(BATCH, b"")]
+            batch = [job.fields.get(BATCH, b""), job.fields.get(BATCH_INCARNATION, b"")]
+            args += [job.message_id, os.fsencode(job.job_id), origin, *batch]
         stats = queue.keys.stats(self.minute(queue.stream))
         keys = [queue.stream, stats, *notes.keys(queue), queue.keys.waiters, queue.keys.outbox,
                 *(m for _, m in marks)]  # fmt: skip

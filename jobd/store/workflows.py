@@ -219,10 +219,10 @@ class WorkflowOps(StoreBase):
         if f.get(b"kind") == b"seal":  # an enqueue done adding (``seal_notice``)
             seal = [int(f[b"seq"]), int(f[b"count"]), f.get(b"incarnation", b"")]
             return self.scripts.batch, keys, ["seal", f[b"token"], *seal]
-        # Counted once by the notice, written once by the step that ended the member: two jobs
-        # of one job id are two members, and this notice moved again counts nothing more.
-        notice = outbox.encode() + b" " + entry_id
-        return self.scripts.batch, keys, ["count", notice, outcome]
+        # Counted once by the notice, written once by the step that ended the member (two jobs of
+        # one job id are two members, this notice moved again counts nothing more), in the batch
+        notice = outbox.encode() + b" " + entry_id  # of its incarnation only (none: a jobd before)
+        return self.scripts.batch, keys, ["count", notice, outcome, f.get(b"incarnation", b"")]
 
     def unblock_call(self, waiter: dict, dep: str, outcome: str, event: str) -> tuple:
         """unblock.lua's call: ``dep`` ended (``outcome``, ``event``), and ``waiter`` (a

@@ -26,8 +26,10 @@
 --                                   left; INCARNATION the batch the adder opened (its open's
 --                                   reply; '' from a jobd before review 35m): a seal of
 --                                   another finds none ({}) and writes nothing
---   count NOTICE OUTCOME            a member's end, told by NOTICE (outcome done, failed or
---                                   cancelled)
+--   count NOTICE OUTCOME INCARNATION  a member's end, told by NOTICE (outcome done, failed or
+--                                   cancelled); INCARNATION the batch its job was added to
+--                                   (its jobd_batch_incarnation; '' from a jobd before review
+--                                   35n): a count of another finds none ({}) and writes nothing
 --   show ON_COMPLETE CALLBACK       nothing changes; each field read only up to a bound, these
 --                                   two's given (shown)
 -- A seal that leaves no adder at work and total 0 (every adder added nothing) deletes the
@@ -162,18 +164,22 @@ local function gone()
   return (tonumber(v[1]) or 0) == 0 and (tonumber(v[2]) or 0) == 0
     and redis.call('SCARD', members) == 0
 end
+-- Whether ``given``, an incarnation a call names ('' or none: not known, any), is not this
+-- batch's: the batch it names is gone and another of the same id made since.
+local function another(given)
+  if (given or '') == '' then return false end
+  local v = redis.call('HMGET', b, 'incarnation', 'created')
+  return (v[1] or v[2] or '') ~= given
+end
 if op == 'add' or op == 'seal' then
   local token = ARGV[2]
   local seq, err = number(ARGV[3])
   if err then return err end
   local count, err2 = number(ARGV[4])
   if err2 then return err2 end
-  if op == 'seal' and (ARGV[5] or '') ~= '' then
-    -- The batch this adder opened is gone and one of the same id was made since (this seal's
-    -- copy, its notice moved twice, after the first deleted it): not this seal's batch.
-    local v = redis.call('HMGET', b, 'incarnation', 'created')
-    if (v[1] or v[2] or '') ~= ARGV[5] then return {} end
-  end
+  -- The batch this adder opened is gone and one of the same id was made since (this seal's
+  -- copy, its notice moved twice, after the first deleted it): not this seal's batch.
+  if op == 'seal' and another(ARGV[5]) then return {} end
   local was = redis.call('HGET', adders, token)
   if not was then
     if op == 'add' then
@@ -207,6 +213,10 @@ if op == 'add' or op == 'seal' then
     end
   end
 elseif op == 'count' then
+  -- A member of the batch of this id before (it expired, its member outlived it: a delay, a
+  -- hold, a backlog longer than history.max_age), ending after this one was made: not one of
+  -- this batch's, never counted in it (review 35n: it completed it before its members ran).
+  if another(ARGV[4]) then return {} end
   if redis.call('SISMEMBER', members, ARGV[2]) == 0 then
     -- Counted first: a count that is no integer (someone wrote it) fails before the notice is
     -- marked counted, and the notice stays to be moved again.

@@ -62,7 +62,9 @@ for i = 5, #ARGV, 2 do
       remember(h, {event = 'cancelled', job = job, record = record,
         extras = with_origin({'consumer', me}, origin)}, now, id)
       w = w or workflow_at(8, h.queue)
-      ended(w, job, 'cancelled', #entry == 1 and batch_in(entry[1][2]) or nil)
+      local batch, incarnation = nil, nil
+      if #entry == 1 then batch, incarnation = batch_in(entry[1][2]) end
+      ended(w, job, 'cancelled', batch, incarnation)
     end
   end
 end

@@ -12,7 +12,8 @@
 -- ARGV[3]   seconds the counters are kept
 -- ARGV[4]   the history's settings (lib/jobs.lua history_at)
 -- ARGV[5..] per entry, in the order of KEYS[9..]: its id, its job id, its origin ('' when its
---           entry carries none: jobd.job ORIGIN), its batch (jobd_batch; '' for none)
+--           entry carries none: jobd.job ORIGIN), its batch (jobd_batch; '' for none) and which
+--           batch of that id (jobd_batch_incarnation; '' for none: lib/workflows.lua ended)
 --
 -- An entry whose job id's mark says 'done' (its job completed within the dedupe window, the
 -- mark written by settle.lua in the same step as that ack) is acknowledged here and counted as
@@ -44,8 +45,9 @@ local h, now = history_at(3, ARGV[4]), now_ms()
 local out, acked = {}, 0
 local w = nil -- lib/workflows.lua workflow_at, looked at once something is deduped
 for k = 9, #KEYS do
-  local a = 5 + 4 * (k - 9)
+  local a = 5 + 5 * (k - 9)
   local id, job, origin, batch = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local incarnation = ARGV[a + 4]
   -- pcall: a mark of another type (someone else's key) is no mark, not an error for the batch
   local done = redis.pcall('GET', KEYS[k]) == 'done'
   if done then out[#out + 1] = id end -- not run by this reader, whether it holds it or not
@@ -60,7 +62,7 @@ for k = 9, #KEYS do
       records = fits, hash = h.hash, at = h.at},
       {event = 'deduped', job = job, record = record, extras = with_origin({}, origin)}, now, id)
     w = w or workflow_at(7, h.queue)
-    ended(w, job, 'deduped', batch ~= '' and batch or nil)
+    ended(w, job, 'deduped', batch ~= '' and batch or nil, incarnation)
   end
 end
 if acked > 0 then

@@ -116,13 +116,15 @@ end
 -- letter counted in its batch: jobd_batch, jobd_origin, jobd_parent), each when it is no longer
 -- than STAND_IN_KEPT says (longer: no value jobd wrote, left out, never cut into another batch's
 -- id). jobd.job reads the stand-in as a malformed job. So a reader is handed at most MAX_FIELDS
--- pairs and ``limit`` bytes of an entry (of a stand-in, 7 pairs of at most 8 KiB in all).
+-- pairs and ``limit`` bytes of an entry (of a stand-in, 8 pairs of at most 8 KiB in all).
 local STAND_IN_KEPT = {
   {'job_id', MAX_JOB_ID + 1, true}, {'jobd_job_id', MAX_JOB_ID + 1, true},
   {'jobd_unique', MAX_JOB_ID + 1, true},
   -- jobd.workflows: a batch id is at most 200 characters (800 bytes of UTF-8); an origin at
   -- most jobd.job.MAX_ORIGIN bytes; a parent a queue's name, a space and a job id.
   {'jobd_batch', 800, false}, {'jobd_origin', 64, false}, {'jobd_parent', 2 * MAX_JOB_ID, false},
+  -- which batch of that id (lua/batch.lua's incarnation: Redis's time in µs, digits)
+  {'jobd_batch_incarnation', 32, false},
 }
 local function sized(fields, limit)
   local out
@@ -190,13 +192,18 @@ end
 
 -- A note of what happened to a job, as sent from ARGV[i]: event, job id, ms since it started
 -- ('' when it did not run; Redis's time less this is its started_at), the record (a JSON object's text, '{' first), n, then n name, value pairs for the
--- event. Returns the note and the index after it.
+-- event. Returns the note and the index after it. A pair batch_incarnation, VALUE second (after
+-- batch: store/notes.py) is the note's ``incarnation`` (lib/workflows.lua batch_of), no event field.
 local function note_at(i)
   local n = tonumber(ARGV[i + 4])
-  local extras = {}
+  local extras, incarnation = {}, nil
   for j = i + 5, i + 4 + 2 * n do extras[#extras + 1] = ARGV[j] end
+  if extras[3] == 'batch_incarnation' then
+    incarnation = extras[4]
+    table.remove(extras, 3); table.remove(extras, 3)
+  end
   return {event = ARGV[i], job = ARGV[i + 1], ran = tonumber(ARGV[i + 2]), record = ARGV[i + 3],
-    extras = extras}, i + 5 + 2 * n
+    extras = extras, incarnation = incarnation}, i + 5 + 2 * n
 end
 
 -- The job ``job`` no longer runs as ``entry`` of ``stream``: its active record goes, if it is

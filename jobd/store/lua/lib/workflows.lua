@@ -29,20 +29,25 @@ local function writable(w)
   return w.writable
 end
 
--- The batch a note names, or nil: store/notes.py note puts it first among the event fields, so
+-- The batch a note names, or nil, and which batch of that id (its incarnation: the member's
+-- jobd_batch_incarnation, lib/jobs.lua note_at; nil from a jobd before review 35n, or ''): two
+-- values, for ``ended``. store/notes.py note puts the batch first among the event fields, so
 -- that a job of no batch costs one comparison here.
 local function batch_of(note)
-  if note.extras[1] == 'batch' then return note.extras[2] end
+  if note.extras[1] == 'batch' then return note.extras[2], note.incarnation end
   return nil
 end
 
--- The batch a job's fields (name, value, …) name (jobd_batch), or nil: for the scripts that end a
--- job with no note of its attempt (cancelled unrun: cancelled.lua, cancel_delayed.lua, promote.lua).
+-- The batch a job's fields (name, value, …) name (jobd_batch), or nil, and its incarnation
+-- (jobd_batch_incarnation, or nil): for the scripts that end a job with no note of its attempt
+-- (cancelled unrun: cancelled.lua, cancel_delayed.lua, promote.lua).
 local function batch_in(fields)
+  local batch, incarnation = nil, nil
   for i = 1, #fields - 1, 2 do
-    if fields[i] == 'jobd_batch' then return fields[i + 1] end
+    if fields[i] == 'jobd_batch' then batch = fields[i + 1] end
+    if fields[i] == 'jobd_batch_incarnation' then incarnation = fields[i + 1] end
   end
-  return nil
+  return batch, incarnation
 end
 
 -- A job's waiters, in its queue's waiters hash ``key`` (known to be a hash), under fields named
@@ -142,16 +147,21 @@ end
 
 local MISSES_MAX = 64
 
--- Job ``job`` of the queue ended as ``event``: a notice for its batch (``batch``, nil: none) and
--- one for each job waiting for it, whose registrations then go (they are told once).
-local function ended(w, job, event, batch)
+-- Job ``job`` of the queue ended as ``event``: a notice for its batch (``batch``, nil: none; of
+-- its ``incarnation``, when known: batch.lua counts it in that batch of the id only) and one
+-- for each job waiting for it, whose registrations then go (they are told once).
+local function ended(w, job, event, batch, incarnation)
   if not (batch or w.watched) then return end
   local outcome = ENDS[event]
   if not outcome or not writable(w) then return end
   local member = w.queue .. ' ' .. job
   if batch and batch ~= '' then
-    redis.call('XADD', w.outbox, '*', 'kind', 'batch', 'batch', batch, 'member', member,
-      'outcome', outcome, 'event', event)
+    local notice = {w.outbox, '*', 'kind', 'batch', 'batch', batch, 'member', member,
+      'outcome', outcome, 'event', event}
+    if incarnation and incarnation ~= '' then
+      notice[#notice + 1] = 'incarnation'; notice[#notice + 1] = incarnation
+    end
+    redis.call('XADD', unpack(notice))
     w.sent = w.sent + 1
   end
   if not w.watched then return end
@@ -189,14 +199,14 @@ local function held_at(k, job)
   local packed = redis.call('HGET', KEYS[k], job)
   if not packed then return nil end
   local held = cmsgpack.unpack(packed)
-  local fields, batch, unique = {}, nil, false
+  local fields, unique = {}, false
   for i = 3, #held, 2 do
     fields[#fields + 1] = held[i]; fields[#fields + 1] = held[i + 1]
-    if held[i] == 'jobd_batch' then batch = held[i + 1] end
     if held[i] == 'jobd_unique' then unique = true end
   end
+  local batch, incarnation = batch_in(fields)
   return {held = KEYS[k], after = KEYS[k + 1], deadlines = KEYS[k + 2], job = job, due = held[1],
-    member = held[2], fields = fields, batch = batch, unique = unique}
+    member = held[2], fields = fields, batch = batch, incarnation = incarnation, unique = unique}
 end
 
 -- Held job ``j`` ended where it waits (dead-lettered, cancelled): a --unique one's mark
@@ -301,7 +311,7 @@ local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, ho
     nil)
   add_count(stats, 'dead', 1, ttl)
   add_count(stats, 'failed', 1, ttl)
-  ended(w, j.job, event, j.batch)
+  ended(w, j.job, event, j.batch, j.incarnation)
 end
 
 -- Ended holds (KEYS: the queue's held:ended set, store/keys.py): a job whose hold ended
