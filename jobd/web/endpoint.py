@@ -61,4 +61,7 @@ def serve(metrics: Served, listen: str, page: Page | None = None) -> Server:
     hosts = page.allowed_hosts if page is not None else ()
     # Neither needs Redis: they never wait behind the dashboard's requests, which may; each has
     # workers of its own, so a client asking for /metrics again and again never delays a probe.
-    return serve_app(app, listen, "metrics", hosts, apart=("/healthz", "/metrics"))
+    # At the connection cap a queued /metrics request is shed as a page's is; a probe's never.
+    return serve_app(
+        app, listen, "metrics", hosts, apart=("/healthz", "/metrics"), kept=("/healthz",)
+    )

@@ -86,17 +86,22 @@ def serve_app(
     name: str,
     allowed_hosts: Iterable[str] | None = None,
     apart: Iterable[str] = (),
+    kept: Iterable[str] | None = None,
 ) -> Server:
     """Serve ``app`` on ``listen`` (HOST:PORT) from a daemon thread, answering only the Host
     names ``host_allowed`` lets through (``allowed_hosts``: by default the app's own). The
-    requests for each path of ``apart`` (ones answered without Redis) go to workers of its own."""
+    requests for each path of ``apart`` (ones answered without Redis) go to workers of its own.
+    At the cap, a request waiting for its workers is shed for a newcomer unless its path is one
+    of ``kept`` (a liveness probe's; by default every path of ``apart``)."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
     if allowed_hosts is None:
         allowed_hosts = getattr(app, "allowed_hosts", ())
     names = host_names(host, allowed_hosts)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "queue depth" on every burst
-    server = _WSGIServer(host_check(app, names), _socket_info(host, int(port)), frozenset(apart))
+    apart = frozenset(apart)
+    kept = apart if kept is None else frozenset(kept)
+    server = _WSGIServer(host_check(app, names), _socket_info(host, int(port)), apart, kept)
     thread = threading.Thread(target=server.run, name=name, daemon=True)
     thread.start()
     return Server(server, thread)
@@ -267,10 +272,11 @@ class _WSGIServer(TcpWSGIServer):
     """waitress's server, with a request timeout and a cap on connections that never stops
     accepting while a connection merely waits: at the cap, the one waiting longest is
     closed for the newcomer (``_victim``), and when none waits, one whose request waits for the
-    page's workers (the page's requests are shed, never a probe's). Only when every connection
-    has a request being answered, or queued for the probes' workers, do new ones wait in the
-    listen backlog; a new connection's bytes are read as it is taken (``_Channel.read_now``),
-    and one that had sent nothing is closed, oldest first, only when nothing else can go. A
+    page's workers, or for a busy path's (/metrics; never a probe's: ``kept``). Only when every
+    connection has a request being answered, or queued for the probes' workers, do new ones
+    wait in the listen backlog; a new connection's bytes are read as it is taken
+    (``_Channel.read_now``), and one that had sent nothing is closed, oldest first, only when
+    nothing else can go. A
     request for one of the paths ``apart`` is answered by workers of that path's own
     (``probes``): the app's other requests, and the other paths', however long they wait,
     never keep it waiting. Before a connection idle between two requests is closed, what it
@@ -280,7 +286,11 @@ class _WSGIServer(TcpWSGIServer):
     channel_class = _Channel
 
     def __init__(
-        self, app: WSGIApp, sockinfo: tuple[int, int, int, Any], apart: frozenset[str]
+        self,
+        app: WSGIApp,
+        sockinfo: tuple[int, int, int, Any],
+        apart: frozenset[str],
+        kept: frozenset[str],
     ) -> None:
         adj = Adjustments(
             threads=WORKERS, connection_limit=MAX_CONNECTIONS, channel_timeout=TIMEOUT,
@@ -293,6 +303,9 @@ class _WSGIServer(TcpWSGIServer):
         self.probes = {path: ThreadedTaskDispatcher() for path in apart}
         for probes in self.probes.values():
             probes.set_thread_count(PROBE_WORKERS)
+        # The workers whose queued requests the cap may shed: the page's, then those of each
+        # path apart but the ``kept`` (a probe waits for its own workers, never shed).
+        self.sheddable = [p for path, p in self.probes.items() if path not in kept]
         super().__init__(app, map={}, adj=adj, sockinfo=sockinfo)
 
     def add_task(self, task: Any) -> None:
@@ -351,22 +364,22 @@ class _WSGIServer(TcpWSGIServer):
     def _victim(self, now: float, take: bool) -> _Channel | None:
         """The connection to close for a newcomer at the cap: the one waiting longest (its
         request arriving, idle, or its answer unread), a new one only once past NEW_GRACE;
-        else the one whose request has waited longest for the page's workers (taken off their
-        queue when ``take``: never answered then); else the oldest new one (it had sent
-        nothing when taken, ``read_now``). None: every one is being answered, or queued for
-        the probes' workers."""
+        else the one whose request has waited longest for the page's workers, then for those
+        of a path apart not ``kept`` (taken off their queue when ``take``: never answered
+        then); else the oldest new one (it had sent nothing when taken, ``read_now``). None:
+        every one is being answered, or queued for the probes' workers."""
         channels = [c for c in self.active_channels.values() if c not in self.closing]
         waiting = [(since, c) for c in channels
                    if not c.fresh(now) and (since := c.waiting_since()) is not None]  # fmt: skip
         if waiting:
             return min(waiting, key=lambda pair: pair[0])[1]
-        pages = self.task_dispatcher
-        with pages.lock:
-            queued = next((c for c in pages.queue if c not in self.closing), None)
-            if queued is not None and take:
-                pages.queue.remove(queued)
-        if queued is not None:
-            return queued
+        for workers in (self.task_dispatcher, *self.sheddable):
+            with workers.lock:
+                queued = next((c for c in workers.queue if c not in self.closing), None)
+                if queued is not None and take:
+                    workers.queue.remove(queued)
+            if queued is not None:
+                return queued
         new = [c for c in channels if c.fresh(now)]
         return min(new, key=lambda c: c.born) if new else None
 
