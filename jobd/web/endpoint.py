@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import gzip
+import urllib.parse
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+
+from jobd.web.paced import METRICS_KEEP, Paced
 
 if TYPE_CHECKING:  # the server (waitress) is imported by ``serve``: a daemon that serves no
     from jobd.web.server import Server  # metrics never needs it
@@ -32,13 +37,41 @@ class Page(Protocol):
     def authorized(self, environ: dict[str, Any]) -> bool: ...
 
 
+def paced_metrics(registry: CollectorRegistry) -> Any:
+    """prometheus_client's app, but a GET's answer rendered at most once per METRICS_KEEP
+    seconds for each format asked and served to every request in between, at a pace that
+    leaves the daemon's loop its time (``paced.Paced``): a client asking for /metrics again
+    and again no longer renders 50 queues' series each time on the daemon's process."""
+    other = make_wsgi_app(registry)  # OPTIONS, or a method refused
+    paced: Paced[tuple[list[tuple[str, str]], bytes]] = Paced(keep=METRICS_KEEP)
+
+    def app(environ, start_response):  # type: ignore[no-untyped-def]
+        if environ.get("REQUEST_METHOD") != "GET":
+            return other(environ, start_response)
+        encoder, kind = choose_encoder(environ.get("HTTP_ACCEPT"))
+        zipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING"))
+        names = tuple(urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).get("name[]", ()))
+
+        def render() -> tuple[list[tuple[str, str]], bytes]:
+            output = encoder(registry.restricted_registry(names) if names else registry)
+            if zipped:
+                return [("Content-Type", kind), ("Content-Encoding", "gzip")], gzip.compress(output)
+            return [("Content-Type", kind)], output
+
+        headers, output = paced.get((kind, zipped, names), render)
+        start_response("200 OK", list(headers))
+        return [output]
+
+    return app
+
+
 def serve(metrics: Served, listen: str, page: Page | None = None) -> Server:
     """Serve on ``listen`` (HOST:PORT) from a daemon thread; returns the server. ``page``
     (the dashboard) answers every path but /metrics and /healthz, and its token guards
     /metrics too; /healthz says only whether the main loop turns over."""
     from jobd.web.server import serve_app
 
-    prometheus = make_wsgi_app(metrics.registry)
+    prometheus = paced_metrics(metrics.registry)
 
     def app(environ, start_response):  # type: ignore[no-untyped-def]
         path = environ.get("PATH_INFO")

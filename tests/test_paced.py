@@ -1,0 +1,101 @@
+"""``jobd.web.paced``: the renders the web workers make on a daemon's process (/metrics, the
+dashboard's summaries) take a bounded share of a CPU however many clients ask, are shared by
+the requests waiting for them, and a kept answer is never served past its ``keep``.
+
+Review 36l: a client asking for /metrics on 2 connections again and again slowed a daemon's
+jobs 6 to 17 times (each request rendered 50 queues' series on the daemon's process); the
+daemon-level reproduction is tests/test_review36l_metrics_flood_starves_jobs.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from jobd.web import paced
+from jobd.web.paced import Paced
+
+BURN = 0.01  # seconds of CPU one render takes here
+CALLERS = 6
+
+
+def _burn() -> float:
+    """A render taking BURN seconds of this thread's CPU; returns that CPU time."""
+    began = time.thread_time()
+    while time.thread_time() - began < BURN:
+        pass
+    return time.thread_time() - began
+
+
+def test_renders_take_at_most_their_share_of_a_cpu_however_many_ask() -> None:
+    pace: Paced[float] = Paced()
+    spent: list[float] = []
+    lock = threading.Lock()
+    end = time.monotonic() + 1.0
+
+    def ask(who: int) -> None:
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+            cpu = pace.get((who, n), _burn)  # a key of its own: never shared, always rendered
+            with lock:
+                spent.append(cpu)
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(CALLERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - began
+    # Each render waits 1 / SHARE - 1 times the last one's CPU: at most SHARE of the time
+    # (one render more may begin just before the end; each may overrun BURN a little).
+    assert sum(spent) <= paced.SHARE * elapsed + 3 * BURN, (
+        f"{len(spent)} renders took {sum(spent):.2f} s of CPU in {elapsed:.2f} s "
+        f"({CALLERS} callers asking without a pause)"
+    )
+    assert len(spent) >= 5  # the callers are answered all along, not starved
+
+
+def test_the_requests_waiting_for_a_render_share_the_next_one() -> None:
+    pace: Paced[int] = Paced()
+    renders: list[int] = []
+    first_began = threading.Event()
+
+    def render() -> int:
+        renders.append(len(renders))
+        if len(renders) == 1:
+            first_began.set()
+            time.sleep(0.3)  # the others ask meanwhile (waiting for Redis, as a summary may)
+        return len(renders)
+
+    answers: list[int] = []
+    first = threading.Thread(target=lambda: answers.append(pace.get("summary", render)))
+    first.start()
+    first_began.wait(5)
+    others = [
+        threading.Thread(target=lambda: answers.append(pace.get("summary", render)))
+        for _ in range(CALLERS)
+    ]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join()
+    # The first render began before the others asked: none of them is given it (keep 0: an
+    # answer never older than its request); the next one, begun after they all asked, serves all.
+    assert len(renders) == 2 and sorted(answers) == [1] + [2] * CALLERS, (renders, answers)
+
+
+def test_an_answer_is_kept_for_keep_seconds_only() -> None:
+    clock = [100.0]
+    pace: Paced[int] = Paced(keep=1.0, clock=lambda: clock[0])
+    count = iter(range(1, 100))
+    assert pace.get("m", lambda: next(count)) == 1
+    clock[0] += 0.9
+    assert pace.get("m", lambda: next(count)) == 1  # within keep: the same render
+    assert pace.get("other", lambda: next(count)) == 2  # another format: its own
+    clock[0] += 0.2
+    assert pace.get("m", lambda: next(count)) == 3  # past keep: rendered again
+    unkept: Paced[int] = Paced(clock=lambda: clock[0])
+    assert unkept.get("s", lambda: next(count)) == 4
+    assert unkept.get("s", lambda: next(count)) == 5  # keep 0: each request its own
