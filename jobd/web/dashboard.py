@@ -49,6 +49,7 @@ from jobd.store.records import Event, Record, inexact_links, view_links
 from jobd.store.store import Store
 from jobd.web import actions, pages, shown
 from jobd.web.actions import BadRequest
+from jobd.web.paced import Paced
 
 log = logging.getLogger("jobd.dashboard")
 
@@ -215,6 +216,9 @@ class Dashboard:
         self.csrf = hmac.new(self.token, b"csrf", hashlib.sha256).hexdigest() if token else ""
         # Names besides the listen address and localhost (server.host_allowed).
         self.allowed_hosts = tuple(getattr(config.dashboard, "allowed_hosts", None) or ())
+        # Every queue's figures, read and rendered on the daemon's process: one render at a
+        # time, shared by the requests waiting for it, at a pace leaving its loop its time.
+        self.paced: Paced[bytes] = Paced()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         try:
@@ -240,17 +244,23 @@ class Dashboard:
         if not self.authorized(environ):
             return _reply(start_response, "401 Unauthorized", {"error": "a valid token is needed"})
         if method == "GET" and path in ("/api/overview", "/api/summary"):
-            report = (overview if path == "/api/overview" else pages.summary)(
-                self.store, self.config, {}
-            )
-            report["actions"] = self.config.dashboard.actions
-            report["csrf"] = self.csrf
-            return _reply(start_response, "200 OK", report)
+            body = self.paced.get(path, lambda: self.report(path))
+            return _send(start_response, "200 OK", "application/json", body)
         if method == "GET" and path in READS:
             return _reply(start_response, "200 OK", READS[path](self.store, self.config, query))
         if path.startswith("/api/dead-letters/") or path in actions.CONTROLS:
             return self.act(environ, path, start_response)
         return _reply(start_response, "404 Not Found", {"error": f"no page {path}"})
+
+    def report(self, path: str) -> bytes:
+        """Every queue at a glance (/api/summary), or the older overview with each queue's
+        lists (/api/overview): the same for every client (a request's query is not read)."""
+        report = (overview if path == "/api/overview" else pages.summary)(
+            self.store, self.config, {}
+        )
+        report["actions"] = self.config.dashboard.actions
+        report["csrf"] = self.csrf
+        return orjson.dumps(report)
 
     def authorized(self, environ: dict[str, Any]) -> bool:
         """Whether the request carries the token as ``Authorization: Bearer TOKEN`` (the only
