@@ -58,25 +58,34 @@ def test_renders_take_at_most_their_share_of_a_cpu_however_many_ask() -> None:
 
 
 def test_the_requests_waiting_for_a_render_share_the_next_one() -> None:
-    pace: Paced[int] = Paced()
+    asked: set[int] = set()  # the threads that read the clock: each reads it first as it asks
+    everyone_asked = threading.Event()
+
+    def clock() -> float:
+        asked.add(threading.get_ident())
+        if len(asked) == CALLERS + 1:
+            everyone_asked.set()
+        return time.monotonic()
+
+    pace: Paced[int] = Paced(clock=clock)
     renders: list[int] = []
-    first_began = threading.Event()
 
     def render() -> int:
         renders.append(len(renders))
-        if len(renders) == 1:
-            first_began.set()
-            time.sleep(0.3)  # the others ask meanwhile (waiting for Redis, as a summary may)
+        if len(renders) == 1:  # the others ask meanwhile (waiting for Redis, as a summary may)
+            assert everyone_asked.wait(10)
         return len(renders)
 
     answers: list[int] = []
-    first = threading.Thread(target=lambda: answers.append(pace.get("summary", render)))
+
+    def ask() -> None:
+        answers.append(pace.get("summary", render))
+
+    first = threading.Thread(target=ask)
     first.start()
-    first_began.wait(5)
-    others = [
-        threading.Thread(target=lambda: answers.append(pace.get("summary", render)))
-        for _ in range(CALLERS)
-    ]
+    while not renders:  # the first render under way before the others ask
+        time.sleep(0.01)
+    others = [threading.Thread(target=ask) for _ in range(CALLERS)]
     for t in others:
         t.start()
     for t in [first, *others]:
