@@ -9,11 +9,15 @@ daemon-level reproduction is tests/test_review36l_metrics_flood_starves_jobs.py.
 
 from __future__ import annotations
 
+import gzip
 import threading
 import time
 
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
 from jobd.web import paced
-from jobd.web.paced import Paced
+from jobd.web.endpoint import paced_metrics
+from jobd.web.paced import Paced, Spaced
 
 BURN = 0.01  # seconds of CPU one render takes here
 CALLERS = 6
@@ -108,3 +112,37 @@ def test_an_answer_is_kept_for_keep_seconds_only() -> None:
     unkept: Paced[int] = Paced(clock=lambda: clock[0])
     assert unkept.get("s", lambda: next(count)) == 4
     assert unkept.get("s", lambda: next(count)) == 5  # keep 0: each request its own
+
+
+def test_answers_are_spaced_to_their_rate() -> None:
+    clock = [100.0]
+    spaced = Spaced(rate=20, clock=lambda: clock[0])
+    slept = [round(spaced.wait(), 3) for _ in range(4)]  # asked at once: each waits its turn
+    assert slept == [0.0, 0.05, 0.1, 0.15]
+    clock[0] += 1.0
+    assert spaced.wait() == 0.0  # none given for a while: at once
+
+
+def test_metrics_answers_are_what_prometheus_client_renders() -> None:
+    registry = CollectorRegistry()
+    Gauge("jobd_a", "a", ["queue"], registry=registry).labels("q").set(3)
+    Gauge("jobd_b", "b", registry=registry).set(4)
+    app = paced_metrics(registry)
+
+    def get(query: str = "", **headers: str) -> tuple[dict[str, str], bytes]:
+        said: list[list[tuple[str, str]]] = []
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": query}
+        environ.update({"HTTP_" + k.upper(): v for k, v in headers.items()})
+        body = b"".join(app(environ, lambda code, h: said.append(h)))
+        return dict(said[0]), body
+
+    headers, body = get()
+    assert body == generate_latest(registry) and headers["Content-Type"].startswith("text/plain")
+    headers, body = get(accept_encoding="gzip")
+    assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == generate_latest(
+        registry
+    )
+    _, body = get("name[]=jobd_b")
+    assert b"jobd_b 4.0" in body and b"jobd_a" not in body
+    headers, body = get(accept="application/openmetrics-text; version=1.0.0")
+    assert headers["Content-Type"].startswith("application/openmetrics-text") and b"# EOF" in body

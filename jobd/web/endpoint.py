@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
-from jobd.web.paced import METRICS_KEEP, Paced
+from jobd.web.paced import METRICS_KEEP, METRICS_RATE, Paced, Spaced
 
 if TYPE_CHECKING:  # the server (waitress) is imported by ``serve``: a daemon that serves no
     from jobd.web.server import Server  # metrics never needs it
@@ -72,6 +72,7 @@ def serve(metrics: Served, listen: str, page: Page | None = None) -> Server:
     from jobd.web.server import serve_app
 
     prometheus = paced_metrics(metrics.registry)
+    spaced = Spaced(METRICS_RATE)
 
     def app(environ, start_response):  # type: ignore[no-untyped-def]
         path = environ.get("PATH_INFO")
@@ -83,6 +84,7 @@ def serve(metrics: Served, listen: str, page: Page | None = None) -> Server:
             return [b"ok\n" if ok else metrics.unhealthy]
         if page is not None and path != "/metrics":
             return page(environ, start_response)
+        spaced.wait()  # /metrics: METRICS_RATE answers a second at most, refusals included
         if page is not None and not page.authorized(environ):
             start_response(
                 "401 Unauthorized",

@@ -22,6 +22,9 @@ from typing import Generic, TypeVar
 SHARE = 0.25  # of a CPU the renders of one kind may take, however many ask at once
 METRICS_KEEP = 1.0  # seconds a rendered /metrics serves every request for
 KINDS = 4  # answers kept at once (/metrics: one per format asked, text or OpenMetrics, gzip)
+# /metrics answers a second at most, however many ask: each is ~270 KiB for 50 queues, sent by
+# the server's one loop thread in the daemon's process (a Prometheus scrapes once in 15 s).
+METRICS_RATE = 20
 
 T = TypeVar("T")
 
@@ -57,3 +60,25 @@ class Paced(Generic[T]):
                 del self.kept[next(iter(self.kept))]  # the one kept longest
             self.kept[key] = (began, answer)
             return answer
+
+
+class Spaced:
+    """Answers of one path, ``rate`` a second at most: each waits for its turn, its worker
+    sleeping (holding no GIL), so clients asking again and again on any number of connections
+    cost the server a bounded number of answers to make and send; the requests past the
+    workers wait in their queue, shed at the connection cap (``server._WSGIServer._victim``)."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.gap, self.clock = 1 / rate, clock
+        self.lock = threading.Lock()
+        self.turn = 0.0  # the clock's time of the next answer's turn
+
+    def wait(self) -> float:
+        """Sleep until this answer's turn (at once when none was given for 1 / rate s);
+        returns the seconds slept."""
+        with self.lock:
+            now = self.clock()
+            turn = max(now, self.turn)
+            self.turn = turn + self.gap
+        time.sleep(turn - now)
+        return turn - now
