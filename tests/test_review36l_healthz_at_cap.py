@@ -34,11 +34,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from support import free_port, wait_until
 from test_review36j_new_grace_flood import healthz
 
-from jobd.web import endpoint
+from jobd.web import endpoint, server
 from jobd.web.metrics import Metrics
 
 HEALTHZ_WITHIN = 2.0  # seconds /healthz may take (test_dashboard_security's bound)
@@ -65,6 +67,26 @@ time.sleep(max(0, end - time.time()))
 """
 
 
+def probes_during_flood(port: int) -> list[tuple[object, float]]:
+    """PROBES /healthz probes (status, seconds) while a child process keeps CONNECTIONS
+    connections asking for /metrics."""
+    seen: list[tuple[object, float]] = []
+    wait_until(lambda: healthz(port, 2) == 200, what="the server to answer")
+    flood = subprocess.Popen([sys.executable, "-c", SCRAPES, str(port), str(CONNECTIONS),
+                              "30"])  # fmt: skip
+    try:
+        time.sleep(3)  # the scrapes under way (not an assertion: what the probes meet)
+        for _ in range(PROBES):
+            began = time.monotonic()
+            status = healthz(port, HEALTHZ_WITHIN)
+            seen.append((status, round(time.monotonic() - began, 2)))
+            time.sleep(0.3)
+    finally:
+        flood.kill()
+        flood.wait()
+    return seen
+
+
 def test_healthz_answers_while_a_client_holds_the_cap_with_metrics_requests() -> None:
     metrics = Metrics()
     for i in range(QUEUES):
@@ -81,21 +103,8 @@ def test_healthz_answers_while_a_client_holds_the_cap_with_metrics_requests() ->
     threading.Thread(target=beat, daemon=True).start()
     port = free_port()
     served = endpoint.serve(metrics, f"127.0.0.1:{port}")
-    seen: list[tuple[object, float]] = []
     try:
-        wait_until(lambda: healthz(port, 2) == 200, what="the server to answer")
-        flood = subprocess.Popen([sys.executable, "-c", SCRAPES, str(port), str(CONNECTIONS),
-                                  "30"])  # fmt: skip
-        try:
-            time.sleep(3)  # the scrapes under way (not an assertion: what the probes meet)
-            for _ in range(PROBES):
-                began = time.monotonic()
-                status = healthz(port, HEALTHZ_WITHIN)
-                seen.append((status, round(time.monotonic() - began, 2)))
-                time.sleep(0.3)
-        finally:
-            flood.kill()
-            flood.wait()
+        seen = probes_during_flood(port)
     finally:
         done.set()
         served.shutdown()
@@ -103,4 +112,32 @@ def test_healthz_answers_while_a_client_holds_the_cap_with_metrics_requests() ->
     assert not failed, (
         f"{len(failed)} /healthz probes of {PROBES} failed while a client kept {CONNECTIONS} "
         f"connections asking for /metrics ({QUEUES} queues' series): {seen}"
+    )
+
+
+def slow_metrics(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+    """/healthz at once; any other path after 0.1 s (a /metrics of 50 queues rendered at each
+    request took that), asleep: the GIL is free, only the path's workers are busy."""
+    if environ.get("PATH_INFO") != "/healthz":
+        time.sleep(0.1)
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok\n"]
+
+
+def test_at_the_cap_a_request_queued_for_a_busy_path_is_shed_never_a_probes() -> None:
+    """The server's part alone, whatever /metrics costs (fixer f36b paced its renders and
+    answers, which made the test above meet fewer queued /metrics requests): a path apart
+    whose workers are busy keeps requests queued at the cap; only ``kept`` ones (a probe's)
+    must never be shed, the others are, so the probes are taken and answered."""
+    port = free_port()
+    served = server.serve_app(slow_metrics, f"127.0.0.1:{port}", "review36l",
+                              apart=("/healthz", "/metrics"), kept=("/healthz",))  # fmt: skip
+    try:
+        seen = probes_during_flood(port)
+    finally:
+        served.shutdown()
+    failed = [s for s in seen if s[0] != 200]
+    assert not failed, (
+        f"{len(failed)} /healthz probes of {PROBES} failed while a client kept {CONNECTIONS} "
+        f"connections asking for a path whose workers are busy: {seen}"
     )
