@@ -216,8 +216,9 @@ class Dashboard:
         self.csrf = hmac.new(self.token, b"csrf", hashlib.sha256).hexdigest() if token else ""
         # Names besides the listen address and localhost (server.host_allowed).
         self.allowed_hosts = tuple(getattr(config.dashboard, "allowed_hosts", None) or ())
-        # Every queue's figures, read and rendered on the daemon's process: one render at a
-        # time, shared by the requests waiting for it, at a pace leaving its loop its time.
+        # Every queue's figures (/api/summary, /api/overview), read and rendered on the
+        # daemon's process: one render at a time for both, shared by the requests waiting for
+        # it, a quarter of a core at most (``paced``), leaving the daemon's loop its time.
         self.paced: Paced[bytes] = Paced()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:

@@ -42,8 +42,8 @@ class Paced(Generic[T]):
         self.next = 0.0  # the clock's time before which no render begins
 
     def get(self, key: Hashable, render: Callable[[], T]) -> T:
-        """``render()``'s answer for ``key``: one that began at most ``keep`` seconds before
-        this call (shared), else a new one, begun once the pace allows."""
+        """``render()``'s answer for ``key``: one begun less than ``keep`` seconds before
+        this call, or after it (shared), else a new one, begun once the pace allows."""
         asked = self.clock()
         with self.lock:
             kept = self.kept.get(key)

@@ -276,12 +276,12 @@ class _WSGIServer(TcpWSGIServer):
     connection has a request being answered, or queued for the probes' workers, do new ones
     wait in the listen backlog; a new connection's bytes are read as it is taken
     (``_Channel.read_now``), and one that had sent nothing is closed, oldest first, only when
-    nothing else can go. A
-    request for one of the paths ``apart`` is answered by workers of that path's own
-    (``probes``): the app's other requests, and the other paths', however long they wait,
-    never keep it waiting. Before a connection idle between two requests is closed, what it
-    sent is read (``_Channel.take_sent``): the listening socket is handled first in a turn,
-    so a kept-alive scrape's next request arriving with a newcomer was closed unread."""
+    nothing else can go. A request for one of the paths ``apart`` is answered by workers of
+    that path's own (``probes``): the app's other requests, and the other paths', however long
+    they wait, never keep it waiting. Before a connection idle between two requests is
+    closed, what it sent is read (``_Channel.take_sent``): the listening socket is handled
+    first in a turn, so a kept-alive scrape's next request arriving with a newcomer was closed
+    unread."""
 
     channel_class = _Channel
 
