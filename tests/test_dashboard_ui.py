@@ -152,21 +152,17 @@ def test_an_incident_from_the_dashboard_in_headless_chromium(  # long: the issue
             seen += page_jobs(driver)
         assert seen == [f"invoice-{i:03}" for i in range(500)]
         assert js(driver, "return document.getElementById('next-page').disabled")
-        # A search finds one job; its id is a link to its page.
-        from selenium.common.exceptions import StaleElementReferenceException
+        # A search finds one job; its id is a link to its page. The table, and the box with it,
+        # is redrawn every refresh: what is typed there stays, and the keys typed after a redraw
+        # go on into it (typed as a user does, into the focused element).
+        from selenium.webdriver.common.action_chains import ActionChains
 
-        # The box is redrawn with the page every refresh: found and typed into again when an
-        # element found by one call is gone (stale) by the next.
-        for _ in range(50):
-            try:
-                find = driver.find_element("id", "find")
-                find.clear()
-                find.send_keys("invoice-377\n")
-                break
-            except StaleElementReferenceException:
-                continue
-        else:
-            raise AssertionError("the search box was redrawn at every try")
+        js(driver, "document.getElementById('find').focus()")
+        ActionChains(driver).send_keys("invoice-3").perform()
+        js(driver, "document.getElementById('find').dataset.before = 'redraw'")
+        wait_until(lambda: js(driver, "return !document.getElementById('find').dataset.before"),
+                   what="a refresh redrawing the box while it is typed into")  # fmt: skip
+        ActionChains(driver).send_keys("77\n").perform()
         wait_until(lambda: page_jobs(driver) == ["invoice-377"], what="the search")
         # Read in one script: the page redraws its table every refresh, so an element found
         # by one call can be gone (stale) by the next.

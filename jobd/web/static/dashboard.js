@@ -496,7 +496,11 @@ function drawJobs(view) {
     class: tab === view.tab ? "on" : "", "data-tab": tab, role: "tab",
     onclick: () => { location.hash = `#/queue/${encodeURIComponent(view.name)}/${tab}`; },
   }, label + tabCount(q, tab))));
-  const input = el("input", {id: "find", size: 28, placeholder: "job id holds…", autocomplete: "off", value: view.find});
+  // Redrawn every refresh: what someone is typing into the box stays, with its caret and focus.
+  const was = document.getElementById("find");
+  const typing = was && document.activeElement === was
+    ? {value: was.value, start: was.selectionStart, end: was.selectionEnd} : null;
+  const input = el("input", {id: "find", size: 28, placeholder: "job id holds…", autocomplete: "off", value: typing ? typing.value : view.find});
   const search = el("form", {class: "tools", onsubmit: (event) => {
     event.preventDefault();
     Object.assign(view, {find: input.value.trim(), cursors: [""], selected: new Set()});
@@ -515,6 +519,11 @@ function drawJobs(view) {
       view.find && !page.jobs.length ? "search further ›" : "next ›"));
   const unread = page.unread ? el("p", {class: "bad"}, `… ${page.unread} running records not read (a page reads at most 1 000, 1 MiB)`) : null;
   fill(box, tabs, search, jobsTable(view), unread, pager);
+  if (typing) {
+    input.value = typing.value;
+    input.focus();
+    input.setSelectionRange(typing.start, typing.end);
+  }
 }
 
 function levelSelect(view) {
