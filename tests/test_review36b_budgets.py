@@ -312,14 +312,17 @@ def test_an_active_hash_of_100_000_records_is_read_within_the_page_budget(
         status = reply["status"]
         assert (status["running_count"], status["running_at_most"]) == (100_000, True)
     elif path.startswith("/api/jobs"):
-        assert reply["jobs"] == [] and 95_000 < reply["unread"] < 100_000, reply
+        # Fixer's note (36l): more than 10 000 records: no name read (lib/shown.lua hash_read)
+        assert reply["jobs"] == [] and reply["unread"] == 100_000, reply
 
 
 def test_an_active_record_of_32_mib_is_not_sent(
     r: redis.Redis, page: Callable[[str], dict]
 ) -> None:
     """One value of 32 MiB in the active hash (someone else's) beside a record: the hash holds
-    two records, both read in Redis, the long one never sent."""
+    two records, neither read (fixer's note, 36l: the hash weighs 32 MiB, and Redis cannot tell
+    a heavy value from a heavy name, which HRANDFIELD would copy: lib/shown.lua hash_read),
+    the long one never sent: at most 2 run."""
     r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
     fill_active(r, 1)
     r.hset("{jobd:q}:active", "huge", b"jobd:q|9-0\n" + b"x" * (32 << 20))
@@ -327,7 +330,7 @@ def test_an_active_record_of_32_mib_is_not_sent(
     status = page("/api/queue?queue=q")["status"]
     moved = sent(r) - before
     assert moved < browse.READ_BUDGET, f"one queue page moved {moved / 2**20:.1f} MiB"
-    assert (status["running_count"], status["running_at_most"]) == (0, False), status
+    assert (status["running_count"], status["running_at_most"]) == (2, True), status
 
 
 # -- what the page shows of each bound -------------------------------------------------------

@@ -241,11 +241,12 @@ def _running(
 ) -> dict[str, Any]:
     """The running jobs of every level, oldest first (a queue runs at most its slots' worth),
     past the cursor: the (start time, job id) of the last one shown; of the active records one
-    read takes (``unread``: those it did not)."""
+    read takes (the same ones at each read: ``lib/shown.lua hash_read``; ``unread``: those it
+    did not). A search is a lookup of that job id (exact), as the recent tab's."""
     after = _cursor(cursor)
-    read = store.running_read(q)
-    found = sorted(((r.since_ms or 0, os.fsencode(r.job_id), r) for r in read.jobs
-                    if find in r.job_id), key=lambda t: t[:2])  # fmt: skip
+    read = store.running_read(q, job_id=find)  # a search: that job's record alone (HGET)
+    found = sorted(((r.since_ms or 0, os.fsencode(r.job_id), r) for r in read.jobs),
+                   key=lambda t: t[:2])  # fmt: skip
     if after is not None:
         found = [t for t in found if after.passed(*t[:2])]
     page = found[:count]

@@ -1,13 +1,14 @@
 --! uses shown.lua
 -- running_shown.lua: a queue's active records (job id -> 'STREAM|ENTRY\n' and a JSON object:
 -- its jobs running now, lib/jobs.lua) as the dashboard and `jobd status` read them
--- (lib/shown.lua hash_read): the job ids first, without their records (HRANDFIELD: all of them
--- when the hash holds ARGV[1] or fewer, else ARGV[1] of them at random), each record's length
--- (HSTRLEN), then the records within ARGV[3] bytes, until so many bytes were read; a record
--- longer than any jobd writes is never read, only its length. Whatever the values hold (100 000
--- records, a value of 500 MiB, someone else's), one call reads a bounded part of the hash and
--- says how many records it holds. The job ids themselves are read whole (Redis before 7.4 has
--- no read of part of a field's name): a name is as long as whoever wrote it made it.
+-- (lib/shown.lua hash_read: the hash weighed in Redis before any job id or record is copied):
+-- when it holds so many fields and weighs so little that its job ids are small, the first
+-- ARGV[1] job ids in byte order (the same ones at each read), each record's length (HSTRLEN),
+-- then the records within ARGV[3] bytes, until so many bytes were read; a record longer than
+-- any jobd writes is never read, only its length. Else none: how many records it holds only.
+-- Whatever the hash holds (100 000 records, a value or a job id of 500 MiB, someone else's),
+-- one call copies a bounded part of it. With ARGV[5], the one record of that job id (a
+-- search: HSTRLEN, then HGET within ARGV[3] bytes), whatever else the hash holds.
 --
 -- KEYS[1]  the queue's active hash
 -- ARGV[1]  at most this many records read
@@ -18,8 +19,10 @@
 --          its length)
 -- ARGV[4]  records read a HMGET (a hash Redis keeps as a listpack of ARGV[2] bytes or less is
 --          read whole in one HSCAN page instead; a larger listpack, not at all)
+-- ARGV[5]  (optional) a job id: its record alone
 --
--- Read-only. Returns {records the hash holds (HLEN), 1 when every one was read, rows}: each
--- row {job id, value (false: longer than ARGV[3]), its length}. A key of another type: the
--- script fails (WRONGTYPE), as a read of it would.
+-- Read-only. Returns {records the hash holds (HLEN), 1 when every one was read (or the job id
+-- looked up), rows}: each row {job id, value (false: longer than ARGV[3]), its length}. A key
+-- of another type: the script fails (WRONGTYPE), as a read of it would.
+if ARGV[5] then return hash_field(KEYS[1], ARGV[5], tonumber(ARGV[3])) end
 return hash_read(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])

@@ -1,6 +1,6 @@
 -- lib/shown.lua: what the dashboard's reads share: what reading costs (counted in bytes, against
 -- a budget), an entry as the dashboard shows it (entries_shown.lua, dead_letters_shown.lua), a
--- hash read to a bound, its names first (running_shown.lua, hashes_shown.lua), how many values a
+-- hash read to a bound, weighed first (running_shown.lua, hashes_shown.lua), how many values a
 -- msgpack value holds, read from its headers without decoding it (delayed_shown.lua).
 
 -- What reading one field costs besides its bytes, counted as bytes: the reply's headers for its
@@ -57,19 +57,26 @@ local function listpack_bytes(key)
 end
 
 -- The hash ``key`` read to about ``most`` fields and ``budget`` bytes (``field_cost`` each),
--- whatever a value holds: HSCAN and HGETALL answer each value whole into the script (one of
--- 64 MiB held Redis 0.4 s though never returned), so the names come first, without their
--- values (HRANDFIELD with a positive count: distinct names; every one of them when the hash
--- holds ``most`` or fewer, else ``most`` of them at random, a sample that differs from one read
--- to the next), then each value's length (HSTRLEN), then the values within ``cap`` bytes in
--- HMGETs of ``count`` names, until ``budget`` bytes were read (one field past it at most: ``cap``
--- bytes and its name). Names are read whole (Redis before 7.4 has no read of a part of one, nor
--- of its length), each cut to ``cap`` here. Returns {fields the hash holds (HLEN), 1 when every
--- one was read, rows}: each row {name, value (false: it or its name is longer than ``cap``
--- bytes; the name is then cut to ``cap``), the value's length}. A hash kept as a listpack is read
--- in one HSCAN page (values and all) when it holds ``budget`` bytes or less
--- (``listpack_bytes``), else none of it. A key of another type: the script fails (WRONGTYPE),
--- as a read of it would.
+-- whatever a name or value holds, the same part of it at each read. Each reply is weighed in
+-- Redis before it is asked, copying nothing (lib/group.lua does the same for a stream): HSCAN,
+-- HGETALL and HRANDFIELD answer whole names (and values) into the script, and either may be of
+-- any size (anyone can HSET one: a value of 64 MiB held Redis 0.4 s, a name of 64 MiB 0.3 s).
+-- A hash kept as a listpack weighs its allocation (``listpack_bytes``): read in one HSCAN page
+-- (values and all) when that is ``budget`` bytes or less, else not at all. A table weighs its
+-- MEMORY USAGE with SAMPLES 0 (Redis walks every field, adding its name's and value's
+-- allocations, nothing copied): its names are read only when it holds NAMES_MOST fields or
+-- fewer and weighs NAMES_WEIGHED or less (HRANDFIELD with its HLEN: every name, no value;
+-- HKEYS would too, but is not among the commands jobd's ACL user has), then sorted, so a read
+-- takes the first ``most`` names in byte order (not a sample: the same ones from one read to
+-- the next), each value's length (HSTRLEN), and the values within ``cap`` bytes in HMGETs of
+-- ``count`` names, until ``budget`` bytes were read (one field past it at most: ``cap`` bytes
+-- and its name). Weighing a table walks it (NAMES_MOST fields at most: about 1 ms).
+-- Returns {fields the hash holds (HLEN), 1 when every one was read, rows}: each row {name (cut
+-- to ``cap`` bytes), value (false: it or its name is longer than ``cap`` bytes), the value's
+-- length}; no rows when the hash weighs too much. A key of another type: the script fails
+-- (WRONGTYPE), as a read of it would.
+local NAMES_MOST = 10000 -- fields: a queue's active hash holds one a running job
+local NAMES_WEIGHED = 4194304 -- bytes: 10 000 records of 300 bytes weigh about 4 MiB
 local function hash_read(key, most, budget, cap, count)
   local total = redis.call('HLEN', key)
   local rows, read = {}, 0
@@ -85,7 +92,12 @@ local function hash_read(key, most, budget, cap, count)
     end
     return {total, #rows >= total and 1 or 0, rows}
   end
-  local names = redis.call('HRANDFIELD', key, math.min(total, most))
+  if total > NAMES_MOST
+      or redis.call('MEMORY', 'USAGE', key, 'SAMPLES', 0) > NAMES_WEIGHED then
+    return {total, 0, rows}
+  end
+  local names = redis.call('HRANDFIELD', key, total) -- every name: the whole hash
+  table.sort(names)
   local asked, wanted = {}, {} -- names whose values are to be read, and their rows
   local function flush() -- the values of ``asked`` in one HMGET
     if #asked == 0 then return end
@@ -93,8 +105,9 @@ local function hash_read(key, most, budget, cap, count)
     for j, row in ipairs(wanted) do row[2] = values[j] or false end
     asked, wanted = {}, {}
   end
-  for _, name in ipairs(names) do
+  for i = 1, math.min(#names, most) do
     if read >= budget then break end
+    local name = names[i]
     local length = redis.call('HSTRLEN', key, name)
     local row = {string.sub(name, 1, cap), false, length}
     rows[#rows + 1] = row
@@ -107,6 +120,17 @@ local function hash_read(key, most, budget, cap, count)
   end
   flush()
   return {total, #rows >= total and 1 or 0, rows}
+end
+
+-- The field ``name`` of hash ``key`` as ``hash_read`` returns it (its name known: no name is
+-- copied): {fields the hash holds, 1, rows}, rows {name, value (false: longer than ``cap``),
+-- its length} or none when the hash has no such field. A key of another type: WRONGTYPE.
+local function hash_field(key, name, cap)
+  local total = redis.call('HLEN', key)
+  local length = redis.call('HSTRLEN', key, name)
+  if length == 0 and redis.call('HEXISTS', key, name) == 0 then return {total, 1, {}} end
+  local value = length <= cap and redis.call('HGET', key, name)
+  return {total, 1, {{name, value, length}}}
 end
 
 -- How many values the msgpack value at the start of ``blob`` holds, counted from the headers of
