@@ -22,7 +22,12 @@ from typing import Any
 import redis
 from support import dashboard_server, get_json, jobd_cli, queue_config, wait_until
 
-JOBS = 100_000
+# Fixer's note (36l): 10 000, not the report's 100 000: a stream weighing more than a summary's
+# bytes (status.LAG_COUNT_BYTES, 16 MiB; 100 000 jobs of 1 KiB weigh 110 MiB) has its group not
+# read at all (lua/lib/group.lua: its first and last entries, which XINFO STREAM copies, cannot
+# be weighed apart from the rest), so neither the lag nor its count is asked
+# (test_a_stream_heavier_than_the_budget_is_said_unknown, below).
+JOBS = 10_000
 
 
 def sent(r: redis.Redis) -> int:
@@ -86,3 +91,22 @@ def test_a_null_lag_is_counted_in_redis_up_to_its_bound_then_given_as_at_least(
     assert (s["lag"], s["lag_at_least"]) == (cap, True)
     report = {"redis": "r", "queues": {"q": s}}
     assert f"lag ≥{cap}" in render(report)
+
+
+def test_a_stream_heavier_than_the_budget_is_said_unknown(
+    r: redis.Redis, write_config: Any
+) -> None:
+    """The same 1 KiB jobs, 20 000 of them (22 MiB: more than a summary's bytes): the group is
+    not read, and the overview says "unknown" with the backlog unknown, never "idle"."""
+    config = write_config("redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n")
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    pipe = r.pipeline(transaction=False)
+    for i in range(20_000):
+        pipe.xadd("jobd:q", {"payload": b"p" * 1024, "job_id": f"j-{i}"})
+    pipe.execute()
+    with dashboard_server(config) as port:
+        before = sent(r)
+        row = get_json(port, "/api/summary")["queues"]["q"]
+        moved = sent(r) - before
+    assert (row["state"], row["lag_known"]) == ("unknown", False), row
+    assert moved < 1024 * 1024

@@ -40,7 +40,7 @@ def test_one_group_read_is_bounded_whatever_other_groups_the_stream_has(r: redis
     for i in range(GROUPS):
         r.xgroup_create("q", b"g" * NAME + str(i).encode(), "0")
     began = time.monotonic()
-    group = status.hashes_shown(r, ["q"], ["=jobd"])[0]
+    group = status.hashes_shown(r, ["q"], [status.group_spec("=", "jobd")])[0]
     took = time.monotonic() - began
     # Fixer's note: Redis 7.0 has no read of one group's last delivered id that does not
     # answer every group's name whole (XINFO GROUPS, XINFO STREAM FULL), so with other groups on
@@ -59,7 +59,7 @@ def test_the_queues_group_alone_is_read_whole(r: redis.Redis) -> None:
     r.xadd("q", {"payload": "y"})
     r.xgroup_create("q", "jobd", "0")
     r.xreadgroup("jobd", "c1", {"q": ">"}, count=1)
-    group = status.hashes_shown(r, ["q"], [">jobd"])[0]
+    group = status.hashes_shown(r, ["q"], [status.group_spec(">", "jobd")])[0]
     assert group is not None and group.last_delivered == first and group.groups == 1
     assert (group.lag, group.pending, group.oldest, group.count) == (1, 1, first, 1)
     assert group.listed and [c[:3] for c in group.consumers] == [(b"c1", 2, 1)]
@@ -73,9 +73,11 @@ def test_100_000_short_groups_cost_one_read_nothing(r: redis.Redis) -> None:
     pipe.execute()
     r.xgroup_create("q", "jobd", "0")
     began = time.monotonic()
-    group = status.hashes_shown(r, ["q"], [">jobd"])[0]
+    group = status.hashes_shown(r, ["q"], [status.group_spec(">", "jobd")])[0]
     took = time.monotonic() - began
-    assert group is not None and group.groups == 100_001 and not group.listed
+    # Fixer's note (36l): 100 000 groups weigh the stream 28 MiB (MEMORY USAGE counts each
+    # group's structures), more than a read's budget: not even counted (XINFO STREAM not asked).
+    assert group is not None and group.groups is None and not group.listed
     assert took < WITHIN, f"one read of the queue's group held Redis {took:.2f} s"
 
 
@@ -87,8 +89,11 @@ def test_long_consumer_names_are_counted_not_copied(r: redis.Redis) -> None:
     for n in range(16):
         r.xgroup_createconsumer("q", "jobd", f"{n:02d}" + "c" * (1 << 20))
     began = time.monotonic()
-    group = status.hashes_shown(r, ["q"], [">jobd"])[0]
+    group = status.hashes_shown(r, ["q"], [status.group_spec(">", "jobd")])[0]
     took = time.monotonic() - began
-    assert group is not None and group.count == 16 and not group.listed
-    assert group.last_delivered == b"0-0"
+    # Fixer's note (36l): the names weigh the stream 16 MiB, more than a read's budget
+    # (status.LAG_COUNT_BYTES), and Redis cannot tell heavy names from heavy first and last
+    # entries (XINFO STREAM copies those): the group is found but not read, and says so.
+    assert group is not None and group.count is None and not group.listed
+    assert group.last_delivered is None and group.groups is None
     assert took < WITHIN, f"one read of the queue's group held Redis {took:.2f} s"

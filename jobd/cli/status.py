@@ -125,9 +125,11 @@ def _consumers(s: dict[str, Any]) -> list[str]:
     """One line per consumer of queue status ``s``; a host's several daemons (``processes``)
     under one line for the host, in process order; a group of too many, its count alone."""
     if s.get("consumers_count", 0) is None:  # lib/group.lua: the group not read
+        groups = "uncounted" if s["groups"] is None else s["groups"]
         return [
-            f"  group not read: the stream has {s['groups']} consumer groups (lag, pending "
-            "and consumers are read only when the queue's is its only one)"
+            f"  group not read: the stream has {groups} consumer groups (lag, pending and "
+            "consumers are read only when every group on it is one of the config's and the "
+            "stream weighs 16 MiB or less)"
         ]
     if not s.get("consumers_listed", True):
         return [

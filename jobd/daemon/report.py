@@ -61,7 +61,7 @@ class StatusReport:
             return
         backlog = 0
         clock = redisconn.Clock(self.client)  # ages on Redis's clock: one TIME per server
-        lags = status.LagBudget()  # one a report, shared by the queues
+        lags = status.LagBudget(groups=status.stream_groups(v.queues))  # shared by the queues
         try:
             for q in v.queues:
                 report = status.queue_status(self.client, q, clock.at(q.stream), lags)

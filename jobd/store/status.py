@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +41,13 @@ HASH_FIELDS = 256
 HASH_BYTES = 64 << 10
 HASH_VALUE = 256
 HASH_PAGE = 64
-# A queue's group (``read_hashes``, ``lua/lib/group.lua``): read only when it is the stream's
-# only group (XINFO GROUPS answers every group's name whole inside Redis); its consumers are
-# listed when it has HASH_FIELDS or fewer and the stream's MEMORY USAGE, which counts their
-# names, is CONSUMER_NAMES_READ or less (else only counted), each name cut to HASH_VALUE bytes.
+# A queue's group (``read_hashes``, ``lua/lib/group.lua``): each reply weighed before it is
+# asked, by the stream's MEMORY USAGE (SAMPLES 1: its first and last nodes of entries, and its
+# consumers' names; nothing copied). Read only when the stream weighs no more than the request's
+# ``LagBudget`` has left (XINFO STREAM copies its first and last entries, XPENDING one name)
+# and every group on it is one of the config's (XINFO GROUPS copies every group's name, which
+# nothing weighs); its consumers are listed when it has HASH_FIELDS or fewer and the weight is
+# CONSUMER_NAMES_READ or less (else only counted), each name cut to HASH_VALUE bytes.
 CONSUMERS_LISTED = HASH_FIELDS
 CONSUMER_NAMES_READ = 1 << 20  # lua/lib/group.lua NAMES_READ
 COUNTERS = "done failed retried dead deduped cancelled"  # a minute's counters jobd writes
@@ -57,10 +61,34 @@ class LagBudget:
     """The bytes left to count null lags with (LAG_COUNT_BYTES): one for a whole request (a
     summary of every queue, a daemon's report), shared by its queues in turn, so 50 queues'
     counts read 16 MiB in all, not 16 MiB each (one entry more a count at most: once spent, a
-    count reads one entry, to say 0 or at least 1)."""
+    count reads one entry, to say 0 or at least 1). The groups' reads spend it too: a stream's
+    group is read only when the stream weighs ``left`` or less, and what that read copied is
+    spent (``lua/lib/group.lua``). ``groups``: the config's groups of each stream."""
 
-    def __init__(self, left: int = LAG_COUNT_BYTES) -> None:
+    def __init__(
+        self, left: int = LAG_COUNT_BYTES, groups: dict[str, list[str]] | None = None
+    ) -> None:
         self.left = left
+        self.groups = {} if groups is None else groups  # the config's groups by stream
+
+
+def stream_groups(queues: Iterable[QueueConfig]) -> dict[str, list[str]]:
+    """The groups ``queues`` (every level of each) read each stream with: a stream's group is
+    read only when these are all the groups it has (``lua/lib/group.lua``)."""
+    found: dict[str, list[str]] = {}
+    for q in queues:
+        for level in q.all_levels():
+            names = found.setdefault(level.stream, [])
+            if level.group not in names:
+                names.append(level.group)
+    return found
+
+
+def group_spec(kind: str, group: str, others: Iterable[str] = ()) -> str:
+    """A stream's spec for ``hashes_shown``: ``kind`` ('>' with its consumers, '=' alone), then
+    ``group`` and the config's other groups on the stream, each as LENGTH:NAME (in bytes)."""
+    names = [group, *(g for g in others if g != group)]
+    return kind + "".join(f"{len(n.encode())}:{n}" for n in names)
 
 
 def _ms_of(stream_id: bytes | str) -> int:
@@ -75,9 +103,10 @@ def queue_status(
     Redis's time (``connection.Clock``; read here when not given), never the host's; a null lag
     counted within ``lags`` (a fresh budget when not given)."""
     now = redisconn.Clock(client).at(q.stream) if now is None else now
+    lags = LagBudget() if lags is None else lags
     minute = keys.minute(now)
     redis_ms = int(now * 1000)
-    replies = _read(client, q, minute, redis_ms)
+    replies = _read(client, q, minute, redis_ms, lags)
     length, delayed, dead, last, this, slots_used, bucket, waiting, paused, group = replies
     result: dict[str, Any] = {
         "stream": q.stream,
@@ -95,9 +124,9 @@ def queue_status(
         "consumers": [],
         "consumers_count": 0,  # how many the group has (None: the group not read, below)
         "consumers_listed": True,
-        # consumer groups the stream has: with others than the queue's, its group is not read
-        # (lib/group.lua): lag, pending and consumers_count are None, only the oldest pending
-        # entry's age is known
+        # consumer groups the stream has (None: not counted, the stream weighs too much): with
+        # others than the config's, or too heavy a stream, its group is not read
+        # (lib/group.lua): lag, pending and consumers_count are None
         "groups": 0,
         "limits": _limits(q, slots_used, bucket, waiting, redis_ms),
         "paused": _pause(paused),
@@ -108,7 +137,7 @@ def queue_status(
         ],
     }  # fmt: skip
     if group is not None:
-        _with_group(client, q.stream, result, group, now, LagBudget() if lags is None else lags)
+        _with_group(client, q.stream, result, group, now, lags)
     return result
 
 
@@ -121,10 +150,12 @@ def _with_group(
     lags: LagBudget,
 ) -> None:
     """``result`` with what ``group`` says: lag (a null one counted within ``lags``), pending
-    and the oldest's age, consumers; of a group not read (other groups on the stream), the
-    oldest pending entry's age alone, the rest None."""
+    and the oldest's age, consumers; of a group not read (groups the config does not name on
+    the stream, or the stream too heavy), the oldest pending entry's age alone when read, the
+    rest None."""
     result["groups"] = group.groups
-    if group.last_delivered is None:  # other groups on the stream: the group not read
+    lags.left -= group.copied
+    if group.last_delivered is None:  # the group not read
         result["pending"], result["consumers_count"] = None, None
         result["consumers_listed"] = False
         if group.oldest is not None:
@@ -141,7 +172,9 @@ def _with_group(
     result["consumers_count"], result["consumers_listed"] = group.count, group.listed
 
 
-def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> list[Any]:
+def _read(
+    client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int, lags: LagBudget
+) -> list[Any]:
     """Everything ``queue_status`` reads, in one pipeline and one script call; a reply that
     failed is its exception (the group: None when the stream or group cannot be read)."""
     pipe = client.pipeline(transaction=False)
@@ -150,31 +183,38 @@ def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> li
     pipe.xlen(q.dead_letter.stream)
     pipe.zcount(q.keys.running, redis_ms, "+inf")
     found = pipe.execute(raise_on_error=False)
-    last, this, bucket, waiting, paused, group = read_hashes(client, q, minute)
+    last, this, bucket, waiting, paused, group = read_hashes(client, q, minute, lags)
     return [*found[:3], last, this, found[3], bucket, waiting, paused, group]
 
 
-def read_hashes(client: redis.Redis, q: QueueConfig, minute: int) -> list[Any]:
+def read_hashes(
+    client: redis.Redis, q: QueueConfig, minute: int, lags: LagBudget | None = None
+) -> list[Any]:
     """The queue's small hashes ``queue_status`` shows: the counters of the last minute and of
     this one, the rate bucket, the consumers waiting for a limit, the pause (``hashes_shown``:
     only the fields jobd writes, but of the consumers waiting, whose names are theirs); and its
-    group with its consumers (a ``Group``; None: no such group or stream)."""
+    group with its consumers (a ``Group``; None: no such group or stream), read within
+    ``lags``."""
+    lags = LagBudget() if lags is None else lags
     keys = [q.keys.stats(minute - 1), q.keys.stats(minute), q.keys.rate, q.keys.waiting,
             q.keys.paused, q.stream]  # fmt: skip
-    specs = [COUNTERS, COUNTERS, "tokens at", "*", "since by", ">" + q.group]
-    return hashes_shown(client, keys, specs)
+    specs = [COUNTERS, COUNTERS, "tokens at", "*", "since by",
+             group_spec(">", q.group, lags.groups.get(q.stream, ()))]  # fmt: skip
+    return hashes_shown(client, keys, specs, max(0, lags.left))
 
 
-def group_of(client: redis.Redis, q: QueueConfig) -> Group | None:
-    """The queue's group alone (none of its consumers), read to the same bound; None: no such
-    group or stream."""
-    return hashes_shown(client, [q.stream], ["=" + q.group])[0]  # type: ignore[no-any-return]
+def group_of(client: redis.Redis, q: QueueConfig, others: Iterable[str] = ()) -> Group | None:
+    """The queue's group alone (none of its consumers), read to the same bound (``others``:
+    the config's other groups on its stream); None: no such group or stream."""
+    spec = group_spec("=", q.group, others)
+    return hashes_shown(client, [q.stream], [spec])[0]  # type: ignore[no-any-return]
 
 
-def group_args(group: str) -> list[object]:
+def group_args(group: str, others: Iterable[str] = ()) -> list[object]:
     """The arguments of a ``hashes_shown`` call (keys: the stream alone) reading ``group``
     alone, for a pipeline; its reply is read by ``group_from``."""
-    return [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, "=" + group]
+    spec = group_spec("=", group, others)
+    return [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, LAG_COUNT_BYTES, spec]
 
 
 def group_from(reply: object) -> Group | None:
@@ -188,9 +228,10 @@ class Group:
     (None: Redis says null), pending entries and the oldest one's id, how many consumers it has
     (``count``), and whether they are ``listed`` in ``consumers`` (CONSUMERS_LISTED at most:
     (name cut to HASH_VALUE bytes, the name's length, entries held, idle ms) each); ``groups``:
-    how many the stream has. With others than this one the group is not read (their names may
-    be of any size): ``last_delivered``, ``lag``, ``pending`` and ``count`` are None, only
-    ``oldest`` is known."""
+    how many the stream has (None: not counted); ``copied``: bytes the read copied in Redis.
+    With groups the config does not name on the stream (their names may be of any size), or a
+    stream weighing more than the budget left, the group is not read: ``last_delivered``,
+    ``lag``, ``pending`` and ``count`` are None (and ``oldest`` too for a stream too heavy)."""
 
     last_delivered: bytes | None
     lag: int | None
@@ -199,32 +240,35 @@ class Group:
     count: int | None
     listed: bool
     consumers: list[tuple[bytes, int, int, int]]
-    groups: int = 1
+    groups: int | None = 1
+    copied: int = 0
 
 
 def _group(reply: list[Any]) -> Group | None:
     if not (reply[0] and reply[1]):
         return None  # no such group, no stream, or a key of another type
-    flat = reply[9:]
+    flat = reply[10:]
     consumers = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
     last, lag, pending, oldest, count = reply[2:7]  # nil (None): not read
     return Group(last, lag, _int(pending), oldest, _int(count), bool(reply[7]),
-                 consumers, int(reply[8]))  # type: ignore[arg-type]  # fmt: skip
+                 consumers, _int(reply[8]), int(reply[9]))  # type: ignore[arg-type]  # fmt: skip
 
 
 def _int(value: object) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
 
 
-def hashes_shown(client: redis.Redis, keys: list[str], specs: list[str]) -> list[Any]:
+def hashes_shown(
+    client: redis.Redis, keys: list[str], specs: list[str], left: int = LAG_COUNT_BYTES
+) -> list[Any]:
     """Hashes of one slot, each as a dict, or the error its key gives (another type), read in
     Redis to a bound (``lua/hashes_shown.lua``: anyone can add fields to them, or values of any
     size): with ``spec`` '*', HASH_FIELDS fields and HASH_BYTES bytes of it (names first, then
     only the values within HASH_VALUE bytes: one field more at most); else only the fields it
     names (separated by spaces), each read only when its length is HASH_VALUE or less. A longer
     value reads as b"" (none of jobd's); a hash none of whose fields were read, as {b"": b""}
-    (it is there)."""
-    args = [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, *specs]
+    (it is there). A stream's group is read when the stream weighs ``left`` bytes or less."""
+    args = [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, left, *specs]
     replies = scripts.call(client, "hashes_shown", keys, args)
     hashes: list[Any] = []
     for reply, spec in zip(replies, specs, strict=True):
@@ -366,7 +410,7 @@ def gather(
     TIME per server: ``clock``); ``time`` is the registry's server's (what the registry's
     listing and the dashboard's every reply say), so any host shows the same figures."""
     clock = redisconn.Clock(client) if clock is None else clock
-    lags = LagBudget()  # one for the request: the queues share it
+    lags = LagBudget(groups=stream_groups(config.queues.values()))  # the queues share it
     queues = {name: with_levels(client, q, clock.at(q.stream), lags)
               for name, q in config.queues.items()}  # fmt: skip
     report = {"redis": config.redis.describe(), "time": clock.at(DAEMONS), "queues": queues}

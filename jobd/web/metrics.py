@@ -285,7 +285,7 @@ class Metrics:
     def _queue_state(self, queue: str, report: dict) -> None:
         lag = report["lag"]  # None: not known (no group yet), never 0 (nothing waits)
         self.lag.labels(queue=queue).set(math.nan if lag is None else lag)
-        pending = report["pending"]  # None: the group not read (other groups on the stream)
+        pending = report["pending"]  # None: the group not read (status: lib/group.lua)
         self.pending.labels(queue=queue).set(math.nan if pending is None else pending)
         self.oldest.labels(queue=queue).set(report["oldest_pending_age"] or 0)
         self.delayed.labels(queue=queue).set(report["delayed"] or 0)  # None: a key of

@@ -111,6 +111,8 @@ def _row(
         state = "stalled"  # jobs wait and no live daemon serves it
     elif backlog or running["running"]:
         state = "busy"
+    elif any(level["lag"] is None and level["length"] for level in levels):
+        state = "unknown"  # entries, the group not read (lib/group.lua): never "idle" on a guess
     return {
         "state": state, "backlog": backlog,
         "lag_known": all(level["lag"] is not None for level in levels),
@@ -192,8 +194,9 @@ def _waiting(
 ) -> dict[str, Any]:
     """Entries of the stream after the group's last delivered id (or the cursor), oldest first."""
     start = "-"
-    group = status.group_of(store.client, q)  # in Redis: never the stream's groups whole
-    if group is not None and group.last_delivered is not None:  # None: not read (other groups)
+    others = status.stream_groups(config.queues.values()).get(q.stream, ())
+    group = status.group_of(store.client, q, others)  # in Redis, weighed first (lib/group.lua)
+    if group is not None and group.last_delivered is not None:  # None: not read
         start = "(" + os.fsdecode(group.last_delivered)
     if cursor:
         after = _entry_id(cursor)
