@@ -55,3 +55,31 @@ def test_a_fanout_queue_with_jobs_waiting_and_no_daemon_is_not_idle(
         f"(state, backlog, lag known): {shown} (queue c, the same jobs on a stream of its own: "
         f"{rows['c']['state']}, backlog {rows['c']['backlog']})"
     )
+
+
+def test_a_fanout_queues_page_reads_its_group(
+    r: redis.Redis, write_config: Any, tmp_path: Path
+) -> None:
+    """The queue's page and `jobd status` read the group the same way: every group on the
+    stream is one of the config's, so each queue's lag is read."""
+    from jobd.config import load
+    from jobd.store import status
+
+    config = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n"
+        "  a: {stream: shared, group: ga, command: [/bin/true]}\n"
+        "  b: {stream: shared, group: gb, command: [/bin/true]}\n"
+    )
+    r.xgroup_create("shared", "ga", id="0", mkstream=True)
+    r.xgroup_create("shared", "gb", id="0")
+    for _ in range(JOBS):
+        r.xadd("shared", {"payload": "x"})
+    r.xreadgroup("ga", "c", {"shared": ">"}, count=5)
+    with dashboard_server(config) as port:
+        page = get_json(port, "/api/queue?queue=a")["status"]
+    assert (page["lag"], page["pending"], page["groups"]) == (JOBS - 5, 5, 2), page
+    report = status.gather(r, load(str(config)))["queues"]["b"]
+    assert (report["lag"], report["pending"], report["groups"]) == (JOBS, 0, 2), report
+    r.xgroup_create("shared", "someone-else", id="0")  # a group the config does not name
+    report = status.gather(r, load(str(config)))["queues"]["b"]
+    assert (report["lag"], report["groups"]) == (None, 3), report

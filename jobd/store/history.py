@@ -176,20 +176,18 @@ class HistoryOps(StoreBase):
         `jobd cancel` asked it to stop; of the records one read takes (``running_read``)."""
         return self.running_read(queue).jobs
 
-    def running_read(
-        self, queue: QueueConfig, budget: int = READ_BUDGET, job_id: str = ""
-    ) -> RunningRead:
-        """``running``, and how many active records the queue holds and were read: at most
-        ``RUNNING_READ`` and ``budget`` bytes (``lua/running_shown.lua``), or with ``job_id``
-        that job's record alone (a search: exact, whatever else runs). Two round trips."""
-        return self.running_of([queue], budget, job_id)[queue.name]
+    def running_read(self, queue: QueueConfig, job_id: str = "") -> RunningRead:
+        """``running``, and how many active records the queue holds and were read (``running_of``:
+        with ``job_id``, that job's alone). Two round trips."""
+        return self.running_of([queue], READ_BUDGET, job_id)[queue.name]
 
     def running_of(
         self, queues: list[QueueConfig], budget: int = READ_BUDGET, job_id: str = ""
     ) -> dict[str, RunningRead]:
         """``running`` of every queue of ``queues`` by name, in the same two round trips (a
         pipeline per node each), ``budget`` bytes shared among them: the overview's count of
-        jobs running, not of entries held; with ``job_id``, that job's record alone."""
+        jobs running, not of entries held (``lua/running_shown.lua``); with ``job_id``, that
+        job's record alone (a search: exact, whatever else runs)."""
         batch, share = Batch(), max(1, budget // max(1, len(queues)))
         for q in queues:
             args = [RUNNING_READ, share, ACTIVE_CAP, RUNNING_PAGE, *([job_id] if job_id else [])]

@@ -78,13 +78,13 @@ def overview(store: Store, config: Config, query: object = None) -> dict[str, An
     showed before it had an overview and queue pages (kept for scripts that read it)."""
     clock = redisconn.Clock(store.client)  # Redis's time, not this host's
     queues = {}
-    lags = status.LagBudget()  # one for the request: the queues share it (as ``gather``)
+    lags = status.LagBudget(groups=status.stream_groups(config.queues.values()))  # as ``gather``
     for name, q in config.queues.items():
         now = clock.at(q.stream)
         queues[name] = status.with_levels(store.client, q, now, lags)
         queues[name]["hour"] = figures.last_hour(store.client, q, now)
         queues[name].update(_lists(store, q, config.dashboard.show_payloads))
-        found = store.running_read(q, READ_BUDGET // max(1, len(config.queues)))
+        found = store.running_of([q], READ_BUDGET // max(1, len(config.queues)))[q.name]
         queues[name]["running_jobs"] = [shown.running(r) for r in found.jobs[:RUNNING_SHOWN]]
     report = {"redis": config.redis.describe(), "time": clock.at(DAEMONS), "queues": queues}
     return status.with_daemons(store.client, config, report)
