@@ -23,9 +23,9 @@ import redis
 from support import dashboard_server, get_json, jobd_cli, queue_config, wait_until
 
 # Fixer's note (36l): 10 000, not the report's 100 000: a stream weighing more than a summary's
-# bytes (status.LAG_COUNT_BYTES, 16 MiB; 100 000 jobs of 1 KiB weigh about 120 MiB) has its group not
-# read at all (lua/lib/group.lua: its first and last entries, which XINFO STREAM copies, cannot
-# be weighed apart from the rest), so neither the lag nor its count is asked
+# bytes (status.LAG_COUNT_BYTES, 16 MiB; 100 000 jobs of 1 KiB weigh about 120 MiB) has its
+# group not read at all (lua/lib/group.lua: its first and last entries, which XINFO STREAM
+# copies, cannot be weighed apart from the rest), so neither the lag nor its count is asked
 # (test_a_stream_heavier_than_the_budget_is_said_unknown, below).
 JOBS = 10_000
 
