@@ -76,3 +76,25 @@ def test_a_summary_is_bounded_whatever_the_queues_jobs_carry(
         f"ms with jobs of 1 byte): each group read's XINFO STREAM copies the stream's first "
         f"and last entries whole into the script"
     )
+
+
+def test_a_null_lag_count_leaves_the_next_queues_groups_read(
+    r: redis.Redis, write_config: Any
+) -> None:
+    """The groups' reads have bytes of their own: a queue whose null lag was counted over 11 MiB
+    leaves the next queue's group (a stream of 6 MiB) read, not "unknown"."""
+    from jobd.config import load
+    from jobd.store import status
+
+    config = load(str(write_config(
+        "redis: {url: '{redis}'}\nqueues:\n  a: {command: [/bin/true]}\n"
+        "  b: {command: [/bin/true]}\n")))  # fmt: skip
+    r.xgroup_create("jobd:a", "jobd", id="0", mkstream=True)
+    ids = [r.xadd("jobd:a", {"payload": b"p" * (1 << 20)}) for _ in range(12)]
+    r.xdel("jobd:a", ids[5])  # Redis says the lag is null: counted
+    r.xgroup_create("jobd:b", "jobd", id="0", mkstream=True)
+    for _ in range(6):
+        r.xadd("jobd:b", {"payload": b"p" * (1 << 20)})
+    queues = status.gather(r, config)["queues"]
+    assert (queues["a"]["lag"], queues["a"]["lag_at_least"]) == (11, False), queues["a"]
+    assert queues["b"]["lag"] == 6, queues["b"]

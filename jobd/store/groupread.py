@@ -12,11 +12,12 @@ from jobd.config import QueueConfig
 
 # A queue's group (``read_hashes``, ``lua/lib/group.lua``): each reply weighed before it is
 # asked, by the stream's MEMORY USAGE (SAMPLES 1: its first and last nodes of entries, and its
-# consumers' names; nothing copied). Read only when the stream weighs no more than the request's
-# ``LagBudget`` has left (XINFO STREAM copies its first and last entries, XPENDING one name)
-# and every group on it is one of the config's (XINFO GROUPS copies every group's name, which
-# nothing weighs); its consumers are listed when it has HASH_FIELDS or fewer and the weight is
-# CONSUMER_NAMES_READ or less (else only counted), each name cut to HASH_VALUE bytes.
+# consumers' names; nothing copied). Read only when the stream weighs no more than the
+# request's ``LagBudget`` may still copy (XINFO STREAM copies its first and last entries,
+# XPENDING one name) and every group on it is one of the config's (XINFO GROUPS copies every
+# group's name, which nothing weighs); its consumers are listed when it has HASH_FIELDS or
+# fewer and the weight is CONSUMER_NAMES_READ or less (else only counted), each name cut to
+# HASH_VALUE bytes.
 CONSUMERS_LISTED = 256  # status.HASH_FIELDS
 CONSUMER_NAMES_READ = 1 << 20  # lua/lib/group.lua NAMES_READ
 

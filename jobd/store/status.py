@@ -59,14 +59,15 @@ class LagBudget:
     """The bytes left to count null lags with (LAG_COUNT_BYTES): one for a whole request (a
     summary of every queue, a daemon's report), shared by its queues in turn, so 50 queues'
     counts read 16 MiB in all, not 16 MiB each (one entry more a count at most: once spent, a
-    count reads one entry, to say 0 or at least 1). The groups' reads spend it too: a stream's
-    group is read only when the stream weighs ``left`` or less, and what that read copied is
-    spent (``lua/lib/group.lua``). ``groups``: the config's groups of each stream."""
+    count reads one entry, to say 0 or at least 1). ``copies``: the bytes the groups' reads may
+    still copy (as many, apart: a count that spent ``left`` leaves the next queues' groups
+    read): a stream's group is read only when the stream weighs that or less, and what the read
+    copied is spent (``lua/lib/group.lua``). ``groups``: the config's groups of each stream."""
 
     def __init__(
         self, left: int = LAG_COUNT_BYTES, groups: dict[str, list[str]] | None = None
     ) -> None:
-        self.left = left
+        self.left = self.copies = left
         self.groups = {} if groups is None else groups  # the config's groups by stream
 
 
@@ -133,7 +134,7 @@ def _with_group(
     the stream, or the stream too heavy), the oldest pending entry's age alone when read, the
     rest None."""
     result["groups"] = group.groups
-    lags.left -= group.copied
+    lags.copies -= group.copied
     if group.last_delivered is None:  # the group not read
         result["pending"], result["consumers_count"] = None, None
         result["consumers_listed"] = False
@@ -179,7 +180,7 @@ def read_hashes(
             q.keys.paused, q.stream]  # fmt: skip
     specs = [COUNTERS, COUNTERS, "tokens at", "*", "since by",
              group_spec(">", q.group, lags.groups.get(q.stream, ()))]  # fmt: skip
-    return hashes_shown(client, keys, specs, max(0, lags.left))
+    return hashes_shown(client, keys, specs, max(0, lags.copies))
 
 
 def group_of(client: redis.Redis, q: QueueConfig, others: Iterable[str] = ()) -> Group | None:
