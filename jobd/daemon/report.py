@@ -35,9 +35,14 @@ class LoopView:
     stopping: bool = False  # from SIGTERM on
 
 
-def status_line(running: int, slots: int, backlog: int | None = None) -> str:
+def status_line(running: int, slots: int, backlog: int | None = None, unread: int = 0) -> str:
+    """systemd's STATUS= line: ``unread`` queues whose group was not read (their lag unknown:
+    ``lib/group.lua``) are said, never counted as 0 waiting."""
     line = f"{running} of {slots} handlers running"
-    return line if backlog is None else f"{line}; backlog {backlog}"
+    if backlog is None:
+        return line
+    line = f"{line}; backlog {backlog}"
+    return f"{line} (+ {unread} queue(s) not read)" if unread else line
 
 
 class StatusReport:
@@ -59,19 +64,20 @@ class StatusReport:
         v = self.view()
         if not (self.notifier.enabled or self.served) or not v.live:
             return
-        backlog = 0
+        backlog = unread = 0
         clock = redisconn.Clock(self.client)  # ages on Redis's clock: one TIME per server
         lags = status.LagBudget(groups=status.stream_groups(v.queues))  # shared by the queues
         try:
             for q in v.queues:
                 report = status.queue_status(self.client, q, clock.at(q.stream), lags)
                 backlog += report["lag"] or 0
+                unread += report["lag"] is None and report.get("length", 0) != 0
                 self.metrics.queue_state(q.name, report)
         except redisconn.UNAVAILABLE:
             self.metrics.redis_up.set(0)
             raise
         self.metrics.redis_up.set(1)
-        self.notifier.status(status_line(v.running, v.slots, backlog))
+        self.notifier.status(status_line(v.running, v.slots, backlog, unread))
 
 
 def serve_endpoint(metrics: Metrics, listen: str, config: Config) -> None:
