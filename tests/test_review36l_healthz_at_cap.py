@@ -37,8 +37,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from support import free_port, wait_until
-from test_review36j_new_grace_flood import healthz
+from support import free_port, healthz, wait_until
 
 from jobd.web import endpoint, server
 from jobd.web.metrics import Metrics
