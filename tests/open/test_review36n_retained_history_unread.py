@@ -59,3 +59,32 @@ def test_a_queue_with_its_jobs_done_and_kept_has_its_group_read(
         f"(maxlen 100000, the docs' example): the stream weighs {weight / 2**20:.1f} MiB and "
         f"the queue's group is not read: {shown}"
     )
+
+
+def test_default_retention_leaves_the_consumers_unlisted(r: redis.Redis, write_config: Any) -> None:
+    """The same weight decides whether the group's consumers are listed (1 MiB: NAMES_READ):
+    with the default retention (maxlen 1000) and jobs of 1 KiB, a queue whose jobs are all done
+    keeps a stream of about 1.2 MiB, and its consumers are "not listed" for good (the queue
+    page's consumers, `jobd status`), though it has one consumer of a 12-byte name."""
+    from jobd.config import load
+    from jobd.store import status
+
+    config = load(str(write_config(
+        "redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n")))  # fmt: skip
+    assert config.queues["q"].retention_maxlen == 1000  # the default
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    pipe = r.pipeline(transaction=False)
+    for i in range(1000):
+        pipe.xadd("jobd:q", {"payload": b"p" * 1024, "job_id": f"j{i}"})
+    pipe.execute()
+    got = r.xreadgroup("jobd", "host-1-abcd", {"jobd:q": ">"})
+    r.xack("jobd:q", "jobd", *[mid for mid, _ in got[0][1]])
+    weight = r.memory_usage("jobd:q", samples=1)
+    report = status.gather(r, config)["queues"]["q"]
+    assert (report["lag"], report["pending"]) == (0, 0), report  # the group read
+    assert report.get("consumers_listed") and len(report.get("consumers") or []) == 1, (
+        f"1000 jobs of 1 KiB done, kept by the default retention: the stream weighs "
+        f"{weight / 2**20:.2f} MiB and its one consumer is not listed: "
+        f"consumers_count {report.get('consumers_count')}, listed "
+        f"{report.get('consumers_listed')}, consumers {report.get('consumers')}"
+    )
