@@ -41,10 +41,13 @@ def test_status_line_says_backlog_0_for_an_unknown_lag(
     listener.bind(address)
     listener.settimeout(10)
     view = LoopView(queues=tuple(config.queues.values()), running=0, slots=1, live=True)
-    report = StatusReport(r, Metrics(), Notifier(address), lambda: view, served=True)
+    notifier = Notifier(address)
+    report = StatusReport(r, Metrics(), notifier, lambda: view, served=True)
     report.tick()
     line = listener.recv(4096).decode()
     listener.close()
+    if notifier._sock is not None:  # the daemon's socket, made at its first send
+        notifier._sock.close()
     from jobd.store import status
 
     lag = status.queue_status(r, config.queues["q"])["lag"]
