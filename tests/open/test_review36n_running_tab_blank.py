@@ -1,0 +1,57 @@
+"""Review 36n of issue 36: 2 000 jobs running in one queue (20 daemons of concurrency 100),
+each of whose handlers reports a status line of 1 KiB as a terminal progress line (ANSI
+``\\x1b[2K`` escapes), and the running tab shows none of them: ``unread`` 2 000, the overview's
+count "at most"; the docs promise the first 1 000 records and 1 MiB.
+
+jobd keeps a status line's first STATUS_MAX (1 KiB) bytes, escaped in the record's JSON
+(``jobd/store/leases.py`` ``fields``: orjson writes ESC as ``\\u001b``, 6 bytes): a record of about
+2.1 KiB, within ACTIVE_CAP (16 KiB). ``lib/shown.lua hash_read`` reads a table's names only
+when ``MEMORY USAGE … SAMPLES 0`` is NAMES_WEIGHED (4 MiB) or less, else none at all: 2 000
+such records weigh about 5 MiB. docs/operations/dashboard.md's running row says "1 000 records
+and 1 MiB at most (beyond, the page says how many were not read)": not the 1 MiB's worth
+(about 490 records) but nothing is read; at about 1 600 records (4 MiB) the tab goes from 490
+to none. A record jobd writes counts in the weight as a
+hostile value does.
+
+What should happen: with RUNNING_READ records or fewer, each of a size jobd writes, the tab
+shows what 1 MiB holds (e.g. a weight bound that follows RUNNING_READ x ACTIVE_CAP, or reading
+names by a bounded HSCAN of a table, whose names jobd writes small).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import redis
+from support import queue_config
+
+from jobd.config import load
+from jobd.store.store import Store
+
+RUNNING = 2000
+
+
+def test_running_records_jobd_writes_leave_the_running_tab_blank(
+    r: redis.Redis, write_config: Any
+) -> None:
+    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    r.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
+    status = (b"\x1b[2K\x1b[1G#" * 103)[:1024].decode()  # a terminal progress line, 1 KiB
+    pipe = r.pipeline(transaction=False)
+    for i in range(RUNNING):
+        entry = f"{1700000000000 + i}-0"
+        record = {"stream": queue.stream, "entry": entry, "consumer": "host-1-abcd",
+                  "host": "host", "pid": 1000 + i, "since": 1700000000000, "attempt": 1,
+                  "progress": 42, "status": status}  # fmt: skip
+        value = f"{queue.stream}|{entry}\n".encode() + orjson.dumps(record)
+        pipe.hset(queue.keys.active, f"job-{i:04d}", value)
+    pipe.execute()
+    size = len(r.hget(queue.keys.active, "job-0000") or b"")
+    read = Store(r).running_read(queue)
+    assert read.read > 0, (
+        f"{RUNNING} running records of {size} bytes each (a 1 KiB status line, escaped as jobd "
+        f"writes it; ACTIVE_CAP 16 KiB) weigh "
+        f"{r.memory_usage(queue.keys.active, samples=0) / 2**20:.1f} MiB: the running tab read "
+        f"{read.read} of {read.records} (the docs: 1 000 records and 1 MiB at most)"
+    )
