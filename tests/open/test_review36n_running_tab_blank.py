@@ -10,11 +10,10 @@ when ``MEMORY USAGE … SAMPLES 0`` is NAMES_WEIGHED (4 MiB) or less, else none 
 such records weigh about 5 MiB. docs/operations/dashboard.md's running row says "1 000 records
 and 1 MiB at most (beyond, the page says how many were not read)": not the 1 MiB's worth
 (about 490 records) but nothing is read; at about 1 600 records (4 MiB) the tab goes from 490
-to none. A record jobd writes counts in the weight as a
-hostile value does.
+to none. A record jobd writes counts in the weight as a hostile value does.
 
-What should happen: with RUNNING_READ records or fewer, each of a size jobd writes, the tab
-shows what 1 MiB holds (e.g. a weight bound that follows RUNNING_READ x ACTIVE_CAP, or reading
+What should happen: with records of a size jobd writes, the tab shows what its bounds hold
+(RUNNING_READ records, 1 MiB), the rest counted unread (e.g. a weight bound that follows RUNNING_READ x ACTIVE_CAP, or reading
 names by a bounded HSCAN of a table, whose names jobd writes small).
 """
 
