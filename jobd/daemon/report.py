@@ -41,8 +41,10 @@ def status_line(running: int, slots: int, backlog: int | None = None, unread: in
     line = f"{running} of {slots} handlers running"
     if backlog is None:
         return line
-    line = f"{line}; backlog {backlog}"
-    return f"{line} (+ {unread} queue(s) not read)" if unread else line
+    if unread:
+        rest = f"{unread} queue(s) not read, {backlog} waiting in the rest"
+        return f"{line}; backlog unknown ({rest})"
+    return f"{line}; backlog {backlog}"
 
 
 class StatusReport:
