@@ -70,7 +70,19 @@ class Endings:
         self.thread: threading.Thread | None = None  # started at the first file
 
     def finish(self, handler: Handler, queues: Mapping[str, QueueConfig]) -> None:
-        """The handler's leader exited: reap it, decide, settle; ``queues``: the config's."""
+        """The handler's leader exited: reap it, decide, settle; ``queues``: the config's. An
+        error doing so (a bug) releases its entry, its handler out of the table (and reaped) if
+        it is not yet: one bad end never takes the others of its pass down (the loop finishes
+        each in turn), nor stays in the table (a shutdown waits for an empty one)."""
+        try:
+            self.ended(handler, queues)
+        except Exception:
+            handler.log(logging.ERROR, "internal error finishing it; releasing it")
+            log.exception("while finishing pid %d", handler.pid)
+            self.running.discard(handler)
+            self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+
+    def ended(self, handler: Handler, queues: Mapping[str, QueueConfig]) -> None:
         self.running.remove(handler)
         try:
             status = handler.exited(handler.reap())

@@ -165,6 +165,23 @@ class Handlers:
             del self.in_queue[handler.queue.name]
         self.poller.forget_handler(handler)
 
+    def discard(self, handler: Handler) -> None:
+        """An error finishing it (``Endings.finish``): out of the table if it is still there,
+        and reaped if it was not (a zombie holds its pid, its group, its slot's processes)."""
+        if self.by_pid.get(handler.pid) is handler:
+            try:
+                self.remove(handler)
+            except Exception:
+                log.exception("while removing pid %d", handler.pid)
+                self.by_pid.pop(handler.pid, None)
+        if self.by_entry.get(key := entry_key(handler.queue, handler.job)) is handler:
+            del self.by_entry[key]
+        if handler.usage is None:  # its reap's errors are ``finish``'s: it never got there
+            try:
+                handler.reap()
+            except Exception:
+                log.exception("while reaping pid %d", handler.pid)
+
     def long_running(self, now: float) -> list[Handler]:
         """The handlers still running that reached ACTIVE_AFTER since the last call."""
         found = []

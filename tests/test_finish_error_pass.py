@@ -14,8 +14,12 @@ SIGKILL, never reaped), and a shutdown that never ends (``Daemon.finished`` wait
 table). Before a3d4c2e each pass's exits came from the poller, whose pidfds stayed registered
 (level-triggered) until ``remove``: the next pass finished the rest.
 
+Fixed: each finish is guarded (``Endings.finish``); the handler whose finish raised leaves
+the table if it is still there (``Handlers.discard``: reaped if it was not), its entry released.
+
 In-process (a Daemon whose passes the test runs, a private Redis, real handlers): two
-handlers exit before one pass sees both; a bug, once, in the first one's finish."""
+handlers exit before one pass sees both; a bug, once, in the first one's finish: after its
+reap (``policy.succeeded``), or before it (``Handlers.remove``: it is still in the table)."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from support import DEADLINE, pending_count
 from test_endings_faults import opened, until  # noqa: F401  (a fixture)
 from test_loop import STREAM, Loop
 
+from jobd.daemon import lease
 from jobd.process import policy
 
 
@@ -38,7 +43,9 @@ def zombie(pid: int) -> bool:
         return False
 
 
+@pytest.mark.parametrize("where", ["decision", "removal"])
 def test_an_error_finishing_one_handler_loses_none_of_the_others_of_its_pass(
+    where: str,
     r: redis.Redis,
     write_config,
     opened: list[Loop],  # noqa: F811
@@ -58,6 +65,7 @@ def test_an_error_finishing_one_handler_loses_none_of_the_others_of_its_pass(
     r.xadd(STREAM, {"payload": "", "job_id": "b"})
     until(loop, lambda: len(daemon.running) == 2, "both handlers running")
     pids = [h.pid for h in daemon.running]
+    entries = {h.job.job_id: h.job.message_id for h in daemon.running}
     go.touch()  # both exit; no pass runs until both are zombies: one pass sees both exits
     deadline = time.monotonic() + DEADLINE
     while not all(map(zombie, pids)):
@@ -65,6 +73,7 @@ def test_an_error_finishing_one_handler_loses_none_of_the_others_of_its_pass(
         time.sleep(0.01)
 
     real, raised = policy.succeeded, []
+    remove = daemon.running.remove
 
     def succeeded(handler, status):  # a bug, once, finishing the first of the pass
         if not raised:
@@ -72,7 +81,16 @@ def test_an_error_finishing_one_handler_loses_none_of_the_others_of_its_pass(
             raise RuntimeError("a bug finishing it")
         return real(handler, status)
 
-    monkeypatch.setattr(policy, "succeeded", succeeded)
+    def removing(handler):  # a bug, once, before its reap (the handler still in the table)
+        if not raised:
+            raised.append(handler.job.job_id)
+            raise RuntimeError("a bug removing it")
+        return remove(handler)
+
+    if where == "decision":
+        monkeypatch.setattr(policy, "succeeded", succeeded)
+    else:
+        monkeypatch.setattr(daemon.running, "remove", removing)
     errors = until(loop, lambda: raised, "the bug")
     other = ({"a", "b"} - set(raised)).pop()
     # The other handler's end is decided and settled (acked), its handler out of the table.
@@ -92,3 +110,9 @@ def test_an_error_finishing_one_handler_loses_none_of_the_others_of_its_pass(
         except Exception as exc:
             errors.append(repr(exc))
     assert all(h.job.job_id != other for h in daemon.running)
+    # The one whose finish raised: out of the table, reaped, its entry released (its slot free).
+    assert not len(daemon.running), [h.job.job_id for h in daemon.running]
+    assert not any(map(zombie, pids))
+    queue = daemon.config.queues["q"]
+    held = daemon.holdings.snapshot(lease.key(queue))  # a release may be claimed back at once
+    assert held.get(entries[raised[0]], 0) != 1, f"its delivery still held (renewed): {held}"
