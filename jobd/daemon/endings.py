@@ -97,7 +97,9 @@ class Endings:
         if handler.start_error is not None and handler.ending() is None:
             self.admission.cannot_start(handler.queue, handler.job, handler.start_error)
             return
-        took = time.monotonic() - handler.started
+        # Its run: from its start to the pass that saw its exit, not to its leaving, which
+        # waits for the channel's thread (``Handlers.exited``, up to LEAVE_WAIT).
+        took = (handler.exit_seen or time.monotonic()) - handler.started
         if not policy.succeeded(handler, status) or handler.result_path is None:
             self.decide((handler, status, took, queues), None)  # its file removed, unread
         elif os.path.lexists(followups.path_of(handler.result_path)):

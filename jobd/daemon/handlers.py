@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import select
+import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 
@@ -127,8 +128,9 @@ class Handlers:
         thread has queued what it sent before (``Channel.mark``, one for a pass's; ``left``).
         Meanwhile it is not acted on (its timeout, its SIGKILL) nor stopped (but for a lost
         lease, noted): it ended by itself."""
-        mark = self.channel.mark()
+        mark, now = self.channel.mark(), time.monotonic()
         for handler in handlers:
+            handler.exit_seen = now  # its run's end (``Endings.finish``), not its leaving
             self.poller.unregister(handler.pidfd)  # its exit said once
             self.leaving[handler.pid] = (handler, mark)
         if mark is not None:

@@ -55,6 +55,8 @@ class Handler(Talking):
     """One attempt of one job, running as a process group led by ``pid``; what it tells jobd
     of itself: ``Talking``."""
 
+    exit_seen: float | None = None  # when the loop saw its leader's exit (``Handlers.exited``)
+
     def __init__(self, job: Job, queue: QueueConfig, pid: int, stdin: int | None, stdout: int,
                  stderr: int, placed: tuple[Tree, Cgroup] | None = None,
                  report: int | None = None) -> None:  # fmt: skip

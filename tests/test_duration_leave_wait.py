@@ -11,6 +11,9 @@ is recorded as having run over a second; under a stranger's flood at
 ``net.unix.max_dgram_qlen`` 512 every end adds the thread's time to judge 577 messages (the
 docs measure 25–36 ms a median end, 0.1 s at most: several times a short job's run).
 
+Fixed: the loop notes when it saw a handler's exit (``Handlers.exited``: ``Handler.exit_seen``),
+and its run is measured to then.
+
 In-process (a Daemon whose passes the test runs, a private Redis, a real Python handler sending
 its last message on a raw socket, the issue's way): the channel's thread held in its read (a
 stand-in for a stuck thread) while the handler sends and exits. What the handler ran is
