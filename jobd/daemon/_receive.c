@@ -38,6 +38,12 @@
  * last in its item (the caller's to close; NO_LEADER: there was none; -1 otherwise): a run's
  * one, its first's.
  *
+ * ``uids`` (native unsigned ints, sorted; empty: none): the users handlers run as. A message
+ * whose sender's uid (SCM_CREDENTIALS: the kernel's word, a process names another only with
+ * CAP_SETUID) is none of them is a stranger's, known with no system call more: its sender's
+ * pidfd closed, nothing looked up (sid -1, alive False, no cgroup, no leader); a run of them,
+ * whoever sent each, is one item. A flood of another user's costs a read and a close a message.
+ *
  * Each item ends with what its message says, parsed here as ``process.channel.parse`` does
  * (``parse(data)`` is that alone, for the tests that hold the two to the same answers): a
  * tuple of ``Said``'s fields, or None for a message cut (MSG_TRUNC: not parsed). A run of
@@ -75,6 +81,7 @@
 
 struct message {
     int pid, sid, alive, flags, nfds, cgroup_len; /* cgroup_len -1: not read */
+    int stranger; /* its sender's uid is no handler's (``uids``): nothing looked up */
     int leader; /* a pidfd of its session's leader (``keep``), or NO_LEADER, or -1: none */
     size_t offset, size;
     int fds[FDS_MAX];
@@ -84,6 +91,11 @@ struct message {
 
 static int compare(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static int compare_uids(const void *a, const void *b) {
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
     return (x > y) - (x < y);
 }
 
@@ -148,7 +160,8 @@ static int leader_of(const struct message *m) {
 
 /* One message into m (its data at arena + offset): 1 read, 0 none (empty), -1 an error. */
 static int read_one(int fd, char *arena, size_t offset, struct message *m, const int *sids,
-                    size_t nsids, int cgroups, int room, int keep) {
+                    size_t nsids, const unsigned *uids, size_t nuids, int cgroups, int room,
+                    int keep) {
     union { /* aligned as the kernel's headers are */
         struct cmsghdr header;
         char bytes[CMSG_SPACE(3 * sizeof(int)) + CMSG_SPACE(sizeof(int)) +
@@ -165,7 +178,8 @@ static int read_one(int fd, char *arena, size_t offset, struct message *m, const
     ssize_t got = recvmsg(fd, &header, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (got < 0)
         return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
-    int pidfd = -1, pidfd_came = 0;
+    int pidfd = -1, pidfd_came = 0, credentials = 0;
+    unsigned uid = 0;
     m->pid = 0;
     m->nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&header); c; c = CMSG_NXTHDR(&header, c)) {
@@ -174,6 +188,8 @@ static int read_one(int fd, char *arena, size_t offset, struct message *m, const
         size_t len = c->cmsg_len - CMSG_LEN(0);
         if (c->cmsg_type == SCM_CREDENTIALS && len >= 3 * sizeof(int)) {
             memcpy(&m->pid, CMSG_DATA(c), sizeof(int));
+            memcpy(&uid, CMSG_DATA(c) + sizeof(int), sizeof(int)); /* struct ucred's uid */
+            credentials = 1;
         } else if (c->cmsg_type == SCM_PIDFD && len >= sizeof(int)) {
             memcpy(&pidfd, CMSG_DATA(c), sizeof(int));
             pidfd_came = 1;
@@ -185,12 +201,26 @@ static int read_one(int fd, char *arena, size_t offset, struct message *m, const
             m->nfds += count;
         }
     }
-    m->sid = m->pid > 0 ? getsid(m->pid) : -1;
+    m->flags = room ? header.msg_flags : header.msg_flags & ~MSG_CTRUNC;
+    m->offset = offset;
+    m->size = (size_t)got < MESSAGE_MAX ? (size_t)got : MESSAGE_MAX;
     m->cgroup_len = -1;
+    m->leader = -1;
+    /* a user no handler runs as (the kernel's word: a process names another uid only with
+     * CAP_SETUID): a stranger's, with no system call more (its pidfd closed) */
+    m->stranger = nuids > 0 && (!credentials || !bsearch(&uid, uids, nuids, sizeof(unsigned),
+                                                         compare_uids));
+    if (m->stranger) {
+        m->sid = -1;
+        m->alive = 0;
+        if (pidfd >= 0)
+            close(pidfd);
+        return 1;
+    }
+    m->sid = m->pid > 0 ? getsid(m->pid) : -1;
     int known = m->sid >= 0 && bsearch(&m->sid, sids, nsids, sizeof(int), compare) != NULL;
     if (cgroups && m->pid > 0 && !known)
         read_cgroup(m);
-    m->leader = -1;
     if (keep && pidfd >= 0 && m->sid > 0 && !known)
         m->leader = leader_of(m);
     /* no pidfd came: unknown (an older kernel, or no room: ``room``); a negative one is the
@@ -207,11 +237,6 @@ static int read_one(int fd, char *arena, size_t offset, struct message *m, const
         close(m->leader);
         m->leader = -1;
     }
-    /* read without room, every message has MSG_CTRUNC (the pidfd, which SO_PASSPIDFD adds to
-     * each, cut): it says nothing then, and is left out */
-    m->flags = room ? header.msg_flags : header.msg_flags & ~MSG_CTRUNC;
-    m->offset = offset;
-    m->size = (size_t)got < MESSAGE_MAX ? (size_t)got : MESSAGE_MAX;
     return 1;
 }
 
@@ -408,11 +433,15 @@ static PyObject *said_tuple(const struct said *s) {
     return out;
 }
 
-/* Whether message b may join the run that message a ends: the same sender, both clean. */
+/* Whether message b may join the run that message a ends: both clean, and the same sender,
+ * or both strangers by their uid (whoever sent them: judged once). */
 static int same_run(const struct message *a, const struct message *b) {
     int dirty = MSG_TRUNC | MSG_CTRUNC;
-    return a->nfds == 0 && b->nfds == 0 && !(a->flags & dirty) && !(b->flags & dirty) &&
-           (a->leader == NO_LEADER) == (b->leader == NO_LEADER) &&
+    if (a->nfds != 0 || b->nfds != 0 || (a->flags & dirty) || (b->flags & dirty))
+        return 0;
+    if (a->stranger || b->stranger)
+        return a->stranger && b->stranger;
+    return (a->leader == NO_LEADER) == (b->leader == NO_LEADER) &&
            a->pid == b->pid && a->sid == b->sid && a->alive == b->alive &&
            a->cgroup_len == b->cgroup_len &&
            (a->cgroup_len <= 0 || memcmp(a->cgroup, b->cgroup, a->cgroup_len) == 0);
@@ -531,9 +560,9 @@ static void account(struct message *messages, int count, int *free) {
 
 static PyObject *receive(PyObject *self, PyObject *args) {
     int fd, most, cgroups, room, keep;
-    Py_buffer arena, sids, spares;
-    if (!PyArg_ParseTuple(args, "iw*iy*piw*p", &fd, &arena, &most, &sids, &cgroups, &room,
-                          &spares, &keep))
+    Py_buffer arena, sids, spares, uids;
+    if (!PyArg_ParseTuple(args, "iw*iy*piw*py*", &fd, &arena, &most, &sids, &cgroups, &room,
+                          &spares, &keep, &uids))
         return NULL;
     /* each call its own (~330 KiB): two channels in one process read at once */
     struct message *messages = PyMem_RawMalloc(sizeof(struct message) * BATCH_MAX);
@@ -541,6 +570,7 @@ static PyObject *receive(PyObject *self, PyObject *args) {
         PyBuffer_Release(&arena);
         PyBuffer_Release(&sids);
         PyBuffer_Release(&spares);
+        PyBuffer_Release(&uids);
         return PyErr_NoMemory();
     }
     int limit = most < BATCH_MAX ? most : BATCH_MAX, nspares = (int)(spares.len / sizeof(int));
@@ -560,7 +590,8 @@ static PyObject *receive(PyObject *self, PyObject *args) {
         if (free < NEED && count > 0)
             break;
         int got = read_one(fd, arena.buf, offset, &messages[count], sids.buf,
-                           (size_t)sids.len / sizeof(int), cgroups, room >= FDS_MAX, keep);
+                           (size_t)sids.len / sizeof(int), uids.buf,
+                           (size_t)uids.len / sizeof(unsigned), cgroups, room >= FDS_MAX, keep);
         if (got <= 0) {
             failed = got < 0;
             error = errno;
@@ -583,12 +614,13 @@ static PyObject *receive(PyObject *self, PyObject *args) {
     PyBuffer_Release(&arena);
     PyBuffer_Release(&sids);
     PyBuffer_Release(&spares);
+    PyBuffer_Release(&uids);
     return out;
 }
 
 static PyMethodDef methods[] = {
     {"receive", receive, METH_VARARGS,
-     "receive(fd, arena, most, sids, cgroups, room, spares, keep)\n"
+     "receive(fd, arena, most, sids, cgroups, room, spares, keep, uids)\n"
      "-> [(pid, sid, cgroup, alive, flags, data, fds, said, leader)]"},
     {"parse", parse, METH_VARARGS,
      "parse(data) -> (well, status, progress, extend, watchdog, result, count, bad, extends)"},

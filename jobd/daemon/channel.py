@@ -46,11 +46,20 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from jobd.daemon.disposer import Disposer
 from jobd.daemon.poller import Wakeup
-from jobd.daemon.receive import BATCH_MAX, NEED, SO_PASSPIDFD, Message, Receiver, backlog, count_of
+from jobd.daemon.receive import (
+    BATCH_MAX,
+    NEED,
+    SO_PASSPIDFD,
+    Message,
+    Receiver,
+    backlog,
+    count_of,
+    speakers,
+)
 from jobd.daemon.starts import Batch, Starts, vouched
 from jobd.process.channel import Said, parse
 from jobd.process.handler import Handler
@@ -101,6 +110,7 @@ class Channel(Starts):
         self.handlers: Mapping[int, Handler] = {}
         self.cgroup_of: Callable[[bytes], Handler | None] | None = None
         self.receiver = Receiver(self.sock, cgroups=False)
+        self.uids: set[int] = set()  # the users handlers run as (``speak_as``)
         self.thread = threading.Thread(target=self.listen, name="jobd-channel", daemon=True)
         self.disposer = Disposer()
         self.closing = False
@@ -129,6 +139,15 @@ class Channel(Starts):
         self.handlers, self.cgroup_of = handlers, cgroup_of
         self.receiver.cgroups = cgroup_of is not None
         self.thread.start()
+
+    def speak_as(self, uids: Iterable[int]) -> None:
+        """Handlers of this daemon run as ``uids`` (a config's queues, at its start and each
+        reload): a message from any other user is a stranger's, known from its credentials
+        alone (``receive.speakers``). Every user handlers ran as since the start stays one (a
+        handler of a queue a reload removed may still run); once one is root, none is
+        filtered."""
+        self.uids |= set(uids)
+        self.receiver.uids = speakers(self.uids)  # replaced whole: the thread's next batch
 
     def close(self) -> None:
         """The thread ends (CLOSE_WAIT at most: one stuck in a close is left, and its socket)."""
@@ -336,14 +355,17 @@ class Channel(Starts):
         looked up (``receive``) is a stranger: its pid may have been another process's by
         then."""
         pid, sid, cgroup, alive, flags, data, _, parsed, _ = message
+        if alive is False or pid <= 0:  # gone, of a user no handler runs as, or unknown: no
+            self.drop("", "stranger", count_of(message))  # handler's ever (kept for none)
+            return None
         # Read before the lookup: a start that ends just after it missed is seen under way.
         started, starting, full = self.started, self.starting, len(self.unsure) >= UNSURE_MAX
         if defer and self.unsure and any(m[1] == sid for m, _, _ in self.unsure):
             return WAIT if full else self.keep(message, started, True)  # behind
-        handler = self.handlers.get(sid) if pid > 0 and alive is not False else None
+        handler = self.handlers.get(sid)
         if handler is not None and not vouched(message):  # a session unknown when read,
             handler = None  # whose leader is gone: the id another's (``starts``)
-        if handler is None and cgroup is not None and alive is not False and self.cgroup_of:
+        if handler is None and cgroup is not None and self.cgroup_of:
             handler = self.cgroup_of(cgroup)
         if handler is None and defer and starting:  # a start under way: its?
             return WAIT if full else self.keep(message, started, False)

@@ -53,7 +53,7 @@ from jobd.daemon.report import LoopView, StatusReport, serve_endpoint, status_li
 from jobd.daemon.slots import Slots
 from jobd.embedded import EmbeddedServer
 from jobd.outcome import Outcome, Started, Verb
-from jobd.process import spawn
+from jobd.process import results, spawn
 from jobd.process.handler import Handler, StopReason
 from jobd.store.store import Store
 from jobd.web.metrics import Metrics
@@ -271,6 +271,7 @@ class Daemon:
         """After a start or a reload: what the loop shows of its queues."""
         self.queue_list = tuple(self.config.queues.values())
         self.total_slots = sum(q.concurrency for q in self.queue_list)
+        self.running.channel.speak_as(results.uids(self.queue_list))
 
     def finished(self) -> bool:
         return (

@@ -11,7 +11,9 @@ message is a stranger's). Descriptors sent with a message are returned untouched
 caller to dispose of. For a sender of a session no running handler leads, a pidfd of that
 session's leader, when asked (``keep``; ``leader_of``): whose the message is may be asked again
 once a start under way has ended (``daemon.starts``). The pidfds need free descriptors, and the
-kernel installs a message's descriptors first: ``Receiver.spares`` keeps slots for them.
+kernel installs a message's descriptors first: ``Receiver.spares`` keeps slots for them. A
+message whose sender's uid (SCM_CREDENTIALS) is none of the users handlers run as
+(``Receiver.uids``, ``speakers``) is a stranger's before any of that: nothing looked up.
 
 The C extension ``jobd.daemon._receive`` does a whole batch with the GIL released once (and
 parses each message, a sender's messages in a row merged: the thread's Python then takes one item
@@ -79,6 +81,9 @@ class Receiver:
 
     def __init__(self, sock: socket.socket, cgroups: bool) -> None:
         self.sock, self.cgroups = sock, cgroups
+        # The users handlers run as (``speakers``; native unsigned ints, sorted): a message of
+        # another is a stranger's, nothing looked up. Empty: any may be a handler's (root's).
+        self.uids = b""
         self.arena = bytearray(ARENA) if _native is not None else bytearray(MESSAGE_MAX)
         self.view = memoryview(self.arena)
         # Descriptors kept free for the kernel's pidfds, given up around each batch: a daemon
@@ -119,7 +124,9 @@ class Receiver:
         sids = array.array("i", sorted(leaders)).tobytes()
         if _native is not None:
             fd = self.sock.fileno()
-            return _native(fd, self.arena, most, sids, self.cgroups, room, self.spares, keep)
+            return _native(
+                fd, self.arena, most, sids, self.cgroups, room, self.spares, keep, self.uids
+            )
         self.close()  # slots for a message's descriptors and pidfd
         try:
             message = self._receive_py(set(array.array("i", sids)), room >= FDS_MAX, keep)
@@ -134,7 +141,11 @@ class Receiver:
             )
         except (BlockingIOError, InterruptedError):
             return None
-        pid, pidfd, fds = _sender(ancillary)
+        pid, uid, pidfd, fds = _sender(ancillary)
+        if self.uids and uid not in array.array("I", self.uids):  # a stranger's (``speakers``)
+            if pidfd >= 0:
+                os.close(pidfd)
+            return pid, -1, None, False, flags, bytes(self.view[:size]), tuple(fds), None, -1
         sid = -1
         if pid > 0:
             with contextlib.suppress(OSError):
@@ -154,19 +165,20 @@ class Receiver:
         return pid, sid, cgroup, alive, flags, bytes(self.view[:size]), tuple(fds), None, leader
 
 
-def _sender(ancillary: list[tuple[int, int, bytes]]) -> tuple[int, int, list[int]]:
+def _sender(ancillary: list[tuple[int, int, bytes]]) -> tuple[int, int, int, list[int]]:
     """The sender's pid from a message's ancillary data (0: none, or not in our pid
-    namespace), its pidfd (NONE: none came; below 0: the kernel could not make one, the sender
-    gone), and the descriptors that came with it."""
-    pid, pidfd = 0, NONE
+    namespace), its uid (-1: none came), its pidfd (NONE: none came; below 0: the kernel could
+    not make one, the sender gone), and the descriptors that came with it."""
+    pid, uid, pidfd = 0, -1, NONE
     for level, kind, data in ancillary:
         if level != socket.SOL_SOCKET:
             continue
         if kind == socket.SCM_CREDENTIALS and len(data) >= UCRED.size:
-            pid = UCRED.unpack_from(data)[0]
+            pid, uid = UCRED.unpack_from(data)[:2]
+            uid &= 0xFFFFFFFF  # uid_t
         elif kind == SCM_PIDFD and len(data) >= 4:
             pidfd = int.from_bytes(data[:4], sys.byteorder, signed=True)
-    return pid, pidfd, received(ancillary)
+    return pid, uid, pidfd, received(ancillary)
 
 
 def _cgroup(pid: int) -> bytes | None:
@@ -205,6 +217,12 @@ def leader_of(pid: int, sid: int) -> int:
         pass
     os.close(leader)
     return NO_LEADER
+
+
+def speakers(uids: set[int]) -> bytes:
+    """``Receiver.uids`` for handlers that run as ``uids``: empty (no filter) when one is
+    root's (a root handler may name any pid and uid, and may become any user)."""
+    return b"" if 0 in uids else array.array("I", sorted(uids)).tobytes()
 
 
 def count_of(message: Message) -> int:

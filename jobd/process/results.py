@@ -24,7 +24,7 @@ import pwd
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from jobd.config import QueueConfig
 
@@ -140,3 +140,15 @@ def collected(
 def uid(queue: QueueConfig) -> int:
     """The user the queue's handlers run as."""
     return pwd.getpwnam(queue.run_as_user).pw_uid if queue.run_as_user else os.geteuid()
+
+
+def uids(queues: Iterable[QueueConfig]) -> set[int]:
+    """The users the queues' handlers run as; with root (0) among them when one cannot be
+    told (its user gone since the config was read): then no message is judged by its user."""
+    found = set()
+    for queue in queues:
+        try:
+            found.add(uid(queue))
+        except KeyError:
+            found.add(0)
+    return found
