@@ -17,8 +17,11 @@ import socket
 import time
 
 import pytest
+import redis
 from listening import Heard
 from support import close_channel, wait_until
+from test_endings_faults import opened  # noqa: F401  (a fixture)
+from test_loop import STREAM, Loop
 
 from jobd.daemon import receive
 from jobd.daemon.channel import UNSURE_MAX, Channel
@@ -115,3 +118,18 @@ def test_no_user_is_filtered_once_a_handler_runs_as_root() -> None:
         assert channel.uids == {0, HANDLERS} and channel.receiver.uids == b""
     finally:
         channel.close()
+
+
+def test_the_daemon_knows_the_users_its_handlers_run_as(
+    r: redis.Redis,
+    write_config,
+    opened: list[Loop],  # noqa: F811
+) -> None:
+    cfg = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n"
+        f"  q: {{stream: {STREAM}, command: [/bin/true], run_as: {{user: nobody}}}}\n"
+    )
+    loop = Loop(cfg)
+    opened.append(loop)
+    channel = loop.daemon.running.channel
+    assert channel.uids == {HANDLERS} and channel.receiver.uids == receive.speakers({HANDLERS})

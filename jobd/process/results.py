@@ -151,4 +151,6 @@ def uids(queues: Iterable[QueueConfig]) -> set[int]:
             found.add(uid(queue))
         except KeyError:
             found.add(0)
+        if not queue.run_as_user:  # the daemon's: the kernel tells its real uid
+            found.add(os.getuid())
     return found
