@@ -83,6 +83,10 @@ PARENT = b"jobd_parent"
 # The batch the job is a member of (`jobd enqueue --batch ID`; docs: Workflows), set by jobd only:
 # its end is counted there (lua/lib/workflows.lua).
 BATCH = b"jobd_batch"
+# A batch id's bytes at most (workflow_input.check_batch_id: 200 characters of UTF-8): a longer
+# jobd_batch (someone's XADD) is no batch jobd made, left out of records and events (notes.py,
+# lua/lib/jobs.lua linked) so that they stay bounded.
+MAX_BATCH_BYTES = 800
 # Which batch of that id (its incarnation: lua/batch.lua), as the enqueue's open of it answered;
 # '' until it is opened (jobd.batches Member.grow). A batch made again under the id of one that
 # expired is another: the end of a member of the one before is not counted in it.

@@ -9,7 +9,8 @@ short can be sent again with the same job id: holding, registering and counting 
 also when the job was released (or dead-lettered) meanwhile, within the queue's
 history.max_age.
 
-Batches (``--batch``): ``jobd.batches`` (``Member``), re-exported here.
+Batches (``--batch``): ``jobd.batches`` (``Member``; ``RETRY``, ``RETRY_FOR``: how long its calls
+are sent again), re-exported here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Mapping
 import orjson
 import redis
 
+from jobd.batches import RETRY as RETRY
+from jobd.batches import RETRY_FOR as RETRY_FOR
 from jobd.batches import BatchComplete as BatchComplete
 from jobd.batches import Member as Member
 from jobd.batches import NoBatch as NoBatch

@@ -17,7 +17,7 @@ import time
 import orjson
 
 from jobd.config import QueueConfig
-from jobd.job import BATCH, BATCH_INCARNATION, ORIGIN, PARENT
+from jobd.job import BATCH, BATCH_INCARNATION, MAX_BATCH_BYTES, ORIGIN, PARENT
 from jobd.outcome import EXPIRED, POISON, RESULT, Outcome, Started, Verb
 from jobd.store.keys import HISTORY_BYTES
 
@@ -106,8 +106,10 @@ def note(o: Outcome, consumer: str) -> list[object]:
 
 def _batch(fields: dict[bytes, bytes]) -> list[object]:
     """A note's first extras: its job's batch, and which batch of that id (its incarnation: no
-    event field, lib/jobs.lua note_at takes it out; lib/workflows.lua batch_of reads both)."""
-    if BATCH not in fields:
+    event field, lib/jobs.lua note_at takes it out; lib/workflows.lua batch_of reads both). A
+    jobd_batch jobd would not write (empty, over MAX_BATCH_BYTES: someone's XADD) is none, as
+    lib/jobs.lua ``linked`` has it: records and events stay bounded."""
+    if not 0 < len(fields.get(BATCH, b"")) <= MAX_BATCH_BYTES:
         return []
     if incarnation := fields.get(BATCH_INCARNATION):
         return ["batch", fields[BATCH], "batch_incarnation", incarnation]
@@ -123,7 +125,7 @@ def links(o: Outcome) -> dict[str, object]:
         found.update(result_field(o.result))
     if PARENT in o.job.fields:
         found["parent"] = _text(o.job.fields[PARENT])
-    if BATCH in o.job.fields:  # its end is counted there (lua/lib/workflows.lua batch_of)
+    if _batch(o.job.fields):  # its end is counted there (lua/lib/workflows.lua batch_of)
         found["batch"] = _text(o.job.fields[BATCH])
     if o.follow_ups:
         found["follow_ups"] = len(o.follow_ups)

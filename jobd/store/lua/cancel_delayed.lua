@@ -45,10 +45,11 @@ for i = 1, #page, 2 do
       local origin = origin_of(fields)
       local record = cjson.encode({event = 'cancelled', by = ARGV[5],
         detail = 'removed from the delayed set, unrun', origin = origin})
-      remember(h, {event = 'cancelled', job = jid, record = record,
-        extras = with_origin({'by', ARGV[5]}, origin)}, now, nil, said)
+      local batch, incarnation = batch_in(fields)
+      remember(h, linked({event = 'cancelled', job = jid, record = record,
+        extras = with_origin({'by', ARGV[5]}, origin)}, batch), now, nil, said)
       w = w or workflow_at(8, h.queue)
-      ended(w, jid, 'cancelled', batch_in(fields))
+      ended(w, jid, 'cancelled', batch, incarnation)
     end
   end
 end

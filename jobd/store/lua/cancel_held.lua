@@ -34,9 +34,10 @@ for i = 5, #ARGV do
     unhold(j)
     unmark(j, KEYS[10 + levels + i - 4])
     local origin = origin_of(j.fields) -- a producer waiting for it knows its end by it
-    remember(h, {event = 'cancelled', job = j.job, extras = with_origin({'by', ARGV[2]}, origin),
+    remember(h, linked({event = 'cancelled', job = j.job,
+      extras = with_origin({'by', ARGV[2]}, origin),
       record = cjson.encode({event = 'cancelled', by = ARGV[2], origin = origin,
-        detail = 'held (waiting for other jobs): cancelled unrun'})}, now, nil)
+        detail = 'held (waiting for other jobs): cancelled unrun'})}, j.batch), now, nil)
     ended(w, j.job, 'cancelled', j.batch, j.incarnation)
     for _, m in ipairs(marks) do redis.call('ZREM', m, 'job:' .. j.job) end
     out[#out + 1] = j.job

@@ -59,11 +59,11 @@ for i = 5, #ARGV, 2 do
       local origin = #entry == 1 and origin_of(entry[1][2]) or nil
       local record = cjson.encode({event = 'cancelled', stream = stream, entry = id,
         consumer = me, detail = 'cancelled before it started', origin = origin})
-      remember(h, {event = 'cancelled', job = job, record = record,
-        extras = with_origin({'consumer', me}, origin)}, now, id)
-      w = w or workflow_at(8, h.queue)
       local batch, incarnation = nil, nil
       if #entry == 1 then batch, incarnation = batch_in(entry[1][2]) end
+      remember(h, linked({event = 'cancelled', job = job, record = record,
+        extras = with_origin({'consumer', me}, origin)}, batch), now, id)
+      w = w or workflow_at(8, h.queue)
       ended(w, job, 'cancelled', batch, incarnation)
     end
   end

@@ -71,7 +71,9 @@ end
 if deadline then
   redis.call('ZADD', KEYS[7], string.format('%d', deadline), ARGV[1])
 end
-remember(h, {event = 'waiting', job = ARGV[1], record = ARGV[6],
-  extras = {'after', table.concat(deps, ', ')}}, now, nil)
+local fields = {}
+for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+remember(h, linked({event = 'waiting', job = ARGV[1], record = ARGV[6],
+  extras = {'after', table.concat(deps, ', ')}}, (batch_in(fields))), now, nil)
 trim_history(h, now)
 return 1

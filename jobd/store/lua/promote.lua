@@ -82,10 +82,11 @@ for _, member in ipairs(due) do
     local origin = origin_of(flat)
     local record = cjson.encode({event = 'cancelled', stream = stream, origin = origin,
       detail = 'cancelled (jobd cancel) as it became due: not moved to the stream'})
-    remember(h, {event = 'cancelled', job = cancel_mark, record = record,
-      extras = with_origin({}, origin)}, tonumber(now), nil)
+    local batch, incarnation = batch_in(flat)
+    remember(h, linked({event = 'cancelled', job = cancel_mark, record = record,
+      extras = with_origin({}, origin)}, batch), tonumber(now), nil)
     w = w or workflow_at(10, h.queue)
-    ended(w, cancel_mark, 'cancelled', batch_in(flat))
+    ended(w, cancel_mark, 'cancelled', batch, incarnation)
     cancelled = cancelled + 1
   elseif job then
     local fields = {stream, '*'}

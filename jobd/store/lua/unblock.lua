@@ -51,9 +51,9 @@ end
 if #left > 0 then
   after.deps = left
   redis.call('HSET', KEYS[2], job, cjson.encode(after))
-  remember(h, {event = 'dependency', job = job, extras = {'dependency', dep, 'outcome', event,
-    'left', string.format('%d', #left)}, record = cjson.encode({event = 'dependency',
-    dependency = dep, outcome = event, left = #left})}, now, nil)
+  remember(h, linked({event = 'dependency', job = job, extras = {'dependency', dep, 'outcome',
+    event, 'left', string.format('%d', #left)}, record = cjson.encode({event = 'dependency',
+    dependency = dep, outcome = event, left = #left})}, j.batch), now, nil)
   trim_history(h, now)
   return {'waiting', 0}
 end
@@ -61,7 +61,8 @@ add_job(KEYS[4], KEYS[5], j.due, j.member, j.fields)
 remark(j, KEYS[14])
 unhold(j)
 hold_ended(KEYS[15], job, now, h.max_age)
-remember(h, {event = 'released', job = job, extras = {'dependency', dep, 'outcome', event},
-  record = cjson.encode({event = 'released', dependency = dep, outcome = event})}, now, nil)
+remember(h, linked({event = 'released', job = job, extras = {'dependency', dep, 'outcome', event},
+  record = cjson.encode({event = 'released', dependency = dep, outcome = event})}, j.batch), now,
+  nil)
 trim_history(h, now)
 return {'released', 0}

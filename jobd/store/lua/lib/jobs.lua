@@ -117,12 +117,13 @@ end
 -- than STAND_IN_KEPT says (longer: no value jobd wrote, left out, never cut into another batch's
 -- id). jobd.job reads the stand-in as a malformed job. So a reader is handed at most MAX_FIELDS
 -- pairs and ``limit`` bytes of an entry (of a stand-in, 8 pairs of at most 8 KiB in all).
+local MAX_BATCH = 800 -- a batch id's bytes at most (jobd.job.MAX_BATCH_BYTES)
 local STAND_IN_KEPT = {
   {'job_id', MAX_JOB_ID + 1, true}, {'jobd_job_id', MAX_JOB_ID + 1, true},
   {'jobd_unique', MAX_JOB_ID + 1, true},
   -- jobd.workflows: a batch id is at most 200 characters (800 bytes of UTF-8); an origin at
   -- most jobd.job.MAX_ORIGIN bytes; a parent a queue's name, a space and a job id.
-  {'jobd_batch', 800, false}, {'jobd_origin', 64, false}, {'jobd_parent', 2 * MAX_JOB_ID, false},
+  {'jobd_batch', MAX_BATCH, false}, {'jobd_origin', 64, false}, {'jobd_parent', 2 * MAX_JOB_ID, false},
   -- which batch of that id (lua/batch.lua's incarnation: Redis's time in µs, digits)
   {'jobd_batch_incarnation', 32, false},
 }
@@ -152,6 +153,31 @@ local function sized(fields, limit)
     end
   end
   return out
+end
+
+-- The batch a job's fields (name, value, …) name (jobd_batch), or nil, and its incarnation
+-- (jobd_batch_incarnation, or nil): for the scripts that end a job with no note of its attempt
+-- (cancelled unrun: cancelled.lua, cancel_delayed.lua, promote.lua; lib/workflows.lua ended),
+-- and for its records' batch link (``linked``).
+local function batch_in(fields)
+  local batch, incarnation = nil, nil
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'jobd_batch' then batch = fields[i + 1] end
+    if fields[i] == 'jobd_batch_incarnation' then incarnation = fields[i + 1] end
+  end
+  return batch, incarnation
+end
+
+-- The batch link of a record that no attempt's note tells (docs/workflows.md: a member's
+-- records carry ``batch``): ``note`` (for ``remember``) with ``batch``, the job's jobd_batch
+-- (``batch_in``), when it is one jobd writes: 1 to MAX_BATCH bytes (a longer one, someone's
+-- XADD, is dropped, as store/notes.py drops it: a record and an event stay bounded).
+-- ``remember`` writes it into the record and, first of its fields, into the event. The one
+-- place every writer links a record to its batch; an attempt's note (store/notes.py) carries
+-- its own, by the same rule.
+local function linked(note, batch)
+  if type(batch) == 'string' and batch ~= '' and #batch <= MAX_BATCH then note.batch = batch end
+  return note
 end
 
 -- Redis's time, Unix ms.
@@ -269,6 +295,7 @@ local function remember(h, note, now, entry, more)
   if h.records then
     local head = {'{"at":', string.format('%d', now)}
     if note.ran then head[#head + 1] = string.format(',"started_at":%d', now - note.ran) end
+    if note.batch then head[#head + 1] = ',"batch":' .. cjson.encode(note.batch) end
     for i = 1, #more, 2 do head[#head + 1] = string.format(',"%s":%d', more[i], more[i + 1]) end
     local line = table.concat(head) .. ',' .. string.sub(note.record, 2)
     -- A job's first record (most are) costs one command; a later one reads those before it.
@@ -281,6 +308,7 @@ local function remember(h, note, now, entry, more)
   if not note.quiet then
     local fields = {'job', note.job}
     if entry then fields[#fields + 1] = 'entry'; fields[#fields + 1] = entry end
+    if note.batch then fields[#fields + 1] = 'batch'; fields[#fields + 1] = note.batch end
     for _, v in ipairs(note.extras) do fields[#fields + 1] = v end
     for i = 1, #more, 2 do
       fields[#fields + 1] = more[i]; fields[#fields + 1] = string.format('%d', more[i + 1])
@@ -429,14 +457,15 @@ local function cancelled_instead(stream, group, me, id, h, note, now, marks, by_
   redis.call('ZREM', marks, by_id, 'job:' .. note.job)
   if unique and says_queued(unique) then redis.call('DEL', unique) end
   not_running(h, note.job, stream, id)
-  local origin = nil -- the attempt's note names it (jobd.store.notes)
+  local origin, batch = nil, nil -- the attempt's note names them (jobd.store.notes)
   for i = 1, #note.extras, 2 do
     if note.extras[i] == 'origin' then origin = note.extras[i + 1] end
+    if note.extras[i] == 'batch' then batch = note.extras[i + 1] end
   end
   local record = cjson.encode({event = 'cancelled', stream = stream, entry = id, consumer = me,
     detail = detail, origin = origin})
-  remember(h, {event = 'cancelled', job = note.job, record = record,
-    extras = with_origin({'consumer', me}, origin)}, now, id)
+  remember(h, linked({event = 'cancelled', job = note.job, record = record,
+    extras = with_origin({'consumer', me}, origin)}, batch), now, id)
   trim_history(h, now)
   add_count(stats, 'cancelled', 1, ttl)
 end

@@ -38,18 +38,6 @@ local function batch_of(note)
   return nil
 end
 
--- The batch a job's fields (name, value, …) name (jobd_batch), or nil, and its incarnation
--- (jobd_batch_incarnation, or nil): for the scripts that end a job with no note of its attempt
--- (cancelled unrun: cancelled.lua, cancel_delayed.lua, promote.lua).
-local function batch_in(fields)
-  local batch, incarnation = nil, nil
-  for i = 1, #fields - 1, 2 do
-    if fields[i] == 'jobd_batch' then batch = fields[i + 1] end
-    if fields[i] == 'jobd_batch_incarnation' then incarnation = fields[i + 1] end
-  end
-  return batch, incarnation
-end
-
 -- A job's waiters, in its queue's waiters hash ``key`` (known to be a hash), under fields named
 -- from its job id ``job`` (no job id holds a NUL byte), one waiter a field, so that registering
 -- one (``add_waiter``), taking one off (unwait.lua) and telling one (``ended``) each cost the
@@ -306,9 +294,9 @@ local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, ho
   unmark(j, mark)
   local ex, origin = {'error', err}, origin_of(j.fields)
   for _, v in ipairs(extras) do ex[#ex + 1] = v end
-  remember(h, {event = event, job = j.job, extras = with_origin(ex, origin),
-    record = cjson.encode({event = event, error = err, detail = why, origin = origin})}, now,
-    nil)
+  remember(h, linked({event = event, job = j.job, extras = with_origin(ex, origin),
+    record = cjson.encode({event = event, error = err, detail = why, origin = origin})},
+    j.batch), now, nil)
   add_count(stats, 'dead', 1, ttl)
   add_count(stats, 'failed', 1, ttl)
   ended(w, j.job, event, j.batch, j.incarnation)
