@@ -126,5 +126,34 @@ def test_a_jobd_batch_jobd_would_not_write_is_left_out(r: redis.Redis, write_con
     job = Job.from_entry("a", b"1-0", hostile)
     record = json.loads(notes.note(Outcome(Verb.ACK, q, job), "me")[3])
     assert "batch" not in record
-    fine = Job.from_entry("a", b"1-0", {**hostile, b"jobd_batch": b"B"})
-    assert json.loads(notes.note(Outcome(Verb.ACK, q, fine), "me")[3])["batch"] == "B"
+    fine = {**hostile, b"jobd_batch": b"B", b"jobd_batch_incarnation": b"17"}
+    record = json.loads(
+        notes.note(Outcome(Verb.ACK, q, Job.from_entry("a", b"1-0", fine)), "me")[3]
+    )
+    assert (record["batch"], record["batch_incarnation"]) == ("B", "17")
+
+
+def test_a_member_of_an_expired_batch_is_not_pointed_at_a_later_one(
+    r: redis.Redis, write_config
+) -> None:
+    """Its records say which batch of the id it was a member of (``batch_incarnation``):
+    `jobd job` points at `jobd batch ID` only while that batch is the one of the id now."""
+    c = str(write_config(CONFIG))
+    out = jobd_cli("enqueue", "-c", c, "a", "x", "--job-id", "late", "--delay", "1h",
+                   "--batch", "B", "--on-complete", "cb")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert jobd_cli("cancel", "-c", c, "a", "late").returncode == 0
+    got = json.loads(jobd_cli("job", "-c", c, "a", "late", "--json").stdout)
+    said = {x.get("batch_incarnation") for x in got["records"]}
+    assert len(said) == 1 and said.pop().isdigit(), got["records"]
+
+    def pointed() -> set[str]:
+        text = jobd_cli("job", "-c", c, "a", "late").stdout.decode()
+        return {line.strip() for line in text.splitlines() if "batch:" in line}
+
+    assert pointed() == {"batch: B (jobd batch B)"}
+    r.delete("{jobd:batch:B}", "{jobd:batch:B}:members", "{jobd:batch:B}:adders")  # expired
+    assert pointed() == {"batch: B (its batch expired: no batch of this id now)"}
+    out = jobd_cli("enqueue", "-c", c, "a", "y", "--batch", "B", "--on-complete", "cb")
+    assert out.returncode == 0, out.stderr
+    assert pointed() == {"batch: B (an earlier batch of this id: `jobd batch` shows a later one)"}

@@ -20,6 +20,7 @@ import orjson
 
 from jobd import exitcodes
 from jobd.cli.common import Unreachable, queue_named, store_for
+from jobd.cli.workflow import batch_now, batch_where
 from jobd.config import Config, QueueConfig
 from jobd.logs import printable, safe_json, word
 from jobd.store import connection
@@ -73,6 +74,7 @@ def run_job(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
     try:
         with store_for(config, "job") as store:
             view = store.job(queue, args.job_id)
+            now = None if args.json else batch_now(store, view)  # an earlier batch of its id?
     except Unreachable:
         return exitcodes.UNAVAILABLE
     try:
@@ -81,7 +83,7 @@ def run_job(config: Config, args: argparse.Namespace, parser: argparse.ArgumentP
             sys.stdout.buffer.write(safe_json(body))
             sys.stdout.buffer.write(b"\n")
         else:
-            print("\n".join(job_lines(view)))
+            print("\n".join(job_lines(view, now)))
         sys.stdout.flush()
     except BrokenPipeError:  # `jobd job … | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
@@ -122,7 +124,7 @@ def running_json(r: Running) -> dict[str, Any]:
             "status": r.status}  # fmt: skip
 
 
-def job_lines(view: JobView) -> list[str]:
+def job_lines(view: JobView, now: tuple[str, str] | None = None) -> list[str]:
     """The human view: the state line, then each record with its output tails, indented."""
     lines = [printable(f"job {word(view.job_id)} of queue {view.queue}: {state_text(view)}")]
     for record in view.records:
@@ -132,7 +134,7 @@ def job_lines(view: JobView) -> list[str]:
             if tail and isinstance(tail, str):
                 lines.append(f"  {name}:")
                 lines += [f"    {printable(line)}" for line in tail.rstrip("\n").split("\n")]
-        lines += links_lines(record.raw)
+        lines += links_lines(record.raw, now)
     if view.skipped:
         lines.append(f"({view.skipped} line(s) of its history were no record: skipped)")
     if view.unread:
@@ -145,12 +147,12 @@ def job_lines(view: JobView) -> list[str]:
     return lines
 
 
-def links_lines(raw: dict[str, Any]) -> list[str]:
-    """A record's workflow links (docs/workflows.md): the job that enqueued it, the jobs it
-    enqueued."""
+def links_lines(raw: dict[str, Any], now: tuple[str, str] | None = None) -> list[str]:
+    """A record's workflow links (docs/workflows.md): its batch (``now``: workflow.batch_now),
+    the job that enqueued it, the jobs it enqueued."""
     lines = []
     if isinstance(batch := raw.get("batch"), str):
-        lines.append(printable(f"  batch: {batch} (jobd batch {batch})"))
+        lines.append(printable(f"  batch: {batch} {batch_where(raw, now)}"))
     if isinstance(parent := raw.get("parent"), str):
         lines.append(printable(f"  parent: {parent}"))
     named = raw.get("follow_up_jobs")

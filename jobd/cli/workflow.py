@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobd import exitcodes
 
 if TYPE_CHECKING:  # `jobd --help` loads no config code (tests/test_cli_contract.py)
     from jobd.config import Config
+    from jobd.store.records import JobView
+    from jobd.store.store import Store
 
 BATCH_EPILOG = """\
 A batch is open while a `jobd enqueue --batch ID` adds to it, sealed when that command ends;
@@ -124,3 +126,33 @@ def run_batch(config: Config, args: argparse.Namespace) -> int:
         size = state.on_complete_unread
         print(f"on complete: {size} bytes, longer than any queue name: not read")
     return exitcodes.OK
+
+
+def batch_now(store: Store, view: JobView) -> tuple[str, str] | None:
+    """For `jobd job`: the batch its records name last and which batch of that id there is now
+    (its incarnation; '': none, expired), when a record says which it was a member of
+    (``batch_incarnation``, from review 35o on); else None, nothing read."""
+    from jobd.store.records import view_links
+    from jobd.workflows import WorkflowError, check_batch_id
+
+    batch = view_links(view)["batch"]
+    said = any(isinstance(r.raw.get("batch_incarnation"), str) for r in view.records)
+    if batch is None or not said:
+        return None
+    try:
+        check_batch_id(batch)
+    except WorkflowError:
+        return None
+    state = store.batch_op(batch, "show")  # one script reading one hash
+    return batch, "" if state is None else state.incarnation
+
+
+def batch_where(raw: dict[str, Any], now: tuple[str, str] | None) -> str:
+    """Where `jobd job` points a record's batch (``raw["batch"]``): `jobd batch ID`, unless
+    the batch of that id now is not the one it was a member of (``now``: ``batch_now``)."""
+    batch, said = raw["batch"], raw.get("batch_incarnation")
+    if now is None or now[0] != batch or not isinstance(said, str) or said == now[1]:
+        return f"(jobd batch {batch})"
+    if not now[1]:
+        return "(its batch expired: no batch of this id now)"
+    return "(an earlier batch of this id: `jobd batch` shows a later one)"

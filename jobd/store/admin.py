@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import redis
 
 from jobd.config import QueueConfig
-from jobd.job import BATCH, JOB_ID
+from jobd.job import BATCH, BATCH_INCARNATION, JOB_ID
 from jobd.store import connection, notes
 from jobd.store.base import StoreBase
 from jobd.store.browse import READ_BUDGET, shown_pairs
@@ -248,8 +248,9 @@ class AdminOps(StoreBase):
             self.scripts.schedule(keys=keys, args=args, client=pipe)
             job_id = entry.fields.get(JOB_ID)
             if job_id:  # its history says it is delayed (scheduled.lua)
-                batch = entry.fields.get(BATCH, b"")  # its record names it (docs: Workflows)
-                args = [notes.settings(queue), job_id, entry.due, batch]
+                f = entry.fields  # its record names its batch (docs: Workflows)
+                batch = [f.get(BATCH, b""), f.get(BATCH_INCARNATION, b"")]
+                args = [notes.settings(queue), job_id, entry.due, *batch]
                 self.scripts.scheduled(keys=notes.keys(queue), args=args, client=pipe)
         else:
             pipe.xadd(queue.stream, entry.fields)  # type: ignore[arg-type]

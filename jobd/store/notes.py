@@ -125,8 +125,10 @@ def links(o: Outcome) -> dict[str, object]:
         found.update(result_field(o.result))
     if PARENT in o.job.fields:
         found["parent"] = _text(o.job.fields[PARENT])
-    if _batch(o.job.fields):  # its end is counted there (lua/lib/workflows.lua batch_of)
+    if batch := _batch(o.job.fields):  # its end is counted there (lua/lib/workflows.lua batch_of)
         found["batch"] = _text(o.job.fields[BATCH])
+        if len(batch) == 4 and batch[3].isdigit() and len(batch[3]) <= 32:  # which (lib/jobs.lua
+            found["batch_incarnation"] = _text(batch[3])  # linked: `jobd job` tells it)
     if o.follow_ups:
         found["follow_ups"] = len(o.follow_ups)
         shown = o.follow_ups[:FOLLOW_UPS_SHOWN]

@@ -47,7 +47,8 @@ for i = 1, #page, 2 do
         detail = 'removed from the delayed set, unrun', origin = origin})
       local batch, incarnation = batch_in(fields)
       remember(h, linked({event = 'cancelled', job = jid, record = record,
-        extras = with_origin({'by', ARGV[5]}, origin)}, batch), now, nil, said)
+        extras = with_origin({'by', ARGV[5]}, origin)}, batch, incarnation), now, nil,
+        said)
       w = w or workflow_at(8, h.queue)
       ended(w, jid, 'cancelled', batch, incarnation)
     end

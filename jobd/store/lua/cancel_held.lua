@@ -37,7 +37,8 @@ for i = 5, #ARGV do
     remember(h, linked({event = 'cancelled', job = j.job,
       extras = with_origin({'by', ARGV[2]}, origin),
       record = cjson.encode({event = 'cancelled', by = ARGV[2], origin = origin,
-        detail = 'held (waiting for other jobs): cancelled unrun'})}, j.batch), now, nil)
+        detail = 'held (waiting for other jobs): cancelled unrun'})}, j.batch, j.incarnation), now,
+      nil)
     ended(w, j.job, 'cancelled', j.batch, j.incarnation)
     for _, m in ipairs(marks) do redis.call('ZREM', m, 'job:' .. j.job) end
     out[#out + 1] = j.job

@@ -62,7 +62,7 @@ for i = 5, #ARGV, 2 do
       local batch, incarnation = nil, nil
       if #entry == 1 then batch, incarnation = batch_in(entry[1][2]) end
       remember(h, linked({event = 'cancelled', job = job, record = record,
-        extras = with_origin({'consumer', me}, origin)}, batch), now, id)
+        extras = with_origin({'consumer', me}, origin)}, batch, incarnation), now, id)
       w = w or workflow_at(8, h.queue)
       ended(w, job, 'cancelled', batch, incarnation)
     end

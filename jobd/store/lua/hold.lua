@@ -74,6 +74,6 @@ end
 local fields = {}
 for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
 remember(h, linked({event = 'waiting', job = ARGV[1], record = ARGV[6],
-  extras = {'after', table.concat(deps, ', ')}}, (batch_in(fields))), now, nil)
+  extras = {'after', table.concat(deps, ', ')}}, batch_in(fields)), now, nil)
 trim_history(h, now)
 return 1

@@ -84,7 +84,7 @@ for _, member in ipairs(due) do
       detail = 'cancelled (jobd cancel) as it became due: not moved to the stream'})
     local batch, incarnation = batch_in(flat)
     remember(h, linked({event = 'cancelled', job = cancel_mark, record = record,
-      extras = with_origin({}, origin)}, batch), tonumber(now), nil)
+      extras = with_origin({}, origin)}, batch, incarnation), tonumber(now), nil)
     w = w or workflow_at(10, h.queue)
     ended(w, cancel_mark, 'cancelled', batch, incarnation)
     cancelled = cancelled + 1

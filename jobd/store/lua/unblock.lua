@@ -53,7 +53,7 @@ if #left > 0 then
   redis.call('HSET', KEYS[2], job, cjson.encode(after))
   remember(h, linked({event = 'dependency', job = job, extras = {'dependency', dep, 'outcome',
     event, 'left', string.format('%d', #left)}, record = cjson.encode({event = 'dependency',
-    dependency = dep, outcome = event, left = #left})}, j.batch), now, nil)
+    dependency = dep, outcome = event, left = #left})}, j.batch, j.incarnation), now, nil)
   trim_history(h, now)
   return {'waiting', 0}
 end
@@ -62,7 +62,8 @@ remark(j, KEYS[14])
 unhold(j)
 hold_ended(KEYS[15], job, now, h.max_age)
 remember(h, linked({event = 'released', job = job, extras = {'dependency', dep, 'outcome', event},
-  record = cjson.encode({event = 'released', dependency = dep, outcome = event})}, j.batch), now,
+  record = cjson.encode({event = 'released', dependency = dep, outcome = event})}, j.batch, j.incarnation),
+  now,
   nil)
 trim_history(h, now)
 return {'released', 0}

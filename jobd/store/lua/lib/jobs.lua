@@ -171,12 +171,20 @@ end
 -- The batch link of a record that no attempt's note tells (docs/workflows.md: a member's
 -- records carry ``batch``): ``note`` (for ``remember``) with ``batch``, the job's jobd_batch
 -- (``batch_in``), when it is one jobd writes: 1 to MAX_BATCH bytes (a longer one, someone's
--- XADD, is dropped, as store/notes.py drops it: a record and an event stay bounded).
--- ``remember`` writes it into the record and, first of its fields, into the event. The one
--- place every writer links a record to its batch; an attempt's note (store/notes.py) carries
--- its own, by the same rule.
-local function linked(note, batch)
-  if type(batch) == 'string' and batch ~= '' and #batch <= MAX_BATCH then note.batch = batch end
+-- XADD, is dropped, as store/notes.py drops it: a record and an event stay bounded), and
+-- which batch of that id (``incarnation``, its jobd_batch_incarnation: digits, in the record
+-- only, as ``batch_incarnation``: `jobd job` tells an earlier batch of the id by it).
+-- ``remember`` writes them into the record and the batch, first of its fields, into the event.
+-- The one place every Lua writer links a record to its batch; an attempt's note
+-- (store/notes.py links) carries its own, by the same rule.
+local function linked(note, batch, incarnation)
+  if type(batch) == 'string' and batch ~= '' and #batch <= MAX_BATCH then
+    note.batch = batch
+    if type(incarnation) == 'string' and #incarnation <= 32 and
+        string.match(incarnation, '^%d+$') then
+      note.batch_incarnation = incarnation
+    end
+  end
   return note
 end
 
@@ -296,6 +304,9 @@ local function remember(h, note, now, entry, more)
     local head = {'{"at":', string.format('%d', now)}
     if note.ran then head[#head + 1] = string.format(',"started_at":%d', now - note.ran) end
     if note.batch then head[#head + 1] = ',"batch":' .. cjson.encode(note.batch) end
+    if note.batch_incarnation then
+      head[#head + 1] = ',"batch_incarnation":"' .. note.batch_incarnation .. '"'
+    end
     for i = 1, #more, 2 do head[#head + 1] = string.format(',"%s":%d', more[i], more[i + 1]) end
     local line = table.concat(head) .. ',' .. string.sub(note.record, 2)
     -- A job's first record (most are) costs one command; a later one reads those before it.
@@ -465,7 +476,7 @@ local function cancelled_instead(stream, group, me, id, h, note, now, marks, by_
   local record = cjson.encode({event = 'cancelled', stream = stream, entry = id, consumer = me,
     detail = detail, origin = origin})
   remember(h, linked({event = 'cancelled', job = note.job, record = record,
-    extras = with_origin({'consumer', me}, origin)}, batch), now, id)
+    extras = with_origin({'consumer', me}, origin)}, batch, note.incarnation), now, id)
   trim_history(h, now)
   add_count(stats, 'cancelled', 1, ttl)
 end

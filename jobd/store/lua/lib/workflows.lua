@@ -296,7 +296,7 @@ local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, ho
   for _, v in ipairs(extras) do ex[#ex + 1] = v end
   remember(h, linked({event = event, job = j.job, extras = with_origin(ex, origin),
     record = cjson.encode({event = event, error = err, detail = why, origin = origin})},
-    j.batch), now, nil)
+    j.batch, j.incarnation), now, nil)
   add_count(stats, 'dead', 1, ttl)
   add_count(stats, 'failed', 1, ttl)
   ended(w, j.job, event, j.batch, j.incarnation)
