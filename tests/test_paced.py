@@ -14,6 +14,7 @@ import threading
 import time
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from support import wait_until
 
 from jobd.web import paced
 from jobd.web.endpoint import paced_metrics
@@ -146,3 +147,43 @@ def test_metrics_answers_are_what_prometheus_client_renders() -> None:
     assert b"jobd_b 4.0" in body and b"jobd_a" not in body
     headers, body = get(accept="application/openmetrics-text; version=1.0.0")
     assert headers["Content-Type"].startswith("application/openmetrics-text") and b"# EOF" in body
+
+
+def test_a_failed_render_fails_the_requests_that_waited_for_it_and_the_next_renders_again() -> None:
+    asked: set[int] = set()  # the threads that read the clock: each reads it first as it asks
+
+    def clock() -> float:
+        asked.add(threading.get_ident())
+        return time.monotonic()
+
+    pace: Paced[int] = Paced(clock=clock)
+    began, release = threading.Event(), threading.Event()
+    renders: list[int] = []
+
+    def failing() -> int:
+        renders.append(1)
+        began.set()
+        assert release.wait(10)
+        raise ConnectionError("Redis away")
+
+    seen: list[object] = []
+
+    def ask() -> None:
+        try:
+            seen.append(pace.get("summary", failing))
+        except ConnectionError as exc:
+            seen.append(str(exc))
+
+    first = threading.Thread(target=ask)
+    first.start()
+    assert began.wait(10)
+    others = [threading.Thread(target=ask) for _ in range(CALLERS)]
+    for t in others:
+        t.start()
+    wait_until(lambda: len(asked) == CALLERS + 1, what="every request to have asked")
+    release.set()
+    for t in [first, *others]:
+        t.join(10)
+    # One render: its error reached everyone who waited for it (review 36m: each rendered again).
+    assert renders == [1] and seen == ["Redis away"] * (CALLERS + 1), (renders, seen)
+    assert pace.get("summary", lambda: 7) == 7  # the next request renders again

@@ -9,7 +9,10 @@ to be, shares the next one, and the next render begins only once the last one's 
 everyone waiting is answered by the same one. A render's answer serves every request that
 arrives up to ``keep`` seconds after it began: ``METRICS_KEEP`` for /metrics (Prometheus
 scrapes 15 s apart); 0 for the dashboard's summaries, whose answer is never older than the
-request (an action's effect is seen at the next refresh).
+request (an action's effect is seen at the next refresh). A render that fails (Redis away: a
+socket timeout of 10 s) fails every request that waited for it, at once, as an answer would
+serve them; the next request renders again. A request waits behind a render of its own key
+only: the pace is waited for by the render to be made, holding no lock a kept copy needs.
 """
 
 from __future__ import annotations
@@ -29,37 +32,84 @@ METRICS_RATE = 20
 T = TypeVar("T")
 
 
+class _Made(Generic[T]):
+    """A render made: when it began and ended, and its answer or the error it raised."""
+
+    def __init__(self, began: float, ended: float, answer: T | None, error: BaseException | None):
+        self.began, self.ended, self.answer, self.error = began, ended, answer, error
+
+    def serves(self, asked: float, keep: float) -> bool:
+        """Whether it answers a request made at ``asked``: an answer, one made up to ``keep``
+        seconds after it began (keep 0: one made before, that waited for it); an error, one
+        made before it ended (it waited for this render), never the next."""
+        return asked < self.ended if self.error is not None else asked < self.began + keep
+
+    def result(self) -> T:
+        if self.error is not None:
+            raise self.error  # the same error to each (as concurrent.futures does)
+        return self.answer  # type: ignore[return-value]
+
+
 class Paced(Generic[T]):
     """Renders of one kind (a path's answer), one at a time, taking at most ``share`` of a
-    CPU, each serving the requests that arrive up to ``keep`` seconds after it began."""
+    CPU, each serving the requests that arrive up to ``keep`` seconds after it began (or, when
+    it fails, those that waited for it). A request for a key whose render is under way waits
+    for that render alone (``changed``), never behind another key's pace or render: a render
+    waits for its turn (``turn``) holding nothing a kept copy's reader needs."""
 
     def __init__(
         self, keep: float = 0.0, share: float = SHARE, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.keep, self.rest, self.clock = keep, 1 / share - 1, clock
         self.lock = threading.Lock()
-        self.kept: dict[Hashable, tuple[float, T]] = {}  # by key: when its render began, it
+        self.changed = threading.Condition(self.lock)  # a render ended: its waiters look again
+        self.turn = threading.Lock()  # held by the render made (and its wait for the pace)
+        self.kept: dict[Hashable, _Made[T]] = {}  # by key: its last render
+        self.making: set[Hashable] = set()  # the keys whose render is under way
         self.next = 0.0  # the clock's time before which no render begins
 
     def get(self, key: Hashable, render: Callable[[], T]) -> T:
         """``render()``'s answer for ``key``: one begun less than ``keep`` seconds before
-        this call, or after it (shared), else a new one, begun once the pace allows."""
+        this call, or after it (shared), else a new one, begun once the pace allows. A render
+        that raises raises in every request that waited for it; the next one renders again."""
         asked = self.clock()
         with self.lock:
-            kept = self.kept.get(key)
-            if kept is not None and kept[0] > asked - self.keep:
-                return kept[1]
-            time.sleep(max(0.0, self.next - self.clock()))  # the others wait their turn
+            while True:
+                kept = self.kept.get(key)
+                if kept is not None and kept.serves(asked, self.keep):
+                    return kept.result()
+                if key not in self.making:
+                    break
+                self.changed.wait()
+            self.making.add(key)
+        made: _Made[T] | None = None
+        try:
+            made = self._render(render)
+        finally:
+            with self.lock:
+                self.making.discard(key)
+                if made is not None:
+                    self.kept.pop(key, None)
+                    if len(self.kept) >= KINDS:
+                        del self.kept[next(iter(self.kept))]  # the one kept longest
+                    self.kept[key] = made
+                self.changed.notify_all()
+        assert made is not None  # else its exception went on
+        return made.result()
+
+    def _render(self, render: Callable[[], T]) -> _Made[T]:
+        """One render, in its turn: once the last one's CPU time times ``rest`` has passed."""
+        with self.turn:
+            time.sleep(max(0.0, self.next - self.clock()))  # the other keys' renders wait
             began, cpu = self.clock(), time.thread_time()
+            answer: T | None = None
+            error: Exception | None = None
             try:
                 answer = render()
-            finally:
-                self.next = self.clock() + (time.thread_time() - cpu) * self.rest
-            self.kept.pop(key, None)
-            if len(self.kept) >= KINDS:
-                del self.kept[next(iter(self.kept))]  # the one kept longest
-            self.kept[key] = (began, answer)
-            return answer
+            except Exception as exc:  # shared with the requests that waited for it
+                error = exc
+            self.next = self.clock() + (time.thread_time() - cpu) * self.rest
+            return _Made(began, self.clock(), answer, error)
 
 
 class Spaced:
