@@ -13,7 +13,7 @@ import gzip
 import threading
 import time
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from support import wait_until
 
 from jobd.web import paced
@@ -187,3 +187,21 @@ def test_a_failed_render_fails_the_requests_that_waited_for_it_and_the_next_rend
     # One render: its error reached everyone who waited for it (review 36m: each rendered again).
     assert renders == [1] and seen == ["Redis away"] * (CALLERS + 1), (renders, seen)
     assert pace.get("summary", lambda: 7) == 7  # the next request renders again
+
+
+def test_a_selection_is_cut_from_the_whole_render_as_restricted_registry_renders_it() -> None:
+    registry = CollectorRegistry()
+    Gauge("jobd_a", "a", ["queue"], registry=registry).labels("q").set(3)
+    Gauge("jobd_b", "b", registry=registry).set(4)
+    Counter("jobd_c", "c", ["queue"], registry=registry)  # no child: a family of no samples
+    Counter("jobd_d", "d", registry=registry).inc()
+    whole = generate_latest(registry)
+    app = paced_metrics(registry)
+    for names in (["jobd_b"], ["jobd_a", "x1"], ["jobd_d_total", "jobd_c_total"], ["jobd_d"],
+                  ["nothing"], ["jobd_a", "jobd_b", "jobd_d_total", "jobd_d_created"]):  # fmt: skip
+        query = "&".join(f"name[]={n}" for n in names)
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": query}
+        body = b"".join(app(environ, lambda code, h: None))
+        wanted = generate_latest(registry.restricted_registry(names))
+        assert sorted(body.splitlines()) == sorted(wanted.splitlines()), names
+        assert all(line in whole.splitlines() for line in body.splitlines())

@@ -37,13 +37,78 @@ class Page(Protocol):
     def authorized(self, environ: dict[str, Any]) -> bool: ...
 
 
+EOF = b"# EOF\n"  # OpenMetrics's last line
+CUTS = 16  # answers cut from one render and kept with it (selections, gzipped or not)
+
+
+class Exposition:
+    """One whole render of /metrics in one format, and the answers cut from it: a ``name[]``
+    selection is its families' lines whose sample names are selected (what
+    ``restricted_registry`` renders: a family with none selected is left out), cut from this
+    text without a walk of the registry; each answer, gzipped or not, kept for the selected
+    names found (names it does not hold select nothing, so a new one costs no new answer)."""
+
+    def __init__(self, output: bytes) -> None:
+        self.output = output
+        self.families: list[tuple[list[bytes], list[tuple[bytes, bytes]]]] | None = None
+        self.names: frozenset[bytes] = frozenset()
+        self.cuts: dict[tuple[frozenset[bytes] | None, bool], bytes] = {}
+
+    def answer(self, names: tuple[str, ...], zipped: bool) -> bytes:
+        """The whole render (no ``names``) or the selection of ``names``, gzipped or not."""
+        chosen = self._chosen(names) if names else None
+        key = (chosen, zipped)
+        cut = self.cuts.get(key)
+        if cut is None:
+            cut = self.output if chosen is None else self._cut(chosen)
+            cut = gzip.compress(cut) if zipped else cut
+            if len(self.cuts) >= CUTS:
+                self.cuts.clear()
+            self.cuts[key] = cut  # two workers may cut the same: either answer is right
+        return cut
+
+    def _chosen(self, names: tuple[str, ...]) -> frozenset[bytes]:
+        if self.families is None:
+            self._index()
+        return self.names.intersection(n.encode() for n in names)
+
+    def _index(self) -> None:
+        """Each family: its comment lines (# HELP, # TYPE, # UNIT) and its samples by name."""
+        families: list[tuple[list[bytes], list[tuple[bytes, bytes]]]] = []
+        for line in self.output.splitlines(keepends=True):
+            if line.startswith(b"#"):
+                if not families or families[-1][1] or line.startswith((b"# HELP ", EOF)):
+                    families.append(([], []))
+                families[-1][0].append(line)
+            elif line.strip():
+                if not families:
+                    families.append(([], []))
+                name = line.split(b"{", 1)[0].split(b" ", 1)[0]
+                families[-1][1].append((name, line))
+        self.names = frozenset(n for _, samples in families for n, _ in samples)
+        self.families = families
+
+    def _cut(self, chosen: frozenset[bytes]) -> bytes:
+        out: list[bytes] = []
+        for comments, samples in self.families or ():
+            kept = [line for name, line in samples if name in chosen]
+            if kept:
+                out += comments
+                out += kept
+            elif comments == [EOF]:  # OpenMetrics's end
+                out += comments
+        return b"".join(out)
+
+
 def paced_metrics(registry: CollectorRegistry) -> Any:
-    """prometheus_client's app, but a GET's answer rendered at most once per METRICS_KEEP
-    seconds for each format asked and served to every request in between, at a pace that
-    leaves the daemon's loop its time (``paced.Paced``): a client asking for /metrics again
-    and again no longer renders 50 queues' series each time on the daemon's process."""
+    """prometheus_client's app, but a GET's answer rendered whole at most once per
+    METRICS_KEEP seconds for each format asked (text or OpenMetrics) and served to every
+    request in between, at a pace that leaves the daemon's loop its time (``paced.Paced``);
+    a ``name[]`` selection, and gzip, are cut from that render (``Exposition``): a client
+    asking for /metrics again and again, with any selection, never renders 50 queues' series
+    each time on the daemon's process, nor keeps a scrape waiting behind renders of its own."""
     other = make_wsgi_app(registry)  # OPTIONS, or a method refused
-    paced: Paced[tuple[list[tuple[str, str]], bytes]] = Paced(keep=METRICS_KEEP)
+    paced: Paced[Exposition] = Paced(keep=METRICS_KEEP)
 
     def app(environ, start_response):  # type: ignore[no-untyped-def]
         if environ.get("REQUEST_METHOD") != "GET":
@@ -51,15 +116,10 @@ def paced_metrics(registry: CollectorRegistry) -> Any:
         encoder, kind = choose_encoder(environ.get("HTTP_ACCEPT"))
         zipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING"))
         names = tuple(urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).get("name[]", ()))
-
-        def render() -> tuple[list[tuple[str, str]], bytes]:
-            output = encoder(registry.restricted_registry(names) if names else registry)
-            if zipped:
-                return [("Content-Type", kind), ("Content-Encoding", "gzip")], gzip.compress(output)
-            return [("Content-Type", kind)], output
-
-        headers, output = paced.get((kind, zipped, names), render)
-        start_response("200 OK", list(headers))
+        whole = paced.get(kind, lambda: Exposition(encoder(registry)))
+        output = whole.answer(names, zipped)
+        headers = [("Content-Type", kind)]
+        start_response("200 OK", [*headers, ("Content-Encoding", "gzip")] if zipped else headers)
         return [output]
 
     return app
