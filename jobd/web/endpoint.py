@@ -144,13 +144,13 @@ def serve(metrics: Served, listen: str, page: Page | None = None) -> Server:
             return [b"ok\n" if ok else metrics.unhealthy]
         if page is not None and path != "/metrics":
             return page(environ, start_response)
-        spaced.wait()  # /metrics: METRICS_RATE answers a second at most, refusals included
-        if page is not None and not page.authorized(environ):
+        if page is not None and not page.authorized(environ):  # at once: a refusal is cheap
             start_response(
                 "401 Unauthorized",
                 [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="jobd"')],
             )
             return [b"a valid token is needed: Authorization: Bearer TOKEN\n"]
+        spaced.wait()  # /metrics: METRICS_RATE answers a second at most (refusals not counted)
         return prometheus(environ, start_response)
 
     hosts = page.allowed_hosts if page is not None else ()

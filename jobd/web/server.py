@@ -6,12 +6,11 @@ workers answer. Bounded on every side, so clients that connect and stall, or sen
 nothing, can neither take the daemon's descriptors (its handlers need them) nor keep the
 page, /metrics and /healthz from answering. The paths an app answers without Redis (``apart``:
 /healthz and /metrics, a liveness probe's and a scraper's) have workers of their own, each path
-its own (``PROBE_WORKERS``), so they never wait behind the dashboard's requests, each of which
-may wait for Redis up to its socket timeout while Redis is away, nor one behind the other (a
-/metrics of 50 queues takes 0.1 s: a client asking for it again and again on a few connections
-kept /healthz waiting seconds when they shared their workers). Every request must name this
-server in its Host header (``host_allowed``: DNS rebinding), else it gets 421. What is served on
-it, and behind which token, is the app's business (``metrics.serve``, ``dashboard.Dashboard``).
+its own (``PROBE_WORKERS``), so they never wait behind the dashboard's requests (each may wait
+for Redis up to its socket timeout), nor one behind the other (a client asking for /metrics
+again and again kept /healthz waiting seconds when they shared workers). Every request must
+name this server in its Host header (``host_allowed``: DNS rebinding), else it gets 421. What
+is served, and behind which token, is the app's business (``endpoint.serve``, ``Dashboard``).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import socket
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -156,8 +156,7 @@ def _is_ip(name: str) -> bool:
 
 
 def _socket_info(host: str, port: int) -> tuple[int, int, int, Any]:
-    """What waitress binds: IPv6 for an address with a colon, else IPv4 (an empty host:
-    every IPv4 address)."""
+    """What waitress binds: IPv6 for an address with a colon, else IPv4 (empty: all)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     kind = socket.SOCK_STREAM
     found = socket.getaddrinfo(host or None, port, family, kind, 0, socket.AI_PASSIVE)
@@ -165,15 +164,11 @@ def _socket_info(host: str, port: int) -> tuple[int, int, int, Any]:
 
 
 class _Channel(HTTPChannel):
-    """A connection that takes one request at a time and knows since when it has held its
-    place without a worker answering it.
-
-    waitress parses every request in what it reads at once, so one 8 KiB read of pipelined
-    requests queues hundreds of answers on the connection, and a client that reads none of
-    them keeps a worker writing until 16 MiB wait unsent, then blocked. Here the bytes past
-    the first whole request are held back (``held``) and parsed only once its answer has been
-    written (``readable``): a connection costs at most one answer, and a worker never waits on
-    a client that does not read."""
+    """A connection of one request at a time, knowing since when it has waited. waitress
+    parses every request in what it reads at once: one 8 KiB read of pipelined requests queued
+    hundreds of answers, and a client reading none kept a worker writing until 16 MiB waited
+    unsent. Here the bytes past the first whole request are held back (``held``), parsed once
+    its answer is written (``readable``): a connection costs one answer at most."""
 
     began = 0.0  # when the request now arriving began (0: none has yet)
     held = b""  # bytes past the request being answered, parsed once its answer is written
@@ -192,9 +187,8 @@ class _Channel(HTTPChannel):
             self.handle_read()  # waitress's read: a client gone or a socket error closes it
 
     def fresh(self, now: float) -> bool:
-        """Just accepted, nothing of a request read yet (not when taken, ``read_now``, nor
-        since): at the cap, closed for another connection before NEW_GRACE has passed only
-        when no other can go."""
+        """Just accepted, nothing of a request read yet (``read_now``, nor since): at the cap,
+        closed for another before NEW_GRACE has passed only when no other can go."""
         return not self.began and now - self.born < NEW_GRACE
 
     def received(self, data: bytes) -> bool:
@@ -257,10 +251,19 @@ class _Channel(HTTPChannel):
         if self not in self.server.read_early:
             super().handle_read()
 
+    def write_soon(self, data: Any) -> int:
+        self.last_activity = time.time()  # an answer handed to be sent: waiting from now on
+        return int(super().write_soon(data))
+
+    def sending(self, now: float, since: float) -> bool:
+        """An answer being sent as the client reads it (within NEW_GRACE): not waiting (a
+        scrape's answer was closed mid-send as the only connection that was not queued)."""
+        return bool(self.total_outbufs_len) and now - since < NEW_GRACE
+
     def waiting_since(self) -> float | None:
         """None while a worker answers a request and nothing of the answer waits to be sent;
-        else when the request still arriving began, or the last byte received or sent (an
-        answer the client does not read counts from then too)."""
+        else when the request still arriving began, or the last byte received, sent, or
+        handed to be sent by a worker (``write_soon``: an answer unread counts from then)."""
         if self.requests and not self.total_outbufs_len:
             return None
         if self.request is not None:
@@ -270,18 +273,16 @@ class _Channel(HTTPChannel):
 
 class _WSGIServer(TcpWSGIServer):
     """waitress's server, with a request timeout and a cap on connections that never stops
-    accepting while a connection merely waits: at the cap, the one waiting longest is
-    closed for the newcomer (``_victim``), and when none waits, one whose request waits for the
-    page's workers, or for a busy path's (/metrics; never a probe's: ``kept``). Only when every
-    connection has a request being answered, or queued for the probes' workers, do new ones
-    wait in the listen backlog; a new connection's bytes are read as it is taken
-    (``_Channel.read_now``), and one that had sent nothing is closed, oldest first, only when
-    nothing else can go. A request for one of the paths ``apart`` is answered by workers of
-    that path's own (``probes``): the app's other requests, and the other paths', however long
-    they wait, never keep it waiting. Before a connection idle between two requests is
-    closed, what it sent is read (``_Channel.take_sent``): the listening socket is handled
-    first in a turn, so a kept-alive scrape's next request arriving with a newcomer was closed
-    unread."""
+    accepting while a connection merely waits: at the cap, the one waiting longest is closed
+    for the newcomer (``_victim``), and when none waits, one whose request waits for the page's
+    workers, or for a busy path's (/metrics; never a probe's: ``kept``), not the next in line
+    (``_shed_first``). Only when every connection has a request being answered, or queued for
+    the probes' workers, do new ones wait in the listen backlog; a new connection's bytes are
+    read as it is taken (``_Channel.read_now``), and one that had sent nothing is closed,
+    oldest first, only when nothing else can go. A request for a path ``apart`` is answered by
+    that path's own workers (``probes``), never waiting behind the others. Before a connection
+    idle between two requests is closed, what it sent is read (``_Channel.take_sent``): a
+    kept-alive scrape's next request arriving with a newcomer was closed unread."""
 
     channel_class = _Channel
 
@@ -303,14 +304,12 @@ class _WSGIServer(TcpWSGIServer):
         self.probes = {path: ThreadedTaskDispatcher() for path in apart}
         for probes in self.probes.values():
             probes.set_thread_count(PROBE_WORKERS)
-        # The workers whose queued requests the cap may shed: the page's, then those of each
-        # path apart but the ``kept`` (a probe waits for its own workers, never shed).
+        # Besides the page's, the workers whose queued requests the cap may shed (not a probe's)
         self.sheddable = [p for path, p in self.probes.items() if path not in kept]
         super().__init__(app, map={}, adj=adj, sockinfo=sockinfo)
 
     def add_task(self, task: Any) -> None:
-        """A connection's request to its workers: those of the paths ``apart``, or the others.
-        A connection has one request at a time (``_Channel``), the one looked at here."""
+        """A connection's one request (``_Channel``) to its path's workers, or the others'."""
         request = task.requests[0] if task.requests else None
         path = app_path(getattr(request, "path", None))
         probes = self.probes.get(path) if path else None
@@ -319,9 +318,8 @@ class _WSGIServer(TcpWSGIServer):
         probes.add_task(task)
 
     def run(self) -> None:
-        """waitress's loop, closing the connections picked to go between two turns: one
-        whose client reads nothing never turns writable, so ``will_close`` alone (waitress's
-        way) would leave it open."""
+        """waitress's loop, closing the connections picked to go between two turns (one whose
+        client reads nothing never turns writable: ``will_close`` alone would leave it open)."""
         while self._map:
             wasyncore.poll2(self.adj.asyncore_loop_timeout, self._map)
             self.read_early.clear()
@@ -364,24 +362,32 @@ class _WSGIServer(TcpWSGIServer):
     def _victim(self, now: float, take: bool) -> _Channel | None:
         """The connection to close for a newcomer at the cap: the one waiting longest (its
         request arriving, idle, or its answer unread), a new one only once past NEW_GRACE;
-        else the one whose request has waited longest for the page's workers, then for those
-        of a path apart not ``kept`` (taken off their queue when ``take``: never answered
-        then); else the oldest new one (it had sent nothing when taken, ``read_now``). None:
-        every one is being answered, or queued for the probes' workers."""
+        else one whose request waits for the page's workers, then for those of a path apart
+        not ``kept`` (``_shed_first``; taken off their queue when ``take``); else the oldest
+        new one (it had sent nothing, ``read_now``). None: every one is being answered, or
+        queued for the probes' workers."""
         channels = [c for c in self.active_channels.values() if c not in self.closing]
-        waiting = [(since, c) for c in channels
-                   if not c.fresh(now) and (since := c.waiting_since()) is not None]  # fmt: skip
+        waiting = [(since, c) for c in channels if not c.fresh(now) and (since :=
+                   c.waiting_since()) is not None and not c.sending(now, since)]  # fmt: skip
         if waiting:
             return min(waiting, key=lambda pair: pair[0])[1]
         for workers in (self.task_dispatcher, *self.sheddable):
             with workers.lock:
-                queued = next((c for c in workers.queue if c not in self.closing), None)
-                if queued is not None and take:
+                if (queued := self._shed_first(workers.queue)) is not None and take:
                     workers.queue.remove(queued)
             if queued is not None:
                 return queued
         new = [c for c in channels if c.fresh(now)]
         return min(new, key=lambda c: c.born) if new else None
+
+    def _shed_first(self, queued: Iterable[_Channel]) -> _Channel | None:
+        """Of the connections queued (oldest first), the one to shed: one that pipelined more
+        requests (``held``: a scraper never does), then one of the address with the most
+        connections, then the newest: not the next in line (a client reconnecting as fast as
+        it was shed then closed every scrape unanswered)."""
+        hosts = Counter(c.addr[0] for c in self.active_channels.values())
+        ranked = [(bool(c.held), hosts[c.addr[0]], i, c) for i, c in enumerate(queued)]
+        return max((r for r in ranked if r[3] not in self.closing), default=(None,) * 4)[3]
 
     def _close(self, channel: _Channel) -> None:
         """Close ``channel`` after this turn of the loop; it reads nothing more meanwhile.
