@@ -39,6 +39,9 @@ from jobd.store.keys import DAEMONS
 LAG_COUNT_CAP = 10_000
 LAG_COUNT_STEP = 1
 LAG_COUNT_BYTES = 16 << 20  # shared by every queue a request reads (``LagBudget``)
+# The bytes one queue's group read may copy (``lib/group.lua``): each queue's own, never shared,
+# so no queue's jobs leave another queue's group not read.
+GROUP_COPIES = 16 << 20
 # A queue's small hashes (``read_hashes``): fields and bytes read of one of open fields (the
 # consumers waiting for a limit: one a daemon; the minute's counters: a few), names first, then
 # the values of HASH_VALUE bytes or less in HMGETs of HASH_PAGE (``lua/lib/shown.lua
@@ -59,15 +62,14 @@ class LagBudget:
     """The bytes left to count null lags with (LAG_COUNT_BYTES): one for a whole request (a
     summary of every queue, a daemon's report), shared by its queues in turn, so 50 queues'
     counts read 16 MiB in all, not 16 MiB each (one entry more a count at most: once spent, a
-    count reads one entry, to say 0 or at least 1). ``copies``: the bytes the groups' reads may
-    still copy (as many, apart: a count that spent ``left`` leaves the next queues' groups
-    read): a stream's group is read only when the stream weighs that or less, and what the read
-    copied is spent (``lua/lib/group.lua``). ``groups``: the config's groups of each stream."""
+    count reads one entry, to say 0 or at least 1). ``groups``: the config's groups of each
+    stream. A queue's group read is bounded on its own (GROUP_COPIES, ``lua/lib/group.lua``),
+    not from this budget."""
 
     def __init__(
         self, left: int = LAG_COUNT_BYTES, groups: dict[str, list[str]] | None = None
     ) -> None:
-        self.left = self.copies = left
+        self.left = left
         self.groups = {} if groups is None else groups  # the config's groups by stream
 
 
@@ -134,7 +136,6 @@ def _with_group(
     the stream, or the stream too heavy), the oldest pending entry's age alone when read, the
     rest None."""
     result["groups"] = group.groups
-    lags.copies -= group.copied
     if group.last_delivered is None:  # the group not read
         result["pending"], result["consumers_count"] = None, None
         result["consumers_listed"] = False
@@ -180,7 +181,7 @@ def read_hashes(
             q.keys.paused, q.stream]  # fmt: skip
     specs = [COUNTERS, COUNTERS, "tokens at", "*", "since by",
              group_spec(">", q.group, lags.groups.get(q.stream, ()))]  # fmt: skip
-    return hashes_shown(client, keys, specs, max(0, lags.copies))
+    return hashes_shown(client, keys, specs, GROUP_COPIES)  # each queue's own bound
 
 
 def group_of(client: redis.Redis, q: QueueConfig, others: Iterable[str] = ()) -> Group | None:
@@ -203,7 +204,7 @@ def group_from(reply: object) -> Group | None:
 
 
 def hashes_shown(
-    client: redis.Redis, keys: list[str], specs: list[str], left: int = LAG_COUNT_BYTES
+    client: redis.Redis, keys: list[str], specs: list[str], left: int = GROUP_COPIES
 ) -> list[Any]:
     """Hashes of one slot, each as a dict, or the error its key gives (another type), read in
     Redis to a bound (``lua/hashes_shown.lua``: anyone can add fields to them, or values of any

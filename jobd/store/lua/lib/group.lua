@@ -18,8 +18,7 @@
 -- STREAM's count equals the config's groups on the stream that XPENDING … - + 0 finds (an
 -- empty reply, no name; NOGROUP when there is no such group).
 -- XINFO STREAM and XPENDING … - + 1 are asked only when the weight is within ``left`` (the
--- bytes the request's group reads may still copy, status.LagBudget.copies: 16 MiB shared by
--- every queue of a summary),
+-- bytes this queue's group read may copy, status.GROUP_COPIES: 16 MiB, each queue's own),
 -- XINFO CONSUMERS only within NAMES_READ and with ``most`` consumers or fewer. What the
 -- script copied (the entries' and the name's bytes) is returned, for the caller to spend.
 -- A stream weighing more (a backlog of about 13 000 jobs of 1 KiB, or a 16 MiB job first or
