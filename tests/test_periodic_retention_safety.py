@@ -35,6 +35,7 @@ from support import (
 )
 
 from jobd.config import load
+from jobd.daemon import retention
 from jobd.store.store import Store
 
 Daemon = Callable[..., DaemonProcess]
@@ -290,10 +291,12 @@ def test_two_daemons_with_clocks_30s_apart_enqueue_each_tick_once(
 
 
 def test_retention_deletes_acked_entries_behind_1500_pending_ones(
-    r: redis.Redis, write_config, daemon: Daemon
+    r: redis.Redis, write_config
 ) -> None:
-    """Another application's group holds the first 1500 entries pending: more than one trim
-    call can look at, so a walk that starts at the stream's start each time never gets past."""
+    """Another group of the config on the queue's stream (a queue reading it with group
+    'analytics') holds the first 1500 entries pending: more than one trim call can look at, so
+    a walk that starts at the stream's start each time never gets past. The daemon's trimmer,
+    a tick at a time (each up to MAX_CALLS_PER_TICK calls)."""
     r.xgroup_create("jobd:q", "analytics", id="0", mkstream=True)
     pipe = r.pipeline()
     for i in range(6200):
@@ -303,24 +306,68 @@ def test_retention_deletes_acked_entries_behind_1500_pending_ones(
     r.xack("jobd:q", "analytics", *ids[1500:])
     undelivered = [r.xadd("jobd:q", {"payload": "later"}) for _ in range(10)]
     r.xgroup_create("jobd:q", "jobd", id="$")  # jobd's own group has nothing left to run
-    config = write_config(queue_config("[/bin/true]", retention="{maxlen: 100}"))
-    daemon(config)
+    config = load(str(write_config(queue_config("[/bin/true]", retention="{maxlen: 100}"))))
+    store = Store(r)
+    store.stream_groups = {"jobd:q": ["jobd", "analytics"]}  # as the daemon's loop sets it
+    trimmer = retention.Trimmer(store, config.queues["q"], 100)
     must_stay = ids[:1500] + undelivered
-    wait_until(lambda: r.xlen("jobd:q") == len(must_stay), 20, "acked entries deleted")
+
+    def ticks_until(length: int) -> None:
+        for _ in range(100):
+            trimmer.tick()
+            if r.xlen("jobd:q") == length:
+                return
+        pytest.fail(f"{r.xlen('jobd:q')} entries left after 100 ticks, expected {length}")
+
+    ticks_until(len(must_stay))
     assert [mid for mid, _ in r.xrange("jobd:q")] == must_stay
     r.xack("jobd:q", "analytics", *ids[:1500])
-    wait_until(lambda: r.xlen("jobd:q") == 100, 20, "the stream trimmed to maxlen")
+    ticks_until(100)
     assert [mid for mid, _ in r.xrange("jobd:q")][-10:] == undelivered
+
+
+def test_retention_trims_nothing_of_a_stream_with_a_group_the_config_does_not_name(
+    r: redis.Redis, write_config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another application's group on the queue's stream (its name of any length: nothing in
+    Redis weighs a group's name, and XINFO GROUPS copies every one): trim.lua reads the
+    config's groups alone, so it trims nothing (never an entry that group may still need), and
+    the trimmer says so once; the group gone, the stream is trimmed again."""
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    for i in range(20):
+        r.xadd("jobd:q", {"payload": str(i)})
+    r.xreadgroup("jobd", "c", {"jobd:q": ">"})
+    r.xack("jobd:q", "jobd", *[mid for mid, _ in r.xrange("jobd:q")])
+    r.xgroup_create("jobd:q", "audit", id="$")
+    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    store = Store(r)
+    assert store.trim_call(queue, 5, 100) == (0, False, 1)
+    trimmer = retention.Trimmer(store, queue, 5)
+    with caplog.at_level("INFO", logger="jobd.retention"):
+        trimmer.tick()
+        trimmer.tick()
+    said = [rec.getMessage() for rec in caplog.records if rec.name == "jobd.retention"]
+    assert len(said) == 1 and "1 consumer group(s) the config does not name" in said[0], said
+    assert r.xlen("jobd:q") == 20
+    r.xgroup_destroy("jobd:q", "audit")
+    trimmer.tick()
+    assert r.xlen("jobd:q") == 5
+    store.stream_groups = {"jobd:q": ["jobd", "audit"]}  # a queue of the config reads it too
+    r.xgroup_create("jobd:q", "audit", id="$")
+    r.xadd("jobd:q", {"payload": "waiting"})
+    assert store.trim(queue, 5, 100) == (1, False)
 
 
 def test_trim_calls_walk_past_any_pending_head_and_start_again_at_the_end(
     r: redis.Redis, write_config
 ) -> None:
     """Group jobd (the queue's own: without it nothing is trimmed): entries 0-1199 pending,
-    then every 7th of 1200-2499, 2500-2999 undelivered; group b: two others pending. Calls of
+    then every 7th of 1200-2499, 2500-2999 undelivered; group b (another queue's of the
+    config): two others pending. Calls of
     100 at most remove every other entry below 2500."""
     queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
     store = Store(r)
+    store.stream_groups = {"jobd:q": ["jobd", "b"]}  # b: another queue's of the config
     r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
     r.xgroup_create("jobd:q", "b", id="0")
     pipe = r.pipeline()

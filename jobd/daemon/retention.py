@@ -2,11 +2,14 @@
 
 A periodic duty runs ``lua/trim.lua`` (``Store.trim``) on each queue with a ``retention.maxlen``: it
 removes the oldest entries that every consumer group on the stream has received and acknowledged —
-never one that is pending or not yet delivered, whichever application's group it belongs to — and,
-behind long-running pending jobs, acknowledged entries one by one. That second step walks the stream
-from a cursor kept in Redis (``{S}:trim``), so however many pending entries come first, each call
-gets further. Any number of daemons may run it at once (they share the cursor). Each call removes at
-most ``BATCH`` entries and looks at most at ``BATCH``, so Redis is never blocked long.
+never one that is pending or not yet delivered — and, behind long-running pending jobs,
+acknowledged entries one by one. That second step walks the stream from a cursor kept in Redis
+(``{S}:trim``), so however many pending entries come first, each call gets further; it reads no
+pending entry and only the entries it deletes (READ_BYTES a call). Any number of daemons may run it
+at once (they share the cursor). Each call removes at most ``BATCH`` entries and passes at most
+``BATCH``, so Redis is never blocked long. Only the config's groups are read (by name: the
+daemon's loop sets ``Store.stream_groups``); a stream with a group the config does not name is not
+trimmed, and said so in the log.
 
 Every queue's history (``jobd job``) is trimmed by its caps as each outcome is written; a queue
 that no longer settles anything has it trimmed here (``Store.forget``) once a minute, or twice a
@@ -25,6 +28,7 @@ log = logging.getLogger("jobd.retention")
 TRIM_EVERY = 1.0
 FORGET_EVERY = 60.0  # seconds between two trims of a queue's history (half max_age if less)
 BATCH = 1000
+READ_BYTES = 4 << 20  # bytes of entries a trim call's step 2 reads, one entry at least (trim.lua)
 MAX_CALLS_PER_TICK = 10
 
 
@@ -35,14 +39,31 @@ class Trimmer:
         self.name = f"retention of queue {queue.name}"
         self.interval = TRIM_EVERY
         self.store, self.queue, self.maxlen = store, queue, maxlen
+        self.foreign = 0  # groups the config does not name on the stream, as last warned
 
     def tick(self) -> None:
         """Calls (``Store.trim``) while they remove entries and stop at their budget: a walk
         over pending entries alone goes one call further each tick."""
         for _ in range(MAX_CALLS_PER_TICK):
-            removed, more = self.store.trim(self.queue, self.maxlen, BATCH)
+            removed, more, foreign = self.store.trim_call(self.queue, self.maxlen, BATCH)
+            self._say(foreign, removed)
             if not (more and removed):
                 return
+
+    def _say(self, foreign: int, removed: int) -> None:
+        """A warning when the stream comes to have groups the config does not name (nothing
+        is trimmed then), and a line when it is trimmed again (a call with nothing to trim
+        counts no groups: it says neither)."""
+        if foreign and foreign != self.foreign:
+            log.warning(
+                "queue %s: stream %s has %d consumer group(s) the config does not name: not "
+                "trimmed to retention.maxlen %d (their needs cannot be read within a bound)",
+                self.queue.name, self.queue.stream, foreign, self.maxlen,
+            )  # fmt: skip
+        elif self.foreign and removed:
+            log.info("queue %s: stream %s trimmed again", self.queue.name, self.queue.stream)
+        if foreign or removed:
+            self.foreign = foreign
 
 
 class Forgetter:

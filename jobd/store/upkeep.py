@@ -42,13 +42,22 @@ class UpkeepOps(StoreBase):
     def trim(self, queue: QueueConfig, maxlen: int, batch: int) -> tuple[int, bool]:
         """One bounded trim call: the number of entries removed, and whether it stopped at its
         budget with the stream still above ``maxlen`` (another call can go on at once). Nothing
-        is removed while the queue's own group is missing from its stream (``queue`` is one
-        stream's: the queue's, or a priority level's, with its group)."""
-        trimmed, deleted, more = self.scripts.trim(
+        is removed while the queue's own group is missing from its stream, nor while the stream
+        has a group the config does not name (``trim_call``; ``queue`` is one stream's: the
+        queue's, or a priority level's, with its group)."""
+        removed, more, _foreign = self.trim_call(queue, maxlen, batch)
+        return removed, more
+
+    def trim_call(self, queue: QueueConfig, maxlen: int, batch: int) -> tuple[int, bool, int]:
+        """``trim``, and how many groups the stream has that the config does not name (then
+        nothing is trimmed: ``lua/trim.lua`` reads the config's groups alone, by name, those in
+        ``stream_groups`` or the queue's own)."""
+        others = [g for g in self.stream_groups.get(queue.stream, ()) if g != queue.group]
+        trimmed, deleted, more, foreign = self.scripts.trim(
             keys=[queue.stream, queue.keys.trim_cursor()],
-            args=[maxlen, batch, CURSOR_TTL * 1000, queue.group],
+            args=[maxlen, batch, CURSOR_TTL * 1000, queue.group, *others],
         )
-        return int(trimmed) + int(deleted), bool(more)
+        return int(trimmed) + int(deleted), bool(more), int(foreign)
 
     def forget(self, queue: QueueConfig) -> int:
         """Trim the queue's history by its caps (forget.lua); how many jobs' records are left."""

@@ -9,51 +9,84 @@
 -- ARGV[2]  remove at most this many entries, and look at most at this many, in this call
 -- ARGV[3]  milliseconds the cursor is kept (a duration)
 -- ARGV[4]  the queue's consumer group (jobd's, on this stream)
+-- ARGV[5…] the config's other groups on this stream (queues reading it with a group of their own)
 --
--- Returns {removed by step 1 (XTRIM), removed by XDEL, more}: more is 1 when the call stopped at its
--- budget with the stream still above MAXLEN (another call can go on at once), else 0.
+-- Returns {removed by step 1 (XTRIM), removed by XDEL, more, foreign}: more is 1 when the call
+-- stopped at its budget (entries or bytes) with the stream still above MAXLEN (another call can
+-- go on at once), else 0; foreign is how many groups the stream has that ARGV does not name
+-- (then nothing is trimmed), else 0.
 --
 -- XTRIM MAXLEN ignores consumer groups (before Redis 8.2): it can remove entries that are
--- pending, or not yet delivered at all. So, for every group on the stream, jobd's or any
--- other: an entry may go only if it is below the group's last-delivered id and in no group's
--- pending list. Step 1 trims the oldest entries, bounded by the oldest pending entry and the
--- last delivered entry of every group. One long-running job would stop that bound
--- for good, so step 2 deletes, one by one, acknowledged entries further on (still below every
--- group's last-delivered id, in no pending list). Step 2 walks from its cursor, not from the
--- stream's start: however many pending entries come first (a thousand long-running jobs), each
--- call looks at the next ARGV[2] entries, and the walk starts again from the stream's start once
--- it reaches the first undelivered entry. No groups, or none of them the queue's own: nothing is
--- trimmed. The groups on the stream are all the groups there are only while jobd's is one of
--- them: without it (deleted by hand, or not made yet) its reader makes it again from the
--- stream's start at its next read, and every entry is a job jobd has not had yet, however far
--- another application's group got. No unpack: any length.
+-- pending, or not yet delivered at all. So, for every group on the stream: an entry may go only
+-- if it is below the group's last-delivered id and in no group's pending list. Step 1 trims the
+-- oldest entries, bounded by the oldest pending entry and the last delivered entry of every
+-- group. One long-running job would stop that bound for good, so step 2 deletes, one by one,
+-- acknowledged entries further on (still below every group's last-delivered id, in no pending
+-- list). Step 2 walks from its cursor, not from the stream's start: however many pending entries
+-- come first (a thousand long-running jobs), each call goes ARGV[2] entries further at most, and
+-- the walk starts again from the stream's start once it reaches the first undelivered entry.
+--
+-- Bounded whatever anyone added to the stream (entries of any size; groups and consumers of
+-- names of any length):
+-- - groups: only the config's are read (ARGV), by name. XINFO GROUPS copies every group's name
+--   and nothing in Redis weighs one, so it is asked only when the stream's count of groups
+--   (XINFO STREAM) equals the config's groups found on it (XPENDING … - + 0: no name answered).
+--   A stream with a group the config does not name (another application's, or anyone's) is not
+--   trimmed at all: its needs cannot be read within a bound, and retention never removes what a
+--   group may still need. The caller says so (the daemon's log, `jobd status`'s groups count).
+--   XINFO STREAM copies the stream's first and last entries (jobd's, up to max_payload).
+-- - entries: step 1 reads at most READ_STEP entries (the rest of one stream node); step 2 never
+--   reads a pending entry (their ids come from XPENDING on the range, per config group) and
+--   reads the acknowledged ones one at a time, each deleted once read, READ_BYTES at most a call
+--   (one entry at least): what it reads is what it deletes. The consumers' names XPENDING
+--   answers (one per pending entry found) count in those bytes too. No unpack: any length.
+-- No groups, or none of them the queue's own: nothing is trimmed. The groups on the stream are all
+-- the groups there are only while jobd's is one of them: without it (deleted by hand, or not made
+-- yet) its reader makes it again from the stream's start at its next read, and every entry is a
+-- job jobd has not had yet, however far another application's group got.
 local stream, cursor_key = KEYS[1], KEYS[2]
 local maxlen, budget, cursor_ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 -- Step 1 reads at most this many entries (the rest of one stream node: see there).
 local READ_STEP = 100
+-- Step 2 reads at most this many bytes of entries a call (ids, field names and values), or one.
+local READ_BYTES = 4194304 -- retention.READ_BYTES
 
 local excess = redis.call('XLEN', stream) - maxlen
-if excess <= 0 then return {0, 0, 0} end
-local groups, own = {}, false
-for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-  local info = {}
-  for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
-  groups[#groups + 1] = info
-  if info['name'] == ARGV[4] then own = true end
+if excess <= 0 then return {0, 0, 0, 0} end
+
+-- Whether the stream has group ``name`` (XPENDING … - + 0: an empty list, no name).
+local function has_group(name)
+  return not redis.pcall('XPENDING', stream, name, '-', '+', 0).err
 end
-if not own then return {0, 0, 0} end
+if not has_group(ARGV[4]) then return {0, 0, 0, 0} end
+local names, wanted = {ARGV[4]}, {[ARGV[4]] = true}
+for i = 5, #ARGV do
+  if not wanted[ARGV[i]] and has_group(ARGV[i]) then
+    names[#names + 1], wanted[ARGV[i]] = ARGV[i], true
+  end
+end
+local count = 0
+local info = redis.call('XINFO', 'STREAM', stream)
+for j = 1, #info, 2 do
+  if info[j] == 'groups' then count = info[j + 1] end
+end
+if count ~= #names then return {0, 0, 0, count - #names} end
 
 -- Every group has had every entry up to `delivered` (the least last-delivered id), and none is
 -- pending from `pending` on (the oldest pending entry of any group; nil: none). Ids are compared
 -- as text (lib/jobs.lua id_cmp) and never stepped: no arithmetic on an id, whose parts a Lua
--- number does not hold exactly.
-local delivered, pending = nil, nil
-for _, g in ipairs(groups) do
-  local last = g['last-delivered-id']
-  if delivered == nil or id_cmp(last, delivered) < 0 then delivered = last end
-  local summary = redis.call('XPENDING', stream, g['name'])
-  if summary[1] > 0 and (pending == nil or id_cmp(summary[2], pending) < 0) then
-    pending = summary[2]
+-- number does not hold exactly. Every group's name here is one of the config's.
+local delivered, pending, read = nil, nil, 0
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local f = {}
+  for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  if delivered == nil or id_cmp(f['last-delivered-id'], delivered) < 0 then
+    delivered = f['last-delivered-id']
+  end
+  local oldest = redis.call('XPENDING', stream, f['name'], '-', '+', 1)
+  if #oldest > 0 then
+    read = read + #oldest[1][2] -- the consumer's name, copied
+    if pending == nil or id_cmp(oldest[1][1], pending) < 0 then pending = oldest[1][1] end
   end
 end
 -- Entries up to `stop` (an XRANGE end) may go, and below `minid` whole stream nodes may.
@@ -81,46 +114,67 @@ if trimmed < want then
 end
 
 -- Step 2: acknowledged entries behind a long-pending one, from the cursor on.
-local function pending_anywhere(id)
-  for _, g in ipairs(groups) do
-    if #redis.call('XPENDING', stream, g['name'], id, id, 1) > 0 then return true end
-  end
-  return false
-end
--- The entries to look at, from the cursor on. A cursor that is not an id Redis takes (another
+-- Where the walk starts: just past the cursor. A cursor that is not an id Redis takes (another
 -- type: WRONGTYPE; not an id; an id out of range, e.g. 99999999999999999999-0; the largest id,
 -- which has no next) is deleted and the walk starts from the stream's start: never trust what
 -- another client may have written, and never let it stop retention for good.
-local function scan_from(stop, count)
+local function walk_start()
   local cursor = redis.pcall('GET', cursor_key)
   if type(cursor) == 'string' and string.match(cursor, '^%d+%-%d+$') then
-    local scan = redis.pcall('XRANGE', stream, '(' .. cursor, stop, 'COUNT', count)
-    if not scan.err then return scan end
+    -- (COUNT 0: no entry read; Redis answers null, or an error for an id it does not take)
+    local probe = redis.pcall('XRANGE', stream, '(' .. cursor, '+', 'COUNT', 0)
+    if not (type(probe) == 'table' and probe.err) then return '(' .. cursor end
   end
   if cursor then redis.call('DEL', cursor_key) end
-  return redis.call('XRANGE', stream, '-', stop, 'COUNT', count)
+  return '-'
+end
+-- The first id after `from` (an XRANGE start) up to `delivered` pending in any config group,
+-- or nil: XPENDING answers ids (and a consumer's name, counted in `read`), never an entry.
+local function next_pending(from)
+  local found = nil
+  for _, g in ipairs(names) do
+    local p = redis.pcall('XPENDING', stream, g, from, delivered, 1)
+    if not p.err and #p > 0 then
+      read = read + #p[1][2]
+      if found == nil or id_cmp(p[1][1], found) < 0 then found = p[1][1] end
+    end
+  end
+  return found
+end
+-- The bytes of entry ``row`` as read ({id, {field, value, …}}).
+local function weight(row)
+  local size = #row[1]
+  for i = 1, #row[2] do size = size + #row[2][i] end
+  return size
 end
 
-local deleted, more = 0, 0
+local deleted, more, looked = 0, 0, 0
 excess = excess - trimmed
 budget = budget - trimmed
 if excess > 0 and budget > 0 then
-  local scan = scan_from(delivered, budget)
-  local looked = 0
-  for _, entry in ipairs(scan) do
-    if deleted >= excess then break end
-    looked = looked + 1
-    if not pending_anywhere(entry[1]) then
-      deleted = deleted + redis.call('XDEL', stream, entry[1])
+  local from, last, ended = walk_start(), nil, false
+  local function stopped() return deleted >= excess or looked >= budget or read >= READ_BYTES end
+  while not stopped() do
+    local p = next_pending(from)
+    local upto = p and ('(' .. p) or delivered
+    while not stopped() do -- the acknowledged entries before it: each read, then deleted
+      local e = redis.pcall('XRANGE', stream, from, upto, 'COUNT', 1)
+      if e.err or #e == 0 then break end
+      looked, read = looked + 1, read + weight(e[1])
+      deleted = deleted + redis.call('XDEL', stream, e[1][1])
+      last, from = e[1][1], '(' .. e[1][1]
     end
+    if stopped() then break end
+    if p == nil then ended = true break end
+    looked, last, from = looked + 1, p, '(' .. p -- the pending one: not read
   end
-  if looked < #scan or #scan == budget then
-    redis.call('SET', cursor_key, scan[looked][1], 'PX', cursor_ttl)
-    if deleted < excess then more = 1 end
+  if ended then
+    redis.call('DEL', cursor_key) -- reached the first undelivered entry: next walk from the start
   else
-    redis.call('DEL', cursor_key)  -- reached the first undelivered entry: next walk from the start
+    if last then redis.call('SET', cursor_key, last, 'PX', cursor_ttl) end
+    if deleted < excess then more = 1 end
   end
 elseif excess > 0 then
   more = 1
 end
-return {trimmed, deleted, more}
+return {trimmed, deleted, more, 0}

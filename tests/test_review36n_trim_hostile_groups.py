@@ -22,6 +22,10 @@ Two ways, each measured as Redis's own time in scripts (INFO commandstats), one
 What should happen: one trim call holds Redis a bounded time whatever groups others add to the
 stream (the group reads' bound: 100 ms), e.g. trimming nothing (as with no own group) when the
 stream has more groups, or heavier names, than a bound, said in the docs and logged.
+
+Fixed (lua/trim.lua): only the config's groups are read, by name (XPENDING … - + 0 finds them);
+XINFO GROUPS is asked only when XINFO STREAM's count equals them: a stream with a group the
+config does not name is not trimmed (docs/concepts/failures.md, Retention), and logged.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ a running one held Redis 2.0 s (Redis's memory peak doubling with the copy).
 What should happen: a trim call holds Redis a bounded time whatever the entries hold (100 ms
 here), e.g. step 2 reading at most ``excess`` (plus the pending ones) entries, or only their
 ids (XRANGE cannot: XPENDING on the range gives the pending ids, and XDEL needs no read).
+
+Fixed (lua/trim.lua): step 2 takes the pending ids from XPENDING on the range and reads only the
+acknowledged entries it deletes, one at a time, 4 MiB a call at most (one entry at least).
 """
 
 from __future__ import annotations
