@@ -14,6 +14,9 @@ monitoring.md: "0 when none"), not "not known".
 What should happen: an oldest pending age not known is NaN (absent), as the lag and pending
 are, and the docs' alert says how to catch it (or the group is read: the 36n retained-history
 reproduction); never 0 while a job is stuck.
+
+Fixed (jobd/web/metrics.py): the age not read is NaN (0 only when nothing is pending), and
+docs/operations/observing.md gives an alert for it.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ others unread.
 What should happen: a queue whose stream weighs a few KiB has its group read whatever another
 queue's jobs hold (e.g. each queue a bound of its own, or the budget spent only by what a
 read is allowed to copy, weighed as it copies: first and last entries both).
+
+Fixed (jobd/store/status.py): each queue's group read has its own 16 MiB (GROUP_COPIES).
 """
 
 from __future__ import annotations
