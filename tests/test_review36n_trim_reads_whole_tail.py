@@ -29,7 +29,7 @@ import redis
 from support import queue_config
 
 from jobd.config import load
-from jobd.daemon.retention import BATCH
+from jobd.daemon.retention import BATCH, READ_BYTES
 from jobd.store.store import Store
 
 WITHIN_USEC = 100_000
@@ -72,3 +72,27 @@ def test_each_trim_call_behind_a_running_job_reads_the_whole_tail(
         f"each trim call removed 1 entry and held Redis {held} ms (calls every "
         f"second): step 2 reads {BATCH} entries whole at each call"
     )
+
+
+def test_a_burst_of_large_entries_behind_a_running_job_is_read_within_the_byte_bound(
+    r: redis.Redis, write_config: Any
+) -> None:
+    """200 jobs of 1 MiB done behind a running one, maxlen 1: each call reads READ_BYTES (one
+    entry more at most), deletes what it read and says more; calls in turn delete every one of
+    them, never the running job's entry."""
+    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    pipe = r.pipeline(transaction=False)
+    for i in range(201):
+        pipe.xadd("jobd:q", {"payload": b"p" * (1 << 20), "job_id": f"j{i}"})
+    ids = pipe.execute()
+    got = r.xreadgroup("jobd", "host-1-abcd", {"jobd:q": ">"})[0][1]
+    r.xack("jobd:q", "jobd", *[mid for mid, _ in got[1:]])
+    store = Store(r)
+    calls = 0
+    while r.xlen("jobd:q") > 1:
+        removed, more = store.trim(queue, 1, BATCH)
+        assert 1 <= removed <= (READ_BYTES >> 20) + 1 and (more or r.xlen("jobd:q") == 1)
+        calls += 1
+        assert calls <= 200
+    assert [mid for mid, _ in r.xrange("jobd:q")] == [ids[0]]

@@ -141,10 +141,13 @@ local function next_pending(from)
   end
   return found
 end
--- The bytes of entry ``row`` as read ({id, {field, value, …}}).
+-- What reading entry ``row`` ({id, {field, value, …}}) cost, in bytes: its id, each field's
+-- name and value, and FIELD_COST a field (lib/shown.lua's: an entry of many empty fields costs
+-- Redis a Lua string each).
+local FIELD_COST = 64
 local function weight(row)
   local size = #row[1]
-  for i = 1, #row[2] do size = size + #row[2][i] end
+  for i = 1, #row[2], 2 do size = size + #row[2][i] + #(row[2][i + 1] or '') + FIELD_COST end
   return size
 end
 
