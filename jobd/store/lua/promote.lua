@@ -95,8 +95,8 @@ for _, member in ipairs(due) do
     moved = moved + 1
     h = h or history_at(4, ARGV[5])
     local record = cjson.encode({event = 'promoted', stream = stream, new_entry = new})
-    remember(h, {event = 'promoted', job = job_id_of(new, flat), record = record, extras = {},
-      quiet = true}, tonumber(now), new)
+    remember(h, linked({event = 'promoted', job = job_id_of(new, flat), record = record,
+      extras = {}, quiet = true}, batch_in(flat)), tonumber(now), new)
     redis.call('ZREM', delayed, member)
   else
     local written, err = dead_letter(member, why)

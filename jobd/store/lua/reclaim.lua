@@ -66,8 +66,8 @@ for _, entry in ipairs(reply[2]) do
     local job = job_id_of(id, fields)
     local record = cjson.encode({event = 'reclaimed', stream = stream, entry = id, consumer = me,
       deliveries = p[1][4]})
-    remember(h, {event = 'reclaimed', job = job, record = record,
-      extras = {'consumer', me, 'deliveries', tostring(p[1][4])}}, now_ms(), id)
+    remember(h, linked({event = 'reclaimed', job = job, record = record,
+      extras = {'consumer', me, 'deliveries', tostring(p[1][4])}}, batch_in(fields)), now_ms(), id)
   end
 end
 -- A deleted entry's job runs nowhere: its active record (of a daemon that died) goes too.

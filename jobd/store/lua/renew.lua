@@ -54,6 +54,8 @@ local function lost_to(id, owner)
   h = h or history_at(3, ARGV[4])
   local entry = redis.call('XRANGE', stream, id, id)
   local job = #entry == 1 and job_id_of(id, entry[1][2]) or id
+  local batch, incarnation -- its batch link (lib/jobs.lua linked); none when its data is gone
+  if #entry == 1 then batch, incarnation = batch_in(entry[1][2]) end
   if owner == '' and #entry == 1 then -- else the active record may be theirs
     not_running(h, job, stream, id)
   elseif owner == '' then -- its data gone: the job id is not known here (below, all at once)
@@ -61,8 +63,8 @@ local function lost_to(id, owner)
   end
   local record = cjson.encode({event = 'lease lost', stream = stream, entry = id, consumer = me,
     owner = owner})
-  remember(h, {event = 'lease lost', job = job, record = record,
-    extras = {'consumer', me, 'owner', owner}}, now_ms(), id)
+  remember(h, linked({event = 'lease lost', job = job, record = record,
+    extras = {'consumer', me, 'owner', owner}}, batch, incarnation), now_ms(), id)
 end
 local told = tonumber(ARGV[5])
 for i = 6 + 4 * told, #ARGV do

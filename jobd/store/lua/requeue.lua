@@ -100,8 +100,10 @@ local function requeue(rec)
   end
   local record = cjson.encode({event = 'requeued', by = ARGV[3], new_entry = new,
     dead_letter = id, stream = stream})
-  remember(h, {event = 'requeue', job = job, record = record,
-    extras = {'by', ARGV[3], 'new_entry', new, 'dead_letter', id}}, now, nil)
+  -- The batch it leaves (a requeued job is a member no more: jobd_batch is not KEPT), named in
+  -- its record and event as the batch of the dead letter (lib/jobs.lua linked).
+  remember(h, linked({event = 'requeue', job = job, record = record,
+    extras = {'by', ARGV[3], 'new_entry', new, 'dead_letter', id}}, batch_in(fields)), now, nil)
   -- The job id as the daemon reads it from the new entry (jobd.job: a stream id when none).
   local job_id = job_id_of(new, {unpack(entry, 3)})
   if marks then redis.call('ZREM', marks, 'job:' .. job_id) end
