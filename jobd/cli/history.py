@@ -124,7 +124,7 @@ def running_json(r: Running) -> dict[str, Any]:
             "status": r.status}  # fmt: skip
 
 
-def job_lines(view: JobView, now: tuple[str, str] | None = None) -> list[str]:
+def job_lines(view: JobView, now: dict[str, str | None] | None = None) -> list[str]:
     """The human view: the state line, then each record with its output tails, indented."""
     lines = [printable(f"job {word(view.job_id)} of queue {view.queue}: {state_text(view)}")]
     for record in view.records:
@@ -147,7 +147,7 @@ def job_lines(view: JobView, now: tuple[str, str] | None = None) -> list[str]:
     return lines
 
 
-def links_lines(raw: dict[str, Any], now: tuple[str, str] | None = None) -> list[str]:
+def links_lines(raw: dict[str, Any], now: dict[str, str | None] | None = None) -> list[str]:
     """A record's workflow links (docs/workflows.md): its batch (``now``: workflow.batch_now),
     the job that enqueued it, the jobs it enqueued."""
     lines = []

@@ -128,31 +128,51 @@ def run_batch(config: Config, args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def batch_now(store: Store, view: JobView) -> tuple[str, str] | None:
-    """For `jobd job`: the batch its records name last and which batch of that id there is now
-    (its incarnation; '': none, expired), when a record says which it was a member of
-    (``batch_incarnation``, from review 35o on); else None, nothing read."""
-    from jobd.store.records import view_links
+BATCHES_CHECKED = 8  # distinct batches `jobd job` reads at most (one read each)
+
+
+def batch_now(store: Store, view: JobView) -> dict[str, str | None] | None:
+    """For `jobd job`: which batch of each id its records name there is now (its incarnation;
+    '': none, expired), for the records that say which they were a member of
+    (``batch_incarnation``, from review 35o on), latest first: one read per distinct batch id
+    (a job id may be a member of several batches, one after another), BATCHES_CHECKED at most
+    (the others are not in it: not checked; an id no batch can have is None, not read); None
+    when no record says, nothing read."""
     from jobd.workflows import WorkflowError, check_batch_id
 
-    batch = view_links(view)["batch"]
-    said = any(isinstance(r.raw.get("batch_incarnation"), str) for r in view.records)
-    if batch is None or not said:
+    named: dict[str, None] = {}  # distinct, in order
+    for record in reversed(view.records):
+        batch = record.raw.get("batch")
+        if isinstance(batch, str) and isinstance(record.raw.get("batch_incarnation"), str):
+            named[batch] = None
+    if not named:
         return None
-    try:
-        check_batch_id(batch)
-    except WorkflowError:
-        return None
-    state = store.batch_op(batch, "show")  # one script reading one hash
-    return batch, "" if state is None else state.incarnation
+    now: dict[str, str | None] = {}
+    reads = 0
+    for batch in named:
+        try:
+            check_batch_id(batch)
+        except WorkflowError:
+            now[batch] = None  # no batch can have it: nothing to read
+            continue
+        if reads == BATCHES_CHECKED:
+            break
+        reads += 1
+        state = store.batch_op(batch, "show")  # one script reading one hash
+        now[batch] = "" if state is None else state.incarnation
+    return now
 
 
-def batch_where(raw: dict[str, Any], now: tuple[str, str] | None) -> str:
+def batch_where(raw: dict[str, Any], now: dict[str, str | None] | None) -> str:
     """Where `jobd job` points a record's batch (``raw["batch"]``): `jobd batch ID`, unless
     the batch of that id now is not the one it was a member of (``now``: ``batch_now``)."""
     batch, said = raw["batch"], raw.get("batch_incarnation")
-    if now is None or now[0] != batch or not isinstance(said, str) or said == now[1]:
+    if now is None or not isinstance(said, str):
         return f"(jobd batch {batch})"
-    if not now[1]:
+    if batch not in now:
+        return f"(jobd batch {batch}: not checked, its records name over {BATCHES_CHECKED} batches)"
+    if now[batch] is None or said == now[batch]:
+        return f"(jobd batch {batch})"
+    if not now[batch]:
         return "(its batch expired: no batch of this id now)"
     return "(an earlier batch of this id: `jobd batch` shows a later one)"

@@ -10,8 +10,12 @@ window here), into another batch: its records of the first batch, which expired,
 
 from __future__ import annotations
 
+import json
+
 import redis
 from support import jobd_cli
+
+from jobd.config import load
 
 CONFIG = (
     "redis: {url: '{redis}'}\nqueues:\n"
@@ -32,3 +36,32 @@ def test_records_of_an_earlier_batch_of_a_reused_job_id(r: redis.Redis, write_co
     text = jobd_cli("job", "-c", c, "a", "late").stdout.decode()
     pointed = [line.strip() for line in text.splitlines() if "batch:" in line]
     assert "batch: A (jobd batch A)" not in pointed, pointed
+    assert "batch: A (its batch expired: no batch of this id now)" in pointed, pointed
+    assert "batch: C (jobd batch C)" in pointed, pointed
+
+
+def test_the_batches_its_records_name_are_checked_up_to_a_bound(
+    r: redis.Redis, write_config
+) -> None:
+    """`jobd job` reads which batch there is now for the 8 latest distinct batches its records
+    name (one read each), and says of the records of any other that it did not check it."""
+    c = str(write_config(CONFIG))
+    q = load(c).queues["a"]
+    lines = [
+        json.dumps({"at": 1000 + i, "event": "cancelled", "batch": f"B{i}",
+                    "batch_incarnation": "7"})
+        for i in range(10) for _ in range(2)
+    ]  # fmt: skip
+    r.hset(q.keys.history, "many", "\n".join(lines))
+    r.zadd(q.keys.history_at, {"many": 1019})
+    text = jobd_cli("job", "-c", c, "a", "many").stdout.decode()
+    pointed = [line.strip() for line in text.splitlines() if "batch:" in line]
+    unchecked = [line for line in pointed if "not checked" in line]
+    assert unchecked == [
+        f"batch: B{i} (jobd batch B{i}: not checked, its records name over 8 batches)"
+        for i in (0, 0, 1, 1)
+    ], pointed
+    assert pointed[4:] == [
+        f"batch: B{i} (its batch expired: no batch of this id now)"
+        for i in range(2, 10) for _ in range(2)
+    ], pointed  # fmt: skip
