@@ -57,13 +57,13 @@ for k = 9, #KEYS do
     local record = cjson.encode({event = 'deduped', stream = KEYS[1], entry = id,
       origin = origin, detail = 'done within the dedupe window: acknowledged unrun'})
     local old = h.records and redis.call('HGET', h.hash, job)
-    -- its head (at; its batch link, lib/jobs.lua linked: escaped six times over at most, and
-    -- which batch of the id, 32 digits at most)
-    local fits = old and #old + 110 + 6 * #batch + #record <= HISTORY_BYTES
+    local note = linked({event = 'deduped', job = job, record = record,
+      extras = with_origin({}, origin)}, batch, incarnation)
+    -- its head (at; the batch link lib/jobs.lua linked keeps, none for a jobd_batch it drops:
+    -- escaped six times over at most, and which batch of the id, 32 digits at most)
+    local fits = old and #old + 110 + 6 * #(note.batch or '') + #record <= HISTORY_BYTES
     remember({emits = h.emits, events = h.events, events_max = h.events_max, queue = h.queue,
-      records = fits, hash = h.hash, at = h.at},
-      linked({event = 'deduped', job = job, record = record, extras = with_origin({}, origin)},
-        batch, incarnation), now, id)
+      records = fits, hash = h.hash, at = h.at}, note, now, id)
     w = w or workflow_at(7, h.queue)
     ended(w, job, 'deduped', batch ~= '' and batch or nil, incarnation)
   end
