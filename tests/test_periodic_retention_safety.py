@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -37,6 +38,7 @@ from support import (
 from jobd.config import load
 from jobd.daemon import retention
 from jobd.store.store import Store
+from jobd.store.upkeep import GUEST_NAME_BYTES
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -326,36 +328,112 @@ def test_retention_deletes_acked_entries_behind_1500_pending_ones(
     assert [mid for mid, _ in r.xrange("jobd:q")][-10:] == undelivered
 
 
-def test_retention_trims_nothing_of_a_stream_with_a_group_the_config_does_not_name(
-    r: redis.Redis, write_config, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Another application's group on the queue's stream (its name of any length: nothing in
-    Redis weighs a group's name, and XINFO GROUPS copies every one): trim.lua reads the
-    config's groups alone, so it trims nothing (never an entry that group may still need), and
-    the trimmer says so once; the group gone, the stream is trimmed again."""
+def _acked_stream(r: redis.Redis, entries: int) -> None:
+    """Group jobd on jobd:q, every one of ``entries`` entries delivered and acknowledged."""
     r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
-    for i in range(20):
+    for i in range(entries):
         r.xadd("jobd:q", {"payload": str(i)})
     r.xreadgroup("jobd", "c", {"jobd:q": ">"})
     r.xack("jobd:q", "jobd", *[mid for mid, _ in r.xrange("jobd:q")])
-    r.xgroup_create("jobd:q", "audit", id="$")
+
+
+def _said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [rec.getMessage() for rec in caplog.records if rec.name == "jobd.retention"]
+
+
+def test_retention_trims_a_stream_with_another_applications_group_as_far_as_it_has_read(
+    r: redis.Redis, write_config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another application's group on the queue's stream (the config does not name it): the
+    script alone trims nothing (it reads only the groups it is given), so the trimmer reads the
+    stream's groups itself (XINFO GROUPS from its client) and passes that one on: the stream is
+    trimmed as far as that group has read, nothing it has pending."""
+    _acked_stream(r, 20)
+    r.xgroup_create("jobd:q", "audit", id="0")
+    audit = r.xreadgroup("audit", "a", {"jobd:q": ">"}, count=12)[0][1]
+    r.xack("jobd:q", "audit", *[mid for mid, _ in audit[:8]])  # 8-11 pending, 12-19 not read
     queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
     store = Store(r)
     assert store.trim_call(queue, 5, 100) == (0, False, 1)
+    ids = [mid for mid, _ in r.xrange("jobd:q")]
     trimmer = retention.Trimmer(store, queue, 5)
     with caplog.at_level("INFO", logger="jobd.retention"):
         trimmer.tick()
         trimmer.tick()
-    said = [rec.getMessage() for rec in caplog.records if rec.name == "jobd.retention"]
-    assert len(said) == 1 and "1 consumer group(s) the config does not name" in said[0], said
-    assert r.xlen("jobd:q") == 20
-    r.xgroup_destroy("jobd:q", "audit")
+    assert [mid for mid, _ in r.xrange("jobd:q")] == ids[8:]
+    said = _said(caplog)
+    assert len(said) == 1 and "trimmed as far as they have read" in said[0], said
+    r.xreadgroup("audit", "a", {"jobd:q": ">"})
+    r.xack("jobd:q", "audit", *ids[8:])  # all read and acknowledged
     trimmer.tick()
-    assert r.xlen("jobd:q") == 5
-    store.stream_groups = {"jobd:q": ["jobd", "audit"]}  # a queue of the config reads it too
+    assert [mid for mid, _ in r.xrange("jobd:q")] == ids[15:]
+
+
+class _LateGroup(Store):
+    """A store whose first read of the groups is followed by another client's new group."""
+
+    late = True
+
+    def guest_groups(self, queue: Any) -> list[bytes] | None:
+        found = super().guest_groups(queue)
+        if self.late:
+            self.late = False
+            self.client.xgroup_create("jobd:q", "late", id="$")
+        return found
+
+
+def test_retention_skips_a_tick_when_a_group_comes_between_its_read_and_the_trim(
+    r: redis.Redis, write_config
+) -> None:
+    _acked_stream(r, 20)
     r.xgroup_create("jobd:q", "audit", id="$")
-    r.xadd("jobd:q", {"payload": "waiting"})
-    assert store.trim(queue, 5, 100) == (1, False)
+    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    trimmer = retention.Trimmer(_LateGroup(r), queue, 5)
+    trimmer.tick()
+    assert r.xlen("jobd:q") == 20, "trimmed with a group neither read nor passed"
+    trimmer.tick()  # read again: both
+    assert r.xlen("jobd:q") == 5
+
+
+def test_retention_trims_nothing_of_a_stream_with_a_long_named_or_too_many_foreign_groups(
+    r: redis.Redis, write_config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A foreign group's name longer than GUEST_NAME_BYTES (anyone's: nothing in Redis weighs a
+    name, and the script's XINFO GROUPS would copy it whole), or more than MAX_GUESTS foreign
+    groups (then their names are not even read): nothing trimmed, said once; gone, trimmed."""
+    _acked_stream(r, 20)
+    long_name = b"g" * (GUEST_NAME_BYTES + 1)
+    r.xgroup_create("jobd:q", long_name, id="$")
+    r.xgroup_create("jobd:q", "audit", id="$")
+    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    store = Store(r)
+    assert store.guest_groups(queue) is None
+    trimmer = retention.Trimmer(store, queue, 5)
+    with caplog.at_level("INFO", logger="jobd.retention"):
+        trimmer.tick()
+        trimmer.tick()
+    said = _said(caplog)
+    assert len(said) == 1 and f"longer than {GUEST_NAME_BYTES} bytes" in said[0], said
+    assert r.xlen("jobd:q") == 20
+    r.xgroup_destroy("jobd:q", long_name)
+    trimmer.refused = -retention.REREAD_REFUSED  # (a minute passed)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="jobd.retention"):
+        trimmer.tick()
+    assert r.xlen("jobd:q") == 5
+    assert any("trimmed again" in line for line in _said(caplog)), _said(caplog)
+    for i in range(retention.MAX_GUESTS):
+        r.xgroup_create("jobd:q", f"many-{i}", id="$")
+    r.xadd("jobd:q", {"payload": "more"})
+    reads = r.info("commandstats").get("cmdstat_xinfo|groups", {}).get("calls", 0)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="jobd.retention"):
+        trimmer.tick()
+        trimmer.tick()
+    said = _said(caplog)
+    assert len(said) == 1 and f"more than {retention.MAX_GUESTS} consumer groups" in said[0], said
+    assert r.xlen("jobd:q") == 6
+    assert r.info("commandstats").get("cmdstat_xinfo|groups", {}).get("calls", 0) == reads
 
 
 def test_trim_calls_walk_past_any_pending_head_and_start_again_at_the_end(

@@ -9,12 +9,14 @@
 -- ARGV[2]  remove at most this many entries, and look at most at this many, in this call
 -- ARGV[3]  milliseconds the cursor is kept (a duration)
 -- ARGV[4]  the queue's consumer group (jobd's, on this stream)
--- ARGV[5…] the config's other groups on this stream (queues reading it with a group of their own)
+-- ARGV[5…] the other groups to read on this stream: the config's (queues reading it with a group
+--          of their own), and those of other applications the daemon read itself (XINFO GROUPS
+--          from its client, names of upkeep.GUEST_NAME_BYTES at most: jobd/daemon/retention.py)
 --
 -- Returns {removed by step 1 (XTRIM), removed by XDEL, more, foreign}: more is 1 when the call
 -- stopped at its budget (entries or bytes) with the stream still above MAXLEN (another call can
 -- go on at once), else 0; foreign is how many groups the stream has that ARGV does not name
--- (then nothing is trimmed), else 0.
+-- (then nothing is trimmed: the daemon reads them and calls again, or says why not), else 0.
 --
 -- XTRIM MAXLEN ignores consumer groups (before Redis 8.2): it can remove entries that are
 -- pending, or not yet delivered at all. So, for every group on the stream: an entry may go only
@@ -28,12 +30,15 @@
 --
 -- Bounded whatever anyone added to the stream (entries of any size; groups and consumers of
 -- names of any length):
--- - groups: only the config's are read (ARGV), by name. XINFO GROUPS copies every group's name
+-- - groups: only those ARGV names are read, by name. XINFO GROUPS copies every group's name
 --   and nothing in Redis weighs one, so it is asked only when the stream's count of groups
---   (XINFO STREAM) equals the config's groups found on it (XPENDING … - + 0: no name answered).
---   A stream with a group the config does not name (another application's, or anyone's) is not
---   trimmed at all: its needs cannot be read within a bound, and retention never removes what a
---   group may still need. The caller says so (the daemon's log, `jobd status`'s groups count).
+--   (XINFO STREAM) equals ARGV's groups found on it (XPENDING … - + 0: no name answered): then
+--   every name it copies is one the caller passed (the config's, or one it read and weighed).
+--   A stream with a group ARGV does not name is not trimmed in this call: the daemon reads the
+--   groups itself (XINFO GROUPS writes the names to its reply buffer, not into Lua) and calls
+--   again with them, unless one's name is long (anyone's, hostile) or they are many: then the
+--   stream is not trimmed, and the daemon logs why. Retention never removes what a group it has
+--   not read may still need.
 --   XINFO STREAM copies the stream's first and last entries (jobd's, up to max_payload).
 -- - entries: step 1 reads at most READ_STEP entries (the rest of one stream node); step 2 never
 --   reads a pending entry (their ids come from XPENDING on the range, per config group) and
@@ -75,7 +80,7 @@ if count ~= #names then return {0, 0, 0, count - #names} end
 -- Every group has had every entry up to `delivered` (the least last-delivered id), and none is
 -- pending from `pending` on (the oldest pending entry of any group; nil: none). Ids are compared
 -- as text (lib/jobs.lua id_cmp) and never stepped: no arithmetic on an id, whose parts a Lua
--- number does not hold exactly. Every group's name here is one of the config's.
+-- number does not hold exactly. Every group's name here is one ARGV names (counts matched).
 local delivered, pending, read = nil, nil, 0
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
   local f = {}
@@ -128,7 +133,7 @@ local function walk_start()
   if cursor then redis.call('DEL', cursor_key) end
   return '-'
 end
--- The first id after `from` (an XRANGE start) up to `delivered` pending in any config group,
+-- The first id after `from` (an XRANGE start) up to `delivered` pending in any group read,
 -- or nil: XPENDING answers ids (and a consumer's name, counted in `read`), never an entry.
 local function next_pending(from)
   local found = nil
