@@ -25,7 +25,10 @@ stream has more groups, or heavier names, than a bound, said in the docs and log
 
 Fixed (lua/trim.lua): only the config's groups are read, by name (XPENDING … - + 0 finds them);
 XINFO GROUPS is asked only when XINFO STREAM's count equals them: a stream with a group the
-config does not name is not trimmed (docs/concepts/failures.md, Retention), and logged.
+config does not name is not trimmed by the script alone. The daemon's trimmer then reads those
+groups itself (XINFO GROUPS from its client) and passes them on, unless one's name is longer
+than 256 bytes or they are more than 16 (then not trimmed, and logged): review 36n follow-up
+(fixer f36e), tests/test_periodic_retention_safety.py; docs/concepts/failures.md, Retention.
 """
 
 from __future__ import annotations
