@@ -39,7 +39,7 @@ import redis
 from support import queue_config
 
 from jobd.config import load
-from jobd.daemon.retention import BATCH
+from jobd.daemon.retention import BATCH, MAX_GUESTS, Trimmer
 from jobd.store.store import Store
 
 WITHIN_USEC = 100_000  # the group reads' bound (review 36k/36l), Redis's time a call
@@ -101,3 +101,36 @@ def test_many_groups_hold_redis_at_each_trim(r: redis.Redis, write_config: Any) 
         f"running job, held Redis {used / 1000:.0f} ms in scripts (result {result}): step 2's "
         f"pending_anywhere asks XPENDING on every group for every entry it walks"
     )
+
+
+def test_the_trimmer_reading_foreign_groups_holds_redis_within_the_bound(
+    r: redis.Redis, write_config: Any
+) -> None:
+    """Follow-up (fixer f36e): the trimmer passes up to MAX_GUESTS foreign groups of small
+    names to the script, which asks XPENDING on each group per pending entry step 2 passes:
+    behind every other entry pending (a walk over BATCH entries), one call stays in the
+    bound; and with the hostile sets above, a tick calls no script that reads them."""
+    queue = _queue(r, write_config)
+    pipe = r.pipeline()
+    for i in range(3 * BATCH):
+        pipe.xadd("jobd:q", {"payload": f"p{i}"})
+    pipe.execute()
+    delivered = r.xreadgroup("jobd", "d1", {"jobd:q": ">"})[0][1]
+    r.xack("jobd:q", "jobd", *[mid for mid, _ in delivered[1::2]])  # every other one running
+    guests = [f"guest-{i}".encode() for i in range(MAX_GUESTS)]
+    for name in guests:
+        r.xgroup_create("jobd:q", name, id="$")
+    store = Store(r)
+    assert sorted(store.guest_groups(queue) or []) == sorted(guests)
+    store.trim_call(queue, 10**9, BATCH, guests)  # the script loaded; nothing to trim
+    before = _script_usec(r)
+    removed, _more, foreign = store.trim_call(queue, 1, BATCH, guests)
+    used = _script_usec(r) - before
+    assert foreign == 0 and removed > 0
+    assert used < WITHIN_USEC, f"one trim call with {MAX_GUESTS} guests held Redis {used} us"
+    for i in range(4):  # and a group of a 4 MiB name: not passed, nothing trimmed
+        r.xgroup_create("jobd:q", f"{i}".encode() + b"g" * (4 << 20), id="$")
+    length, before = r.xlen("jobd:q"), _script_usec(r)
+    Trimmer(store, queue, 1).tick()
+    assert r.xlen("jobd:q") == length
+    assert _script_usec(r) - before < WITHIN_USEC
