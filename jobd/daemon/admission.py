@@ -303,7 +303,7 @@ class Admission:
         channel.begin_start()  # its first message may be read before it is in the table
         try:
             handler = Handler.spawn(job, queue, self.folder, self.running.tree, deadline,
-                                    channel.address)  # fmt: skip
+                                    channel.address, channel.speaking)  # fmt: skip
         except Lapsed:
             self.lapsed(queue, job)
             return

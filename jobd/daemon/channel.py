@@ -149,6 +149,11 @@ class Channel(Starts):
         self.uids |= set(uids)
         self.receiver.uids = speakers(self.uids)  # replaced whole: the thread's next batch
 
+    def speaking(self, uid: int) -> None:
+        """A handler runs as ``uid`` (its spawn's lookup: newer than the config's), heard."""
+        if uid not in self.uids:
+            self.speak_as((uid,))
+
     def close(self) -> None:
         """The thread ends (CLOSE_WAIT at most: one stuck in a close is left, and its socket)."""
         self.closing = True

@@ -112,8 +112,8 @@ class Handler(Talking):
 
     @classmethod
     def spawn(
-        cls, job: Job, queue: QueueConfig, here: str, tree: Tree | None = None,
-        deadline: int | None = None, notify: str | None = None,
+        cls, job: Job, queue: QueueConfig, here: str, tree: Tree | None = None, deadline:
+        int | None = None, notify: str | None = None, hear: Callable[[int], object] | None = None,
     ) -> Handler:  # fmt: skip
         """Start the handler with its payload pipe filled as far as it goes.
 
@@ -125,7 +125,7 @@ class Handler(Talking):
         Past ``deadline`` (CLOCK_BOOTTIME nanoseconds: until when the job's lease is known to
         hold) the handler does not exec: ``deadline.Lapsed`` is raised, or, where the start was
         not waited for, ``lapsed`` is set once reaped (``process.deadline``). ``notify``: the
-        daemon's channel (NOTIFY_SOCKET)."""
+        daemon's channel (NOTIFY_SOCKET); ``hear``: ``launch.start``'s."""
         payload = job.stdin_bytes()
         job_env, span, result_path = attempt_environment(job, queue, len(payload), notify)
         # Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Ours stay
@@ -141,7 +141,7 @@ class Handler(Talking):
         child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
         try:
             pid, report, placed = launch.start(queue, here, job_env, in_r, out_w, err_w, tree,
-                                               deadline)  # fmt: skip
+                                               deadline, hear)  # fmt: skip
         except (OSError, Lapsed) as exc:
             for fd in (out_r, err_r, in_w):
                 if fd is not None:

@@ -9,6 +9,7 @@ import grp
 import os
 import pwd
 import subprocess
+from collections.abc import Callable
 
 from jobd.config import QueueConfig
 from jobd.process import spawn
@@ -19,25 +20,30 @@ from jobd.process.deadline import check
 def start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int, tree: Tree | None, deadline: int | None = None,
+    hear: Callable[[int], object] | None = None,
 ) -> tuple[int, int | None, tuple[Tree, Cgroup] | None]:  # fmt: skip
     """``_start`` with the handler's OOM score, and its cgroup when there is a ``tree``, from
     its first instruction (``spawn.OomScore``, ``cgroup.Tree.spawning``); its pid, where a
     failure to start it is told (``spawn.spawn``), and where it was placed. Past ``deadline``
-    (CLOCK_BOOTTIME nanoseconds) it does not exec: ``deadline.Lapsed``, raised or told."""
+    (CLOCK_BOOTTIME nanoseconds) it does not exec: ``deadline.Lapsed``, raised or told.
+    ``hear``: told the uid a handler of another user is switched to, before it is exec'd (the
+    channel's stranger filter: ``Channel.speaking``)."""
     with spawn.LOCK:
         spawn.OOM.take(queue.resources.oom_score_adj)  # given back by the loop (OomScore)
         if tree is None:
-            return *_start(queue, here, job_env, stdin, stdout, stderr, deadline=deadline), None
+            return *_start(queue, here, job_env, stdin, stdout, stderr, False, deadline, hear), None
         # A memory limit is written once the handler has exec'd (``spawn``'s docstring).
         capped = queue.resources.memory is not None
         with tree.spawning(queue.resources) as cgroup:
-            pid, report = _start(queue, here, job_env, stdin, stdout, stderr, capped, deadline)
+            pid, report = _start(queue, here, job_env, stdin, stdout, stderr, capped, deadline,
+                                 hear)  # fmt: skip
         return pid, report, (tree, cgroup)
 
 
 def _start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int, wait: bool = False, deadline: int | None = None,
+    hear: Callable[[int], object] | None = None,
 ) -> tuple[int, int | None]:  # fmt: skip
     """Start the process in a session of its own with these descriptors as 0, 1, 2, and the
     queue's environment plus ``job_env``; its pid and where a failure to start it is told. With
@@ -48,6 +54,8 @@ def _start(
         return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr, wait=wait,
                            deadline=deadline)  # fmt: skip
     env, switch = {**queue.env, **job_env}, identity(queue)
+    if hear is not None and "user" in switch:  # the uid looked up now, not at the config's read
+        hear(switch["user"])  # type: ignore[arg-type]
     check(deadline)
     popen = subprocess.Popen(
         queue.argv,

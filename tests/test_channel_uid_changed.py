@@ -6,7 +6,10 @@ runs handlers the channel calls strangers: every message of theirs dropped (no p
 status, no extended deadline, no result) until a reload, with nothing said but a counter.
 
 A real daemon in this process, a real handler (Python with a raw socket) run as the user; the
-uid change is the passwd lookup answering the new uid from then on (root only: run_as)."""
+uid change is the passwd lookup answering the new uid from then on (root only: run_as).
+
+Fixed: each spawn tells the channel the uid it switched to, before the handler is exec'd
+(``launch.start``'s ``hear``: ``Channel.speaking``)."""
 
 from __future__ import annotations
 
