@@ -13,13 +13,16 @@ is removed on the loop, as before). Only the decision waits: the handler is out 
 its entry still held (renewed) until the recorder writes its outcome; its queue reads a job for
 its slot once it is settled (the slot is counted free then, as for any end). The loop stops
 only once none is pending (``Daemon.finished``). An error deciding an end (a bug) releases its
-entry (``decide``): an end is never left pending, nor the ends parsed behind it.
+entry (``decide``): an end is never left pending, nor the ends parsed behind it. A thread that
+cannot start (a task limit) is said, its end released (its file removed), never left asked; the
+next file's end starts it again.
 The thread rests now and then (``REST``), so that the loop is not slowed to a system call per
 switch interval while it parses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -103,14 +106,30 @@ class Endings:
         if not policy.succeeded(handler, status) or handler.result_path is None:
             self.decide((handler, status, took, queues), None)  # its file removed, unread
         elif os.path.lexists(followups.path_of(handler.result_path)):
-            self.pending += 1
-            self.asked.put((handler, status, took, queues))
-            if self.thread is None:
-                self.thread = threading.Thread(target=self.read, name="jobd-follow-ups",
-                                               daemon=True)  # fmt: skip
-                self.thread.start()
+            if self.reader():
+                self.pending += 1
+                self.asked.put((handler, status, took, queues))
+            else:  # never asked of a thread that is not: released, its file removed
+                handler.log(logging.ERROR, "its follow-ups cannot be read; releasing it")
+                with contextlib.suppress(OSError):
+                    os.unlink(followups.path_of(handler.result_path))
+                self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
         else:
             self.decide((handler, status, took, queues), ((), None))  # no file: none
+
+    def reader(self) -> bool:
+        """Whether the thread runs: started at the first file; one that cannot start (a task
+        limit: TasksMax, RLIMIT_NPROC) is said, and the next file's end tries again."""
+        if self.thread is not None:
+            return True
+        thread = threading.Thread(target=self.read, name="jobd-follow-ups", daemon=True)
+        try:
+            thread.start()
+        except Exception:
+            log.exception("cannot start the thread that reads follow-up files")
+            return False
+        self.thread = thread  # only once started
+        return True
 
     def take(self) -> None:
         """The ends whose file the thread has read: decided and settled (the loop's)."""

@@ -7,6 +7,10 @@ writes a follow-up file (``JOBD_ENQUEUE``) is put in ``asked`` for a thread that
 never decided, never settled; its entry held and its lease renewed for good, its slot never
 freed. The released job's own next attempt is one of them.
 
+Fixed: the thread is kept only once started; an end whose thread cannot start is released (its
+file removed), never asked, and the next file's end starts the thread again. The released entry
+runs again once reclaimed (``lease.reclaim_after``, short here).
+
 In-process (a Daemon whose passes the test runs, a private Redis, real sh handlers); the thread
 start fails once (as it does at a task limit), then works again."""
 
@@ -37,6 +41,7 @@ def test_a_follow_ups_thread_that_failed_to_start_once_leaves_no_job_unsettled(
     cfg = write_config(
         "redis: {url: '{redis}'}\nshutdown_grace: 200ms\nqueues:\n"
         f"  q:\n    stream: {STREAM}\n    command: [{script('write.sh', WRITE)}]\n"
+        "    lease: {renew_every: 300ms, reclaim_after: 1s}\n"  # the released entry: reclaimed
         "  q2:\n    stream: jobd:q2\n    command: [/bin/true]\n"
     )
     real, failed = threading.Thread.start, []
