@@ -87,7 +87,7 @@ class Spans:
         flags = int(context.trace_flags)
         return span, f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}"
 
-    def end(self, span: Any, outcome: Outcome) -> None:
+    def end(self, span: Any, outcome: Outcome, end_time: int | None = None) -> None:
         from jobd.outcome import Verb
         from jobd.store.notes import event_of
 
@@ -96,7 +96,7 @@ class Spans:
             span.set_attribute("jobd.error", outcome.error)
         if outcome.verb is not Verb.ACK:
             span.set_status(self.error)
-        span.end()
+        span.end(end_time=end_time)
 
     def shutdown(self) -> None:
         self.provider.shutdown()  # exports what is left, within the exporter's timeout
@@ -137,14 +137,23 @@ def attempt(job: Job, queue: QueueConfig, env: dict[str, str]) -> Any:
     return span
 
 
-def ended(span: Any, outcome: Outcome) -> None:
-    """The attempt whose span this is ended with ``outcome``."""
+def ended(span: Any, outcome: Outcome, exited: float | None = None) -> None:
+    """The attempt whose span this is ended with ``outcome``; the span ends when its handler's
+    exit was seen (``exited``, monotonic seconds), not when it left the table (up to the
+    channel's LEAVE_WAIT later) nor when its follow-ups were parsed; None: now."""
     if _spans is None or span is None:
         return
     try:
-        _spans.end(span, outcome)
+        _spans.end(span, outcome, wall_ns(exited))
     except Exception:
         log.exception("cannot end a span")
+
+
+def wall_ns(moment: float | None) -> int | None:
+    """A monotonic ``moment`` as an OpenTelemetry time (wall-clock nanoseconds); None: None."""
+    if moment is None:
+        return None
+    return time.time_ns() - max(0, int((time.monotonic() - moment) * 1e9))
 
 
 def shutdown() -> None:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -361,7 +362,7 @@ class Collector:
             ExportTraceServiceRequest,
         )
 
-        self.spans: list[dict[str, str]] = []
+        self.spans: list[dict[str, Any]] = []
         collector = self
 
         class Receive(BaseHTTPRequestHandler):
@@ -374,6 +375,7 @@ class Collector:
                             "name": s.name, "trace_id": s.trace_id.hex(),
                             "span_id": s.span_id.hex(), "parent": s.parent_span_id.hex(),
                             "attributes": {a.key: a.value for a in s.attributes},
+                            "end": s.end_time_unix_nano,
                         } for s in scope.spans]  # fmt: skip
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -501,3 +503,37 @@ def test_tracing_configured_without_the_extra_is_said_and_jobs_still_run(
     assert got(out, job_id)["TRACEPARENT"] == PARENT
     d.wait_log("tracing is configured but cannot start")
     assert "Traceback" not in d.log()
+
+
+# Writes many delayed follow-ups (their parse takes a while, off the loop), then the wall-clock
+# nanoseconds just before it exits into $OUT/exit.
+SLOW_PARSE_HANDLER = """\
+    #!{python}
+    import json, os, time
+    line = json.dumps({{"queue": "q2", "payload": "p" * 200, "delay": "1h"}}) + "\\n"
+    with open(os.environ["JOBD_ENQUEUE"], "w") as f:
+        f.write(line * 10000)
+    with open(os.path.join({out!r}, "exit"), "w") as f:
+        f.write(str(time.time_ns()))
+"""
+
+
+def test_the_attempts_span_ends_at_the_handlers_exit_not_when_its_follow_ups_are_parsed(
+    tmp_path: Path, out: Path, script: Callable[[str, str], Path],
+    write_config: Callable[..., Path], daemon: Daemon, collector: Collector, otel_site: str,
+) -> None:  # fmt: skip
+    """Review 34n: the span ended when the outcome was decided, after the handler left the
+    table (its last messages) and its follow-ups' parse (here 10 000 lines, a few hundred ms)."""
+    script("h.py", SLOW_PARSE_HANDLER.format(python=sys.executable, out=str(out)))
+    tracing = f"tracing: {{otlp_endpoint: {collector.url!r}}}\n"
+    config = write_config(config_text(tmp_path, "./h.py", tracing))
+    d = daemon(config, env=otel_env(otel_site))
+    enqueue(config, "q", "x", "--job-id", "parsed", "--traceparent", PARENT)
+    wait_until(lambda: "process q" in {s["name"] for s in collector.spans},
+               what="jobd's attempt span at the collector")  # fmt: skip
+    attempt = next(s for s in collector.spans if s["name"] == "process q")
+    exited = int((out / "exit").read_text())
+    print(f"span end - handler exit: {(attempt['end'] - exited) / 1e6:.1f} ms")
+    assert attempt["attributes"]["jobd.outcome"].string_value == "done"
+    assert 0 <= attempt["end"] - exited < 200_000_000  # the exit seen, not the parse's end
+    assert d.stop() == 0

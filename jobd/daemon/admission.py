@@ -91,11 +91,12 @@ class Admission:
             slots.read_ahead(allowed)
 
     def ended(self, name: str, took: float, span: object = None,
-              outcome: Outcome | None = None) -> None:  # fmt: skip
+              outcome: Outcome | None = None, exited: float | None = None) -> None:  # fmt: skip
         """A handler of queue ``name`` ended after ``took`` seconds, with ``outcome``
-        (``span``: jobd's span of its attempt, when it is traced: ``jobd.tracing``)."""
+        (``span``: jobd's span of its attempt, when it is traced: ``jobd.tracing``, ending at
+        ``exited``, when its exit was seen: monotonic seconds)."""
         if span is not None and outcome is not None:
-            tracing.ended(span, outcome)
+            tracing.ended(span, outcome, exited)
         if pace := self.paces.get(name):
             pace.ended(took)
             self.publish(name)

@@ -155,7 +155,7 @@ class Endings:
         handler, status, took, queues = ending
         outcome = policy.of_handler(handler, status, took, queues, found)
         self.metrics.of(handler.queue.name).duration.observe(took)
-        self.admission.ended(handler.queue.name, took, handler.span, outcome)
+        self.admission.ended(handler.queue.name, took, handler.span, outcome, handler.exit_seen)
         level = logging.INFO if outcome.verb is Verb.ACK else logging.WARNING
         handler.log(level, "%s after %.3fs%s: %s", status.describe(), took, status.cost(),
                     outcome.describe(), outcome=outcome)  # fmt: skip
