@@ -87,6 +87,20 @@ BATCH = b"jobd_batch"
 # jobd_batch (someone's XADD) is no batch jobd made, left out of records and events (notes.py,
 # lua/lib/jobs.lua linked) so that they stay bounded.
 MAX_BATCH_BYTES = 800
+# A batch id (workflow_input.check_batch_id): 1 to 200 characters, no space, no control, no brace.
+BATCH_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,200}")
+
+
+def is_batch_id(value: bytes) -> bool:
+    """Whether a jobd_batch is an id check_batch_id takes, UTF-8: records link no other (notes.py
+    _batch, lua/lib/jobs.lua linked: the same rule), so that none names, escaped, another batch
+    (the text ``\\xff`` for the byte 0xff)."""
+    try:
+        return BATCH_ID.fullmatch(value.decode("utf-8")) is not None
+    except UnicodeDecodeError:
+        return False
+
+
 # Which batch of that id (its incarnation: lua/batch.lua), as the enqueue's open of it answered;
 # '' until it is opened (jobd.batches Member.grow). A batch made again under the id of one that
 # expired is another: the end of a member of the one before is not counted in it.

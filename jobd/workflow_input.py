@@ -5,16 +5,15 @@ WorkflowError (a usage error: ``jobd enqueue`` exits 2) before anything is writt
 from __future__ import annotations
 
 import math
-import re
 
-from jobd.job import MAX_JOB_ID
+from jobd.job import BATCH_ID, MAX_JOB_ID
 from jobd.newjob import MAX_AHEAD_MS
 
 # The longest wait's bound (--after-timeout, after_timeout; a queue's max_wait is cut to it): ten
 # years, as far ahead as a due time or an expiry may be (newjob.MAX_AHEAD_MS). hold.lua cuts a
 # longer one too: past 2^63 ms with Redis's clock, it was due at once.
 MAX_AFTER_TIMEOUT = MAX_AHEAD_MS // 1000
-_BATCH_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,200}")
+_BATCH_ID = BATCH_ID
 
 
 class WorkflowError(ValueError):

@@ -168,17 +168,49 @@ local function batch_in(fields)
   return batch, incarnation
 end
 
+-- Unicode's spaces beyond ASCII (Python's \s: jobd.job BATCH_ID); U+2000-U+200A too.
+local SPACES = {[0x85] = true, [0xa0] = true, [0x1680] = true, [0x2028] = true, [0x2029] = true,
+  [0x202f] = true, [0x205f] = true, [0x3000] = true}
+-- Whether ``s`` is a batch id jobd.workflow_input.check_batch_id takes (jobd.job.is_batch_id,
+-- the same rule): UTF-8 (no overlong form, no surrogate), 1 to 200 characters, none a space, a control
+-- character, '{' or '}'. A record links no other (an id not UTF-8 is shown escaped: the byte
+-- 0xff as the text \xff, another batch's id).
+local function batch_id_ok(s)
+  local i, n, chars = 1, #s, 0
+  while i <= n do
+    local c, cp, len = string.byte(s, i), nil, nil
+    if c < 0x80 then cp, len = c, 1
+    elseif c >= 0xc2 and c <= 0xdf then cp, len = c - 0xc0, 2
+    elseif c >= 0xe0 and c <= 0xef then cp, len = c - 0xe0, 3
+    elseif c >= 0xf0 and c <= 0xf4 then cp, len = c - 0xf0, 4
+    else return false end
+    if i + len - 1 > n then return false end
+    for k = i + 1, i + len - 1 do
+      local b = string.byte(s, k)
+      if b < 0x80 or b > 0xbf then return false end
+      cp = cp * 64 + (b - 0x80)
+    end
+    if (len == 3 and (cp < 0x800 or (cp >= 0xd800 and cp <= 0xdfff))) or
+        (len == 4 and (cp < 0x10000 or cp > 0x10ffff)) then return false end
+    if cp <= 0x20 or cp == 0x7f or cp == 0x7b or cp == 0x7d or SPACES[cp] or
+        (cp >= 0x2000 and cp <= 0x200a) then return false end
+    chars = chars + 1
+    i = i + len
+  end
+  return chars >= 1 and chars <= 200
+end
+
 -- The batch link of a record that no attempt's note tells (docs/workflows.md: a member's
 -- records carry ``batch``): ``note`` (for ``remember``) with ``batch``, the job's jobd_batch
--- (``batch_in``), when it is one jobd writes: 1 to MAX_BATCH bytes (a longer one, someone's
--- XADD, is dropped, as store/notes.py drops it: a record and an event stay bounded), and
--- which batch of that id (``incarnation``, its jobd_batch_incarnation: digits, in the record
--- only, as ``batch_incarnation``: `jobd job` tells an earlier batch of the id by it).
+-- (``batch_in``), when it is one jobd writes: 1 to MAX_BATCH bytes, a batch id (``batch_id_ok``;
+-- another, someone's XADD, is dropped, as store/notes.py drops it: a record and an event stay
+-- bounded, and never name another batch), and which batch of that id (``incarnation``, its
+-- jobd_batch_incarnation: digits, in the record only, as ``batch_incarnation``: `jobd job` tells an earlier batch of the id by it).
 -- ``remember`` writes them into the record and the batch, first of its fields, into the event.
 -- The one place every Lua writer links a record to its batch; an attempt's note
 -- (store/notes.py links) carries its own, by the same rule.
 local function linked(note, batch, incarnation)
-  if type(batch) == 'string' and batch ~= '' and #batch <= MAX_BATCH then
+  if type(batch) == 'string' and batch ~= '' and #batch <= MAX_BATCH and batch_id_ok(batch) then
     note.batch = batch
     if type(incarnation) == 'string' and #incarnation <= 32 and
         string.match(incarnation, '^%d+$') then

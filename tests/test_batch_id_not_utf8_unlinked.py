@@ -8,6 +8,9 @@ four characters ``\\xff``: then cli/workflow.py batch_now checks that text as a 
 reads the batch literally named ``\\xff`` (a legal id, someone else's), and batch_where tells
 the user the record was a member of "an earlier batch of this id" (or points them at
 `jobd batch \\xff`): a batch the job never was a member of.
+
+Fixed: a jobd_batch that is not a batch id (not UTF-8, or not what check_batch_id takes) is no
+batch link, in Lua and Python alike (jobd.job.is_batch_id); `jobd job` reads none for it.
 """
 
 from __future__ import annotations
@@ -41,8 +44,33 @@ def test_a_record_naming_a_batch_not_utf8_is_not_related_to_another(
     shown = jobd_cli("job", "-c", c, "a", "rq")
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout.decode("utf-8", "replace")
-    batch_line = [line for line in text.splitlines() if "batch:" in line]
-    assert batch_line, text
-    # the batch `\xff` (4 characters) is not the one its record names (the byte 0xff)
+    # the batch `\xff` (4 characters) is not the one its record names (the byte 0xff): no batch
+    # id, so its record links none (lib/jobs.lua linked, store/notes.py _batch: the same rule)
     assert "earlier batch of this id" not in text, text
     assert "(jobd batch \\xff)" not in text, text
+    assert not [line for line in text.splitlines() if "batch" in line], text
+    assert b"batch" not in (r.hget(q.keys.history, "rq") or b""), "its records link a batch"
+
+
+IDS = [b"B", b"\xff", b"a b", b"a{b", b"}", b"\x7f", b"\x1f", b"caf\xc3\xa9", b"\xc3", b"\xc0\xaf",
+       b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f\x98\x80", b"\xc2\x85", b"\xc2\xa0",
+       b"\xc2\x86", b"\xe2\x80\x80", b"\xe2\x80\x8a", b"\xe2\x80\x8b", b"\xe3\x80\x80", b"x" * 200,
+       b"x" * 201, "é".encode() * 200, "é".encode() * 201, b"\xe1\x9a\x80", b""]  # fmt: skip
+
+
+def test_lua_and_python_take_the_same_batch_ids(r: redis.Redis) -> None:
+    """lib/jobs.lua batch_id_ok and jobd.job.is_batch_id: one rule, a record's batch link."""
+    from pathlib import Path
+
+    import jobd.store
+    from jobd.job import is_batch_id
+
+    lua = (Path(jobd.store.__file__).parent / "lua/lib/jobs.lua").read_text()
+    start = lua.index("local SPACES")
+    body = lua[start : lua.index("\nend\n", lua.index("local function batch_id_ok")) + 5]
+    script = (
+        body
+        + "local out = {} for i, s in ipairs(ARGV) do out[i] = batch_id_ok(s) and 1 or 0 end return out"
+    )
+    got = r.eval(script, 0, *IDS)
+    assert dict(zip(IDS, got, strict=True)) == {i: int(is_batch_id(i)) for i in IDS}
