@@ -57,7 +57,11 @@ def test_job_json_and_the_api_name_a_jobs_links(
     assert (api["batch"], api["after"]) == ("L", w["after"])
     code, _, body = http(url + "/api/batch?id=L")
     assert code == 200, body
-    assert json.loads(body) == {"batch": "L", "state": "sealed", "total": 3, "done": 2,
+    progress = json.loads(body)
+    # which batch of the id: the one w's records name (the page shows its progress as w's)
+    assert progress.pop("incarnation") == w["batch_incarnation"] == api["batch_incarnation"]
+    assert (w["batch_left"], api["batch_left"]) == (False, False)
+    assert progress == {"batch": "L", "state": "sealed", "total": 3, "done": 2,
                                 "failed": 0, "pending": 1, "found": True,
                                 "on_complete": None}  # fmt: skip
     assert json.loads(http(url + "/api/batch?id=nope")[2]) == {"batch": "nope", "found": False}

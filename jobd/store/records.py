@@ -223,13 +223,24 @@ def links(records: list[Record]) -> dict[str, Any]:
     """A job's workflow links, from its records (docs/workflows.md), where they say: ``parent``
     (the job whose JOBD_ENQUEUE file named it, "QUEUE JOB_ID"), ``follow_ups`` (``count`` and the
     first ``jobs`` of its latest attempt that enqueued some), ``after`` (``all`` it waited for,
-    those ``left``, ``any``: it runs after any outcome) and ``batch``; None for each unknown."""
-    found: dict[str, Any] = {"parent": None, "follow_ups": None, "after": None, "batch": None}
+    those ``left``, ``any``: it runs after any outcome) and ``batch``; None for each unknown.
+    With ``batch``, from the same (latest) record naming it: ``batch_incarnation``, which batch
+    of that id it was a member of (None: not said; the dashboard tells an earlier batch of the
+    id by it, as `jobd job` does), and ``batch_left``: it was requeued since (that record or a
+    later one is its requeue: a requeued job is a member no more; the dead letter jobd writes
+    names no batch, so its ``requeued`` record names one only when the dead letter did)."""
+    found: dict[str, Any] = {"parent": None, "follow_ups": None, "after": None, "batch": None,
+                             "batch_incarnation": None, "batch_left": False}  # fmt: skip
     for record in records:
         raw = record.raw
-        for name in ("parent", "batch"):
-            if isinstance(raw.get(name), str):
-                found[name] = raw[name]
+        if isinstance(raw.get("parent"), str):
+            found["parent"] = raw["parent"]
+        if isinstance(raw.get("batch"), str):
+            said = raw.get("batch_incarnation")
+            found.update(batch=raw["batch"], batch_left=record.event == "requeued",
+                         batch_incarnation=said if isinstance(said, str) else None)  # fmt: skip
+        elif record.event == "requeued" and found["batch"] is not None:
+            found["batch_left"] = True
         jobs = raw.get("follow_up_jobs")
         if isinstance(count := raw.get("follow_ups"), int) and isinstance(jobs, list):
             found["follow_ups"] = {"count": count, "jobs": [j for j in jobs if isinstance(j, str)]}

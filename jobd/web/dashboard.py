@@ -61,6 +61,7 @@ RECORD_FIELDS = (  # what the page shows of a history record, besides its times
     "event", "entry", "stream", "attempt", "consumer", "host", "pid", "duration_ms",
     "exit_code", "signal", "error", "stdout", "stderr", "by", "new_entry", "owner",
 )  # fmt: skip
+RECORD_LINKS = ("batch", "batch_incarnation")  # … and of its links (docs/workflows.md)
 TOKEN_IN_QUERY = (
     "a token in the query is refused: servers, proxies and the browser's history keep it "
     "(consider that one seen). Open /#token=TOKEN instead: a fragment is sent to no server"
@@ -140,7 +141,7 @@ def job_lookup(store: Store, config: Config, query: dict[str, list[str]]) -> dic
         "records_unread": view.unread,
         "running": None if view.running is None else shown.running(view.running),
         "records": [_record(rec) for rec in view.records],
-        **view_links(view),  # parent, follow_ups, after, batch: the page links them
+        **view_links(view),  # parent, follow_ups, after, batch (which of the id; left): linked
         "links_inexact": inexact_links(view.records),  # … but these (shown as text)
     }  # fmt: skip
 
@@ -148,6 +149,8 @@ def job_lookup(store: Store, config: Config, query: dict[str, list[str]]) -> dic
 def _record(rec: Record) -> dict[str, Any]:
     """A history record as the page shows it: what it says (times in Unix seconds)."""
     said = {name: getattr(rec, name) for name in RECORD_FIELDS}
+    for name in RECORD_LINKS:  # which batch (of its id) the record names: text or None
+        said[name] = rec.raw[name] if isinstance(rec.raw.get(name), str) else None
     for name in ("at", "started", "due"):
         said[name] = shown.seconds(getattr(rec, name + "_ms"))
     return said

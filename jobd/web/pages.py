@@ -344,7 +344,8 @@ def one(query: Query, name: str, default: str | None = None) -> str:
 
 def batch_page(store: Store, config: Config, query: Query) -> dict[str, Any]:
     """One batch's progress (``jobd batch``: one script reading one hash): its counts and
-    state, or ``found`` false when there is no such batch (never made, or expired)."""
+    state and incarnation, or ``found`` false when there is no such batch (never made, or
+    expired)."""
     from jobd.workflows import WorkflowError, check_batch_id
 
     batch_id = one(query, "id")
@@ -355,7 +356,11 @@ def batch_page(store: Store, config: Config, query: Query) -> dict[str, Any]:
     state = store.batch_op(batch_id, "show")
     if state is None:
         return {"batch": batch_id, "found": False}
-    return {**state.counts(), "found": True, "on_complete": state.on_complete or None}
+    # which batch of the id it is (lua/batch.lua; None: one made before jobd said): a job's page
+    # tells "an earlier batch of this id" when its records name another (/api/job's
+    # batch_incarnation), as `jobd job` does
+    return {**state.counts(), "found": True, "on_complete": state.on_complete or None,
+            "incarnation": state.incarnation or None}  # fmt: skip
 
 
 READS = {"/api/daemons": daemons, "/api/queue": queue_page,

@@ -698,7 +698,8 @@ function joined(items) {
 }
 
 // The job's workflow links (docs: Workflows): its parent, follow-ups, what it waits for, its
-// batch (with the batch's progress, read from /api/batch).
+// batch (with the batch's progress, read from /api/batch, when it is the batch of that id it
+// was a member of; one it left by a requeue, said so).
 function linksList(data) {
   const items = [];
   const inexact = new Set(data.links_inexact || []);
@@ -712,18 +713,24 @@ function linksList(data) {
     ...joined(after.all.map(namedLink)), after.any ? " (runs after any outcome)" : ""]);
   if (data.batch) {
     const progress = el("span", {class: "muted"});
-    batchProgress(data.batch, progress).catch(() => { progress.textContent = ""; });
+    if (data.batch_left) progress.textContent = "(left: requeued, a member no more)";
+    else batchProgress(data.batch, data.batch_incarnation, progress)
+      .catch(() => { progress.textContent = ""; });
     items.push(["batch", data.batch, " ", progress]);
   }
   if (!items.length) return null;
   return el("dl", {class: "links"}, ...items.flatMap(([name, ...what]) => [el("dt", {}, name), el("dd", {}, ...what)]));
 }
 
-async function batchProgress(id, out) {
+// A member's batch progress; not when the batch of that id now is another than the one its
+// records name (``incarnation``, /api/job's batch_incarnation: `jobd job` says the same).
+async function batchProgress(id, incarnation, out) {
   const b = await get("/api/batch", {id});
   if (!b) return;
-  out.textContent = b.found ? `${b.state}: ${b.total} in all, ${b.done} done, ${b.failed} failed, ${b.pending} pending`
-    : "(no such batch now: expired)";
+  if (!b.found) out.textContent = "(no such batch now: expired)";
+  else if (incarnation && b.incarnation && incarnation !== b.incarnation) {
+    out.textContent = "(an earlier batch of this id: its progress is not kept; `jobd batch` shows a later one)";
+  } else out.textContent = `${b.state}: ${b.total} in all, ${b.done} done, ${b.failed} failed, ${b.pending} pending`;
 }
 
 function stateDetail(job) {
