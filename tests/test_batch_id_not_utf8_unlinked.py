@@ -74,3 +74,20 @@ def test_lua_and_python_take_the_same_batch_ids(r: redis.Redis) -> None:
     )
     got = r.eval(script, 0, *IDS)
     assert dict(zip(IDS, got, strict=True)) == {i: int(is_batch_id(i)) for i in IDS}
+
+
+def test_an_attempts_note_links_no_batch_that_is_not_a_batch_id(
+    r: redis.Redis, write_config, daemon
+) -> None:
+    """The note of an attempt (store/notes.py _batch) drops it as ``linked`` does."""
+    from support import wait_until
+
+    cfg = write_config(CONFIG)
+    daemon(cfg)
+    q = load(str(cfg)).queues["a"]
+    for job, batch in (("bad", b"\xff"), ("spaced", b"a b"), ("good", b"G")):
+        r.xadd(q.stream, {"payload": "x", "job_id": job, "jobd_batch": batch})
+    wait_until(lambda: r.hlen(q.keys.history) == 3, what="three jobs done")
+    assert b'"batch":"G"' in (r.hget(q.keys.history, "good") or b"")
+    for job in ("bad", "spaced"):
+        assert b"batch" not in (r.hget(q.keys.history, job) or b""), job
