@@ -75,9 +75,13 @@ def test_100_000_short_groups_cost_one_read_nothing(r: redis.Redis) -> None:
     began = time.monotonic()
     group = status.hashes_shown(r, ["q"], [status.group_spec(">", "jobd")])[0]
     took = time.monotonic() - began
-    # Fixer's note (36l): 100 000 groups weigh the stream 28 MiB (MEMORY USAGE counts each
-    # group's structures), more than a read's budget: not even counted (XINFO STREAM not asked).
-    assert group is not None and group.groups is None and not group.listed
+    # Fixer's note (36l): 100 000 groups weigh the stream 28 MiB on Redis (MEMORY USAGE counts
+    # each group's structures), more than a read's budget: not even counted (XINFO STREAM not
+    # asked). Valkey's MEMORY USAGE weighs them less: counted there (XINFO STREAM, whose first
+    # and last entries are small here). On either, the group is not read (other groups than
+    # the config's: XINFO GROUPS never asked) and the read is bounded.
+    assert group is not None and group.groups in (None, 100_001) and not group.listed
+    assert group.last_delivered is None and group.lag is None
     assert took < WITHIN, f"one read of the queue's group held Redis {took:.2f} s"
 
 
