@@ -80,10 +80,8 @@ class Endings:
         try:
             self.ended(handler, queues)
         except Exception:
-            handler.log(logging.ERROR, "internal error finishing it; releasing it")
-            log.exception("while finishing pid %d", handler.pid)
             self.running.discard(handler)
-            self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+            self.release(handler, "finishing it")
 
     def ended(self, handler: Handler, queues: Mapping[str, QueueConfig]) -> None:
         self.running.remove(handler)
@@ -146,10 +144,14 @@ class Endings:
         try:
             self.decided(ending, found)
         except Exception:
-            handler = ending[0]
-            handler.log(logging.ERROR, "internal error deciding its outcome; releasing it")
-            log.exception("while deciding the outcome of pid %d", handler.pid)
-            self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+            self.release(ending[0], "deciding its outcome")
+
+    def release(self, handler: Handler, doing: str) -> None:
+        """An internal error ``doing`` something of ``handler``'s end (a bug, being handled):
+        said, with its traceback, and its entry released to run again."""
+        handler.log(logging.ERROR, "internal error %s; releasing it", doing)
+        log.exception("while %s (pid %d)", doing, handler.pid)
+        self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
 
     def decided(self, ending: Ending, found: Found | None) -> None:
         handler, status, took, queues = ending
