@@ -51,7 +51,30 @@ with open(count, "w") as f:
 """
 
 
-class Bench:
+class NoopRate:
+    """The noop queue's rate (``client``, ``done``: the jobs sent so far), for this bench's
+    ``Bench`` and bench/stranger_flood.py's."""
+
+    client: redis.Redis
+    done: int
+
+    def noop(self, jobs: int) -> float:
+        start = time.perf_counter()
+        pipe = self.client.pipeline(transaction=False)
+        for i in range(jobs):
+            pipe.xadd("jobd:noop", {"payload": str(i)})
+        pipe.execute()
+        self.done += jobs
+
+        def all_acked() -> bool:
+            group = self.client.xinfo_groups("jobd:noop")[0]
+            return group["entries-read"] == self.done and group["pending"] == 0
+
+        wait_until(all_acked, "the noop jobs")
+        return jobs / (time.perf_counter() - start)
+
+
+class Bench(NoopRate):
     def __init__(self, workdir: Path, port: int, rate: int) -> None:
         self.workdir, self.rate_asked = workdir, rate
         flooder = workdir / "flood.py"
@@ -74,21 +97,6 @@ class Bench:
         self.done = 0
         wait_until(lambda: self.client.exists("jobd:noop"), "the noop queue's group")
         self.noop(200)
-
-    def noop(self, jobs: int) -> float:
-        start = time.perf_counter()
-        pipe = self.client.pipeline(transaction=False)
-        for i in range(jobs):
-            pipe.xadd("jobd:noop", {"payload": str(i)})
-        pipe.execute()
-        self.done += jobs
-
-        def all_acked() -> bool:
-            group = self.client.xinfo_groups("jobd:noop")[0]
-            return group["entries-read"] == self.done and group["pending"] == 0
-
-        wait_until(all_acked, "the noop jobs")
-        return jobs / (time.perf_counter() - start)
 
     def flooded(self, jobs: int) -> tuple[float, float]:
         """The noop rate while the flooder runs, and the flooder's messages a second."""

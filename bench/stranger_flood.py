@@ -28,7 +28,7 @@ import psutil
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notify_flood import in_namespace, qlen
+from notify_flood import NoopRate, in_namespace, qlen
 from spawn import start_redis, wait_until
 
 STRANGER = """\
@@ -48,7 +48,7 @@ while True:
 """
 
 
-class Bench:
+class Bench(NoopRate):
     def __init__(self, workdir: Path, port: int) -> None:
         config = workdir / "jobd.yaml"
         config.write_text(
@@ -75,21 +75,6 @@ class Bench:
             if found and int(found[2]) in pids:
                 return found[1]
         sys.exit("bench: the daemon's channel not found in /proc/net/unix")
-
-    def noop(self, jobs: int) -> float:
-        start = time.perf_counter()
-        pipe = self.client.pipeline(transaction=False)
-        for i in range(jobs):
-            pipe.xadd("jobd:noop", {"payload": str(i)})
-        pipe.execute()
-        self.done += jobs
-
-        def all_acked() -> bool:
-            group = self.client.xinfo_groups("jobd:noop")[0]
-            return group["entries-read"] == self.done and group["pending"] == 0
-
-        wait_until(all_acked, "the noop jobs")
-        return jobs / (time.perf_counter() - start)
 
     def threads(self) -> dict[int, float]:
         """CPU seconds of each of the daemon's threads (the loop's process: the one that
