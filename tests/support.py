@@ -955,3 +955,26 @@ def jobs_under_descriptor_flood(r: redis.Redis, name: str, jobs: int, timeout: f
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
+
+
+# A child's flood of the metrics port (``python -c SCRAPES PORT CONNECTIONS SECONDS``): each
+# connection pipelines 400 /metrics requests, reads the answers in turn, and connects again
+# when closed (reviews 36l and 36m: the connection cap's shedding).
+SCRAPES = """
+import socket, sys, threading, time
+port, n, end = int(sys.argv[1]), int(sys.argv[2]), time.time() + float(sys.argv[3])
+ask = b"GET /metrics HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n\\r\\n" * 400  # pipelined, read in turn
+def scrape():
+    while time.time() < end:
+        try:
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(ask)
+            while time.time() < end and s.recv(1 << 16):
+                pass
+            s.close()
+        except OSError:
+            pass
+for _ in range(n):
+    threading.Thread(target=scrape, daemon=True).start()
+time.sleep(max(0, end - time.time()))
+"""

@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from support import free_port, healthz, wait_until
+from support import SCRAPES, free_port, healthz, wait_until
 
 from jobd.web import endpoint, server
 from jobd.web.metrics import Metrics
@@ -46,24 +46,6 @@ HEALTHZ_WITHIN = 2.0  # seconds /healthz may take (test_dashboard_security's bou
 QUEUES = 50
 CONNECTIONS = 150  # past the cap of 64, each pipelining /metrics, reconnecting when closed
 PROBES = 10
-SCRAPES = """
-import socket, sys, threading, time
-port, n, end = int(sys.argv[1]), int(sys.argv[2]), time.time() + float(sys.argv[3])
-ask = b"GET /metrics HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n\\r\\n" * 400  # pipelined, read in turn
-def scrape():
-    while time.time() < end:
-        try:
-            s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(ask)
-            while time.time() < end and s.recv(1 << 16):
-                pass
-            s.close()
-        except OSError:
-            pass
-for _ in range(n):
-    threading.Thread(target=scrape, daemon=True).start()
-time.sleep(max(0, end - time.time()))
-"""
 
 
 def probes_during_flood(port: int) -> list[tuple[object, float]]:
