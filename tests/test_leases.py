@@ -726,11 +726,11 @@ def test_reclaimed_entries_run_before_new_ones(
     for i in range(3):
         r.xadd("jobd:q", {"payload": f"new-{i}"})
     wait_until(
-        lambda: r.xpending_range("jobd:q", "jobd", "-", "+", 1)[0]["time_since_delivered"] >= 300,
+        lambda: r.xpending_range("jobd:q", "jobd", "-", "+", 1)[0]["time_since_delivered"] >= 1000,
         what="the orphan's lease to lapse",
     )
-    daemon(
-        write_config(queue_config("[./h.sh]", lease="{renew_every: 100ms, reclaim_after: 300ms}"))
-    )
+    # reclaim_after 1 s, not 300 ms: a start must exec within a share of it (else it is handed
+    # back unstarted, and runs later: the stop CI's load stalled one spawn past 300 ms's share)
+    daemon(write_config(queue_config("[./h.sh]", lease="{renew_every: 300ms, reclaim_after: 1s}")))
     wait_until(lambda: acked_all(r, "jobd:q", 4) and pending_count(r, "jobd:q") == 0)
     assert (tmp_path / "ran").read_text().split() == ["orphan", "new-0", "new-1", "new-2"]
