@@ -751,6 +751,20 @@ def script_calls(r: redis.Redis) -> int:
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
 
 
+# What a queue's group read may spend Redis's time in (INFO commandstats, where Redis 7 names a
+# subcommand ``xinfo|groups``, ``memory|usage``): scripts, and XINFO, XPENDING, MEMORY sent alone.
+GROUP_READ_COMMANDS = ("eval", "evalsha", "xinfo", "xpending", "memory")
+
+
+def group_read_usec(r: redis.Redis) -> int:
+    """Redis's own time so far in GROUP_READ_COMMANDS, every subcommand (INFO commandstats): not
+    this process's waits on a loaded machine. A command a script calls counts in the script's
+    time and its own: the sum is an upper bound."""
+    stats = r.info("commandstats")
+    return sum(int(v.get("usec", 0)) for k, v in stats.items()
+               if k.removeprefix("cmdstat_").split("|")[0] in GROUP_READ_COMMANDS)  # fmt: skip
+
+
 def longest_script_us(r: redis.Redis) -> int:
     """The longest EVAL/EVALSHA in the slow log, in µs."""
     durations = [int(e["duration"]) for e in r.slowlog_get(128)

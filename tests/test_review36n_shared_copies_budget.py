@@ -19,7 +19,9 @@ What should happen: a queue whose stream weighs a few KiB has its group read wha
 queue's jobs hold (e.g. each queue a bound of its own, or the budget spent only by what a
 read is allowed to copy, weighed as it copies: first and last entries both).
 
-Fixed (jobd/store/status.py): each queue's group read has its own 16 MiB (GROUP_COPIES).
+Fixed (jobd/store/status.py): each queue's group read had its own 16 MiB (GROUP_COPIES); since
+issue 36's threat model (lib/group.lua) no group read copies an entry or weighs the stream, so
+there is no such budget: every queue's group is read whatever another queue's jobs hold.
 """
 
 from __future__ import annotations

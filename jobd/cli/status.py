@@ -124,18 +124,8 @@ def _serving(s: dict[str, Any]) -> list[str]:
 def _consumers(s: dict[str, Any]) -> list[str]:
     """One line per consumer of queue status ``s``; a host's several daemons (``processes``)
     under one line for the host, in process order; a group of too many, its count alone."""
-    if s.get("consumers_count", 0) is None:  # lib/group.lua: the group not read
-        groups = "uncounted" if s["groups"] is None else s["groups"]
-        return [
-            f"  group not read: the stream has {groups} consumer groups (lag, pending and "
-            "consumers are read only when every group on it is one of the config's and the "
-            "stream weighs 16 MiB or less)"
-        ]
     if not s.get("consumers_listed", True):
-        return [
-            f"  consumers: {s['consumers_count']} (not listed: more than 256, or names "
-            "too large to read)"
-        ]
+        return [f"  consumers: {s['consumers_count']} (not listed: more than 256)"]
     consumers: list[dict[str, Any]] = s["consumers"]
     hosts: dict[str, list[dict[str, Any]]] = {}
     for c in sorted(consumers, key=lambda c: (c["host"] or c["name"], c["process"] or 0)):

@@ -36,8 +36,9 @@ class LoopView:
 
 
 def status_line(running: int, slots: int, backlog: int | None = None, unread: int = 0) -> str:
-    """systemd's STATUS= line: ``unread`` queues whose group was not read (their lag unknown:
-    ``lib/group.lua``) are said, never counted as 0 waiting."""
+    """systemd's STATUS= line: ``unread`` queues whose lag was not read (a stream holding
+    entries and not the queue's group: ``lib/group.lua``) are said, never counted as 0
+    waiting."""
     line = f"{running} of {slots} handlers running"
     if backlog is None:
         return line
@@ -68,7 +69,7 @@ class StatusReport:
             return
         backlog = unread = 0
         clock = redisconn.Clock(self.client)  # ages on Redis's clock: one TIME per server
-        lags = status.LagBudget(groups=status.stream_groups(v.queues))  # shared by the queues
+        lags = status.LagBudget()  # shared by the queues
         try:
             for q in v.queues:
                 report = status.queue_status(self.client, q, clock.at(q.stream), lags)

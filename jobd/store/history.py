@@ -159,9 +159,8 @@ class HistoryOps(StoreBase):
         second = self._pipelined(held + self._probes(wanted, groups))
         if running is not None and _holder(second[0], _lapse(queue)) != running.consumer:
             running = None  # stale: its daemon died (kill -9), or another holds the entry
-        ended = bool(records) and records[-1].event in TERMINAL
-        found = _found(job_id, shaped, groups, replies[2:], ended)
-        found = found or _found(job_id, wanted, groups, second[len(held) :], ended)
+        found = _found(job_id, shaped, groups, replies[2:])
+        found = found or _found(job_id, wanted, groups, second[len(held) :])
         waits = held_after(spec) if running is None else None
         state, extra = ("held", {}) if waits else _state(records, now_ms, running, found)
         if running is not None and isinstance(second[1], float):
@@ -283,8 +282,8 @@ class HistoryOps(StoreBase):
     def _probes(self, where: list[tuple[str, str]], groups: dict[str, str]) -> list[Call]:
         """Three commands for each (stream, entry): the entry's job id (its job_id and
         jobd_job_id fields, cut in Redis: never the entry whole), its pending record, the group
-        (read in Redis, never the stream's groups whole: an entry after the group's last
-        delivered id is waiting)."""
+        (read in Redis, ``lib/group.lua``: only this one leaves it; an entry after the group's
+        last delivered id is waiting)."""
         calls: list[Call] = []
         for s, e in where:
             g = groups[s]
@@ -334,13 +333,9 @@ def _found(
     where: list[tuple[str, str]],
     groups: dict[str, str],
     replies: list[object],
-    ended: bool = False,
 ) -> tuple[str, str, str] | None:
     """The first of ``where`` that is job ``job_id``'s entry and live: its stream, id, and who
-    it is pending on ('': undelivered); one delivered and acknowledged no longer holds the job.
-    A group not read (other groups on the stream: ``status.Group``) cannot tell an undelivered
-    entry from an acknowledged one: not pending, it is taken as waiting unless the job's records
-    say it ``ended``."""
+    it is pending on ('': undelivered); one delivered and acknowledged no longer holds the job."""
     for n, (s, e) in enumerate(where):
         shown, pending, infos = replies[3 * n : 3 * n + 3]
         entries = shown[2] if isinstance(shown, list) else []
@@ -351,10 +346,6 @@ def _found(
         if (holder := _holder(pending)) is not None:
             return s, e, holder
         group = status.group_from(infos)
-        if group is not None and group.last_delivered is None:  # not read
-            if ended:
-                continue
-            return s, e, ""
         if group is None or _id_key(e) > _id_key(_text(group.last_delivered)):
             return s, e, ""
     return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -21,7 +20,6 @@ from jobd.store import connection as redisconn
 from jobd.store import keys, registry, scripts
 from jobd.store.control import paused_from
 from jobd.store.groupread import (  # noqa: F401  (status.Group, status.group_spec: their home)
-    CONSUMER_NAMES_READ,
     CONSUMERS_LISTED,
     Group,
     group_reply,
@@ -39,9 +37,6 @@ from jobd.store.keys import DAEMONS
 LAG_COUNT_CAP = 10_000
 LAG_COUNT_STEP = 1
 LAG_COUNT_BYTES = 16 << 20  # shared by every queue a request reads (``LagBudget``)
-# The bytes one queue's group read may copy (``lib/group.lua``): each queue's own, never shared,
-# so no queue's jobs leave another queue's group not read.
-GROUP_COPIES = 16 << 20
 # A queue's small hashes (``read_hashes``): fields and bytes read of one of open fields (the
 # consumers waiting for a limit: one a daemon; the minute's counters: a few), names first, then
 # the values of HASH_VALUE bytes or less in HMGETs of HASH_PAGE (``lua/lib/shown.lua
@@ -62,15 +57,11 @@ class LagBudget:
     """The bytes left to count null lags with (LAG_COUNT_BYTES): one for a whole request (a
     summary of every queue, a daemon's report), shared by its queues in turn, so 50 queues'
     counts read 16 MiB in all, not 16 MiB each (one entry more a count at most: once spent, a
-    count reads one entry, to say 0 or at least 1). ``groups``: the config's groups of each
-    stream. A queue's group read is bounded on its own (GROUP_COPIES, ``lua/lib/group.lua``),
-    not from this budget."""
+    count reads one entry, to say 0 or at least 1). A queue's group read copies no entry
+    (``lua/lib/group.lua``): nothing of it is spent here."""
 
-    def __init__(
-        self, left: int = LAG_COUNT_BYTES, groups: dict[str, list[str]] | None = None
-    ) -> None:
+    def __init__(self, left: int = LAG_COUNT_BYTES) -> None:
         self.left = left
-        self.groups = {} if groups is None else groups  # the config's groups by stream
 
 
 def _ms_of(stream_id: bytes | str) -> int:
@@ -88,7 +79,7 @@ def queue_status(
     lags = LagBudget() if lags is None else lags
     minute = keys.minute(now)
     redis_ms = int(now * 1000)
-    replies = _read(client, q, minute, redis_ms, lags)
+    replies = _read(client, q, minute, redis_ms)
     length, delayed, dead, last, this, slots_used, bucket, waiting, paused, group = replies
     result: dict[str, Any] = {
         "stream": q.stream,
@@ -104,12 +95,9 @@ def queue_status(
         "last_minute": _counters(last),
         "this_minute": _counters(this),
         "consumers": [],
-        "consumers_count": 0,  # how many the group has (None: the group not read, below)
-        "consumers_listed": True,
-        # consumer groups the stream has (None: not counted, the stream weighs too much): with
-        # others than the config's, or too heavy a stream, its group is not read
-        # (lib/group.lua): lag, pending and consumers_count are None
-        "groups": 0,
+        "consumers_count": 0,  # how many the group has
+        "consumers_listed": True,  # False: more than CONSUMERS_LISTED, only counted
+        "groups": 0,  # consumer groups the stream has
         "limits": _limits(q, slots_used, bucket, waiting, redis_ms),
         "paused": _pause(paused),
         "schedule": [
@@ -132,16 +120,8 @@ def _with_group(
     lags: LagBudget,
 ) -> None:
     """``result`` with what ``group`` says: lag (a null one counted within ``lags``), pending
-    and the oldest's age, consumers; of a group not read (groups the config does not name on
-    the stream, or the stream too heavy), the oldest pending entry's age alone when read, the
-    rest None."""
+    and the oldest's age, consumers."""
     result["groups"] = group.groups
-    if group.last_delivered is None:  # the group not read
-        result["pending"], result["consumers_count"] = None, None
-        result["consumers_listed"] = False
-        if group.oldest is not None:
-            result["oldest_pending_age"] = max(0.0, now - _ms_of(group.oldest) / 1000)
-        return
     result["lag"] = group.lag
     if result["lag"] is None:
         counted, exact = count_after(client, stream, group.last_delivered, lags)
@@ -153,9 +133,7 @@ def _with_group(
     result["consumers_count"], result["consumers_listed"] = group.count, group.listed
 
 
-def _read(
-    client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int, lags: LagBudget
-) -> list[Any]:
+def _read(client: redis.Redis, q: QueueConfig, minute: int, redis_ms: int) -> list[Any]:
     """Everything ``queue_status`` reads, in one pipeline and one script call; a reply that
     failed is its exception (the group: None when the stream or group cannot be read)."""
     pipe = client.pipeline(transaction=False)
@@ -164,38 +142,30 @@ def _read(
     pipe.xlen(q.dead_letter.stream)
     pipe.zcount(q.keys.running, redis_ms, "+inf")
     found = pipe.execute(raise_on_error=False)
-    last, this, bucket, waiting, paused, group = read_hashes(client, q, minute, lags)
+    last, this, bucket, waiting, paused, group = read_hashes(client, q, minute)
     return [*found[:3], last, this, found[3], bucket, waiting, paused, group]
 
 
-def read_hashes(
-    client: redis.Redis, q: QueueConfig, minute: int, lags: LagBudget | None = None
-) -> list[Any]:
+def read_hashes(client: redis.Redis, q: QueueConfig, minute: int) -> list[Any]:
     """The queue's small hashes ``queue_status`` shows: the counters of the last minute and of
     this one, the rate bucket, the consumers waiting for a limit, the pause (``hashes_shown``:
     only the fields jobd writes, but of the consumers waiting, whose names are theirs); and its
-    group with its consumers (a ``Group``; None: no such group or stream), read within
-    ``lags``."""
-    lags = LagBudget() if lags is None else lags
+    group with its consumers (a ``Group``; None: no such group or stream)."""
     keys = [q.keys.stats(minute - 1), q.keys.stats(minute), q.keys.rate, q.keys.waiting,
             q.keys.paused, q.stream]  # fmt: skip
-    specs = [COUNTERS, COUNTERS, "tokens at", "*", "since by",
-             group_spec(">", q.group, lags.groups.get(q.stream, ()))]  # fmt: skip
-    return hashes_shown(client, keys, specs, GROUP_COPIES)  # each queue's own bound
+    specs = [COUNTERS, COUNTERS, "tokens at", "*", "since by", group_spec(">", q.group)]
+    return hashes_shown(client, keys, specs)
 
 
-def group_of(client: redis.Redis, q: QueueConfig, others: Iterable[str] = ()) -> Group | None:
-    """The queue's group alone (none of its consumers), read to the same bound (``others``:
-    the config's other groups on its stream); None: no such group or stream."""
-    spec = group_spec("=", q.group, others)
-    return hashes_shown(client, [q.stream], [spec])[0]  # type: ignore[no-any-return]
+def group_of(client: redis.Redis, q: QueueConfig) -> Group | None:
+    """The queue's group alone (none of its consumers); None: no such group or stream."""
+    return hashes_shown(client, [q.stream], [group_spec("=", q.group)])[0]  # type: ignore[no-any-return]
 
 
-def group_args(group: str, others: Iterable[str] = ()) -> list[object]:
+def group_args(group: str) -> list[object]:
     """The arguments of a ``hashes_shown`` call (keys: the stream alone) reading ``group``
     alone, for a pipeline; its reply is read by ``group_from``."""
-    spec = group_spec("=", group, others)
-    return [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, LAG_COUNT_BYTES, spec]
+    return [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, group_spec("=", group)]
 
 
 def group_from(reply: object) -> Group | None:
@@ -203,17 +173,15 @@ def group_from(reply: object) -> Group | None:
     return group_reply(reply[0]) if isinstance(reply, list) and reply else None
 
 
-def hashes_shown(
-    client: redis.Redis, keys: list[str], specs: list[str], left: int = GROUP_COPIES
-) -> list[Any]:
+def hashes_shown(client: redis.Redis, keys: list[str], specs: list[str]) -> list[Any]:
     """Hashes of one slot, each as a dict, or the error its key gives (another type), read in
     Redis to a bound (``lua/hashes_shown.lua``: anyone can add fields to them, or values of any
     size): with ``spec`` '*', HASH_FIELDS fields and HASH_BYTES bytes of it (names first, then
     only the values within HASH_VALUE bytes: one field more at most); else only the fields it
     names (separated by spaces), each read only when its length is HASH_VALUE or less. A longer
     value reads as b"" (none of jobd's); a hash none of whose fields were read, as {b"": b""}
-    (it is there). A stream's group is read when the stream weighs ``left`` bytes or less."""
-    args = [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, left, *specs]
+    (it is there). Of a stream, its group (``lua/lib/group.lua``: no entry copied)."""
+    args = [HASH_FIELDS, HASH_BYTES, HASH_VALUE, HASH_PAGE, *specs]
     replies = scripts.call(client, "hashes_shown", keys, args)
     hashes: list[Any] = []
     for reply, spec in zip(replies, specs, strict=True):
@@ -355,7 +323,7 @@ def gather(
     TIME per server: ``clock``); ``time`` is the registry's server's (what the registry's
     listing and the dashboard's every reply say), so any host shows the same figures."""
     clock = redisconn.Clock(client) if clock is None else clock
-    lags = LagBudget(groups=stream_groups(config.queues.values()))  # the queues share it
+    lags = LagBudget()  # the queues share it
     queues = {name: with_levels(client, q, clock.at(q.stream), lags)
               for name, q in config.queues.items()}  # fmt: skip
     report = {"redis": config.redis.describe(), "time": clock.at(DAEMONS), "queues": queues}

@@ -79,7 +79,7 @@ def overview(store: Store, config: Config, query: object = None) -> dict[str, An
     showed before it had an overview and queue pages (kept for scripts that read it)."""
     clock = redisconn.Clock(store.client)  # Redis's time, not this host's
     queues = {}
-    lags = status.LagBudget(groups=status.stream_groups(config.queues.values()))  # as ``gather``
+    lags = status.LagBudget()  # as ``gather``
     for name, q in config.queues.items():
         now = clock.at(q.stream)
         queues[name] = status.with_levels(store.client, q, now, lags)

@@ -285,12 +285,9 @@ class Metrics:
     def _queue_state(self, queue: str, report: dict) -> None:
         lag = report["lag"]  # None: not known (no group yet), never 0 (nothing waits)
         self.lag.labels(queue=queue).set(math.nan if lag is None else lag)
-        pending = report["pending"]  # None: the group not read (status: lib/group.lua)
-        self.pending.labels(queue=queue).set(math.nan if pending is None else pending)
-        age = report["oldest_pending_age"]  # None: none pending, or not read (pending None)
-        if age is None:
-            age = math.nan if pending is None else 0
-        self.oldest.labels(queue=queue).set(age)
+        self.pending.labels(queue=queue).set(report["pending"])
+        age = report["oldest_pending_age"]  # None: none pending
+        self.oldest.labels(queue=queue).set(0 if age is None else age)
         self.delayed.labels(queue=queue).set(report["delayed"] or 0)  # None: a key of
         self.dead.labels(queue=queue).set(report["dead_lettered"] or 0)  # another type
         paused = report.get("paused")

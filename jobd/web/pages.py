@@ -112,7 +112,7 @@ def _row(
     elif backlog or running["running"]:
         state = "busy"
     elif any(level["lag"] is None and level["length"] for level in levels):
-        state = "unknown"  # entries, the group not read (lib/group.lua): never "idle" on a guess
+        state = "unknown"  # entries, a level's lag not known (no group): never "idle" on a guess
     return {
         "state": state, "backlog": backlog,
         "lag_known": all(level["lag"] is not None for level in levels),
@@ -147,7 +147,7 @@ def queue_page(store: Store, config: Config, query: Query) -> dict[str, Any]:
     q = actions.queue_of(config, {"queue": one(query, "queue")})
     clock = redisconn.Clock(store.client)  # Redis's time, not this host's
     now = clock.at(q.stream)
-    lags = status.LagBudget(groups=status.stream_groups(config.queues.values()))
+    lags = status.LagBudget()
     report = status.with_levels(store.client, q, now, lags)
     report["hour"] = figures.last_hour(store.client, q, now)
     listed = registry.listing(store.client)["daemons"]
@@ -195,9 +195,8 @@ def _waiting(
 ) -> dict[str, Any]:
     """Entries of the stream after the group's last delivered id (or the cursor), oldest first."""
     start = "-"
-    others = status.stream_groups(config.queues.values()).get(q.stream, ())
-    group = status.group_of(store.client, q, others)  # in Redis, weighed first (lib/group.lua)
-    if group is not None and group.last_delivered is not None:  # None: not read
+    group = status.group_of(store.client, q)  # in Redis, no entry copied (lib/group.lua)
+    if group is not None:
         start = "(" + os.fsdecode(group.last_delivered)
     if cursor:
         after = _entry_id(cursor)

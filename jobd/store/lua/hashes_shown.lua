@@ -6,8 +6,8 @@
 -- values within the cap (lib/shown.lua hash_read); one of known fields, only those, each only
 -- when its length (HSTRLEN) is within the cap (never read otherwise), or whole when Redis keeps
 -- it as a small listpack (below).
--- The queue's stream may be one of the keys too: its consumer group is read (lib/group.lua:
--- each reply weighed first, by the stream's MEMORY USAGE), in the same round trip.
+-- The queue's stream may be one of the keys too: its consumer group is read (lib/group.lua: no
+-- entry of the stream copied), in the same round trip.
 --
 -- KEYS     the hashes (one slot: a queue's keys)
 -- ARGV[1]  fields of a hash read at most (a sample of them when it holds more: hash_read)
@@ -16,12 +16,10 @@
 -- ARGV[3]  bytes of a name or value returned at most (a longer value: never read; false, and
 --          its length)
 -- ARGV[4]  fields whose values one HMGET reads
--- ARGV[5]  bytes a stream may weigh (MEMORY USAGE) for its group to be read (lib/group.lua:
---          the request's budget left)
--- ARGV[6…] per key, what to read of it: '*' (every field, to the bounds), or its field names,
---          separated by spaces; of a stream, '>' (the group and its consumers: ARGV[1] of them
---          at most, each name cut to ARGV[3] bytes) or '=' (the group alone), then the group's
---          name and the config's other groups on the stream, each as LENGTH:NAME
+-- ARGV[5…] per key, what to read of it: '*' (every field, to the bounds), or its field names,
+--          separated by spaces; of a stream, '>' (the group and its consumers: listed when
+--          ARGV[1] or fewer, each name cut to ARGV[3] bytes) or '=' (the group alone), then the
+--          group's name
 --
 -- Read-only. Returns, per key, {1, fields the hash holds (HLEN), 1 when every one was read,
 -- then name, value, name, value, …} (a value false: longer than ARGV[3]; of known fields, those
@@ -98,10 +96,10 @@ end
 
 local out = {}
 for i, key in ipairs(KEYS) do
-  local spec = ARGV[5 + i]
+  local spec = ARGV[4 + i]
   local kind = string.sub(spec, 1, 1)
   if kind == '>' or kind == '=' then  -- a stream: its group
-    out[i] = group_read(key, string.sub(spec, 2), most, cap, kind == '>', tonumber(ARGV[5]))
+    out[i] = group_read(key, string.sub(spec, 2), most, cap, kind == '>')
   else
     out[i] = hash_shown(key, spec)
   end

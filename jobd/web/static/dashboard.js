@@ -449,10 +449,8 @@ function drawQueue(view) {
       Object.entries(q.levels).map(([level, b]) => el("tr", {}, el("td", {}, level),
         el("td", {class: "num"}, b.lag ?? "–"), el("td", {class: "num"}, b.pending ?? "–"),
         el("td", {class: "num"}, b.delayed ?? "–"))))] : null,
-    el("h3", {}, "Consumers"), q.consumers_count === null
-      ? el("p", {class: "bad"}, `Group not read: the stream has ${q.groups} consumer groups; its lag, pending count and consumers are read only when the queue's group is its only one`)
-      : q.consumers_listed === false
-      ? el("p", {class: "muted"}, `${q.consumers_count} consumers: not listed (more than 256, or the stream holds more than 1 MiB, which their names could take: the daemons table lists jobd's)`)
+    el("h3", {}, "Consumers"), q.consumers_listed === false
+      ? el("p", {class: "muted"}, `${q.consumers_count} consumers: not listed (more than 256: the daemons table lists jobd's)`)
       : null, q.consumers.length ? el("table", {},
       el("tr", {}, ["consumer", "idle", "jobs held", ""].map((h) => el("th", {}, h))),
       q.consumers.map((c) => el("tr", {}, el("td", {}, c.name_cut ? `${c.name}… (${c.name_length} bytes)` : c.name),

@@ -18,6 +18,11 @@ What should happen: a queue whose jobs are all done shows lag 0, pending 0 and i
 whatever its retention keeps (weigh what the replies copy: the first and last entries, e.g.
 each read by XRANGE - + COUNT 1 / XREVRANGE after weighing that node alone, or count the
 groups another way).
+
+Fixed (lib/group.lua, issue 36's threat model): no group read weighs the stream any more (no
+MEMORY USAGE gate, no XINFO STREAM): XINFO GROUPS gives the group's figures and the groups'
+count, XPENDING … - + 1 the oldest pending id, XINFO CONSUMERS the consumers (256 at most),
+none of which copies an entry, whatever retention keeps.
 """
 
 from __future__ import annotations
