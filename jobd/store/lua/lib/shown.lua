@@ -58,14 +58,16 @@ end
 
 -- The hash ``key`` read to about ``most`` fields and ``budget`` bytes (``field_cost`` each),
 -- whatever a name or value holds, the same part of it at each read. Each reply is weighed in
--- Redis before it is asked, copying nothing (lib/group.lua does the same for a stream): HSCAN,
--- HGETALL and HRANDFIELD answer whole names (and values) into the script, and either may be of
--- any size (anyone can HSET one: a value of 64 MiB held Redis 0.4 s, a name of 64 MiB 0.3 s).
+-- Redis before it is asked, copying nothing: HSCAN, HGETALL and HRANDFIELD answer whole names
+-- (and values) into the script, and either may be of any size (anyone can HSET one: a value of 64 MiB held Redis 0.4 s, a name of 64 MiB 0.3 s).
 -- A hash kept as a listpack weighs its allocation (``listpack_bytes``): read in one HSCAN page
 -- (values and all) when that is ``budget`` bytes or less, else not at all. A table weighs its
 -- MEMORY USAGE with SAMPLES 0 (Redis walks every field, adding its name's and value's
 -- allocations, nothing copied): its names are read only when it holds NAMES_MOST fields or
--- fewer and weighs NAMES_WEIGHED or less (HRANDFIELD with its HLEN: every name, no value;
+-- fewer and weighs no more than ``most`` fields of ``cap`` bytes (NAMES_WEIGHED at least): the
+-- running tab's 1 000 records of 16 KiB at most, 16 MiB (2 000 records of jobd's, 2.1 KiB each
+-- with a 1 KiB status line, weigh 5 MiB: a bound of 4 MiB read none); copying 16 MiB of names
+-- costs Redis about 60 ms. The names are read by HRANDFIELD with the HLEN (every name, no value;
 -- HKEYS would too, but is not among the commands jobd's ACL user has), then sorted, so a read
 -- takes the first ``most`` names in byte order (not a sample: the same ones from one read to
 -- the next), each value's length (HSTRLEN), and the values within ``cap`` bytes in HMGETs of
@@ -76,7 +78,7 @@ end
 -- length}; no rows when the hash weighs too much. A key of another type: the script fails
 -- (WRONGTYPE), as a read of it would.
 local NAMES_MOST = 10000 -- fields: a queue's active hash holds one a running job
-local NAMES_WEIGHED = 4194304 -- bytes: 10 000 records of 300 bytes weigh about 4 MiB
+local NAMES_WEIGHED = 4194304 -- bytes, at least: 10 000 records of 300 bytes weigh about 4 MiB
 local function hash_read(key, most, budget, cap, count)
   local total = redis.call('HLEN', key)
   local rows, read = {}, 0
@@ -93,7 +95,8 @@ local function hash_read(key, most, budget, cap, count)
     return {total, #rows >= total and 1 or 0, rows}
   end
   if total > NAMES_MOST
-      or redis.call('MEMORY', 'USAGE', key, 'SAMPLES', 0) > NAMES_WEIGHED then
+      or redis.call('MEMORY', 'USAGE', key, 'SAMPLES', 0) > math.max(NAMES_WEIGHED, most * cap)
+  then
     return {total, 0, rows}
   end
   local names = redis.call('HRANDFIELD', key, total) -- every name: the whole hash

@@ -15,6 +15,11 @@ to none. A record jobd writes counts in the weight as a hostile value does.
 What should happen: with records of a size jobd writes, the tab shows what its bounds hold
 (RUNNING_READ records, 1 MiB), the rest counted unread (e.g. a weight bound that follows RUNNING_READ x ACTIVE_CAP, or reading
 names by a bounded HSCAN of a table, whose names jobd writes small).
+
+Fixed (lib/shown.lua hash_read): a table's names are read when it weighs no more than the
+read's records at their cap (``most`` × ``cap``: the running tab's 1 000 × 16 KiB, 16 MiB; 4 MiB
+at least, as before, for the other reads), so 2 000 such records are read to the tab's 1 MiB
+and the rest counted unread; a 64 MiB value or name still leaves the hash not read.
 """
 
 from __future__ import annotations
@@ -54,3 +59,5 @@ def test_running_records_jobd_writes_leave_the_running_tab_blank(
         f"{r.memory_usage(queue.keys.active, samples=0) / 2**20:.1f} MiB: the running tab read "
         f"{read.read} of {read.records} (the docs: 1 000 records and 1 MiB at most)"
     )
+    assert (read.records, read.complete) == (RUNNING, False), read  # the rest counted unread
+    assert (1 << 20) // (size + 128) <= read.read < RUNNING, read.read  # the 1 MiB, names and all
