@@ -28,6 +28,13 @@ p=$(cat)
 echo "$JOBD_JOB_ID" >> "$(dirname "$0")/runs"
 [ "$p" != fail ]
 """
+# RUNS for one-line payloads, in one process (no command substitution): a batch of 1000.
+RUNS_ONE_LINE = """\
+#!/bin/sh
+IFS= read -r p
+echo "$JOBD_JOB_ID" >> "${0%/*}/runs"
+[ "$p" != fail ]
+"""
 # The callback's handler: its entry id and payload, one line, into "callbacks".
 CALLBACK = """\
 #!/bin/sh
@@ -142,7 +149,7 @@ def test_a_batch_of_1000_across_three_daemons_calls_back_once(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
     cfg = write_config("redis: {url: '{redis}'}\n"
-                       + batch_yaml(script("runs.sh", RUNS), script("cb.sh", CALLBACK)))  # fmt: skip
+                       + batch_yaml(script("runs.sh", RUNS_ONE_LINE), script("cb.sh", CALLBACK)))  # fmt: skip
     for _ in range(3):
         daemon(cfg)
     lines = b"".join(b"fail\n" if n % 100 == 0 else b"ok\n" for n in range(1000))
@@ -208,29 +215,43 @@ def test_on_a_cluster_dependencies_and_a_batch_cross_slots(
 ) -> None:
     cfg = tmp_path / "cluster.yaml"
     nodes = ", ".join(cluster.nodes[:2])
+    handler = script("runs.sh", RUNS_ONE_LINE)
     cfg.write_text(f"redis:\n  cluster:\n    nodes: [{nodes}]\n"
-                   + batch_yaml(script("runs.sh", RUNS), script("cb.sh", CALLBACK), "", "wf:"))  # fmt: skip
+                   + batch_yaml(handler, script("cb.sh", CALLBACK), "", "wf:"))  # fmt: skip
     client = RedisCluster.from_url(f"redis://{cluster.nodes[0]}")
     slots = {client.keyslot(k) for k in ("wf:a", "wf:b", "wf:cb", "jobd:batch:B3")}
     assert len({cluster.master_of(s) for s in slots}) > 1, "all on one node"
     try:
-        daemon(cfg)
-        daemon(cfg)
+        for _ in range(3):
+            daemon(cfg)
+        # v and w in a's slot, each after two jobs in b's (another node's).
+        cli(cfg, "enqueue", "a", "v", "--job-id", "v", "--after", "b:s1", "--after", "b:s2")
         cli(cfg, "enqueue", "a", "w", "--job-id", "w", "--after", "b:x", "--after", "b:y")
         cli(cfg, "enqueue", "b", "x", "--job-id", "x")
         cli(cfg, "enqueue", "b", "fail", "--job-id", "y")
+        cli(cfg, "enqueue", "b", "s1", "--job-id", "s1")
+        wait_until(lambda: events(records(client, "wf:a", "v")) == ["waiting", "dependency"],
+                   what="s1's end told to v")  # fmt: skip
         wait_until(lambda: client.xlen("{wf:a}:dead") == 1, what="w dead-lettered")
         assert client.xrange("{wf:a}:dead")[0][1][b"jobd_error"] == b"dependency"
-        lines = b"".join(b"fail\n" if n % 50 == 0 else b"ok\n" for n in range(200))
+        assert "v" not in runs(tmp_path) and client.xlen("wf:a") == 0  # v is held still
+        cli(cfg, "enqueue", "b", "s2", "--job-id", "s2")
+        wait_until(lambda: "done" in events(records(client, "wf:a", "v")), what="v done")
+        assert events(records(client, "wf:a", "v")) == ["waiting", "dependency", "released", "done"]
+        assert sorted(runs(tmp_path)) == ["s1", "s2", "v", "x", "y"]
+        lines = b"".join(b"fail\n" if n % 100 == 0 else b"ok\n" for n in range(1000))
         cli(cfg, "enqueue", "b", "--lines", "-", "--batch", "B3", "--on-complete", "cb",
             stdin=lines)  # fmt: skip
         wait_until(lambda: callbacks(tmp_path), 60, what="the callback")
         wait_until(lambda: client.xlen("{wf:b}:outbox") == 0, what="the outbox moved")
         assert callbacks(tmp_path) == [
-            {"batch": "B3", "state": "complete", "total": 200, "done": 196, "failed": 4,
+            {"batch": "B3", "state": "complete", "total": 1000, "done": 990, "failed": 10,
              "pending": 0},
         ]  # fmt: skip
-        assert client.xlen("{wf:b}:outbox") == 0
+        assert client.xlen("wf:cb") == 1
+        hosts = {json.loads(v.split(b"\n")[-1])["consumer"]
+                 for v in client.hvals("{wf:b}:history")}  # fmt: skip
+        assert len(hosts) == 3, "not every daemon ran members"
     finally:
         client.close()
 
