@@ -301,3 +301,39 @@ def test_notices_moved_twice_count_once_and_call_back_once(
             assert r.xlen("jobd:a") == 0, "released before y was done"
     assert [f[b"job_id"] for _, f in r.xrange("jobd:a")] == [b"w"]
     assert events(records(r, "jobd:a", "w")) == ["waiting", "dependency", "released"]
+
+
+def test_a_dead_lettered_member_requeued_names_the_batch_it_left(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """jobd's own dead letter of a member (settled: it failed for good) keeps its batch
+    (jobd_batch, jobd_batch_incarnation), so `jobd dlq requeue` names the batch it leaves in
+    its `requeued` record and `requeue` event; the new entry is a member no more (its second
+    dead letter names none, and the batch calls back once). A jobd_batch longer than jobd
+    writes (someone's XADD) is not copied (nor clipped: a requeue would leave it in place)."""
+    cfg = write_config("redis: {url: '{redis}'}\n"
+                       + queues_yaml(script("runs.sh", RUNS), script("cb.sh", CALLBACK)))  # fmt: skip
+    r.xadd("jobd:a", {"payload": "fail", "job_id": "long", "jobd_batch": "L" * 801})
+    daemon(cfg)
+    cli(cfg, "enqueue", "a", "fail", "--job-id", "m", "--batch", "R", "--on-complete", "cb")
+    wait_until(lambda: callbacks(tmp_path), what="the batch's callback")
+
+    def letters() -> dict[bytes, tuple[bytes, dict]]:
+        return {f[b"jobd_job_id"]: (i, f) for i, f in r.xrange("{jobd:a}:dead")}
+
+    wait_until(lambda: len(letters()) == 2, what="long dead-lettered too")
+    (dead, letter), (long_id, long_letter) = letters()[b"m"], letters()[b"long"]
+    incarnation = r.hget("{jobd:batch:R}", "incarnation")
+    assert (letter.get(b"jobd_batch"), letter.get(b"jobd_batch_incarnation")) == (b"R", incarnation)
+    assert b"jobd_batch" not in long_letter
+    cli(cfg, "dlq", "a", "requeue", dead.decode(), long_id.decode())
+    requeued = [x for x in records(r, "jobd:a", "m") if x["event"] == "requeued"]
+    assert [(x.get("batch"), x.get("batch_incarnation")) for x in requeued] == [
+        ("R", incarnation.decode())
+    ]
+    (event, _) = [f for _, f in r.xrange("{jobd:a}:events") if f[b"event"] == b"requeue"]
+    assert event[b"batch"] == b"R", event
+    wait_until(lambda: len(letters()) == 2 and letters()[b"m"][0] != dead,
+               what="m's second dead letter")  # fmt: skip
+    assert b"jobd_batch" not in letters()[b"m"][1]
+    assert sorted(runs(tmp_path)) == ["long", "long", "m", "m"] and r.xlen("jobd:cb") == 1

@@ -45,8 +45,8 @@ def by_id(client: redis.Redis | RedisCluster, stream: str) -> dict[str, dict[byt
     return {job_id(f).decode(): f for _, f in client.xrange(stream)}
 
 
-def enqueue(cfg: Path, queue: str, payload: str, job_id: str) -> None:
-    out = jobd_cli("enqueue", "-c", str(cfg), queue, payload, "--job-id", job_id)
+def enqueue(cfg: Path, queue: str, payload: str, job_id: str, *more: str) -> None:
+    out = jobd_cli("enqueue", "-c", str(cfg), queue, payload, "--job-id", job_id, *more)
     assert out.returncode == 0, out.stderr
 
 
@@ -119,7 +119,7 @@ def test_on_dead_letter_enqueues_the_record_as_json(
     handler = script("odd.sh", ODD_FAILS.format(runs=tmp_path / "runs", sleep=0))
     cfg = write_config(HOOKED.format(url="{redis}", command=handler))
     daemon(cfg)
-    enqueue(cfg, "a", "3", "j3")
+    enqueue(cfg, "a", "3", "j3", "--batch", "B")  # its record keeps its batch, the JSON too
     enqueue(cfg, "a", "4", "j4")
     wait_until(lambda: job_ids(r, "jobd:alerts"), what="the alert")
     wait_until(lambda: job_ids(r, "jobd:b") == ["j4.then.1"], what="the done job's step")
@@ -132,7 +132,7 @@ def test_on_dead_letter_enqueues_the_record_as_json(
     record = json.loads(shown.stdout)
     assert got == {"queue": "a", **record}
     assert got["fields"]["jobd_error"] == "exit" and "odd 3" in got["fields"]["jobd_stderr"]
-    assert got["fields"]["payload"] == "3"
+    assert got["fields"]["payload"] == "3" and got["fields"]["jobd_batch"] == "B"
     events = [f for _, f in r.xrange("{jobd:a}:events") if f[b"event"] == b"follow-ups"]
     assert [(e[b"job"], e[b"queues"]) for e in events] == [(b"j3", b"alerts"), (b"j4", b"b")]
 

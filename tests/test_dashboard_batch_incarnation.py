@@ -60,8 +60,8 @@ def test_the_api_tells_a_requeued_job_left_its_batch(
     r: redis.Redis, write_config, script, daemon: Daemon
 ) -> None:
     """A requeue leaves the batch (its new entry carries no jobd_batch): the page says so, not
-    that batch's progress as the job's own (its dead letter, jobd's, names no batch: its
-    ``requeued`` record neither; the one before it does)."""
+    that batch's progress as the job's own (its dead letter keeps its batch, and its
+    ``requeued`` record names the batch it left)."""
     port = free_port()
     cfg = write_config("redis: {url: '{redis}'}\n"
                        + f"metrics: {{listen: '127.0.0.1:{port}'}}\n"

@@ -25,14 +25,38 @@ import os
 import orjson
 
 from jobd.config import QueueConfig
-from jobd.job import MAX_FIELDS, PARENT, PAYLOAD, RESERVED_JOB_ID
+from jobd.job import (
+    BATCH,
+    BATCH_INCARNATION,
+    MAX_BATCH_BYTES,
+    MAX_FIELDS,
+    PARENT,
+    PAYLOAD,
+    RESERVED_JOB_ID,
+)
 from jobd.newjob import HostClock, follow_up_id, follow_up_template, prepare
 from jobd.outcome import Outcome
 
 CLIP = 4096  # bytes of each value of the record the hook's JSON keeps
 ROOM = 96  # bytes the record's id and its time (twice) take in the JSON at most (Redis's)
-# The jobd_ fields a record copies from its job (dead_letter.lua's KEPT).
-KEPT = {b"jobd_unique", b"jobd_parent", b"jobd_timeout", b"jobd_max_attempts", b"jobd_expires_at"}
+# The jobd_ fields a record copies from its job (dead_letter.lua's KEPT), with the most bytes
+# it copies of each (longer: not copied; None: any).
+KEPT = {
+    b"jobd_unique": None,
+    b"jobd_parent": None,
+    b"jobd_timeout": None,
+    b"jobd_max_attempts": None,
+    b"jobd_expires_at": None,
+    BATCH: MAX_BATCH_BYTES,
+    BATCH_INCARNATION: 32,
+}
+
+
+def _kept(name: bytes, value: bytes) -> bool:
+    """Whether the record copies the job's field ``name``, ``value`` (dead_letter.lua)."""
+    if not name.startswith(b"jobd_"):
+        return True
+    return name in KEPT and len(value) <= (KEPT[name] or len(value))
 
 
 def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],
@@ -71,7 +95,7 @@ def json_pieces(o: Outcome, jobd_fields: list[object]) -> list[bytes] | str:
     """The record's JSON in four pieces: before its id, before its failed_at, before its
     jobd_failed_at (in ``fields``), and the rest; its values cut to fit the hook queue's
     max_payload, or, when they cannot be, why (``jobd_on_dead_letter``)."""
-    own = [(k, v) for k, v in o.job.fields.items() if not k.startswith(b"jobd_") or k in KEPT]
+    own = [(k, v) for k, v in o.job.fields.items() if _kept(k, v)]
     if len(own) > MAX_FIELDS:  # too wide to copy: dead_letter.lua keeps these two
         own = [(k, v) for k, v in own if k in (PAYLOAD, b"job_id")]
     named = [(str(n).encode() if not isinstance(n, bytes) else n, v)

@@ -25,8 +25,11 @@
 --           poison), then the record's jobd_* fields, as name, value pairs
 --
 -- The record is the job's own fields (those not starting with jobd_, plus jobd_unique, so that a
--- requeue keeps the job unique, and the producer's limits jobd_timeout, jobd_max_attempts and
--- jobd_expires_at: jobd.job.LIMIT_FIELDS) followed by the jobd_* fields given and
+-- requeue keeps the job unique, the producer's limits jobd_timeout, jobd_max_attempts and
+-- jobd_expires_at: jobd.job.LIMIT_FIELDS, jobd_parent, and a batch member's jobd_batch and
+-- jobd_batch_incarnation, so that a requeue names the batch it leaves: requeue.lua keeps neither
+-- in the new entry; each only when no longer than jobd writes it, as a stand-in keeps them:
+-- lib/jobs.lua STAND_IN_KEPT, never clipped) followed by the jobd_* fields given and
 -- jobd_failed_at. An entry with more than MAX_FIELDS own fields cannot be copied (a
 -- script passes at most ~8000 values to a command): its record keeps only its payload and
 -- job_id, and jobd_fields says how many it had. A value longer than ARGV[8] keeps its first
@@ -43,8 +46,9 @@
 -- 'job:' mark left behind would cancel the job's next enqueue, or a requeue), its --unique
 -- mark deleted if it still says 'queued'; returns 0 then.
 local stream, dead, group, me, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+-- The jobd_ fields copied: each true, or the most bytes of it copied (longer: not copied).
 local KEPT = {jobd_unique = true, jobd_parent = true, jobd_timeout = true, jobd_max_attempts = true,
-  jobd_expires_at = true}
+  jobd_expires_at = true, jobd_batch = MAX_BATCH, jobd_batch_incarnation = 32}
 local p = redis.call('XPENDING', stream, group, id, id, 1)
 if #p == 0 or p[1][2] ~= me then
   return {'not held', (#p == 0) and '' or p[1][2]}
@@ -70,8 +74,10 @@ local entry = redis.call('XRANGE', stream, id, id)
 if #entry == 1 then
   local fields, own = entry[1][2], {}
   for i = 1, #fields, 2 do
-    local name = fields[i]
-    if string.sub(name, 1, 5) ~= 'jobd_' or KEPT[name] then own[#own + 1] = i end
+    local name, kept = fields[i], KEPT[fields[i]]
+    if string.sub(name, 1, 5) ~= 'jobd_' or kept == true or (kept and #fields[i + 1] <= kept) then
+      own[#own + 1] = i
+    end
   end
   -- Counted as pairs, duplicate names included (an entry may repeat a name): too wide, only
   -- the first payload and the first job_id are kept.
