@@ -55,7 +55,6 @@ from jobd.embedded import EmbeddedServer
 from jobd.outcome import Outcome, Started, Verb
 from jobd.process import results, spawn
 from jobd.process.handler import Handler, StopReason
-from jobd.store import status
 from jobd.store.store import Store
 from jobd.web.metrics import Metrics
 
@@ -124,7 +123,6 @@ class Daemon:
         keep = self.queues.in_use() | self.holdings.keys()
         self.renewals = {k: r for k, r in self.renewals.items() if k in keep}
         self.recorder.store.payload_limits = self.store.payload_limits  # outbox.duties fills it
-        self.store.stream_groups = status.stream_groups(self.config.queues.values())  # trims
         for queue in self.config.queues.values():
             self.renewals |= lease.renewals(
                 self.store, queue, self.holdings, self.inbox.report_lost

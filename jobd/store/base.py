@@ -33,9 +33,6 @@ class StoreBase:
         # The max_payload in force of the on_dead_letter queues this store knows, by name
         # ('' none: ``WorkflowOps.know_hook``)
         self.payload_limits: dict[str, str] = {}
-        # The groups the config's queues read each stream with (status.stream_groups): retention
-        # (trim.lua) reads these alone, and trims no stream that has others
-        self.stream_groups: dict[str, list[str]] = {}
         # Redis's clock, which names the minute of the per-minute figures this store writes
         self.clock = connection.KeptClock(client)
 

@@ -1,32 +1,17 @@
 """A queue's consumer group as ``lua/lib/group.lua`` reads it for ``status`` (the summary,
 `jobd status`, a daemon's report, the waiting tab): the spec that names it to the script, and
-its reply as a ``Group``; and which groups the config reads each stream with (retention's)."""
+its reply as a ``Group``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-
-from jobd.config import QueueConfig
 
 # A queue's group (``read_hashes``, ``lua/lib/group.lua``): read without copying any entry of the
 # stream (producers' data); the groups' and consumers' names it copies are consumer-role data
 # (docs/security.md), not weighed. Its consumers are listed when it has CONSUMERS_LISTED or
 # fewer (else only counted), each name cut to HASH_VALUE bytes.
 CONSUMERS_LISTED = 256  # status.HASH_FIELDS
-
-
-def stream_groups(queues: Iterable[QueueConfig]) -> dict[str, list[str]]:
-    """The groups ``queues`` (every level of each) read each stream with: retention trims a
-    stream as far as these have read (``Store.stream_groups``, ``lua/trim.lua``)."""
-    found: dict[str, list[str]] = {}
-    for q in queues:
-        for level in q.all_levels():
-            names = found.setdefault(level.stream, [])
-            if level.group not in names:
-                names.append(level.group)
-    return found
 
 
 def group_spec(kind: str, group: str) -> str:

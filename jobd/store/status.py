@@ -24,7 +24,6 @@ from jobd.store.groupread import (  # noqa: F401  (status.Group, status.group_sp
     Group,
     group_reply,
     group_spec,
-    stream_groups,
 )
 from jobd.store.keys import DAEMONS
 

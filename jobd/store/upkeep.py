@@ -7,7 +7,6 @@ consumers of a group (XINFO CONSUMERS) and the removal of one that holds nothing
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
@@ -18,7 +17,6 @@ from jobd.store.base import StoreBase
 from jobd.store.keys import flatten
 
 CURSOR_TTL = 3600  # seconds trim.lua's cursor is kept; without it the walk starts over
-GUEST_NAME_BYTES = 256  # a longer name of a group the config does not name: its stream not trimmed
 NO_DEADLINE = -1  # tick.lua's deadline for a tick due while the caller ran
 
 
@@ -42,42 +40,17 @@ class Tick:
 
 class UpkeepOps(StoreBase):
     def trim(self, queue: QueueConfig, maxlen: int, batch: int) -> tuple[int, bool]:
-        """One bounded trim call: the number of entries removed, and whether it stopped at its
-        budget with the stream still above ``maxlen`` (another call can go on at once). Nothing
-        is removed while the queue's own group is missing from its stream, nor while the stream
-        has a group neither the config names nor ``guests`` (``trim_call``; ``queue`` is one
-        stream's: the queue's, or a priority level's, with its group)."""
-        removed, more, _foreign = self.trim_call(queue, maxlen, batch)
-        return removed, more
-
-    def trim_call(
-        self, queue: QueueConfig, maxlen: int, batch: int, guests: Sequence[bytes] = ()
-    ) -> tuple[int, bool, int]:
-        """``trim``, and how many groups the stream has that neither the config nor ``guests``
-        name (then nothing is trimmed: ``lua/trim.lua`` reads the groups it is given alone, by
-        name: the queue's own, those in ``stream_groups``, and ``guests``, other applications'
-        groups on the stream as ``guest_groups`` read them)."""
-        others = [g for g in self.stream_groups.get(queue.stream, ()) if g != queue.group]
-        trimmed, deleted, more, foreign = self.scripts.trim(
+        """One bounded trim call (``lua/trim.lua``): the number of entries removed, and whether
+        it stopped at its budget with the stream still above ``maxlen`` (another call can go on
+        at once). Nothing any group on the stream has pending or not yet delivered is removed
+        (every group's, read in the script), and nothing at all while the queue's own group is
+        missing from its stream (``queue`` is one stream's: the queue's, or a priority level's,
+        with its group)."""
+        trimmed, deleted, more = self.scripts.trim(
             keys=[queue.stream, queue.keys.trim_cursor()],
-            args=[maxlen, batch, CURSOR_TTL * 1000, queue.group, *others, *guests],
+            args=[maxlen, batch, CURSOR_TTL * 1000, queue.group],
         )
-        return int(trimmed) + int(deleted), bool(more), int(foreign)
-
-    def guest_groups(self, queue: QueueConfig) -> list[bytes] | None:
-        """The groups on ``queue``'s stream that the config does not name (another
-        application's), by XINFO GROUPS from this client (Redis writes the names to the reply
-        buffer, where a script would copy each into Lua); None when one's name is longer than
-        GUEST_NAME_BYTES (then ``trim.lua`` is never given it: the stream is not trimmed)."""
-        known = {g.encode() for g in (queue.group, *self.stream_groups.get(queue.stream, ()))}
-        try:
-            found = self.client.xinfo_groups(queue.stream)
-        except redis.ResponseError:
-            return []
-        names = [bytes(g["name"]) for g in found if bytes(g["name"]) not in known]
-        if any(len(name) > GUEST_NAME_BYTES for name in names):
-            return None
-        return names
+        return int(trimmed) + int(deleted), bool(more)
 
     def forget(self, queue: QueueConfig) -> int:
         """Trim the queue's history by its caps (forget.lua); how many jobs' records are left."""

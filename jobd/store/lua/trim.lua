@@ -9,42 +9,34 @@
 -- ARGV[2]  remove at most this many entries, and look at most at this many, in this call
 -- ARGV[3]  milliseconds the cursor is kept (a duration)
 -- ARGV[4]  the queue's consumer group (jobd's, on this stream)
--- ARGV[5…] the other groups to read on this stream: the config's (queues reading it with a group
---          of their own), and those of other applications the daemon read itself (XINFO GROUPS
---          from its client, names of upkeep.GUEST_NAME_BYTES at most: jobd/daemon/retention.py)
 --
--- Returns {removed by step 1 (XTRIM), removed by XDEL, more, foreign}: more is 1 when the call
--- stopped at its budget (entries or bytes) with the stream still above MAXLEN (another call can
--- go on at once), else 0; foreign is how many groups the stream has that ARGV does not name
--- (then nothing is trimmed: the daemon reads them and calls again, or says why not), else 0.
+-- Returns {removed by step 1 (XTRIM), removed by XDEL, more}: more is 1 when the call stopped at
+-- its budget (entries or bytes) with the stream still above MAXLEN (another call can go on at
+-- once), else 0.
 --
 -- XTRIM MAXLEN ignores consumer groups (before Redis 8.2): it can remove entries that are
--- pending, or not yet delivered at all. So, for every group on the stream: an entry may go only
--- if it is below the group's last-delivered id and in no group's pending list. Step 1 trims the
--- oldest entries, bounded by the oldest pending entry and the last delivered entry of every
--- group. One long-running job would stop that bound for good, so step 2 deletes, one by one,
--- acknowledged entries further on (still below every group's last-delivered id, in no pending
--- list). Step 2 walks from its cursor, not from the stream's start: however many pending entries
--- come first (a thousand long-running jobs), each call goes ARGV[2] entries further at most, and
--- the walk starts again from the stream's start once it reaches the first undelivered entry.
+-- pending, or not yet delivered at all. So, for every group on the stream (jobd's, another
+-- queue's of the config, anyone's): an entry may go only if it is below the group's
+-- last-delivered id and in no group's pending list. Step 1 trims the oldest entries, bounded by
+-- the oldest pending entry and the last delivered entry of every group. One long-running job
+-- would stop that bound for good, so step 2 deletes, one by one, acknowledged entries further on
+-- (still below every group's last-delivered id, in no pending list). Step 2 walks from its
+-- cursor, not from the stream's start: however many pending entries come first (a thousand
+-- long-running jobs), each call goes ARGV[2] entries further at most, and the walk starts again
+-- from the stream's start once it reaches the first undelivered entry.
 --
--- Bounded whatever anyone added to the stream (entries of any size; groups and consumers of
--- names of any length):
--- - groups: only those ARGV names are read, by name. XINFO GROUPS copies every group's name
---   and nothing in Redis weighs one, so it is asked only when the stream's count of groups
---   (XINFO STREAM) equals ARGV's groups found on it (XPENDING … - + 0: no name answered): then
---   every name it copies is one the caller passed (the config's, or one it read and weighed).
---   A stream with a group ARGV does not name is not trimmed in this call: the daemon reads the
---   groups itself (XINFO GROUPS writes the names to its reply buffer, not into Lua) and calls
---   again with them, unless one's name is long (anyone's, hostile) or they are many: then the
---   stream is not trimmed, and the daemon logs why. Retention never removes what a group it has
---   not read may still need.
---   XINFO STREAM copies the stream's first and last entries (jobd's, up to max_payload).
--- - entries: step 1 reads at most READ_STEP entries (the rest of one stream node); step 2 never
---   reads a pending entry (their ids come from XPENDING on the range, per config group) and
---   reads the acknowledged ones one at a time, each deleted once read, READ_BYTES at most a call
---   (one entry at least): what it reads is what it deletes. The consumers' names XPENDING
---   answers (one per pending entry found) count in those bytes too. No unpack: any length.
+-- What it reads, under the threat model of docs/security.md (as lib/group.lua):
+-- - entries (anyone who can XADD writes them: untrusted, any size, any number of fields): none
+--   is copied to read the groups (no XINFO STREAM, which copies the first and last entries
+--   whole: one of 1 000 000 fields cost 0.22 s a call). Step 1 reads at most READ_STEP entries
+--   (the rest of one stream node); step 2 never reads a pending entry (their ids come from
+--   XPENDING on the range, per group) and reads the acknowledged ones one at a time, each
+--   deleted once read, READ_BYTES at most a call (one entry at least): what it reads is what it
+--   deletes. The consumers' names XPENDING answers (one per pending entry found) count in those
+--   bytes too. No unpack: any length.
+-- - groups: every group on the stream, from XINFO GROUPS (their count is its length), each name
+--   sent back in XPENDING. Groups and their names are consumer-role data (XGROUP CREATE: a
+--   daemon, an operator), whose read cost is not bounded here.
 -- No groups, or none of them the queue's own: nothing is trimmed. The groups on the stream are all
 -- the groups there are only while jobd's is one of them: without it (deleted by hand, or not made
 -- yet) its reader makes it again from the stream's start at its next read, and every entry is a
@@ -57,43 +49,31 @@ local READ_STEP = 100
 local READ_BYTES = 4194304 -- retention.READ_BYTES
 
 local excess = redis.call('XLEN', stream) - maxlen
-if excess <= 0 then return {0, 0, 0, 0} end
-
--- Whether the stream has group ``name`` (XPENDING … - + 0: an empty list, no name).
-local function has_group(name)
-  return not redis.pcall('XPENDING', stream, name, '-', '+', 0).err
-end
-if not has_group(ARGV[4]) then return {0, 0, 0, 0} end
-local names, wanted = {ARGV[4]}, {[ARGV[4]] = true}
-for i = 5, #ARGV do
-  if not wanted[ARGV[i]] and has_group(ARGV[i]) then
-    names[#names + 1], wanted[ARGV[i]] = ARGV[i], true
-  end
-end
-local count = 0
-local info = redis.call('XINFO', 'STREAM', stream)
-for j = 1, #info, 2 do
-  if info[j] == 'groups' then count = info[j + 1] end
-end
-if count ~= #names then return {0, 0, 0, count - #names} end
+if excess <= 0 then return {0, 0, 0} end
 
 -- Every group has had every entry up to `delivered` (the least last-delivered id), and none is
 -- pending from `pending` on (the oldest pending entry of any group; nil: none). Ids are compared
 -- as text (lib/jobs.lua id_cmp) and never stepped: no arithmetic on an id, whose parts a Lua
--- number does not hold exactly. Every group's name here is one ARGV names (counts matched).
-local delivered, pending, read = nil, nil, 0
+-- number does not hold exactly. `holding`: the groups with entries pending, for step 2 (the
+-- others have none in this script either).
+local delivered, pending, read, holding, ours = nil, nil, 0, {}, false
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
   local f = {}
   for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  if f['name'] == ARGV[4] then ours = true end
   if delivered == nil or id_cmp(f['last-delivered-id'], delivered) < 0 then
     delivered = f['last-delivered-id']
   end
-  local oldest = redis.call('XPENDING', stream, f['name'], '-', '+', 1)
-  if #oldest > 0 then
-    read = read + #oldest[1][2] -- the consumer's name, copied
-    if pending == nil or id_cmp(oldest[1][1], pending) < 0 then pending = oldest[1][1] end
+  if f['pending'] > 0 then
+    holding[#holding + 1] = f['name']
+    local oldest = redis.call('XPENDING', stream, f['name'], '-', '+', 1)
+    if #oldest > 0 then
+      read = read + #oldest[1][2] -- the consumer's name, copied
+      if pending == nil or id_cmp(oldest[1][1], pending) < 0 then pending = oldest[1][1] end
+    end
   end
 end
+if not ours then return {0, 0, 0} end
 -- Entries up to `stop` (an XRANGE end) may go, and below `minid` whole stream nodes may.
 local stop, minid = delivered, delivered
 if pending and id_cmp(pending, delivered) <= 0 then stop, minid = '(' .. pending, pending end
@@ -133,11 +113,11 @@ local function walk_start()
   if cursor then redis.call('DEL', cursor_key) end
   return '-'
 end
--- The first id after `from` (an XRANGE start) up to `delivered` pending in any group read,
+-- The first id after `from` (an XRANGE start) up to `delivered` pending in any group,
 -- or nil: XPENDING answers ids (and a consumer's name, counted in `read`), never an entry.
 local function next_pending(from)
   local found = nil
-  for _, g in ipairs(names) do
+  for _, g in ipairs(holding) do
     local p = redis.pcall('XPENDING', stream, g, from, delivered, 1)
     if not p.err and #p > 0 then
       read = read + #p[1][2]
@@ -185,4 +165,4 @@ if excess > 0 and budget > 0 then
 elseif excess > 0 then
   more = 1
 end
-return {trimmed, deleted, more, 0}
+return {trimmed, deleted, more}
