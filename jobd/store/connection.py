@@ -203,8 +203,7 @@ def node_for(client: redis.Redis | RedisCluster, key: str) -> redis.Redis:
 ACL_COMMANDS = (
     "ping", "info", "client|setname", "evalsha", "eval", "script|load",
     "script|exists", "xreadgroup", "xadd", "xack", "xclaim", "xautoclaim", "xpending", "xrange",
-    "xrevrange", "xlen", "xdel", "xtrim", "xinfo|groups", "xinfo|consumers",
-    "xinfo|stream", "xgroup|create",
+    "xrevrange", "xlen", "xdel", "xtrim", "xinfo|groups", "xinfo|consumers", "xgroup|create",
     "xgroup|delconsumer", "zadd", "zrangebyscore", "zrange", "zrem", "zcard", "del",
     "hincrby", "expire", "hgetall", "wait", "get", "set", "exists", "pexpire", "hget", "hmget",
     "hset", "hdel", "zcount", "zremrangebyscore", "xread", "time", "zscore", "type", "hsetnx",
