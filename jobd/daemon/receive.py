@@ -142,6 +142,8 @@ class Receiver:
         except (BlockingIOError, InterruptedError):
             return None
         pid, uid, pidfd, fds = _sender(ancillary)
+        if not room:  # then every message has MSG_CTRUNC (its pidfd cut): it says nothing
+            flags &= ~socket.MSG_CTRUNC
         if self.uids and uid not in array.array("I", self.uids):  # a stranger's (``speakers``)
             if pidfd >= 0:
                 os.close(pidfd)
@@ -160,8 +162,6 @@ class Receiver:
         if not alive and leader >= 0:
             os.close(leader)
             leader = -1
-        if not room:  # then every message has MSG_CTRUNC (its pidfd cut): it says nothing
-            flags &= ~socket.MSG_CTRUNC
         return pid, sid, cgroup, alive, flags, bytes(self.view[:size]), tuple(fds), None, leader
 
 

@@ -15,8 +15,8 @@ Reproduced with a real socket (SO_PASSCRED, SO_PASSPIDFD), the reader's users an
 this process's (root sends: a stranger by its uid), one message read with ``room=0`` by each
 reader (test_receive's ``receiver`` fixture): the C one gives no MSG_CTRUNC, the fallback does.
 
-What should happen: the fallback clears MSG_CTRUNC read without room before its stranger
-return, as the C reader does (e.g. the ``if not room`` line moved above the uid test)."""
+Fixed (jobd/daemon/receive.py): the fallback clears MSG_CTRUNC of a message read without room
+as soon as it is read, before its stranger return, as the C reader does for every message."""
 
 from __future__ import annotations
 
