@@ -176,7 +176,7 @@ def test_a_subprocess_start_past_its_deadline_never_forks(tmp_path: Path) -> Non
         with pytest.raises(Lapsed):
             launch.start(queue, os.getcwd(), {}, None, out_w, out_w, None, boottime_ns())
         assert not made.exists(), "the handler never ran"
-        pid, _, _ = launch.start(
+        pid, _, _, _ = launch.start(
             queue, os.getcwd(), {}, None, out_w, out_w, None, boottime_ns() + 60 * 10**9
         )
         _, status = os.waitpid(pid, 0)

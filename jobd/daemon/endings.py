@@ -170,7 +170,7 @@ class Endings:
             handler, _, _, queues = ending
             try:
                 found = followups.collected(handler.result_path, handler.job, handler.queue,
-                                            queues, True, pause)  # fmt: skip
+                                            queues, True, handler.uid, pause)  # fmt: skip
             except Exception as exc:  # a bug: the parent fails, its end is never lost
                 log.exception("while reading the follow-ups of pid %d", handler.pid)
                 found = (), f"JOBD_ENQUEUE: not read ({exc!r})"

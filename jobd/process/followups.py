@@ -48,15 +48,15 @@ def path_of(result_path: str) -> str:
 
 def collected(
     result_path: str | None, job: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig],
-    ok: bool, pause: Callable[[], object] | None = None,
+    ok: bool, uid: int, pause: Callable[[], object] | None = None,
 ) -> tuple[tuple[FollowUp, ...], str | None]:  # fmt: skip
     """The follow-ups of a handler at its end (none unless its attempt succeeded: ``ok``), its
-    file removed either way; or why they fail the attempt. ``pause``: ``parse``'s."""
+    file removed either way; or why they fail the attempt. ``uid``: the handler's, as spawned
+    (``results.take``); ``pause``: ``parse``'s."""
     if result_path is None:
         return (), None
     try:
-        data = results.take(path_of(result_path), lambda: results.uid(queue), MAX_BYTES, ok,
-                            "JOBD_ENQUEUE")  # fmt: skip
+        data = results.take(path_of(result_path), uid, MAX_BYTES, ok, "JOBD_ENQUEUE")
         if not data:
             return (), None
         return parse(data, job, queue, queues, pause), None

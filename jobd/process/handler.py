@@ -57,14 +57,14 @@ class Handler(Talking):
 
     exit_seen: float | None = None  # when the loop saw its leader's exit (``Handlers.exited``)
 
-    def __init__(self, job: Job, queue: QueueConfig, pid: int, stdin: int | None, stdout: int,
-                 stderr: int, placed: tuple[Tree, Cgroup] | None = None,
+    def __init__(self, job: Job, queue: QueueConfig, pid: int, uid: int, stdin: int | None,
+                 stdout: int, stderr: int, placed: tuple[Tree, Cgroup] | None = None,
                  report: int | None = None) -> None:  # fmt: skip
         self.job = job
         self.placed = placed  # its cgroup and the tree it is in (process.cgroup), if any
         self.cgroup_usage: Usage | None = None  # what its cgroup used, once reaped
         self.queue = queue
-        self.pid = pid
+        self.pid, self.uid = pid, uid  # the uid it runs as (launch.start): its files' owner
         self.state = State.RUNNING
         self.started = time.monotonic()
         self.waited = job.waited()  # enqueue (its stream id) to start, on Redis's clock
@@ -140,8 +140,8 @@ class Handler(Talking):
             in_w = None
         child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
         try:
-            pid, report, placed = launch.start(queue, here, job_env, in_r, out_w, err_w, tree,
-                                               deadline, hear)  # fmt: skip
+            pid, report, placed, uid = launch.start(queue, here, job_env, in_r, out_w, err_w,
+                                                    tree, deadline, hear)  # fmt: skip
         except (OSError, Lapsed) as exc:
             for fd in (out_r, err_r, in_w):
                 if fd is not None:
@@ -152,7 +152,7 @@ class Handler(Talking):
         finally:
             for fd in child_ends:
                 os.close(fd)
-        handler = cls(job, queue, pid, in_w, out_r, err_r, placed, report)
+        handler = cls(job, queue, pid, uid, in_w, out_r, err_r, placed, report)
         handler.span = span
         handler.result_path = result_path
         if in_w is not None:  # a larger payload: written as the handler reads it
@@ -365,7 +365,7 @@ class Handler(Talking):
             max_rss_bytes=peak,
         )
         self.kept_result, self.result_error = results.collected(
-            self.result_path, self.result, self.queue, self.status.ok
+            self.result_path, self.result, self.queue, self.status.ok, self.uid
         )
         return self.status
 

@@ -21,38 +21,42 @@ def start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int, tree: Tree | None, deadline: int | None = None,
     hear: Callable[[int], object] | None = None,
-) -> tuple[int, int | None, tuple[Tree, Cgroup] | None]:  # fmt: skip
+) -> tuple[int, int | None, tuple[Tree, Cgroup] | None, int]:  # fmt: skip
     """``_start`` with the handler's OOM score, and its cgroup when there is a ``tree``, from
     its first instruction (``spawn.OomScore``, ``cgroup.Tree.spawning``); its pid, where a
-    failure to start it is told (``spawn.spawn``), and where it was placed. Past ``deadline``
+    failure to start it is told (``spawn.spawn``), where it was placed, and the uid it runs as
+    (looked up now: what its files are judged by, ``process.results``). Past ``deadline``
     (CLOCK_BOOTTIME nanoseconds) it does not exec: ``deadline.Lapsed``, raised or told.
     ``hear``: told the uid a handler of another user is switched to, before it is exec'd (the
     channel's stranger filter: ``Channel.speaking``)."""
     with spawn.LOCK:
         spawn.OOM.take(queue.resources.oom_score_adj)  # given back by the loop (OomScore)
         if tree is None:
-            return *_start(queue, here, job_env, stdin, stdout, stderr, False, deadline, hear), None
+            pid, report, uid = _start(queue, here, job_env, stdin, stdout, stderr, False,
+                                      deadline, hear)  # fmt: skip
+            return pid, report, None, uid
         # A memory limit is written once the handler has exec'd (``spawn``'s docstring).
         capped = queue.resources.memory is not None
         with tree.spawning(queue.resources) as cgroup:
-            pid, report = _start(queue, here, job_env, stdin, stdout, stderr, capped, deadline,
-                                 hear)  # fmt: skip
-        return pid, report, (tree, cgroup)
+            pid, report, uid = _start(queue, here, job_env, stdin, stdout, stderr, capped,
+                                      deadline, hear)  # fmt: skip
+        return pid, report, (tree, cgroup), uid
 
 
 def _start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int, wait: bool = False, deadline: int | None = None,
     hear: Callable[[int], object] | None = None,
-) -> tuple[int, int | None]:  # fmt: skip
+) -> tuple[int, int | None, int]:  # fmt: skip
     """Start the process in a session of its own with these descriptors as 0, 1, 2, and the
-    queue's environment plus ``job_env``; its pid and where a failure to start it is told. With
+    queue's environment plus ``job_env``; its pid, where a failure to start it is told, and the
+    uid it runs as (the daemon's, or the one its ``run_as`` user has now). With
     ``wait``, once it has exec'd (``spawn.spawn``). Popen runs no check in its child: the
     deadline is checked just before it, and what is left is Popen's own Python up to its fork
     and the child's steps to its exec (its folder and identity too)."""
     if queue.cwd == here and not (queue.run_as_user or queue.run_as_group):
-        return spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr, wait=wait,
-                           deadline=deadline)  # fmt: skip
+        return *spawn.spawn(queue.argv, queue.env, job_env, stdin, stdout, stderr, wait=wait,
+                            deadline=deadline), os.geteuid()  # fmt: skip
     env, switch = {**queue.env, **job_env}, identity(queue)
     if hear is not None and "user" in switch:  # the uid looked up now, not at the config's read
         hear(switch["user"])  # type: ignore[arg-type]
@@ -68,7 +72,7 @@ def _start(
         **switch,
     )
     popen.returncode = 0  # reaped by the daemon's loop, not by this object
-    return popen.pid, None
+    return popen.pid, None, switch.get("user", os.geteuid())  # type: ignore[return-value]
 
 
 def identity(queue: QueueConfig) -> dict[str, object]:

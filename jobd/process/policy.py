@@ -79,7 +79,8 @@ def of_handler(
     ``daemon.endings``), else read here."""
     ok = succeeded(handler, status)
     if found is None or not ok:
-        found = followups.collected(handler.result_path, handler.job, handler.queue, queues, ok)
+        found = followups.collected(handler.result_path, handler.job, handler.queue, queues, ok,
+                                    handler.uid)  # fmt: skip
     follow_ups, error = found
     if handler.queue.then and ok and error is None:  # its then: steps (process.chains)
         steps, error = chains.then_follow_ups(handler.job, handler.queue, queues,

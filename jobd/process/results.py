@@ -24,7 +24,7 @@ import pwd
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from jobd.config import QueueConfig
 
@@ -67,12 +67,11 @@ class Folders:
 FOLDERS = Folders()
 
 
-def take(
-    path: str, uid: Callable[[], int], limit: int, wanted: bool, what: str = "result"
-) -> bytes | None:
+def take(path: str, uid: int, limit: int, wanted: bool, what: str = "result") -> bytes | None:
     """The result at ``path`` (None: there is none), the file removed; read only when
     ``wanted`` (the attempt succeeded). ResultError when it is more than ``limit`` bytes, or
-    not a regular file of the user ``uid()`` names with one link; ``what`` the file is, for
+    not a regular file of ``uid`` (the handler's, as it was spawned: ``Handler.uid``, never
+    its user looked up again) with one link; ``what`` the file is, for
     its message (``process.followups`` takes its JOBD_ENQUEUE file the same way)."""
     try:
         fd = os.open(path, OPEN)
@@ -88,7 +87,7 @@ def take(
         _remove(path)
         if not wanted:
             return None
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != uid():
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != uid:
             raise ResultError(f"{what} file not a regular file of the handler's user")
         if info.st_size > limit:
             raise ResultError(too_large(info.st_size, limit, what))
@@ -120,13 +119,13 @@ def _remove(path: str) -> None:
 
 
 def collected(
-    path: str | None, given: bytes | None, queue: QueueConfig, ok: bool
+    path: str | None, given: bytes | None, queue: QueueConfig, ok: bool, uid: int
 ) -> tuple[bytes | None, str | None]:
     """A handler's result at its end, and why it fails the attempt (None: it does not): the one
     it ``given`` by its channel (X_JOBD_RESULT) when it gave one, else its file's (removed
-    either way); none unless the attempt succeeded (``ok``)."""
+    either way; ``take``, of ``uid``); none unless the attempt succeeded (``ok``)."""
     try:
-        taken = None if path is None else take(path, lambda: uid(queue), queue.result_max, ok)
+        taken = None if path is None else take(path, uid, queue.result_max, ok)
     except ResultError as exc:
         return None, str(exc)
     result = given if given is not None else taken

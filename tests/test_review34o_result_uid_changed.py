@@ -13,10 +13,13 @@ channel's filter had: a spawn's lookup, then a later one that answers otherwise.
 Reproduced as tests/test_channel_uid_changed.py does (root: run_as): a daemon in this process,
 a real handler run as ``nobody`` (Python) that writes its result to JOBD_RESULT and waits for
 SIGUSR1; once the file is there the passwd lookup answers the user's new uid (``usermod -u``),
-then the handler is let go and exits 0.
+then the handler is let go and exits 0. It writes a JOBD_ENQUEUE file of one follow-up too;
+and the user may be deleted instead (the lookup then raises KeyError).
 
-What should happen: the attempt is done with its result (b"42"): the file is judged against
-the uid the handler ran as (e.g. kept on the handler at its spawn, as ``hear`` gets it)."""
+Fixed (jobd/process/launch.py, handler.py, results.py, followups.py): ``launch.start`` returns
+the uid the handler runs as (the daemon's, or its ``run_as`` user's at the spawn), kept as
+``Handler.uid``; its result file and its JOBD_ENQUEUE file are judged against that uid, never
+a passwd lookup at its end (``results.take``)."""
 
 from __future__ import annotations
 
@@ -36,21 +39,25 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="handlers of another u
 
 NEW_UID = 64000  # nobody's uid after ``usermod -u 64000 nobody``
 HANDLER = (
-    "import os,signal;signal.pthread_sigmask(signal.SIG_BLOCK,{signal.SIGUSR1});"
+    "import json,os,signal;signal.pthread_sigmask(signal.SIG_BLOCK,{signal.SIGUSR1});"
+    'open(os.environ["JOBD_ENQUEUE"],"w").write(json.dumps(dict(queue="f",payload="y")));'
     'open(os.environ["JOBD_RESULT"],"w").write("42");signal.sigwait({signal.SIGUSR1})'
 )
 
 
+@pytest.mark.parametrize("change", ["uid-changed", "user-deleted"])
 def test_a_result_written_before_its_users_uid_changed_is_taken(
     r: redis.Redis,
     write_config,
     opened: list[Loop],  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
+    change: str,
 ) -> None:
     cfg = write_config(
         "redis: {url: '{redis}'}\nshutdown_grace: 200ms\nqueues:\n"
         f"  q: {{stream: {STREAM}, command: [/usr/bin/python3, -c, '{HANDLER}'],"
         " run_as: {user: nobody}}\n"
+        "  f: {stream: 'jobd:f', command: [/bin/true]}\n"
     )
     loop = Loop(cfg)
     opened.append(loop)
@@ -62,11 +69,19 @@ def test_a_result_written_before_its_users_uid_changed_is_taken(
     loop.until(lambda: os.path.exists(path) and os.path.getsize(path) == 2, "its result file")
     old = pwd.getpwnam("nobody")
     assert os.stat(path).st_uid == old.pw_uid  # written as the uid it runs as
-    # The user's uid changes (usermod -u) while it runs; no reload.
+    # The user's uid changes (usermod -u), or the user is deleted, while it runs; no reload.
     changed = pwd.struct_passwd((old.pw_name, old.pw_passwd, NEW_UID, old.pw_gid,
                                  old.pw_gecos, old.pw_dir, old.pw_shell))  # fmt: skip
     real = pwd.getpwnam
-    monkeypatch.setattr(pwd, "getpwnam", lambda name: changed if name == "nobody" else real(name))
+
+    def getpwnam(name: str) -> pwd.struct_passwd:
+        if name != "nobody":
+            return real(name)
+        if change == "user-deleted":
+            raise KeyError(f"getpwnam(): name not found: {name!r}")
+        return changed
+
+    monkeypatch.setattr(pwd, "getpwnam", getpwnam)
     os.kill(handler.pid, signal.SIGUSR1)
     outcome = loop.outcome()
     assert handler.status is not None and handler.status.code == 0, handler.status
@@ -75,3 +90,4 @@ def test_a_result_written_before_its_users_uid_changed_is_taken(
         outcome.error,
         handler.result_error,
     )
+    assert [f.queue.name for f in outcome.follow_ups] == ["f"], outcome.follow_ups
