@@ -40,6 +40,7 @@ from jobd.outcome import Outcome, Verb
 from jobd.process import policy
 from jobd.process.deadline import Lapsed
 from jobd.process.handler import Handler, SpawnError, StopReason
+from jobd.process.states import span_of
 from jobd.store.leases import Lost, key
 from jobd.web.metrics import Metrics
 
@@ -90,16 +91,19 @@ class Admission:
             pace.published = allowed
             slots.read_ahead(allowed)
 
-    def ended(self, name: str, took: float, span: object = None,
-              outcome: Outcome | None = None, exited: float | None = None) -> None:  # fmt: skip
-        """A handler of queue ``name`` ended after ``took`` seconds, with ``outcome``
-        (``span``: jobd's span of its attempt, when it is traced: ``jobd.tracing``, ending at
-        ``exited``, when its exit was seen: monotonic seconds)."""
-        if span is not None and outcome is not None:
-            tracing.ended(span, outcome, exited)
-        if pace := self.paces.get(name):
+    def ended(self, outcome: Outcome, span: object = None, exited: float | None = None,
+              took: float | None = None) -> None:  # fmt: skip
+        """An attempt ended with ``outcome``, settled here: every way one ends comes here
+        (decided, it could not start, its end released), so that jobd's span of it (``span``,
+        when it is traced: ``jobd.tracing``) ends with it, at ``exited`` (when its handler's
+        exit was seen: monotonic seconds; None: now). ``took``: how long its handler ran, when
+        it ran (its queue's pace learns it: ``prefetch.Pace``)."""
+        name = outcome.queue.name
+        if took is not None and (pace := self.paces.get(name)):
             pace.ended(took)
             self.publish(name)
+        tracing.ended(span, outcome, exited)
+        self.settle(outcome)
 
     # -- deliveries -----------------------------------------------------------------------
 
@@ -233,24 +237,28 @@ class Admission:
 
     # -- starting -------------------------------------------------------------------------
 
-    def cannot_start(self, queue: QueueConfig, job: Job, error: Exception) -> None:
+    def cannot_start(self, queue: QueueConfig, job: Job, error: Exception,
+                     span: object = None) -> None:  # fmt: skip
         """The job's handler could not be started (``error``): retried or dead-lettered by its
-        queue's policy, as a handler that failed. Told at once, or by the loop when a handler
-        started without waiting for its exec is reaped (``Handler.start_error``)."""
+        queue's policy, as a handler that failed (its ``span`` ended: ``ended``). Told at once,
+        or by the loop when a handler started without waiting for its exec is reaped
+        (``Handler.start_error``)."""
         outcome = policy.decide(queue, job, None, detail=str(error).encode())
         log.error("%s %s: %s", job.tag(queue.name), error, outcome.describe(),
                   extra=outcome.journal())  # fmt: skip
-        self.settle(outcome)
+        self.ended(outcome, span)
 
-    def lapsed(self, queue: QueueConfig, job: Job, stopped: StopReason | None = None) -> None:
+    def lapsed(self, queue: QueueConfig, job: Job, stopped: StopReason | None = None,
+               span: object = None) -> None:  # fmt: skip
         """The job's handler reached its exec past its start's deadline and did not exec
         (``deadline.Lapsed``): handed back unstarted, as ``lease_held`` does (no attempt counted);
-        one whose lease was since found lost, or that was cancelled, settled as such."""
+        one whose lease was since found lost, or that was cancelled, settled as such. Its
+        ``span``, started, ends with it (``ended``)."""
         if stopped in (StopReason.LEASE_LOST, StopReason.CANCEL):
-            self.settle(policy.decide(queue, job, None, stopped))
+            self.ended(policy.decide(queue, job, None, stopped), span)
             return
         log.warning("%s lease lapsed before exec: handed back unstarted", job.tag(queue.name))
-        self.settle(Outcome(Verb.HAND_BACK, queue, job))
+        self.ended(Outcome(Verb.HAND_BACK, queue, job), span)
 
     def lease_held(self, queue: QueueConfig, job: Job) -> int | None:
         """Until when (``lease_clock`` in nanoseconds) the job's handler may start, when its
@@ -305,13 +313,13 @@ class Admission:
         try:
             handler = Handler.spawn(job, queue, self.folder, self.running.tree, deadline,
                                     channel.address, channel.speaking)  # fmt: skip
-        except Lapsed:
-            self.lapsed(queue, job)
+        except Lapsed as exc:  # a started span goes with a failed start (``Handler.spawn``)
+            self.lapsed(queue, job, span=span_of(exc))
             return
         except Exception as exc:  # the daemon never dies of a job
             if not isinstance(exc, SpawnError):
                 log.error("%s cannot start the handler", job.tag(queue.name), exc_info=exc)
-            self.cannot_start(queue, job, exc)
+            self.cannot_start(queue, job, exc, span_of(exc))
             return
         else:
             self.running.add(handler)

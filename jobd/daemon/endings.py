@@ -30,7 +30,7 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from jobd.config import QueueConfig
 from jobd.daemon.admission import Admission
@@ -62,9 +62,9 @@ class Endings:
     """The loop's ``finish`` of a handler, and the thread that reads follow-up files for it."""
 
     def __init__(self, poller: Poller, running: Handlers, admission: Admission,
-                 metrics: Metrics, settle: Callable[[Outcome], None]) -> None:  # fmt: skip
+                 metrics: Metrics) -> None:  # fmt: skip
+        # Each end settled by ``admission.ended`` (its span ended with it), however it ends.
         self.running, self.admission, self.metrics = running, admission, metrics
-        self.settle = settle
         self.wakeup = Wakeup()  # the thread's byte: a file parsed
         poller.register(self.wakeup.r, select.EPOLLIN, "endings")
         self.asked: queue.SimpleQueue[Ending] = queue.SimpleQueue()  # the loop's, to the thread
@@ -90,13 +90,14 @@ class Endings:
         except Exception:
             handler.log(logging.ERROR, "internal error after exit; releasing it")
             log.exception("while finishing pid %d", handler.pid)
-            self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+            self.released(handler)
             return
         if handler.lapsed:  # never exec'd, past its start's deadline: handed back unstarted
-            self.admission.lapsed(handler.queue, handler.job, handler.ending())
+            self.admission.lapsed(handler.queue, handler.job, handler.ending(), handler.span)
             return
         if handler.start_error is not None and handler.ending() is None:
-            self.admission.cannot_start(handler.queue, handler.job, handler.start_error)
+            self.admission.cannot_start(handler.queue, handler.job, handler.start_error,
+                                        handler.span)  # fmt: skip
             return
         # Its run: from its start to the pass that saw its exit, not to its leaving, which
         # waits for the channel's thread (``Handlers.exited``, up to LEAVE_WAIT).
@@ -111,7 +112,7 @@ class Endings:
                 handler.log(logging.ERROR, "its follow-ups cannot be read; releasing it")
                 with contextlib.suppress(OSError):
                     os.unlink(followups.path_of(handler.result_path))
-                self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+                self.released(handler)
         else:
             self.decide((handler, status, took, queues), ((), None))  # no file: none
 
@@ -151,17 +152,21 @@ class Endings:
         said, with its traceback, and its entry released to run again."""
         handler.log(logging.ERROR, "internal error %s; releasing it", doing)
         log.exception("while %s (pid %d)", doing, handler.pid)
-        self.settle(Outcome(Verb.RELEASE, handler.queue, handler.job))
+        self.released(handler)
+
+    def released(self, handler: Handler) -> None:
+        """Its entry released to run again, its attempt's span ended (``Admission.ended``)."""
+        outcome = Outcome(Verb.RELEASE, handler.queue, handler.job)
+        self.admission.ended(outcome, handler.span, handler.exit_seen)
 
     def decided(self, ending: Ending, found: Found | None) -> None:
         handler, status, took, queues = ending
         outcome = policy.of_handler(handler, status, took, queues, found)
         self.metrics.of(handler.queue.name).duration.observe(took)
-        self.admission.ended(handler.queue.name, took, handler.span, outcome, handler.exit_seen)
         level = logging.INFO if outcome.verb is Verb.ACK else logging.WARNING
         handler.log(level, "%s after %.3fs%s: %s", status.describe(), took, status.cost(),
                     outcome.describe(), outcome=outcome)  # fmt: skip
-        self.settle(outcome)
+        self.admission.ended(outcome, handler.span, handler.exit_seen, took)
 
     def read(self) -> None:
         """The thread: each file read, removed and parsed, in the order the loop asked."""

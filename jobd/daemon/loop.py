@@ -87,8 +87,7 @@ class Daemon:
         self.admission = Admission(self.running, self.inbox, self.queues, self.metrics,
                                    self.folder, lambda o: self.settle(o), self.freed,
                                    self.holdings)  # fmt: skip
-        self.endings = Endings(self.poller, self.running, self.admission, self.metrics,
-                               lambda o: self.settle(o))  # fmt: skip
+        self.endings = Endings(self.poller, self.running, self.admission, self.metrics)
         self.ready = self.stopping = False  # READY=1 told; a stop begun
         self.queue_list: tuple[QueueConfig, ...] = ()
         self.total_slots = 0

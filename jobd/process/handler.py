@@ -46,7 +46,7 @@ from jobd.process.exitstatus import ExitStatus
 from jobd.process.jobenv import attempt_environment
 from jobd.process.output import STDERR_TAIL, Output
 from jobd.process.procfs import Sessions
-from jobd.process.states import SpawnError, State, StopReason
+from jobd.process.states import SpawnError, State, StopReason, unstarted
 
 log = logging.getLogger("jobd.handler")
 
@@ -142,19 +142,18 @@ class Handler(Talking):
         try:
             pid, report, placed, uid = launch.start(queue, here, job_env, in_r, out_w, err_w,
                                                     tree, deadline, hear)  # fmt: skip
-        except (OSError, Lapsed) as exc:
+        except Exception as exc:  # its span goes with the error (``states.unstarted``)
             for fd in (out_r, err_r, in_w):
                 if fd is not None:
                     os.close(fd)
-            if isinstance(exc, Lapsed):
+            if (failed := unstarted(queue, exc, span)) is exc:  # Lapsed; a bug
                 raise
-            raise SpawnError.of(queue, exc) from exc
+            raise failed from exc
         finally:
             for fd in child_ends:
                 os.close(fd)
         handler = cls(job, queue, pid, uid, in_w, out_r, err_r, placed, report)
-        handler.span = span
-        handler.result_path = result_path
+        handler.span, handler.result_path = span, result_path
         if in_w is not None:  # a larger payload: written as the handler reads it
             os.set_blocking(in_w, False)
             handler.pending_input = memoryview(payload)

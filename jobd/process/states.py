@@ -31,3 +31,17 @@ class SpawnError(Exception):
     @classmethod
     def of(cls, queue: QueueConfig, exc: OSError) -> SpawnError:
         return cls(f"cannot start {queue.command[0]!r}: {exc.strerror or exc}")
+
+
+def unstarted(queue: QueueConfig, exc: Exception, span: object) -> Exception:
+    """What a start that raised ``exc`` raises: a SpawnError for an OSError, else ``exc``
+    itself (``deadline.Lapsed``; a bug); carrying ``span``, jobd's span of the attempt
+    (``jobd.tracing``), started already, to end with the attempt's outcome (``span_of``)."""
+    failed = SpawnError.of(queue, exc) if isinstance(exc, OSError) else exc
+    failed.span = span  # type: ignore[attr-defined]
+    return failed
+
+
+def span_of(exc: BaseException) -> object:
+    """The span a failed start's error carries (``unstarted``); None: none was started."""
+    return getattr(exc, "span", None)
