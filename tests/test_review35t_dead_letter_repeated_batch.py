@@ -18,9 +18,9 @@ What should happen: the dead letter keeps the batch the daemon read (the last va
 name, and only when it passes the rule), so the requeue names no batch here, as the job's own
 records (its dead-lettered one) named none.
 
-Suggested fix: in dead_letter.lua, decide jobd_batch / jobd_batch_incarnation by their last
-occurrence (as jobd.job and ``sized`` do) and copy only that one; chains.KEPT already sees the
-last value (a dict)."""
+Fixed (dead_letter.lua): jobd_batch and jobd_batch_incarnation are decided by their last
+occurrence, as jobd.job and ``sized`` read them, and only that one is copied: an earlier value
+never reaches the dead letter, so the requeue names no batch here."""
 
 from __future__ import annotations
 
