@@ -94,7 +94,9 @@ BATCH_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,200}")
 def is_batch_id(value: bytes) -> bool:
     """Whether a jobd_batch is an id check_batch_id takes, UTF-8: records link no other (notes.py
     _batch, lua/lib/jobs.lua linked: the same rule), so that none names, escaped, another batch
-    (the text ``\\xff`` for the byte 0xff)."""
+    (the text ``\\xff`` for the byte 0xff); one over MAX_BATCH_BYTES is none, undecoded."""
+    if len(value) > MAX_BATCH_BYTES:
+        return False
     try:
         return BATCH_ID.fullmatch(value.decode("utf-8")) is not None
     except UnicodeDecodeError:

@@ -21,6 +21,7 @@ job's record.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import orjson
 
@@ -28,27 +29,28 @@ from jobd.config import QueueConfig
 from jobd.job import (
     BATCH,
     BATCH_INCARNATION,
-    MAX_BATCH_BYTES,
     MAX_FIELDS,
     PARENT,
     PAYLOAD,
     RESERVED_JOB_ID,
+    is_batch_id,
 )
 from jobd.newjob import HostClock, follow_up_id, follow_up_template, prepare
 from jobd.outcome import Outcome
 
 CLIP = 4096  # bytes of each value of the record the hook's JSON keeps
 ROOM = 96  # bytes the record's id and its time (twice) take in the JSON at most (Redis's)
-# The jobd_ fields a record copies from its job (dead_letter.lua's KEPT), with the most bytes
-# it copies of each (longer: not copied; None: any).
-KEPT = {
+# The jobd_ fields a record copies from its job (dead_letter.lua's KEPT), each with the test its
+# value passes to be copied (None: any): a batch only when it is a batch id, by the rule of every
+# batch link (is_batch_id), its incarnation when no longer than jobd writes it.
+KEPT: dict[bytes, Callable[[bytes], bool] | None] = {
     b"jobd_unique": None,
     b"jobd_parent": None,
     b"jobd_timeout": None,
     b"jobd_max_attempts": None,
     b"jobd_expires_at": None,
-    BATCH: MAX_BATCH_BYTES,
-    BATCH_INCARNATION: 32,
+    BATCH: is_batch_id,
+    BATCH_INCARNATION: lambda value: len(value) <= 32,
 }
 
 
@@ -56,7 +58,10 @@ def _kept(name: bytes, value: bytes) -> bool:
     """Whether the record copies the job's field ``name``, ``value`` (dead_letter.lua)."""
     if not name.startswith(b"jobd_"):
         return True
-    return name in KEPT and len(value) <= (KEPT[name] or len(value))
+    if name not in KEPT:
+        return False
+    test = KEPT[name]
+    return test is None or test(value)
 
 
 def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],

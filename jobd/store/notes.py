@@ -17,7 +17,7 @@ import time
 import orjson
 
 from jobd.config import QueueConfig
-from jobd.job import BATCH, BATCH_INCARNATION, MAX_BATCH_BYTES, ORIGIN, PARENT, is_batch_id
+from jobd.job import BATCH, BATCH_INCARNATION, ORIGIN, PARENT, is_batch_id
 from jobd.outcome import EXPIRED, POISON, RESULT, Outcome, Started, Verb
 from jobd.store.keys import HISTORY_BYTES
 
@@ -110,7 +110,7 @@ def _batch(fields: dict[bytes, bytes]) -> list[object]:
     jobd_batch jobd would not write (empty, over MAX_BATCH_BYTES, not a batch id: not UTF-8, a
     space…: someone's XADD) is none, as lib/jobs.lua ``linked`` has it: records and events stay
     bounded, and a record never names, escaped, another batch (``\\xff`` for the byte 0xff)."""
-    if not 0 < len(fields.get(BATCH, b"")) <= MAX_BATCH_BYTES or not is_batch_id(fields[BATCH]):
+    if not is_batch_id(fields.get(BATCH, b"")):
         return []
     if incarnation := fields.get(BATCH_INCARNATION):
         return ["batch", fields[BATCH], "batch_incarnation", incarnation]

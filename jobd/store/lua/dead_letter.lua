@@ -28,8 +28,8 @@
 -- requeue keeps the job unique, the producer's limits jobd_timeout, jobd_max_attempts and
 -- jobd_expires_at: jobd.job.LIMIT_FIELDS, jobd_parent, and a batch member's jobd_batch and
 -- jobd_batch_incarnation, so that a requeue names the batch it leaves: requeue.lua keeps neither
--- in the new entry; each by its last occurrence, the value the daemon read, and only when no
--- longer than jobd writes it, as a stand-in keeps them: lib/jobs.lua STAND_IN_KEPT, never
+-- in the new entry; each by its last occurrence, the value the daemon read, and only when
+-- jobd could have written it: a batch id, an incarnation no longer than 32 bytes, never
 -- clipped; an earlier one is never copied: requeue.lua would name it) followed by the jobd_*
 -- fields given and jobd_failed_at. An entry with more than MAX_FIELDS own fields cannot be copied (a
 -- script passes at most ~8000 values to a command): its record keeps only its payload and
@@ -47,10 +47,14 @@
 -- 'job:' mark left behind would cancel the job's next enqueue, or a requeue), its --unique
 -- mark deleted if it still says 'queued'; returns 0 then.
 local stream, dead, group, me, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
--- The jobd_ fields copied: each true (every occurrence), or the most bytes of it copied: its last
--- occurrence only, the value the daemon read (jobd.job; lib/jobs.lua sized), when no longer.
+-- The jobd_ fields copied: each true (every occurrence), or the test of the value copied: its
+-- last occurrence only, the value the daemon read (jobd.job; lib/jobs.lua sized), when it passes.
+-- A batch is kept only when it is a batch id, by the rule of every batch link (batch_id_ok:
+-- jobd.store.chains.KEPT builds the on_dead_letter job's JSON by the same), its incarnation
+-- when no longer than jobd writes it.
 local KEPT = {jobd_unique = true, jobd_parent = true, jobd_timeout = true, jobd_max_attempts = true,
-  jobd_expires_at = true, jobd_batch = MAX_BATCH, jobd_batch_incarnation = 32}
+  jobd_expires_at = true, jobd_batch = batch_id_ok,
+  jobd_batch_incarnation = function(value) return #value <= 32 end}
 local p = redis.call('XPENDING', stream, group, id, id, 1)
 if #p == 0 or p[1][2] ~= me then
   return {'not held', (#p == 0) and '' or p[1][2]}
@@ -76,12 +80,12 @@ local entry = redis.call('XRANGE', stream, id, id)
 if #entry == 1 then
   local fields, own, last = entry[1][2], {}, {}
   for i = 1, #fields, 2 do
-    if type(KEPT[fields[i]]) == 'number' then last[fields[i]] = i end
+    if type(KEPT[fields[i]]) == 'function' then last[fields[i]] = i end
   end
   for i = 1, #fields, 2 do
     local name, kept = fields[i], KEPT[fields[i]]
     if string.sub(name, 1, 5) ~= 'jobd_' or kept == true or
-        (last[name] == i and #fields[i + 1] <= kept) then
+        (last[name] == i and kept(fields[i + 1])) then
       own[#own + 1] = i
     end
   end

@@ -173,8 +173,9 @@ local SPACES = {[0x85] = true, [0xa0] = true, [0x1680] = true, [0x2028] = true, 
   [0x202f] = true, [0x205f] = true, [0x3000] = true}
 -- Whether ``s`` is a batch id jobd.workflow_input.check_batch_id takes (jobd.job.is_batch_id,
 -- the same rule): UTF-8 (no overlong form, no surrogate), 1 to 200 characters, none a space, a control
--- character, '{' or '}'. A record links no other (an id not UTF-8 is shown escaped: the byte
--- 0xff as the text \xff, another batch's id).
+-- character, '{' or '}' (so 1 to MAX_BATCH bytes: a longer value is read no further than its
+-- 201st character). A record links no other (an id not UTF-8 is shown escaped: the byte 0xff as
+-- the text \xff, another batch's id), nor does a dead letter keep it (dead_letter.lua KEPT).
 local function batch_id_ok(s)
   local i, n, chars = 1, #s, 0
   while i <= n do
@@ -195,14 +196,15 @@ local function batch_id_ok(s)
     if cp <= 0x20 or cp == 0x7f or cp == 0x7b or cp == 0x7d or SPACES[cp] or
         (cp >= 0x2000 and cp <= 0x200a) then return false end
     chars = chars + 1
+    if chars > 200 then return false end
     i = i + len
   end
-  return chars >= 1 and chars <= 200
+  return chars >= 1
 end
 
 -- The batch link of a record that no attempt's note tells (docs/workflows.md: a member's
 -- records carry ``batch``): ``note`` (for ``remember``) with ``batch``, the job's jobd_batch
--- (``batch_in``), when it is one jobd writes: 1 to MAX_BATCH bytes, a batch id (``batch_id_ok``;
+-- (``batch_in``), when it is one jobd writes: a batch id (``batch_id_ok``, 1 to MAX_BATCH bytes;
 -- another, someone's XADD, is dropped, as store/notes.py drops it: a record and an event stay
 -- bounded, and never name another batch), and which batch of that id (``incarnation``, its
 -- jobd_batch_incarnation: digits, in the record only, as ``batch_incarnation``: `jobd job` tells an earlier batch of the id by it).
@@ -210,7 +212,7 @@ end
 -- The one place every Lua writer links a record to its batch; an attempt's note
 -- (store/notes.py links) carries its own, by the same rule.
 local function linked(note, batch, incarnation)
-  if type(batch) == 'string' and batch ~= '' and #batch <= MAX_BATCH and batch_id_ok(batch) then
+  if type(batch) == 'string' and batch_id_ok(batch) then
     note.batch = batch
     if type(incarnation) == 'string' and #incarnation <= 32 and
         string.match(incarnation, '^%d+$') then

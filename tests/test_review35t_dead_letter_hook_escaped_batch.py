@@ -18,8 +18,10 @@ What should happen: a jobd_batch that is no batch id is not kept as the job's ba
 letter nor in the hook's JSON of it (as dead_letter.lua's record and chains.py's JSON agree);
 the job's own records link none, its batch ``\\xff`` is untouched.
 
-Suggested fix: keep jobd_batch in dead_letter.lua's KEPT only when ``batch_id_ok`` (not only
-``#value <= MAX_BATCH``), and in chains.py ``_kept`` only when ``is_batch_id``."""
+Fixed (dead_letter.lua KEPT, store/chains.py KEPT): jobd_batch is kept only when it is a batch
+id, by the one rule of every batch link (lib/jobs.lua ``batch_id_ok``, jobd.job
+``is_batch_id``, which now hold the length bound too), so neither the dead letter nor the hook's
+JSON names it."""
 
 from __future__ import annotations
 
