@@ -1,0 +1,67 @@
+"""Review 36o of issue 36: f85b7ab's running tab still shows none of 2 500 running records that
+jobd wrote (25 daemons of concurrency 100; review 36n's test had 2 000), when their jobs have job ids
+of MAX_JOB_ID (1 024 bytes, the producer's) and their handlers report a status line of
+STATUS_MAX (1 KiB) control bytes (``\\x01``: orjson escapes each as ``\\u0001``, 6 bytes; a
+terminal's escapes are most of such a line already). Each record is then about 6.3 KiB under a
+1 KiB name, well within ACTIVE_CAP (16 KiB) and every bound jobd puts on what it writes.
+
+``lib/shown.lua hash_read`` now reads a table's names when its ``MEMORY USAGE … SAMPLES 0`` is
+at most ``most`` × ``cap`` (RUNNING_READ × ACTIVE_CAP = 16 MiB), but that weight is of every
+record in the hash (NAMES_MOST, 10 000 of them), not of the ``most`` ones a read takes: 2 500
+such records weigh about 20 MiB (2 000 already 16.2 MiB), and ``running_read`` reads 0 of them (``unread`` 2 500, the
+overview's count "at most"), where docs/operations/dashboard.md says the tab shows the first
+1 000 records and 1 MiB and counts the rest. The fixer's own record size (2.1 KiB) goes blank
+the same way from about 6 500 records on (10 000 are allowed by NAMES_MOST).
+
+What should happen: with any records jobd writes (each ≤ ACTIVE_CAP with a name ≤ MAX_JOB_ID,
+NAMES_MOST at most), the tab shows what its bounds hold (RUNNING_READ records, 1 MiB) and
+counts the rest unread. Suggested fix: a weight bound that follows the hash's length
+(NAMES_MOST × (MAX_JOB_ID + ACTIVE_CAP), or HLEN × that: what jobd may write), or read the
+names of a table through a bounded HSCAN rather than weigh all of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import redis
+from support import queue_config
+
+from jobd.config import load
+from jobd.job import MAX_JOB_ID
+from jobd.process.channel import STATUS_MAX
+from jobd.store.leases import Shown
+from jobd.store.store import Store
+
+RUNNING = 2500
+
+
+def test_running_records_jobd_writes_at_their_largest_leave_the_tab_blank(
+    r: redis.Redis, write_config: Any
+) -> None:
+    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    r.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
+    pipe = r.pipeline(transaction=False)
+    for i in range(RUNNING):
+        entry = f"{1700000000000 + i}-0"
+        job_id = f"{i:04d}".ljust(MAX_JOB_ID, "j")  # a producer's job id, as long as runs
+        told = Shown(entry, job_id, 42.0, b"\x01" * STATUS_MAX).fields()  # renew.lua's
+        record = {"stream": queue.stream, "entry": entry, "consumer":
+                  f"host-{i // 100}-abcdabcdabcdabcd", "host": "host", "pid": 1000 + i,
+                  "attempt": 1}  # notes.active, as start.lua writes it  # fmt: skip
+        value = (f"{queue.stream}|{entry}\n{{".encode() + told
+                 + b',"since":1700000000000,"deadline":1700003600000,'
+                 + orjson.dumps(record)[1:])  # fmt: skip
+        pipe.hset(queue.keys.active, job_id, value)
+    pipe.execute()
+    size = max(r.hstrlen(queue.keys.active, f"{i:04d}".ljust(MAX_JOB_ID, "j")) for i in (0, 1))
+    assert size <= 16 * 1024, size  # within ACTIVE_CAP: a record jobd writes
+    read = Store(r).running_read(queue)
+    assert read.read > 0, (
+        f"{RUNNING} running records of {size} bytes each under job ids of {MAX_JOB_ID} bytes "
+        f"(a 1 KiB status line of control bytes, escaped as jobd writes it) weigh "
+        f"{r.memory_usage(queue.keys.active, samples=0) / 2**20:.1f} MiB: the running tab "
+        f"read {read.read} of {read.records} (the docs: 1 000 records and 1 MiB at most)"
+    )
+    assert (read.records, read.complete) == (RUNNING, False), read  # the rest counted unread
