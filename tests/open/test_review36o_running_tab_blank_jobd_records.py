@@ -1,17 +1,18 @@
-"""Review 36o of issue 36: f85b7ab's running tab still shows none of 2 500 running records that
-jobd wrote (25 daemons of concurrency 100; review 36n's test had 2 000), when their jobs have job ids
-of MAX_JOB_ID (1 024 bytes, the producer's) and their handlers report a status line of
-STATUS_MAX (1 KiB) control bytes (``\\x01``: orjson escapes each as ``\\u0001``, 6 bytes; a
-terminal's escapes are most of such a line already). Each record is then about 6.3 KiB under a
-1 KiB name, well within ACTIVE_CAP (16 KiB) and every bound jobd puts on what it writes.
+"""Review 36o of issue 36: f85b7ab's running tab still shows none of 2 500 running records
+that jobd wrote (25 daemons of concurrency 100; review 36n's test had 2 000), when their jobs
+have job ids of MAX_JOB_ID (1 024 bytes, the producer's) and their handlers report a status
+line of STATUS_MAX (1 KiB) control bytes (``\\x01``: orjson escapes each as ``\\u0001``, 6
+bytes; a terminal's escapes are most of such a line already). Each record is then about 6.3 KiB
+under a 1 KiB name, well within ACTIVE_CAP (16 KiB) and every bound jobd puts on what it writes.
 
 ``lib/shown.lua hash_read`` now reads a table's names when its ``MEMORY USAGE … SAMPLES 0`` is
 at most ``most`` × ``cap`` (RUNNING_READ × ACTIVE_CAP = 16 MiB), but that weight is of every
 record in the hash (NAMES_MOST, 10 000 of them), not of the ``most`` ones a read takes: 2 500
-such records weigh about 20 MiB (2 000 already 16.2 MiB), and ``running_read`` reads 0 of them (``unread`` 2 500, the
-overview's count "at most"), where docs/operations/dashboard.md says the tab shows the first
-1 000 records and 1 MiB and counts the rest. The fixer's own record size (2.1 KiB) goes blank
-the same way from about 6 500 records on (10 000 are allowed by NAMES_MOST).
+such records weigh about 20 MiB (2 000 already 16.2 MiB), and ``running_read`` reads 0 of them
+(``unread`` 2 500, the overview's count "at most"), where docs/operations/dashboard.md says the
+tab shows the first 1 000 records and 1 MiB and counts the rest. The fixer's own record size
+(2.1 KiB) goes blank the same way: 7 000 of them weigh 17.4 MiB, read 0 (NAMES_MOST allows
+10 000).
 
 What should happen: with any records jobd writes (each ≤ ACTIVE_CAP with a name ≤ MAX_JOB_ID,
 NAMES_MOST at most), the tab shows what its bounds hold (RUNNING_READ records, 1 MiB) and
