@@ -9,8 +9,8 @@ exactly this cost: an entry of 1 000 000 fields ``a=1`` held Redis 0.9 s.
 Redis says null without anyone's ``XDEL`` by hand: jobd's own retention does it. A long job
 holds the stream's first entry (pending), a later one is done; ``trim.lua``'s step 2 XDELs the
 done one, the group's last delivered entry. From then on, as soon as any entry is added after
-it, Redis's lag is null (a tombstone at or after the last delivered id, before the stream's
-first entry: no estimate) until the group reads past it. A producer (``XADD`` only, the
+it, Redis's lag is null (a tombstone at the last delivered id, past the stream's first
+entry: no counter, no estimate) until the group reads past it. A producer (``XADD`` only, the
 documented producer-only user) then adds one entry of 1 000 000 small fields; a queue whose
 slot is busy with the long job (or paused) keeps it waiting, and every summary (each 5 s of an
 open overview, /metrics, each daemon's status report, ``jobd status``) copies it: measured
