@@ -1,0 +1,100 @@
+"""Review 34p of issue 34: a start that fails making its pipes leaves its span open.
+
+8fd0b8c: "a failed start's error carries its span" (``states.unstarted``), so that
+``Admission.start`` ends it with the attempt's outcome (``cannot_start``, ``span_of``). Only an
+error of ``launch.start`` carries it: ``Handler.spawn`` starts the span first
+(``attempt_environment`` -> ``tracing.attempt``) and then makes the handler's pipes
+(``os.pipe2``, three of them) and writes a small payload ahead (``os.write``) outside the
+``try`` that attaches the span. An OSError there (EMFILE/ENFILE: a daemon at its descriptor
+limit, the case the channel's spares are kept for) reaches ``Admission.start`` without a span:
+the attempt is counted and retried (``cannot_start``), its span, started, is never ended, so
+never exported.
+
+Reproduced with a daemon in this process (``test_loop.Loop``), the entry carrying a
+producer's traceparent, ``os.pipe2`` in ``jobd.process.handler`` failing with EMFILE at its
+second call of the first start (the stderr pipe), jobd's spans a stand-in recording what
+started and ended (as tests/test_review34o_span_start_failure.py does).
+
+Should: the attempt's span ends with its outcome (retry), as for any start that fails.
+Suggested fix: start the span after the pipes (just before ``launch.start``), or widen the
+``try`` that attaches it (``states.unstarted``) to everything after ``attempt_environment``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import pytest
+import redis
+from support import wait_group
+from test_endings_faults import opened  # noqa: F401  (a fixture)
+from test_loop import STREAM, Loop
+
+from jobd import tracing
+from jobd.outcome import Verb
+from jobd.process import handler as handler_module
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+class Spans:
+    """``tracing.Spans`` as the daemon uses it: what was started and what ended, and how."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.ended: dict[str, str] = {}
+
+    def start(self, job: Any, queue: Any) -> tuple[Any, str]:
+        self.started.append(job.job_id)
+        return job.job_id, PARENT
+
+    def end(self, span: Any, outcome: Any, end_time: int | None = None) -> None:
+        self.ended[span] = outcome.verb.name
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Os:
+    """``os`` for ``jobd.process.handler``: its second ``pipe2`` fails with EMFILE, once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def pipe2(self, flags: int) -> tuple[int, int]:
+        self.calls += 1
+        if self.calls == 2:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return os.pipe2(flags)
+
+
+def test_a_start_that_cannot_make_its_pipes_ends_its_span(
+    r: redis.Redis,
+    write_config,
+    opened: list[Loop],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spans = Spans()
+    monkeypatch.setattr(tracing, "_spans", spans)
+    cfg = write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 200ms\nqueues:\n"
+        f"  q: {{stream: {STREAM}, command: [/bin/true], retry: {{max_attempts: 3}}}}\n"
+    )
+    loop = Loop(cfg)
+    opened.append(loop)
+    wait_group(r, STREAM)
+    fake = Os()
+    monkeypatch.setattr(handler_module, "os", fake)
+    r.xadd(STREAM, {"payload": "x", "job_id": "j1", "traceparent": PARENT})
+    outcome = loop.outcome()
+    assert fake.calls >= 2, "inconclusive: the fault was not injected"
+    assert outcome.verb is Verb.RETRY, (outcome.verb, outcome.error)
+    assert spans.started == ["j1"], spans.started  # the attempt's span was started
+    assert spans.ended == {"j1": "RETRY"}, (
+        f"the attempt failed to start ({outcome.error}) and its span never ended: {spans.ended}"
+    )
