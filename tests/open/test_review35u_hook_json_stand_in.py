@@ -1,0 +1,77 @@
+"""Review 35u of issue 35: the ``on_dead_letter`` job's JSON of a job read as a stand-in (an
+entry over ``max_payload`` + 1 MiB, or of more than MAX_FIELDS fields: lib/jobs.lua ``sized``)
+is not its dead-letter record, and since 8855d5b it names a batch the record does not keep.
+
+docs/workflows.md: the hook's payload is "the dead-letter record as JSON: what `jobd dlq show
+--json` prints of it, plus queue". dead_letter.lua writes the record from the entry itself
+(XRANGE: its payload clipped to 1 KiB with ``jobd_clipped``; or, wider than MAX_FIELDS, its
+first payload and job_id with ``jobd_fields``), while store/chains.py ``json_pieces`` builds
+the JSON from ``o.job.fields``, which for a stand-in are the stand-in's own (``job_id``,
+``jobd_unique``, ``jobd_parent``, ``jobd_batch``, ``jobd_batch_incarnation``; no payload).
+So the alert of an oversize job has no payload and no ``jobd_clipped``; the alert of a wide
+one names its ``jobd_batch`` (kept by 8855d5b's/1595423's KEPT) and ``jobd_unique``, which its
+record, ``jobd dlq show --json`` and a requeue never name, and lacks the payload and
+``jobd_fields`` they have.
+
+Reproduce: a queue with ``on_dead_letter: {queue: alerts}``; someone XADDs (1) an entry with a
+payload of max_payload + 1 MiB + 1 byte, (2) an entry of 1001 fields with ``jobd_batch`` R; a
+daemon dead-letters both as malformed; compare each alert's JSON with `jobd dlq show --json`.
+
+What should happen: each alert's JSON equals the shown record plus ``queue`` (as for every
+other dead letter, tests/test_chains.py).
+
+Suggested fix: for a stand-in (``jobd_oversize``/``jobd_overwide`` in ``o.job.fields``) have
+dead_letter.lua build the JSON from the record it writes (as lib/chains.lua ``held_json``
+does for a held job), or have json_pieces mirror dead_letter.lua's copy (the clipped payload
+and ``jobd_clipped``; the wide record's first payload and job_id and ``jobd_fields``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+from support import DaemonProcess, jobd_cli, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+CONFIG = """\
+redis: {url: '{redis}'}
+queues:
+  a:
+    command: [/bin/false]
+    max_payload: 4KiB
+    retry: {max_attempts: 1}
+    on_dead_letter: {queue: alerts}
+  alerts: {command: [/bin/true]}
+"""
+
+
+def alert_and_record(r: redis.Redis, cfg: str, job_id: str) -> tuple[dict, dict]:
+    alerts = [orjson.loads(f[b"payload"]) for _, f in r.xrange("jobd:alerts")]
+    (got,) = [a for a in alerts if a["job_id"] == job_id]
+    shown = jobd_cli("dlq", "-c", cfg, "a", "show", job_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    return got, {"queue": "a", **json.loads(shown.stdout)}
+
+
+@pytest.mark.parametrize("kind", ["oversize", "overwide"])
+def test_a_stand_ins_alert_is_its_dead_letter_as_json(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path, kind: str
+) -> None:
+    path = write_config(CONFIG)
+    if kind == "oversize":
+        r.xadd("jobd:a", {"payload": b"x" * (4096 + (1 << 20) + 1), "job_id": "big"})
+        job_id = "big"
+    else:
+        fields = {"payload": "p", "job_id": "wide", "jobd_batch": "R"}
+        fields.update({f"f{i:04}": "v" for i in range(1001)})
+        r.xadd("jobd:a", fields)
+        job_id = "wide"
+    daemon(path)
+    wait_until(lambda: r.xlen("jobd:alerts") == 1, what="the alert")
+    got, record = alert_and_record(r, str(path), job_id)
+    assert got == record, (sorted(got["fields"]), sorted(record["fields"]))
