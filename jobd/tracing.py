@@ -89,9 +89,8 @@ class Spans:
 
     def end(self, span: Any, outcome: Outcome, end_time: int | None = None) -> None:
         from jobd.outcome import Verb
-        from jobd.store.notes import event_of
 
-        span.set_attribute("jobd.outcome", event_of(outcome))
+        span.set_attribute("jobd.outcome", said(outcome))
         if outcome.error:
             span.set_attribute("jobd.error", outcome.error)
         if outcome.verb is not Verb.ACK:
@@ -100,6 +99,16 @@ class Spans:
 
     def shutdown(self) -> None:
         self.provider.shutdown()  # exports what is left, within the exporter's timeout
+
+
+def said(outcome: Outcome) -> str:
+    """An attempt's ``jobd.outcome``: the event its note writes (``notes.event_of``: ``done``,
+    ``retried``…); a release, which writes none (the entry is someone else's to settle),
+    ``released``, as the journal's JOBD_OUTCOME says it."""
+    from jobd.outcome import JOURNAL_OUTCOME, Verb
+    from jobd.store.notes import event_of
+
+    return JOURNAL_OUTCOME[Verb.RELEASE] if outcome.verb is Verb.RELEASE else event_of(outcome)
 
 
 def setup(config: TracingConfig | None) -> None:

@@ -20,6 +20,11 @@ release, "released" as the journal's JOBD_OUTCOME says it), no "cannot end a spa
 Suggested fix: give Verb.RELEASE a word for spans (``Spans.end`` not through ``event_of``, or
 EVENTS/``event_of`` knowing it: notes never write a release, so it changes no record), and
 make the test of 34o use the real ``Spans.end``.
+
+Fixed (jobd/tracing.py): ``Spans.end`` says an outcome by ``tracing.said``: the event its note
+writes (``notes.event_of``), and for a release, which writes none, ``released`` (the journal's
+JOBD_OUTCOME word, ``outcome.JOURNAL_OUTCOME``); notes' EVENTS, the events stream's and the
+history's vocabulary, unchanged.
 """
 
 from __future__ import annotations
