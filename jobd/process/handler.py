@@ -289,20 +289,8 @@ class Handler(Talking):
             else:
                 cgroup.send(signum)
             return
-        if not whole:
-            return
-        sessions = {self.pid}
-        strays = list(self.strays())
-        own = os.getsid(0)
-        for pid in strays:  # adopted: jobd's unreaped children, their pids theirs
-            with contextlib.suppress(OSError):
-                os.kill(pid, signum)
-                session = os.getsid(pid)
-                if session != own:  # made by the job's process that escaped, or one before it
-                    sessions.add(session)
-        scan = scan or Sessions()
-        for pid in scan.of(sessions):  # each by a pidfd, if still in the session (``send``)
-            scan.send(pid, signum)
+        if whole:  # its session, and its strays with theirs (``Sessions.signal``)
+            (scan or Sessions()).signal(self.pid, self.strays(), signum)
 
     def reap(self) -> int:
         """The leader exited (its pidfd is readable): end what is left of its group, then

@@ -3,9 +3,10 @@ are in a session or below a process, signalled only while they are still the pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 
@@ -125,6 +126,22 @@ class Sessions:
             return now is not None and (now.session, now.start) == (known.session, known.start)
 
         return send(pid, signum, same)
+
+    def signal(self, leader: int, strays: Iterable[int], signum: int) -> None:
+        """``signum`` to a handler's sessions (where it has no cgroup): to each of its
+        ``strays`` (adopted by the subreaper: the daemon's unreaped children, their pids theirs),
+        then to every process of the session of its ``leader`` and of the strays' own sessions
+        (made by the job's process that escaped, or one before it), each by ``send``."""
+        sessions = {leader}
+        own = os.getsid(0)
+        for pid in strays:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+                session = os.getsid(pid)
+                if session != own:
+                    sessions.add(session)
+        for pid in self.of(sessions):
+            self.send(pid, signum)
 
 
 def scan() -> dict[int, Stat]:
