@@ -128,12 +128,8 @@ class Handler(Talking):
         daemon's channel (NOTIFY_SOCKET); ``hear``: ``launch.start``'s."""
         payload = job.stdin_bytes()
         job_env, span, result_path = attempt_environment(job, queue, len(payload), notify)
-        # Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Ours stay
-        # blocking as well (one syscall less each): output is read once per readiness, which
-        # never blocks, and a payload is written ahead only when the empty pipe surely takes it.
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        in_r, in_w = os.pipe2(os.O_CLOEXEC) if payload else (None, None)
+        out_r, out_w, err_r, err_w, *stdin = _pipes(3 if payload else 2)
+        in_r, in_w = stdin or (None, None)
         if in_w is not None and len(payload) <= select.PIPE_BUF:
             os.write(in_w, payload)  # a pipe holds at least PIPE_BUF bytes
             os.close(in_w)
@@ -380,3 +376,20 @@ class Handler(Talking):
         if log.isEnabledFor(level):  # the tag is built for every job: not for nothing
             extra = None if outcome is None else outcome.journal()
             log.log(level, "%s " + message, self.job.tag(self.queue.name), *args, extra=extra)
+
+
+def _pipes(count: int) -> list[int]:
+    """``count`` pipes, each read end then write end: a handler's stdout, its stderr, its stdin
+    for a payload. Should one fail (EMFILE: a daemon at its descriptor limit), those made are
+    closed. Blocking pipes: O_NONBLOCK on pipe2 would reach the handler's ends too. Ours stay
+    blocking as well (one syscall less each): output is read once per readiness, which never
+    blocks, and a payload is written ahead only when the empty pipe surely takes it."""
+    made: list[int] = []
+    try:
+        for _ in range(count):
+            made += os.pipe2(os.O_CLOEXEC)
+    except BaseException:
+        for fd in made:
+            os.close(fd)
+        raise
+    return made

@@ -18,6 +18,9 @@ is settled.
 Should: both closed (the same pipe no longer open in the daemon). Suggested fix: make the
 pipes inside the ``try`` that closes what was made (or close what was made before raising),
 the span attached to the error as for any failed start (test_review34p_pipe_failure_span).
+
+Fixed (jobd/process/handler.py): the pipes are made by ``_pipes``, which closes those it made
+when one cannot be made, before the error goes on.
 """
 
 from __future__ import annotations
