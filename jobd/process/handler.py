@@ -30,7 +30,6 @@ import logging
 import math
 import os
 import resource
-import select
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -128,26 +127,15 @@ class Handler(Talking):
         daemon's channel (NOTIFY_SOCKET); ``hear``: ``launch.start``'s."""
         payload = job.stdin_bytes()
         job_env, span, result_path = attempt_environment(job, queue, len(payload), notify)
-        out_r, out_w, err_r, err_w, *stdin = _pipes(3 if payload else 2)
-        in_r, in_w = stdin or (None, None)
-        if in_w is not None and len(payload) <= select.PIPE_BUF:
-            os.write(in_w, payload)  # a pipe holds at least PIPE_BUF bytes
-            os.close(in_w)
-            in_w = None
-        child_ends = [fd for fd in (out_w, err_w, in_r) if fd is not None]
-        try:
-            pid, report, placed, uid = launch.start(queue, here, job_env, in_r, out_w, err_w,
-                                                    tree, deadline, hear)  # fmt: skip
-        except Exception as exc:  # its span goes with the error (``states.unstarted``)
-            for fd in (out_r, err_r, in_w):
-                if fd is not None:
-                    os.close(fd)
+        try:  # its span goes with a failure (``states.unstarted``); what it made is closed
+            pipes = _pipes(3 if payload else 2)
+            started, (out_r, err_r, in_w) = launch.piped(queue, here, job_env, payload, pipes,
+                                                         tree, deadline, hear)  # fmt: skip
+        except Exception as exc:
             if (failed := unstarted(queue, exc, span)) is exc:  # Lapsed; a bug
                 raise
             raise failed from exc
-        finally:
-            for fd in child_ends:
-                os.close(fd)
+        pid, report, placed, uid = started
         handler = cls(job, queue, pid, uid, in_w, out_r, err_r, placed, report)
         handler.span, handler.result_path = span, result_path
         if in_w is not None:  # a larger payload: written as the handler reads it

@@ -8,20 +8,54 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import select
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from jobd.config import QueueConfig
 from jobd.process import spawn
 from jobd.process.cgroup import Cgroup, Tree
 from jobd.process.deadline import check
 
+# What ``start`` returns: the pid, where a failure to start is told, where it was placed, its uid.
+Started = tuple[int, int | None, tuple[Tree, Cgroup] | None, int]
+
+
+def piped(
+    queue: QueueConfig, here: str, job_env: dict[str, str], payload: bytes, pipes: list[int],
+    tree: Tree | None, deadline: int | None = None, hear: Callable[[int], object] | None = None,
+) -> tuple[Started, tuple[int, int, int | None]]:  # fmt: skip
+    """``start`` with ``pipes`` (read end, write end: stdout's, stderr's, and stdin's for a
+    ``payload``, which is written ahead when the empty pipe surely takes it); what it returns,
+    and our ends: stdout's, stderr's, stdin's while the payload is left to write. The handler's
+    ends are closed here, and ours too should this raise."""
+    out_r, out_w, err_r, err_w, *stdin = pipes
+    in_r, in_w = stdin or (None, None)
+    try:
+        if in_w is not None and len(payload) <= select.PIPE_BUF:
+            os.write(in_w, payload)  # a pipe holds at least PIPE_BUF bytes
+            in_w, written = None, in_w
+            os.close(written)
+        started = start(queue, here, job_env, in_r, out_w, err_w, tree, deadline, hear)
+    except BaseException:
+        close((out_r, err_r, in_w))
+        raise
+    finally:
+        close((out_w, err_w, in_r))
+    return started, (out_r, err_r, in_w)
+
+
+def close(fds: Iterable[int | None]) -> None:
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
+
 
 def start(
     queue: QueueConfig, here: str, job_env: dict[str, str], stdin: int | None, stdout: int,
     stderr: int, tree: Tree | None, deadline: int | None = None,
     hear: Callable[[int], object] | None = None,
-) -> tuple[int, int | None, tuple[Tree, Cgroup] | None, int]:  # fmt: skip
+) -> Started:  # fmt: skip
     """``_start`` with the handler's OOM score, and its cgroup when there is a ``tree``, from
     its first instruction (``spawn.OomScore``, ``cgroup.Tree.spawning``); its pid, where a
     failure to start it is told (``spawn.spawn``), where it was placed, and the uid it runs as

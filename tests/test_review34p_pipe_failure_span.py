@@ -18,6 +18,10 @@ started and ended (as tests/test_review34o_span_start_failure.py does).
 Should: the attempt's span ends with its outcome (retry), as for any start that fails.
 Suggested fix: start the span after the pipes (just before ``launch.start``), or widen the
 ``try`` that attaches it (``states.unstarted``) to everything after ``attempt_environment``.
+
+Fixed (jobd/process/handler.py, launch.py): the ``try`` that attaches the span covers
+everything after ``attempt_environment``: the pipes (``_pipes``), the payload written ahead and
+the start (``launch.piped``, which closes the pipes' ends, ours too when it fails).
 """
 
 from __future__ import annotations
