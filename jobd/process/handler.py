@@ -127,23 +127,38 @@ class Handler(Talking):
         daemon's channel (NOTIFY_SOCKET); ``hear``: ``launch.start``'s."""
         payload = job.stdin_bytes()
         job_env, span, result_path = attempt_environment(job, queue, len(payload), notify)
-        try:  # its span goes with a failure (``states.unstarted``); what it made is closed
+        try:  # a start that fails leaves nothing behind (``_pipes``, ``piped``, ``_made``)
             pipes = _pipes(3 if payload else 2)
-            started, (out_r, err_r, in_w) = launch.piped(queue, here, job_env, payload, pipes,
-                                                         tree, deadline, hear)  # fmt: skip
-        except Exception as exc:
+            started, ours = launch.piped(queue, here, job_env, payload, pipes, tree, deadline,
+                                         hear)  # fmt: skip
+            return cls._made(job, queue, started, ours, payload, span, result_path)
+        except Exception as exc:  # its span goes with the error (``states.unstarted``)
             if (failed := unstarted(queue, exc, span)) is exc:  # Lapsed; a bug
                 raise
             raise failed from exc
-        pid, report, placed, uid = started
-        handler = cls(job, queue, pid, uid, in_w, out_r, err_r, placed, report)
-        handler.span, handler.result_path = span, result_path
-        if in_w is not None:  # a larger payload: written as the handler reads it
-            os.set_blocking(in_w, False)
-            handler.pending_input = memoryview(payload)
-            if handler.write_input():
-                handler.close_input()  # not in any selector yet
-        return handler
+
+    @classmethod
+    def _made(
+        cls, job: Job, queue: QueueConfig, started: launch.Started,
+        ours: tuple[int, int, int | None], payload: bytes, span: object, result_path: str | None,
+    ) -> Handler:  # fmt: skip
+        """The handler of the process ``launch.piped`` started, with our ends of its pipes;
+        should making it fail (its pidfd at the descriptor limit), the process is killed and
+        reaped, our ends closed (``launch.abandon``), before the error goes on."""
+        (pid, report, placed, uid), (out_r, err_r, in_w) = started, ours
+        handler: Handler | None = None
+        try:
+            handler = cls(job, queue, pid, uid, in_w, out_r, err_r, placed, report)
+            handler.span, handler.result_path = span, result_path
+            if in_w is not None:  # a larger payload: written as the handler reads it
+                os.set_blocking(in_w, False)
+                handler.pending_input = memoryview(payload)
+                if handler.write_input():
+                    handler.close_input()  # not in any selector yet
+            return handler
+        except BaseException:
+            launch.abandon(started, (*ours, None if handler is None else handler.pidfd))
+            raise
 
     # -- I/O, driven by the daemon's loop --------------------------------------------------
 

@@ -6,16 +6,20 @@ its first instruction."""
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import pwd
 import select
 import subprocess
+import time
 from collections.abc import Callable, Iterable
 
 from jobd.config import QueueConfig
-from jobd.process import spawn
+from jobd.process import reaper, spawn
 from jobd.process.cgroup import Cgroup, Tree
 from jobd.process.deadline import check
+
+log = logging.getLogger("jobd.handler")
 
 # What ``start`` returns: the pid, where a failure to start is told, where it was placed, its uid.
 Started = tuple[int, int | None, tuple[Tree, Cgroup] | None, int]
@@ -43,6 +47,31 @@ def piped(
     finally:
         close((out_w, err_w, in_r))
     return started, (out_r, err_r, in_w)
+
+
+def abandon(started: Started, ours: Iterable[int | None]) -> None:
+    """A process ``start`` started whose handler could not be made (its pidfd refused at the
+    daemon's descriptor limit): it must not run on untracked while its job is settled as not
+    started, nor stay a zombie. SIGKILLed with its tree, as the sweep ends an escaped process
+    (``reaper.kill_tree``: the leader, its descendants, its session once it made one, its group
+    once it is dead) and its cgroup, then reaped, waiting up to ``reaper.FINAL_WAIT`` (one not
+    dead by then, in an uninterruptible sleep, is left to the sweep, said); our ends closed."""
+    pid, report, placed, _ = started
+    close((*ours, report))
+    reaper.kill_tree(pid)
+    if placed is not None:
+        placed[0].kill(placed[1])
+    until = time.monotonic() + reaper.FINAL_WAIT
+    while reaper.exited(pid) is False and time.monotonic() < until:
+        time.sleep(0.001)
+    if reaper.exited(pid) is False:
+        log.error("pid %d, started for a handler that could not be made, killed, is not dead "
+                  "after %gs: left to the sweep", pid, reaper.FINAL_WAIT)  # fmt: skip
+    else:
+        reaper.end_group(pid)
+        reaper.reaped(pid)
+    if placed is not None:
+        placed[0].end(placed[1])  # removed once empty
 
 
 def close(fds: Iterable[int | None]) -> None:

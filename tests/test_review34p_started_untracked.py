@@ -21,6 +21,12 @@ the attempt's outcome. Suggested fix: in ``Handler.spawn``, once ``launch.start`
 a failure kills the process group (SIGKILL), reaps it, closes our ends, then raises (its span
 attached, ``states.unstarted``); or open the pidfd first and build the rest where it cannot
 fail.
+
+Fixed (jobd/process/handler.py, launch.py): ``Handler._made`` builds the handler of a started
+process; should that fail, ``launch.abandon`` SIGKILLs the process with its tree (leader,
+descendants, session, group once dead: ``reaper.kill_tree``; its cgroup), reaps it (waiting up
+to ``reaper.FINAL_WAIT``), ends its cgroup and closes our ends, and the error goes on with its
+span attached, settled as any start that failed.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 import pytest
 import redis
 from support import wait_group
+from test_cgroups import handler_cgroups, root  # noqa: F401  (a fixture)
 from test_endings_faults import opened  # noqa: F401  (a fixture)
 from test_loop import STREAM, Loop
 
@@ -64,15 +71,28 @@ def reaped(pid: int) -> bool:
     return not os.path.exists(f"/proc/{pid}")
 
 
+@pytest.mark.parametrize(
+    ("extra", "placed"), [("", False), (", cwd: /", False), ("", True)],
+    ids=["clone", "popen", "cgroup"],
+)  # fmt: skip
 def test_a_start_that_fails_after_the_spawn_leaves_no_handler_running(
     r: redis.Redis,
     write_config,
     opened: list[Loop],  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    extra: str,
+    placed: bool,
 ) -> None:
+    """By both start paths: the clone (not waiting for the exec), and Popen (a ``cwd``); and in
+    a cgroup of its own (ended: removed once empty)."""
+    group = request.getfixturevalue("root") if placed else None  # skipped where none is made
     cfg = write_config(
-        "redis: {url: '{redis}'}\nshutdown_grace: 200ms\nqueues:\n"
-        f"  q: {{stream: {STREAM}, command: [/bin/sleep, '30'], retry: {{max_attempts: 1}}}}\n"
+        "redis: {url: '{redis}'}\nshutdown_grace: 200ms\n"
+        + (f"cgroup: {group}\n" if group else "")
+        + "queues:\n"
+        f"  q: {{stream: {STREAM}, command: [/bin/sleep, '30'], retry: {{max_attempts: 1}}"
+        f"{extra}}}\n"
     )
     loop = Loop(cfg)
     opened.append(loop)
@@ -100,6 +120,10 @@ def test_a_start_that_fails_after_the_spawn_leaves_no_handler_running(
             f"the job was settled ({outcome.verb.name}: {outcome.error}) as a start that failed,"
             f" and its handler (pid {pid}) still runs, in no table"
         )
+        if group is not None:
+            while handler_cgroups(group) and time.monotonic() < deadline:
+                loop.daemon.step()
+            assert not handler_cgroups(group), "its cgroup, ended, is removed"
     finally:  # the test's own child (the daemon runs in this process): not left behind
         if not reaped(pid):
             with contextlib.suppress(OSError):
