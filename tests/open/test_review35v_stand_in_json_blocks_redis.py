@@ -9,8 +9,8 @@ calls ``held_json`` up to 14 times (at CLIP, at 0, then a binary search) when th
 the hook queue's max_payload. A stand-in's record is copied from the entry: up to MAX_FIELDS
 values of CLIP_BYTES (1 KiB) each, i.e. about 1 MB of producer bytes, each of which may be
 0xff. Before aeced24 the daemon built the JSON from the stand-in's few fields (the call took
-~25 ms here); now it takes ~6 s (measured: SLOWLOG 6.29 s; 1.2 s with no max_payload on the
-hook queue, one held_json pass). The held-job path had the same code, but a stand-in is, by
+~25 ms here); now it takes ~6-7 s (measured: SLOWLOG 6.29 s and 7.31 s; 1.2 s when the hook
+queue keeps its default max_payload, 16MiB: one held_json pass, no search). The held-job path had the same code, but a stand-in is, by
 definition, the entry jobd refused to read because it is too large.
 
 Reproduce: queue ``a`` (max_payload 4KiB, on_dead_letter: alerts), ``alerts`` with
