@@ -15,8 +15,7 @@ unrun, as malformed): when it would not, every value is cut to the longest lengt
 ``CLIP`` that makes it fit (those cut named in ``clipped`` all the same). When even values cut
 to nothing do not fit, no job is enqueued, and the record says why in ``jobd_on_dead_letter``
 (as when the hook's queue cannot be written). lua/lib/chains.lua does the same for a held
-job's record, and for a stand-in's (an entry too large or too wide to be read: the record is
-copied from the entry itself, which the daemon never saw).
+job's record.
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ from jobd.config import QueueConfig
 from jobd.job import (
     BATCH,
     BATCH_INCARNATION,
-    OVERSIZE,
-    OVERWIDE,
+    MAX_FIELDS,
     PARENT,
     PAYLOAD,
     RESERVED_JOB_ID,
@@ -73,7 +71,7 @@ def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],
     hook = o.queue.on_dead_letter
     if hook is None:
         return [0]
-    pieces = _json_args(o, jobd_fields)
+    pieces = json_pieces(o, jobd_fields)
     if isinstance(pieces, str):  # not enqueued: the record says why
         jobd_fields += ["jobd_on_dead_letter", pieces]
         return [0]
@@ -98,24 +96,13 @@ def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],
     return [len(args), *args]
 
 
-def _json_args(o: Outcome, jobd_fields: list[object]) -> list[bytes] | str:
-    """The hook job's JSON as dead_letter.lua takes it (lua/lib/chains.lua dead_letter_hook_at):
-    its four pieces, or why it is not enqueued (``json_pieces``). A stand-in (lua/lib/jobs.lua
-    sized) holds none of the entry its record is copied from: for it, ``''`` and the hook
-    queue's max_payload, and the script builds the JSON from the record it writes, cut to fit
-    (lua/lib/chains.lua held_hook_blocked, as for a held job's)."""
-    if OVERSIZE in o.job.fields or OVERWIDE in o.job.fields:
-        hook = o.queue.on_dead_letter
-        most = None if hook is None else hook.max_payload
-        return [b"", b"" if most is None else b"%d" % most]
-    return json_pieces(o, jobd_fields)
-
-
 def json_pieces(o: Outcome, jobd_fields: list[object]) -> list[bytes] | str:
     """The record's JSON in four pieces: before its id, before its failed_at, before its
     jobd_failed_at (in ``fields``), and the rest; its values cut to fit the hook queue's
     max_payload, or, when they cannot be, why (``jobd_on_dead_letter``)."""
     own = [(k, v) for k, v in o.job.fields.items() if _kept(k, v)]
+    if len(own) > MAX_FIELDS:  # too wide to copy: dead_letter.lua keeps these two
+        own = [(k, v) for k, v in own if k in (PAYLOAD, b"job_id")]
     named = [(str(n).encode() if not isinstance(n, bytes) else n, v)
              for n, v in zip(jobd_fields[::2], jobd_fields[1::2], strict=True)]  # fmt: skip
     values = [(name, value if isinstance(value, bytes) else str(value).encode())

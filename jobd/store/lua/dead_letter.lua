@@ -115,14 +115,7 @@ if #entry == 1 then
   end
 end
 for i = first, #ARGV do record[#record + 1] = ARGV[i] end
--- A stand-in's hook JSON (none sent) is this record's, built here: the daemon never read the
--- fields copied above (lib/jobs.lua sized).
-local blocked = nil
-if hook and hook.json then
-  blocked = dead_letter_hook_blocked(hook)
-elseif hook then
-  blocked = held_hook_blocked(hook, h.queue, note.job, {unpack(record, 5)})
-end
+local blocked = hook and dead_letter_hook_blocked(hook)
 if blocked then
   record[#record + 1] = 'jobd_on_dead_letter'
   record[#record + 1] = blocked

@@ -8,23 +8,15 @@
 -- target queue's name, stream and delayed set, the outbox ('' on one Redis: added to the
 -- target's stream here), the job's mark (store/keys.py follow_up), its job id, the index in
 -- KEYS of the hook's first key, the four pieces of its JSON (around the record's id, its
--- failed_at, and its jobd_failed_at) or, for a JSON built here from the record (a stand-in's:
--- held_hook_blocked), '' and the hook queue's max_payload ('': none), then name, value pairs
--- of its other fields. Returns it (nil for none; its ``json`` nil when built here) and the
--- index after it.
+-- failed_at, and its jobd_failed_at), then name, value pairs of its other fields. Returns it
+-- (nil for none) and the index after it.
 local function dead_letter_hook_at(i)
   local k = tonumber(ARGV[i])
   if k == 0 then return nil, i + 1 end
   local a = {queue = ARGV[i + 1], stream = ARGV[i + 2], delayed = ARGV[i + 3],
     outbox = ARGV[i + 4], mark = ARGV[i + 5], job = ARGV[i + 6], first = tonumber(ARGV[i + 7]),
-    fields = {}}
-  local j = i + 8
-  if ARGV[j] == '' then
-    a.max_payload = tonumber(ARGV[j + 1]); j = j + 2
-  else
-    a.json = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]}; j = j + 4
-  end
-  for x = j, i + k do a.fields[#a.fields + 1] = ARGV[x] end
+    json = {ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], ARGV[i + 11]}, fields = {}}
+  for j = i + 12, i + k do a.fields[#a.fields + 1] = ARGV[j] end
   return a, i + k + 1
 end
 
@@ -104,10 +96,9 @@ local function utf8_text(s)
   return table.concat(out)
 end
 
--- The four pieces of the JSON of a record written here (a held job's, or a stand-in's:
--- dead_letter.lua), as store/chains.py json_pieces builds another's: queue ``queue``, job
--- ``job``, ``fields`` the record's (name, value, … before jobd_failed_at), each value longer
--- than ``clip`` cut to it.
+-- The four pieces of a held job's record's JSON (store/chains.py json_pieces): queue ``queue``,
+-- job ``job``, ``fields`` the record's (name, value, … before jobd_failed_at), each value
+-- longer than ``clip`` cut to it.
 local function held_json(queue, job, fields, clip)
   local names, values, clipped = {}, {}, {}
   for i = 1, #fields - 1, 2 do
@@ -134,12 +125,11 @@ local function json_size(pieces)
   return #pieces[1] + #pieces[2] + #pieces[3] + #pieces[4] + ROOM
 end
 
--- Why job ``job``'s record (``fields``, as held_json) of queue ``queue`` cannot go to hook
--- ``hook`` (a held job's: held_hook_at; a stand-in's: dead_letter_hook_at, sent without a
--- JSON), or nil when it can: its key of another type (dead_letter_hook_blocked), or its JSON
--- above the hook queue's max_payload with each value cut to nothing. Else the JSON, its values
--- cut to the longest that fits (store/chains.py json_pieces), is kept in ``hook.json`` for
--- held_hook or dead_letter_hook. Asked before anything is written.
+-- Why held job ``job``'s record (``fields``, as held_json) of queue ``queue`` cannot go to
+-- hook ``hook`` (held_hook_at), or nil when it can: its key of another type
+-- (dead_letter_hook_blocked), or its JSON above the hook queue's max_payload with each value
+-- cut to nothing. Else the JSON, its values cut to the longest that fits (store/chains.py
+-- json_pieces), is kept in ``hook.json`` for held_hook. Asked before anything is written.
 local function held_hook_blocked(hook, queue, job, fields)
   local blocked = dead_letter_hook_blocked(hook)
   if blocked then return blocked end
