@@ -23,7 +23,13 @@ other dead letter, tests/test_chains.py).
 Suggested fix: for a stand-in (``jobd_oversize``/``jobd_overwide`` in ``o.job.fields``) have
 dead_letter.lua build the JSON from the record it writes (as lib/chains.lua ``held_json``
 does for a held job), or have json_pieces mirror dead_letter.lua's copy (the clipped payload
-and ``jobd_clipped``; the wide record's first payload and job_id and ``jobd_fields``)."""
+and ``jobd_clipped``; the wide record's first payload and job_id and ``jobd_fields``).
+
+A fix (aeced24: the stand-in's JSON built in dead_letter.lua from the record, by lib/chains.lua
+held_json) was reverted: it converted every byte of up to 1000 values to JSON in Lua, one at a
+time, and searched for the cut up to 14 times, so one hostile stand-in held Redis 6-7 s
+(tests/test_review35v_stand_in_json_blocks_redis.py). A fix needs a conversion in C-speed passes
+(string.gsub over runs of bytes) and the cut's size worked out, not rebuilt."""
 
 from __future__ import annotations
 
