@@ -26,7 +26,8 @@ class Group:
     (None: Redis says null), pending entries and the oldest one's id, how many consumers it has
     (``count``), and whether they are ``listed`` in ``consumers`` (CONSUMERS_LISTED at most:
     (name cut to HASH_VALUE bytes, the name's length, entries held, idle ms) each); ``groups``:
-    how many the stream has."""
+    how many the stream has; ``oldest_idle``: the oldest pending entry's idle ms (Redis's clock
+    since its last delivery: its id's time is the producer's to choose)."""
 
     last_delivered: bytes
     lag: int | None
@@ -36,13 +37,14 @@ class Group:
     listed: bool
     consumers: list[tuple[bytes, int, int, int]]
     groups: int = 1
+    oldest_idle: int = 0
 
 
 def group_reply(reply: list[Any]) -> Group | None:
     if not (reply[0] and reply[1]):
         return None  # no such group, no stream, or a key of another type
-    flat = reply[9:]
+    flat = reply[10:]
     consumers = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
     last, lag, pending, oldest, count = reply[2:7]  # lag, oldest: nil (None) when none
     return Group(last, lag, int(pending), oldest, int(count), bool(reply[7]),
-                 consumers, int(reply[8]))  # type: ignore[arg-type]  # fmt: skip
+                 consumers, int(reply[8]), int(reply[9]))  # type: ignore[arg-type]  # fmt: skip

@@ -110,6 +110,15 @@ def queue_status(
     return result
 
 
+def pending_age(group: Group, now: float) -> float:
+    """The age of ``group``'s oldest pending entry at ``now``: since its id's time, and at
+    least its idle time (since its last delivery, on Redis's clock): the id is the producer's to
+    choose (``XADD`` of a future id gives every later entry that same millisecond), the idle
+    Redis's."""
+    assert group.oldest is not None
+    return max(0.0, now - _ms_of(group.oldest) / 1000, group.oldest_idle / 1000)
+
+
 def _with_group(
     client: redis.Redis,
     stream: str,
@@ -127,7 +136,7 @@ def _with_group(
         result["lag"], result["lag_at_least"] = counted, not exact
     if group.pending and group.oldest is not None:
         result["pending"] = group.pending
-        result["oldest_pending_age"] = max(0.0, now - _ms_of(group.oldest) / 1000)
+        result["oldest_pending_age"] = pending_age(group, now)
     result["consumers"] = [_consumer(*c) for c in group.consumers]
     result["consumers_count"], result["consumers_listed"] = group.count, group.listed
 

@@ -16,7 +16,8 @@
 -- The group ``group`` of stream ``key``: {1, 1, last delivered id, lag (false: Redis says
 -- null), pending entries, the oldest pending id (false: none), consumers (how many), 1 when
 -- they are listed (0: more than ``most``, or not ``listed``), the stream's groups (how many),
--- then per consumer listed its name (its first ``cap`` bytes), the name's length, the entries it
+-- the oldest pending entry's idle ms (Redis's clock since its last delivery; 0: none), then per
+-- consumer listed its name (its first ``cap`` bytes), the name's length, the entries it
 -- holds, its idle ms}. {1, 0} when the stream has no such group; {0, why} when the stream cannot
 -- be read (no such key, a key of another type).
 local function group_read(key, group, most, cap, listed)
@@ -31,10 +32,10 @@ local function group_read(key, group, most, cap, listed)
   end
   if not f then return {1, 0} end
   local out = {1, 1, f['last-delivered-id'], f['lag'] or false, f['pending'], false,
-               f['consumers'], 0, #groups}
+               f['consumers'], 0, #groups, 0}
   if f['pending'] > 0 then
     local first = redis.call('XPENDING', key, group, '-', '+', 1)
-    if #first > 0 then out[6] = first[1][1] end
+    if #first > 0 then out[6], out[10] = first[1][1], first[1][3] end
   end
   if listed and f['consumers'] <= most then
     out[8] = 1

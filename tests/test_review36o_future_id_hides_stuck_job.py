@@ -18,6 +18,9 @@ What should happen: a job pending 700 s shows at least 700 s, whatever ids a pro
 ``XPENDING … - + 1`` already answers the oldest entry's idle ms (time since its last delivery,
 on Redis's clock): the age is at least that (``max(now - id ms, idle)``); or take the age from
 Redis's clock at the first delivery where the id is ahead of Redis's time.
+
+Fixed (review 36o, part A): ``lib/group.lua`` returns the oldest pending entry's idle ms from
+its ``XPENDING … - + 1``, and ``status.pending_age`` takes the age as ``max(now - id ms, idle)``.
 """
 
 from __future__ import annotations
