@@ -360,6 +360,8 @@ def with_levels(
         for level in q.levels:
             s = result if level.stream == q.stream else queue_status(client, level, now, lags)
             result["levels"][level.priority] = {
-                k: s[k] for k in ("stream", "length", "lag", "lag_at_least", "pending", "delayed")
-            }
+                k: s[k]
+                for k in ("stream", "length", "lag", "lag_at_least", "pending",
+                          "oldest_pending_age", "delayed")
+            }  # fmt: skip
     return result

@@ -87,7 +87,8 @@ def running_count(found: RunningRead) -> dict[str, Any]:
 def _row(
     q: dict[str, Any], cfg: QueueConfig, daemons: list[dict[str, Any]], found: RunningRead
 ) -> dict[str, Any]:
-    """A queue's row of the overview; a priority queue's figures summed over its levels.
+    """A queue's row of the overview; a priority queue's figures summed over its levels (its
+    oldest pending age: the oldest of its levels').
     ``running``: the jobs running (their active records), not the entries the consumers hold
     (those read ahead too); the slots: each live daemon's concurrency for the queue, once
     however many of its levels it serves (its record lists each level with the queue's
@@ -95,6 +96,7 @@ def _row(
     running = running_count(found)
     levels = list((q.get("levels") or {"": q}).values())
     backlog = sum(level["lag"] or 0 for level in levels)
+    ages = [lvl["oldest_pending_age"] for lvl in levels if lvl["oldest_pending_age"] is not None]
     live = [d for d in daemons if d["state"] in ("alive", "stopping")]
     ours = {(lvl.stream, lvl.group) for lvl in cfg.all_levels()}
     slots = sum(
@@ -117,7 +119,7 @@ def _row(
         "state": state, "backlog": backlog,
         "lag_known": all(level["lag"] is not None for level in levels),
         "backlog_at_least": any(level.get("lag_at_least") for level in levels),
-        "oldest_pending_age": q["oldest_pending_age"], **running,
+        "oldest_pending_age": max(ages, default=None), **running,
         "concurrency": slots, "pending": sum(level["pending"] or 0 for level in levels),
         "delayed": sum(level["delayed"] or 0 for level in levels),
         "done_per_minute": q["last_minute"]["done"],

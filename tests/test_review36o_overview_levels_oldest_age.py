@@ -12,6 +12,9 @@ pending since 700 s (its entry id 700 s back on Redis's clock, so no test sleeps
 What should happen: the row's age is the oldest of every level's (700 s here), as its pending
 count is every level's. Suggested fix: ``with_levels`` keeps each level's
 ``oldest_pending_age`` and ``_row`` takes their max.
+
+Fixed (review 36o, part A): ``status.with_levels`` keeps each level's ``oldest_pending_age``,
+and ``web.pages._row`` shows the oldest of them.
 """
 
 from __future__ import annotations
