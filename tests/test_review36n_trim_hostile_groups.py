@@ -144,4 +144,5 @@ def test_the_trimmer_trims_as_far_as_every_group_has_read(
         r.xgroup_create("jobd:q", f"{i}".encode() + b"g" * LONG, id="$")
     for _ in range(3):
         Trimmer(store, queue, 1).tick()
-    assert _ids(r) == running
+    last = delivered[-1][0]  # jobd's last delivered entry: kept while it is (review 36o)
+    assert _ids(r) == running + ([] if last in running else [last])

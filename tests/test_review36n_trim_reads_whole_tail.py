@@ -79,7 +79,7 @@ def test_a_burst_of_large_entries_behind_a_running_job_is_read_within_the_byte_b
 ) -> None:
     """200 jobs of 1 MiB done behind a running one, maxlen 1: each call reads READ_BYTES (one
     entry more at most), deletes what it read and says more; calls in turn delete every one of
-    them, never the running job's entry."""
+    them but the last (the group's last delivered: review 36o), never the running job's entry."""
     queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
     r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
     pipe = r.pipeline(transaction=False)
@@ -90,9 +90,9 @@ def test_a_burst_of_large_entries_behind_a_running_job_is_read_within_the_byte_b
     r.xack("jobd:q", "jobd", *[mid for mid, _ in got[1:]])
     store = Store(r)
     calls = 0
-    while r.xlen("jobd:q") > 1:
+    while r.xlen("jobd:q") > 2:  # the group's last delivered entry is kept (review 36o)
         removed, more = store.trim(queue, 1, BATCH)
-        assert 1 <= removed <= (READ_BYTES >> 20) + 1 and (more or r.xlen("jobd:q") == 1)
+        assert 1 <= removed <= (READ_BYTES >> 20) + 1 and (more or r.xlen("jobd:q") == 2)
         calls += 1
         assert calls <= 200
-    assert [mid for mid, _ in r.xrange("jobd:q")] == [ids[0]]
+    assert [mid for mid, _ in r.xrange("jobd:q")] == [ids[0], ids[-1]]

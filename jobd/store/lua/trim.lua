@@ -20,7 +20,10 @@
 -- last-delivered id and in no group's pending list. Step 1 trims the oldest entries, bounded by
 -- the oldest pending entry and the last delivered entry of every group. One long-running job
 -- would stop that bound for good, so step 2 deletes, one by one, acknowledged entries further on
--- (still below every group's last-delivered id, in no pending list). Step 2 walks from its
+-- (still below every group's last-delivered id, in no pending list: never the entry at a
+-- group's last-delivered id, which XDEL would leave as a tombstone at or after it, and Redis then
+-- answers that group's lag as null, XINFO GROUPS, until it reads past it: status would have to
+-- read entries to count it; XTRIM leaves no tombstone). Step 2 walks from its
 -- cursor, not from the stream's start: however many pending entries come first (a thousand
 -- long-running jobs), each call goes ARGV[2] entries further at most, and the walk starts again
 -- from the stream's start once it reaches the first undelivered entry.
@@ -144,7 +147,7 @@ if excess > 0 and budget > 0 then
   local function stopped() return deleted >= excess or looked >= budget or read >= READ_BYTES end
   while not stopped() do
     local p = next_pending(from)
-    local upto = p and ('(' .. p) or delivered
+    local upto = '(' .. (p or delivered) -- below it: never the last delivered entry
     while not stopped() do -- the acknowledged entries before it: each read, then deleted
       local e = redis.pcall('XRANGE', stream, from, upto, 'COUNT', 1)
       if e.err or #e == 0 then break end
