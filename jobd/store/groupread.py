@@ -27,7 +27,9 @@ class Group:
     (``count``), and whether they are ``listed`` in ``consumers`` (CONSUMERS_LISTED at most:
     (name cut to HASH_VALUE bytes, the name's length, entries held, idle ms) each); ``groups``:
     how many the stream has; ``oldest_idle``: the oldest pending entry's idle ms (Redis's clock
-    since its last delivery: its id's time is the producer's to choose)."""
+    since its last delivery: its id's time is the producer's to choose); ``length``: the
+    stream's (XLEN, read with it; a lag past it, entries trimmed before they were delivered, is
+    None: not known)."""
 
     last_delivered: bytes
     lag: int | None
@@ -38,13 +40,14 @@ class Group:
     consumers: list[tuple[bytes, int, int, int]]
     groups: int = 1
     oldest_idle: int = 0
+    length: int = 0
 
 
 def group_reply(reply: list[Any]) -> Group | None:
     if not (reply[0] and reply[1]):
         return None  # no such group, no stream, or a key of another type
-    flat = reply[10:]
+    flat = reply[11:]
     consumers = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
     last, lag, pending, oldest, count = reply[2:7]  # lag, oldest: nil (None) when none
     return Group(last, lag, int(pending), oldest, int(count), bool(reply[7]),
-                 consumers, int(reply[8]), int(reply[9]))  # type: ignore[arg-type]  # fmt: skip
+                 consumers, int(reply[8]), int(reply[9]), int(reply[10]))  # type: ignore[arg-type]  # fmt: skip

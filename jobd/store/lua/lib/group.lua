@@ -16,8 +16,8 @@
 -- The group ``group`` of stream ``key``: {1, 1, last delivered id, lag (false: Redis says
 -- null), pending entries, the oldest pending id (false: none), consumers (how many), 1 when
 -- they are listed (0: more than ``most``, or not ``listed``), the stream's groups (how many),
--- the oldest pending entry's idle ms (Redis's clock since its last delivery; 0: none), then per
--- consumer listed its name (its first ``cap`` bytes), the name's length, the entries it
+-- the oldest pending entry's idle ms (Redis's clock since its last delivery; 0: none), the
+-- stream's length (XLEN), then per consumer listed its name (its first ``cap`` bytes), the name's length, the entries it
 -- holds, its idle ms}. {1, 0} when the stream has no such group; {0, why} when the stream cannot
 -- be read (no such key, a key of another type).
 local function group_read(key, group, most, cap, listed)
@@ -31,8 +31,14 @@ local function group_read(key, group, most, cap, listed)
     if fields['name'] == group then f = fields break end
   end
   if not f then return {1, 0} end
-  local out = {1, 1, f['last-delivered-id'], f['lag'] or false, f['pending'], false,
-               f['consumers'], 0, #groups, 0}
+  -- Redis's lag is entries-added less the group's entries-read: entries trimmed before the group
+  -- read them (XADD … MAXLEN or MINID, XTRIM) stay in it for good. Past the stream's length it is
+  -- surely wrong: not known (false), as a null one. (Below it, such a lag cannot be told from a
+  -- true one without reading entries: an upper bound, docs/operations/redis.md.)
+  local length, lag = redis.call('XLEN', key), f['lag'] or false
+  if lag and lag > length then lag = false end
+  local out = {1, 1, f['last-delivered-id'], lag, f['pending'], false,
+               f['consumers'], 0, #groups, 0, length}
   if f['pending'] > 0 then
     local first = redis.call('XPENDING', key, group, '-', '+', 1)
     if #first > 0 then out[6], out[10] = first[1][1], first[1][3] end

@@ -19,6 +19,11 @@ positive, check that an entry follows the last delivered id (bounded as a null l
 must be: test_review36o_null_lag_count_copies_entry.py) and count as for a null lag when the
 two disagree; or document Redis's lag as an upper bound after a trim of undelivered entries,
 and have the overview not call such a queue ``stalled`` on it alone.
+
+Fixed (review 36o, part A): ``lib/group.lua`` reads the stream's XLEN with the group, and a lag
+past it (no group can have more entries waiting than the stream holds) is taken as not known,
+as a null one; a lag wrong by less than the stream's length is still Redis's upper bound
+(docs/operations/redis.md).
 """
 
 from __future__ import annotations
