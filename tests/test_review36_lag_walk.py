@@ -65,30 +65,50 @@ def test_one_summary_reads_the_whole_backlog_once_lag_is_unknown(
     )
 
 
-def test_a_null_lag_is_counted_in_redis_up_to_its_bound_then_given_as_at_least(
+def test_a_null_lag_is_not_counted_but_bounded_by_the_stream(
     r: redis.Redis, write_config: Any
 ) -> None:
+    """Review 36o: a null lag is no longer counted (that read a producer's entries, of any size):
+    it is not known, at most the stream's length (no entry read)."""
     from jobd.cli.status import render
     from jobd.config import load
     from jobd.store import status
 
     config = load(str(write_config(queue_config("[/bin/true]"))))
     q = config.queues["q"]
-    cap = status.LAG_COUNT_CAP
     pipe = r.pipeline(transaction=False)
-    for i in range(cap + 2):
+    for i in range(12):
         pipe.xadd("jobd:q", {"payload": str(i)})
     ids = pipe.execute()
     r.xgroup_create("jobd:q", "jobd", ids[0])
     r.xdel("jobd:q", ids[1])  # deleted after the last delivered: Redis says lag null
     assert r.xinfo_groups("jobd:q")[0]["lag"] is None
     s = status.queue_status(r, q)
-    assert (s["lag"], s["lag_at_least"]) == (cap, False)  # every one counted: exactly the bound
-    r.xadd("jobd:q", {"payload": "one more"})
-    s = status.queue_status(r, q)
-    assert (s["lag"], s["lag_at_least"]) == (cap, True)
+    assert (s["lag"], s["lag_at_most"], s["lag_at_least"]) == (None, 11, False)
     report = {"redis": "r", "queues": {"q": s}}
-    assert f"lag ≥{cap}" in render(report)
+    assert "lag -(≤11)" in render(report)
+
+
+def test_a_null_lag_is_at_most_what_another_groups_counters_say(
+    r: redis.Redis, write_config: Any
+) -> None:
+    """Review 36o: another group whose lag Redis says gives the stream's entries-added (its lag
+    plus its entries-read): a null lag is at most that less jobd's group's entries-read, where
+    jobd's is known, and that is less than the stream's length (its done jobs kept)."""
+    from jobd.config import load
+    from jobd.store import status
+
+    q = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    r.xgroup_create("jobd:q", "jobd", "0", mkstream=True)
+    ids = [r.xadd("jobd:q", {"payload": str(i)}) for i in range(12)]
+    done = r.xreadgroup("jobd", "c", {"jobd:q": ">"}, count=8)[0][1]
+    r.xack("jobd:q", "jobd", *(mid for mid, _ in done))  # kept: retention's to trim
+    r.xdel("jobd:q", ids[9])  # a waiting job deleted by hand: Redis says null
+    r.xgroup_create("jobd:q", "other", "$", entries_read=12)  # another application's
+    groups = {g["name"]: g for g in r.xinfo_groups("jobd:q")}
+    assert groups[b"jobd"]["lag"] is None and groups[b"jobd"]["entries-read"] == 8, groups
+    s = status.queue_status(r, q)
+    assert (s["lag"], s["lag_at_most"]) == (None, 4), s  # 3 wait; 12 - 8 = 4 (not XLEN's 11)
 
 
 def test_a_stream_of_20_000_jobs_is_read(r: redis.Redis, write_config: Any) -> None:

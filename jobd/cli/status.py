@@ -154,9 +154,10 @@ def _running(r: dict[str, Any]) -> str:
 
 
 def _lag(s: dict[str, Any]) -> str:
-    """The lag; "≥N" where Redis could not say it and counting stopped at N; '-' unknown."""
+    """The lag; '-' unknown, "-(≤N)" unknown with at most N waiting (Redis says null: never
+    counted by reading entries); "≥N" from a report that says a lower bound."""
     if s["lag"] is None:
-        return "-"
+        return "-" if s.get("lag_at_most") is None else f"-(≤{s['lag_at_most']})"
     return f"≥{s['lag']}" if s.get("lag_at_least") else str(s["lag"])
 
 

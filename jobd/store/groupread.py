@@ -29,7 +29,8 @@ class Group:
     how many the stream has; ``oldest_idle``: the oldest pending entry's idle ms (Redis's clock
     since its last delivery: its id's time is the producer's to choose); ``length``: the
     stream's (XLEN, read with it; a lag past it, entries trimmed before they were delivered, is
-    None: not known)."""
+    None: not known); ``at_most``: where the lag is not known, at most how many entries wait
+    (the length, or less from the groups' entries-read: never counted by reading entries)."""
 
     last_delivered: bytes
     lag: int | None
@@ -41,13 +42,15 @@ class Group:
     groups: int = 1
     oldest_idle: int = 0
     length: int = 0
+    at_most: int | None = None
 
 
 def group_reply(reply: list[Any]) -> Group | None:
     if not (reply[0] and reply[1]):
         return None  # no such group, no stream, or a key of another type
-    flat = reply[11:]
+    flat = reply[12:]
     consumers = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
     last, lag, pending, oldest, count = reply[2:7]  # lag, oldest: nil (None) when none
     return Group(last, lag, int(pending), oldest, int(count), bool(reply[7]),
-                 consumers, int(reply[8]), int(reply[9]), int(reply[10]))  # type: ignore[arg-type]  # fmt: skip
+                 consumers, int(reply[8]), int(reply[9]), int(reply[10]),
+                 reply[11])  # type: ignore[arg-type]  # fmt: skip

@@ -27,15 +27,6 @@ from jobd.store.groupread import (  # noqa: F401  (status.Group, status.group_sp
 )
 from jobd.store.keys import DAEMONS
 
-# When Redis reports a group's lag as null, the entries after its last delivered one are counted
-# in Redis (lua/count_after.lua), LAG_COUNT_CAP at most, and no more once those read hold
-# LAG_COUNT_BYTES (each field counted browse.FIELD_COST bytes more: 10 000 entries of 1.5 KiB
-# fit, 3 of 100 000 empty fields): beyond, the lag is given as at least that (``lag_at_least``).
-# One entry at a time (LAG_COUNT_STEP): a read of 16 could take 16 entries of any size past the
-# bytes (1.6 times the time of reading 16 at a time for 1 KiB entries: 40 ms, not 25).
-LAG_COUNT_CAP = 10_000
-LAG_COUNT_STEP = 1
-LAG_COUNT_BYTES = 16 << 20  # shared by every queue a request reads (``LagBudget``)
 # A queue's small hashes (``read_hashes``): fields and bytes read of one of open fields (the
 # consumers waiting for a limit: one a daemon; the minute's counters: a few), names first, then
 # the values of HASH_VALUE bytes or less in HMGETs of HASH_PAGE (``lua/lib/shown.lua
@@ -53,14 +44,9 @@ COUNTER_MAX = (1 << 53) - 1
 
 
 class LagBudget:
-    """The bytes left to count null lags with (LAG_COUNT_BYTES): one for a whole request (a
-    summary of every queue, a daemon's report), shared by its queues in turn, so 50 queues'
-    counts read 16 MiB in all, not 16 MiB each (one entry more a count at most: once spent, a
-    count reads one entry, to say 0 or at least 1). A queue's group read copies no entry
-    (``lua/lib/group.lua``): nothing of it is spent here."""
-
-    def __init__(self, left: int = LAG_COUNT_BYTES) -> None:
-        self.left = left
+    """What was the bytes left to count null lags with, shared by a request's queues. A null
+    lag is no longer counted (review 36o: counting read entries, a producer's, of any size):
+    nothing is spent; kept for the callers that still pass one."""
 
 
 def _ms_of(stream_id: bytes | str) -> int:
@@ -72,10 +58,9 @@ def queue_status(
     client: redis.Redis, q: QueueConfig, now: float | None = None, lags: LagBudget | None = None
 ) -> dict[str, Any]:
     """Where queue ``q`` (one stream: a priority level is a queue here) stands at ``now``:
-    Redis's time (``connection.Clock``; read here when not given), never the host's; a null lag
-    counted within ``lags`` (a fresh budget when not given)."""
+    Redis's time (``connection.Clock``; read here when not given), never the host's. ``lags``:
+    unused (``LagBudget``)."""
     now = redisconn.Clock(client).at(q.stream) if now is None else now
-    lags = LagBudget() if lags is None else lags
     minute = keys.minute(now)
     redis_ms = int(now * 1000)
     replies = _read(client, q, minute, redis_ms)
@@ -86,7 +71,8 @@ def queue_status(
         "length": 0 if isinstance(length, Exception) else length,
         "exists": group is not None,
         "lag": None,
-        "lag_at_least": False,  # lag is a lower bound: Redis said null, and counting stopped
+        "lag_at_least": False,  # no longer a lower bound ever: a null lag is not counted
+        "lag_at_most": None,  # lag None: at most that many wait (None: not known either)
         "pending": 0,
         "oldest_pending_age": None,
         "delayed": _count(delayed),
@@ -106,7 +92,7 @@ def queue_status(
         ],
     }  # fmt: skip
     if group is not None:
-        _with_group(client, q.stream, result, group, now, lags)
+        _with_group(result, group, now)
     return result
 
 
@@ -119,21 +105,14 @@ def pending_age(group: Group, now: float) -> float:
     return max(0.0, now - _ms_of(group.oldest) / 1000, group.oldest_idle / 1000)
 
 
-def _with_group(
-    client: redis.Redis,
-    stream: str,
-    result: dict[str, Any],
-    group: Group,
-    now: float,
-    lags: LagBudget,
-) -> None:
-    """``result`` with what ``group`` says: lag (a null one counted within ``lags``), pending
-    and the oldest's age, consumers."""
+def _with_group(result: dict[str, Any], group: Group, now: float) -> None:
+    """``result`` with what ``group`` says: lag (None where Redis cannot say it, or says more
+    than the stream holds: never counted by reading entries, a producer's; then at most how many
+    wait), pending and the oldest's age, consumers."""
     result["groups"] = group.groups
     result["lag"] = group.lag
-    if result["lag"] is None:
-        counted, exact = count_after(client, stream, group.last_delivered, lags)
-        result["lag"], result["lag_at_least"] = counted, not exact
+    if group.lag is None:
+        result["lag_at_most"] = group.at_most
     if group.pending and group.oldest is not None:
         result["pending"] = group.pending
         result["oldest_pending_age"] = pending_age(group, now)
@@ -287,24 +266,6 @@ def _waiting(value: bytes) -> dict[str, Any] | None:
     return {"for": reason, "since": int(since) / 1000}
 
 
-def count_after(
-    client: redis.Redis, stream: str, last_delivered: bytes, lags: LagBudget
-) -> tuple[int, bool]:
-    """Entries after ``last_delivered`` (what lag means), counted in Redis up to LAG_COUNT_CAP
-    and the bytes ``lags`` has left (``lua/count_after.lua``: no entry leaves Redis; what it
-    read is taken from them), and whether that is all of them; 0 for a stream of another type
-    (its error is shown elsewhere). With no bytes left, one entry is still read (a budget of
-    one byte): 0 exactly, or at least 1, never "at least 0", which a page would take for
-    nothing waiting (a stalled queue shown idle)."""
-    try:
-        args = [last_delivered, LAG_COUNT_CAP, LAG_COUNT_STEP, max(1, lags.left)]
-        counted, ended, read = scripts.call(client, "count_after", [stream], args)
-    except redis.ResponseError:
-        return 0, True
-    lags.left -= int(read)
-    return int(counted), bool(ended)
-
-
 def counter(raw: bytes) -> int:
     """A minute's counter as HINCRBY keeps it; 0 for anything else: not a number, or one out of
     0..COUNTER_MAX (someone else's: a 21-digit one failed every page with a 500, past orjson's
@@ -331,8 +292,7 @@ def gather(
     TIME per server: ``clock``); ``time`` is the registry's server's (what the registry's
     listing and the dashboard's every reply say), so any host shows the same figures."""
     clock = redisconn.Clock(client) if clock is None else clock
-    lags = LagBudget()  # the queues share it
-    queues = {name: with_levels(client, q, clock.at(q.stream), lags)
+    queues = {name: with_levels(client, q, clock.at(q.stream))
               for name, q in config.queues.items()}  # fmt: skip
     report = {"redis": config.redis.describe(), "time": clock.at(DAEMONS), "queues": queues}
     return with_daemons(client, config, report)
@@ -351,17 +311,16 @@ def with_daemons(client: redis.Redis, config: Config, report: dict[str, Any]) ->
 def with_levels(
     client: redis.Redis, q: QueueConfig, now: float, lags: LagBudget | None = None
 ) -> dict[str, Any]:
-    """A queue's status; with priority levels, each level's backlog too (its own stream); null
-    lags counted within ``lags`` (one budget for all the levels when not given)."""
-    lags = LagBudget() if lags is None else lags
-    result = queue_status(client, q, now, lags)
+    """A queue's status; with priority levels, each level's backlog too (its own stream).
+    ``lags``: unused (``LagBudget``)."""
+    result = queue_status(client, q, now)
     if q.levels:
         result["levels"] = {}
         for level in q.levels:
-            s = result if level.stream == q.stream else queue_status(client, level, now, lags)
+            s = result if level.stream == q.stream else queue_status(client, level, now)
             result["levels"][level.priority] = {
                 k: s[k]
-                for k in ("stream", "length", "lag", "lag_at_least", "pending",
+                for k in ("stream", "length", "lag", "lag_at_least", "lag_at_most", "pending",
                           "oldest_pending_age", "delayed")
             }  # fmt: skip
     return result

@@ -79,10 +79,9 @@ def overview(store: Store, config: Config, query: object = None) -> dict[str, An
     showed before it had an overview and queue pages (kept for scripts that read it)."""
     clock = redisconn.Clock(store.client)  # Redis's time, not this host's
     queues = {}
-    lags = status.LagBudget()  # as ``gather``
     for name, q in config.queues.items():
         now = clock.at(q.stream)
-        queues[name] = status.with_levels(store.client, q, now, lags)
+        queues[name] = status.with_levels(store.client, q, now)
         queues[name]["hour"] = figures.last_hour(store.client, q, now)
         queues[name].update(_lists(store, q, config.dashboard.show_payloads))
         found = store.running_of([q], READ_BUDGET // max(1, len(config.queues)))[q.name]

@@ -149,8 +149,7 @@ def queue_page(store: Store, config: Config, query: Query) -> dict[str, Any]:
     q = actions.queue_of(config, {"queue": one(query, "queue")})
     clock = redisconn.Clock(store.client)  # Redis's time, not this host's
     now = clock.at(q.stream)
-    lags = status.LagBudget()
-    report = status.with_levels(store.client, q, now, lags)
+    report = status.with_levels(store.client, q, now)
     report["hour"] = figures.last_hour(store.client, q, now)
     listed = registry.listing(store.client)["daemons"]
     report["daemons"] = [s for lvl in q.all_levels()

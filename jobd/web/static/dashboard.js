@@ -433,7 +433,7 @@ function drawQueue(view) {
       "no daemon starts a new job of it until it is resumed; running jobs finish.") : null,
     (q.errors || []).map((e) => el("p", {class: "bad"}, e)));
   fill(section.querySelector(".figures"),
-    figure(q.length, "in stream"), figure(q.lag === null ? "–" : (q.lag_at_least ? "≥ " : "") + q.lag, "backlog (lag)"),
+    figure(q.length, "in stream"), figure(q.lag === null ? (q.lag_at_most == null ? "–" : "≤ " + q.lag_at_most) : (q.lag_at_least ? "≥ " : "") + q.lag, "backlog (lag)"),
     figure(q.pending ?? "–", "pending"), figure(age(q.oldest_pending_age), "oldest pending"),
     figure(`${q.running_at_most ? "≤ " : ""}${q.running_count} / ${q.concurrency}`, "running / concurrency (config)"),
     figure(q.delayed ?? "–", "delayed"), figure(q.dead_lettered ?? "–", "dead-lettered"),

@@ -17,28 +17,39 @@
 -- null), pending entries, the oldest pending id (false: none), consumers (how many), 1 when
 -- they are listed (0: more than ``most``, or not ``listed``), the stream's groups (how many),
 -- the oldest pending entry's idle ms (Redis's clock since its last delivery; 0: none), the
--- stream's length (XLEN), then per consumer listed its name (its first ``cap`` bytes), the name's length, the entries it
--- holds, its idle ms}. {1, 0} when the stream has no such group; {0, why} when the stream cannot
+-- stream's length (XLEN), at most how many entries wait when the lag is not known (false: it
+-- is), then per consumer listed its name (its first ``cap`` bytes), the name's length, the
+-- entries it holds, its idle ms}. {1, 0} when the stream has no such group; {0, why} when the stream cannot
 -- be read (no such key, a key of another type).
 local function group_read(key, group, most, cap, listed)
   local kind = redis.call('TYPE', key).ok
   if kind == 'none' then return {0, 'ERR no such key'} end
   if kind ~= 'stream' then return {0, 'WRONGTYPE the key holds a ' .. kind .. ', not a stream'} end
-  local groups, f = redis.call('XINFO', 'GROUPS', key), nil
+  local groups, f, added = redis.call('XINFO', 'GROUPS', key), nil, nil
   for _, g in ipairs(groups) do
     local fields = {}
     for j = 1, #g, 2 do fields[g[j]] = g[j + 1] end
-    if fields['name'] == group then f = fields break end
+    if fields['name'] == group then f = fields end
+    -- A group's lag, where Redis says it, is the stream's entries-added less its entries-read.
+    if fields['lag'] and fields['entries-read'] then added = fields['lag'] + fields['entries-read'] end
   end
   if not f then return {1, 0} end
   -- Redis's lag is entries-added less the group's entries-read: entries trimmed before the group
   -- read them (XADD … MAXLEN or MINID, XTRIM) stay in it for good. Past the stream's length it is
   -- surely wrong: not known (false), as a null one. (Below it, such a lag cannot be told from a
-  -- true one without reading entries: an upper bound, docs/operations/redis.md.)
+  -- true one without reading entries: an upper bound, docs/operations/observing.md.) A lag not
+  -- known is never counted (that reads entries, a producer's): at most the stream's length, and
+  -- at most entries-added less the group's entries-read where both are known (deleted and
+  -- trimmed entries count there: an upper bound).
   local length, lag = redis.call('XLEN', key), f['lag'] or false
   if lag and lag > length then lag = false end
+  local at_most = false
+  if not lag then
+    at_most = length
+    if added and f['entries-read'] then at_most = math.min(length, added - f['entries-read']) end
+  end
   local out = {1, 1, f['last-delivered-id'], lag, f['pending'], false,
-               f['consumers'], 0, #groups, 0, length}
+               f['consumers'], 0, #groups, 0, length, at_most}
   if f['pending'] > 0 then
     local first = redis.call('XPENDING', key, group, '-', '+', 1)
     if #first > 0 then out[6], out[10] = first[1][1], first[1][3] end

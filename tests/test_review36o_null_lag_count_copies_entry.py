@@ -25,6 +25,12 @@ fix: never copy an entry to count a null lag: with no bounded count (nothing wei
 fields without copying them), leave such a lag not counted (null: "backlog unknown", the
 overview's ``unknown``) rather than read the entry; or, if the cost is accepted, say so in
 docs/security.md and dashboard.md instead of "no entry copied".
+
+Fixed (review 36o, part A): retention no longer XDELs a group's last delivered entry
+(test_review36o_trim_keeps_last_delivered.py), so here an operator's ``XDEL`` of it makes the
+null; and a null lag is never counted (``count_after.lua`` is gone): the lag is not known
+(None: "backlog unknown", the overview's ``unknown``), with an upper bound read without any
+entry (``lag_at_most``: the stream's length, or entries-added less the group's entries-read).
 """
 
 from __future__ import annotations
@@ -41,7 +47,6 @@ FIELDS = 1_000_000
 def test_a_null_lag_count_copies_a_producers_entry(r: redis.Redis, write_config: Any) -> None:
     from jobd.config import load
     from jobd.store import status
-    from jobd.store.store import Store
 
     config = load(str(write_config(queue_config("[/bin/true]"))))
     q = config.queues["q"]
@@ -50,8 +55,7 @@ def test_a_null_lag_count_copies_a_producers_entry(r: redis.Redis, write_config:
     done = r.xadd(q.stream, {"payload": "p", "job_id": "quick"})
     r.xreadgroup(q.group, "host-1-abcdabcdabcdabcd", {q.stream: ">"}, count=2)
     r.xack(q.stream, q.group, done)
-    removed, _, _ = Store(r).trim_call(q, 1, 100)  # retention: maxlen 1, as a daemon's duty
-    assert removed == 1 and not r.xrange(q.stream, done, done), "trim.lua's step 2 XDELs it"
+    r.xdel(q.stream, done)  # an operator's (retention keeps the group's last delivered entry)
     status.gather(r, config)  # scripts loaded
     small = group_read_usec(r)
     status.gather(r, config)
@@ -62,10 +66,10 @@ def test_a_null_lag_count_copies_a_producers_entry(r: redis.Redis, write_config:
     queue = status.gather(r, config)["queues"]["q"]
     used = group_read_usec(r) - before
     assert used < WITHIN_USEC, (
-        f"one summary of one queue whose lag Redis says null (retention XDELed a done entry "
+        f"one summary of one queue whose lag Redis says null (an operator XDELed a done entry "
         f"behind a long job) and whose first waiting entry holds {FIELDS} fields a=1 held "
         f"Redis {used / 1000:.0f} ms in scripts, XINFO and XPENDING ({small / 1000:.1f} ms "
         f"before that entry; lag {queue['lag']}, at least: {queue['lag_at_least']}): "
         f"count_after.lua's XRANGE copies the entry whole"
     )
-    assert queue["lag"] in (1, None), queue  # counted, or said not counted: never 0
+    assert queue["lag"] is None and queue["lag_at_most"] == 2, queue  # not counted: at most XLEN
