@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -48,6 +49,37 @@ def status_line(running: int, slots: int, backlog: int | None = None, unread: in
     return f"{line}; backlog {backlog}"
 
 
+def queue_report(
+    client: redis.Redis, q: QueueConfig, now: float, lags: status.LagBudget
+) -> dict[str, Any]:
+    """Queue ``q``'s status summed over its priority levels (each its own stream, read as
+    ``status.with_levels`` reads them, within one budget ``lags``): lag, pending and delayed
+    summed, the oldest pending age the oldest of any level, ``lag_at_least`` when any level's
+    count is a lower bound, ``unread`` when a level holds entries and not its group (its lag
+    not known), ``waiting`` the levels' known lags; the lag None when no level's is known, or
+    one level's is not while it holds entries."""
+    reports = [status.queue_status(client, level, now, lags) for level in q.all_levels()]
+    result = next(r for r in reports if r["stream"] == q.stream)
+    if len(reports) == 1:
+        result["unread"] = result["lag"] is None and result["length"] != 0
+        result["waiting"] = result["lag"] or 0
+        return result
+    result = dict(result)
+    ages = [r["oldest_pending_age"] for r in reports if r["oldest_pending_age"] is not None]
+    unread = any(r["lag"] is None and r["length"] != 0 for r in reports)
+    known = [r["lag"] for r in reports if r["lag"] is not None]
+    result.update(
+        lag=None if unread or not known else sum(known),
+        lag_at_least=any(r["lag_at_least"] for r in reports),
+        unread=unread,
+        waiting=sum(known),
+        pending=sum(r["pending"] for r in reports),
+        oldest_pending_age=max(ages, default=None),
+        delayed=sum(r["delayed"] or 0 for r in reports),
+    )
+    return result
+
+
 class StatusReport:
     name = "status report"
     interval = STATUS_EVERY
@@ -69,12 +101,12 @@ class StatusReport:
             return
         backlog = unread = 0
         clock = redisconn.Clock(self.client)  # ages on Redis's clock: one TIME per server
-        lags = status.LagBudget()  # shared by the queues
+        lags = status.LagBudget()  # shared by the queues and their levels
         try:
             for q in v.queues:
-                report = status.queue_status(self.client, q, clock.at(q.stream), lags)
-                backlog += report["lag"] or 0
-                unread += report["lag"] is None and report.get("length", 0) != 0
+                report = queue_report(self.client, q, clock.at(q.stream), lags)
+                backlog += report["waiting"]
+                unread += report["unread"]
                 self.metrics.queue_state(q.name, report)
         except redisconn.UNAVAILABLE:
             self.metrics.redis_up.set(0)

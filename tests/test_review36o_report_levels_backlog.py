@@ -15,6 +15,10 @@ What should happen: the report counts every level of a queue, as the overview do
 3 here), or says it did not (``backlog unknown``). Suggested fix: ``status.with_levels`` in
 ``StatusReport.tick`` (one ``LagBudget`` for the request, as now), summing the levels' lags
 (and pending) as ``web.pages._row`` does.
+
+Fixed (jobd/daemon/report.py ``queue_report``): the report reads every level of a queue within
+the request's one ``LagBudget`` and sums their lags, pending and delayed (the oldest pending age
+the oldest of any level); a level holding entries and not its group makes the queue "not read".
 """
 
 from __future__ import annotations
