@@ -36,17 +36,21 @@ class LoopView:
     stopping: bool = False  # from SIGTERM on
 
 
-def status_line(running: int, slots: int, backlog: int | None = None, unread: int = 0) -> str:
+def status_line(
+    running: int, slots: int, backlog: int | None = None, unread: int = 0, at_least: bool = False
+) -> str:
     """systemd's STATUS= line: ``unread`` queues whose lag was not read (a stream holding
     entries and not the queue's group: ``lib/group.lua``) are said, never counted as 0
-    waiting."""
+    waiting; a backlog ``at_least`` (a count stopped at its bound: ``lag_at_least``) is said as
+    a lower bound, never as exact."""
     line = f"{running} of {slots} handlers running"
     if backlog is None:
         return line
+    waiting = f"at least {backlog}" if at_least else f"{backlog}"
     if unread:
-        rest = f"{unread} queue(s) not read, {backlog} waiting in the rest"
+        rest = f"{unread} queue(s) not read, {waiting} waiting in the rest"
         return f"{line}; backlog unknown ({rest})"
-    return f"{line}; backlog {backlog}"
+    return f"{line}; backlog {waiting}"
 
 
 def queue_report(
@@ -100,6 +104,7 @@ class StatusReport:
         if not (self.notifier.enabled or self.served) or not v.live:
             return
         backlog = unread = 0
+        at_least = False
         clock = redisconn.Clock(self.client)  # ages on Redis's clock: one TIME per server
         lags = status.LagBudget()  # shared by the queues and their levels
         try:
@@ -107,12 +112,13 @@ class StatusReport:
                 report = queue_report(self.client, q, clock.at(q.stream), lags)
                 backlog += report["waiting"]
                 unread += report["unread"]
+                at_least = at_least or report["lag_at_least"]
                 self.metrics.queue_state(q.name, report)
         except redisconn.UNAVAILABLE:
             self.metrics.redis_up.set(0)
             raise
         self.metrics.redis_up.set(1)
-        self.notifier.status(status_line(v.running, v.slots, backlog, unread))
+        self.notifier.status(status_line(v.running, v.slots, backlog, unread, at_least))
 
 
 def serve_endpoint(metrics: Metrics, listen: str, config: Config) -> None:
