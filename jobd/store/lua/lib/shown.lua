@@ -64,11 +64,18 @@ end
 -- (values and all) when that is ``budget`` bytes or less, else not at all. A table weighs its
 -- MEMORY USAGE with SAMPLES 0 (Redis walks every field, adding its name's and value's
 -- allocations, nothing copied): its names are read only when it holds NAMES_MOST fields or
--- fewer and weighs no more than ``most`` fields of ``cap`` bytes (NAMES_WEIGHED at least): the
--- running tab's 1 000 records of 16 KiB at most, 16 MiB (2 000 records of jobd's, 2.1 KiB each
--- with a 1 KiB status line, weigh 5 MiB: a bound of 4 MiB read none); copying 16 MiB of names
--- costs Redis about 60 ms. The names are read by HRANDFIELD with the HLEN (every name, no value;
--- HKEYS would too, but is not among the commands jobd's ACL user has), then sorted, so a read
+-- fewer and weighs no more than its fields would if jobd wrote each at its largest
+-- (``names_bound``: HLEN fields of a NAME_MOST-byte name and a ``cap``-byte value), or than
+-- ``most`` fields of ``cap`` bytes, NAMES_WEIGHED at least. The weight is of the whole hash,
+-- values too, not of the ``most`` fields a read takes: bounded by ``most`` alone, 2 500 of
+-- jobd's running records (1 KiB job ids, 1 KiB status lines of control bytes, escaped: 6.3
+-- KiB each, 20 MiB) read none. Of jobd's own fields the names copied are NAME_MOST bytes each,
+-- 10 MiB at most (10 000 records of 1 KiB ids and 16 KiB values, 169 MiB: 45 ms a read); nothing
+-- in Redis 7.0 weighs names apart from values, so a hash someone HSET with names as heavy as
+-- jobd's records (10 000 names of 17 000 bytes, 196 MiB) has them copied: 0.83 s a read. Only a
+-- client that can write jobd's hashes can (not a producer: docs/security.md). The names are
+-- read by HRANDFIELD with the HLEN (every name, no value; HKEYS would too, but is not among
+-- the commands jobd's ACL user has), then sorted, so a read
 -- takes the first ``most`` names in byte order (not a sample: the same ones from one read to
 -- the next), each value's length (HSTRLEN), and the values within ``cap`` bytes in HMGETs of
 -- ``count`` names, until ``budget`` bytes were read (one field past it at most: ``cap`` bytes
@@ -79,6 +86,15 @@ end
 -- (WRONGTYPE), as a read of it would.
 local NAMES_MOST = 10000 -- fields: a queue's active hash holds one a running job
 local NAMES_WEIGHED = 4194304 -- bytes, at least: 10 000 records of 300 bytes weigh about 4 MiB
+local NAME_MOST = 1024 -- jobd.job.MAX_JOB_ID: bytes of a name jobd writes (a job id at most)
+-- The MEMORY USAGE a table of ``total`` fields may have when jobd wrote each (names of NAME_MOST
+-- bytes, values of ``cap``: each allocation rounded up to its size class, a quarter more at
+-- most, and its entry, FIELD_COST), or of ``most`` fields of ``cap`` bytes; NAMES_WEIGHED at
+-- least.
+local function names_bound(total, most, cap)
+  local field = (NAME_MOST + cap) * 5 / 4 + FIELD_COST
+  return math.max(NAMES_WEIGHED, most * cap, total * field)
+end
 local function hash_read(key, most, budget, cap, count)
   local total = redis.call('HLEN', key)
   local rows, read = {}, 0
@@ -95,7 +111,7 @@ local function hash_read(key, most, budget, cap, count)
     return {total, #rows >= total and 1 or 0, rows}
   end
   if total > NAMES_MOST
-      or redis.call('MEMORY', 'USAGE', key, 'SAMPLES', 0) > math.max(NAMES_WEIGHED, most * cap)
+      or redis.call('MEMORY', 'USAGE', key, 'SAMPLES', 0) > names_bound(total, most, cap)
   then
     return {total, 0, rows}
   end

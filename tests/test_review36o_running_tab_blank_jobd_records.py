@@ -19,10 +19,19 @@ NAMES_MOST at most), the tab shows what its bounds hold (RUNNING_READ records, 1
 counts the rest unread. Suggested fix: a weight bound that follows the hash's length
 (NAMES_MOST × (MAX_JOB_ID + ACTIVE_CAP), or HLEN × that: what jobd may write), or read the
 names of a table through a bounded HSCAN rather than weigh all of it.
+
+Fixed (jobd/store/lua/lib/shown.lua ``names_bound``): a table's names are read when it weighs
+no more than its fields would if jobd wrote each at its largest (HLEN × a NAME_MOST-byte name,
+jobd.job.MAX_JOB_ID, and a ``cap``-byte value, each allocation a quarter more and FIELD_COST),
+or than the old bound; a 64 MiB name or value beside a few fields still leaves the hash unread
+(tests/test_review36k_hash_page_huge_value.py, tests/test_review36l_hash_huge_name.py). A
+bounded HSCAN would not do: it copies each field's value, of any size, before it can be weighed.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -66,3 +75,10 @@ def test_running_records_jobd_writes_at_their_largest_leave_the_tab_blank(
         f"read {read.read} of {read.records} (the docs: 1 000 records and 1 MiB at most)"
     )
     assert (read.records, read.complete) == (RUNNING, False), read  # the rest counted unread
+
+
+def test_the_name_bound_is_the_job_ids() -> None:
+    """lib/shown.lua's NAME_MOST is jobd.job.MAX_JOB_ID: the names jobd writes to its hashes."""
+    lua = Path(__file__).resolve().parents[1] / "jobd" / "store" / "lua" / "lib" / "shown.lua"
+    found = re.search(r"^local NAME_MOST = (\d+) -- jobd\.job\.MAX_JOB_ID", lua.read_text(), re.M)
+    assert found and int(found[1]) == MAX_JOB_ID
