@@ -36,33 +36,27 @@ class LoopView:
     stopping: bool = False  # from SIGTERM on
 
 
-def status_line(
-    running: int, slots: int, backlog: int | None = None, unread: int = 0, at_least: bool = False
-) -> str:
-    """systemd's STATUS= line: ``unread`` queues whose lag was not read (a stream holding
-    entries and not the queue's group: ``lib/group.lua``) are said, never counted as 0
-    waiting; a backlog ``at_least`` (a count stopped at its bound: ``lag_at_least``) is said as
-    a lower bound, never as exact."""
+def status_line(running: int, slots: int, backlog: int | None = None, unread: int = 0) -> str:
+    """systemd's STATUS= line: ``unread`` queues whose lag is not known (a stream holding
+    entries and not the queue's group, or Redis's lag null after someone's XDEL ahead of the
+    group: ``lib/group.lua``) are said, never counted as 0 waiting."""
     line = f"{running} of {slots} handlers running"
     if backlog is None:
         return line
-    waiting = f"at least {backlog}" if at_least else f"{backlog}"
+    waiting = f"{backlog}"
     if unread:
         rest = f"{unread} queue(s) not read, {waiting} waiting in the rest"
         return f"{line}; backlog unknown ({rest})"
     return f"{line}; backlog {waiting}"
 
 
-def queue_report(
-    client: redis.Redis, q: QueueConfig, now: float, lags: status.LagBudget
-) -> dict[str, Any]:
+def queue_report(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, Any]:
     """Queue ``q``'s status summed over its priority levels (each its own stream, read as
-    ``status.with_levels`` reads them, within one budget ``lags``): lag, pending and delayed
-    summed, the oldest pending age the oldest of any level, ``lag_at_least`` when any level's
-    count is a lower bound, ``unread`` when a level holds entries and not its group (its lag
+    ``status.with_levels`` reads them): lag, pending and delayed summed, the oldest pending age
+    the oldest of any level, ``unread`` when a level holds entries and not its group (its lag
     not known), ``waiting`` the levels' known lags; the lag None when no level's is known, or
     one level's is not while it holds entries."""
-    reports = [status.queue_status(client, level, now, lags) for level in q.all_levels()]
+    reports = [status.queue_status(client, level, now) for level in q.all_levels()]
     result = next(r for r in reports if r["stream"] == q.stream)
     if len(reports) == 1:
         result["unread"] = result["lag"] is None and result["length"] != 0
@@ -74,7 +68,6 @@ def queue_report(
     known = [r["lag"] for r in reports if r["lag"] is not None]
     result.update(
         lag=None if unread or not known else sum(known),
-        lag_at_least=any(r["lag_at_least"] for r in reports),
         unread=unread,
         waiting=sum(known),
         pending=sum(r["pending"] for r in reports),
@@ -104,21 +97,18 @@ class StatusReport:
         if not (self.notifier.enabled or self.served) or not v.live:
             return
         backlog = unread = 0
-        at_least = False
         clock = redisconn.Clock(self.client)  # ages on Redis's clock: one TIME per server
-        lags = status.LagBudget()  # shared by the queues and their levels
         try:
             for q in v.queues:
-                report = queue_report(self.client, q, clock.at(q.stream), lags)
+                report = queue_report(self.client, q, clock.at(q.stream))
                 backlog += report["waiting"]
                 unread += report["unread"]
-                at_least = at_least or report["lag_at_least"]
                 self.metrics.queue_state(q.name, report)
         except redisconn.UNAVAILABLE:
             self.metrics.redis_up.set(0)
             raise
         self.metrics.redis_up.set(1)
-        self.notifier.status(status_line(v.running, v.slots, backlog, unread, at_least))
+        self.notifier.status(status_line(v.running, v.slots, backlog, unread))
 
 
 def serve_endpoint(metrics: Metrics, listen: str, config: Config) -> None:

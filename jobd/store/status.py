@@ -43,23 +43,14 @@ COUNTERS = "done failed retried dead deduped cancelled"  # a minute's counters j
 COUNTER_MAX = (1 << 53) - 1
 
 
-class LagBudget:
-    """What was the bytes left to count null lags with, shared by a request's queues. A null
-    lag is no longer counted (review 36o: counting read entries, a producer's, of any size):
-    nothing is spent; kept for the callers that still pass one."""
-
-
 def _ms_of(stream_id: bytes | str) -> int:
     raw = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
     return int(raw.split("-")[0])
 
 
-def queue_status(
-    client: redis.Redis, q: QueueConfig, now: float | None = None, lags: LagBudget | None = None
-) -> dict[str, Any]:
+def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) -> dict[str, Any]:
     """Where queue ``q`` (one stream: a priority level is a queue here) stands at ``now``:
-    Redis's time (``connection.Clock``; read here when not given), never the host's. ``lags``:
-    unused (``LagBudget``)."""
+    Redis's time (``connection.Clock``; read here when not given), never the host's."""
     now = redisconn.Clock(client).at(q.stream) if now is None else now
     minute = keys.minute(now)
     redis_ms = int(now * 1000)
@@ -308,11 +299,8 @@ def with_daemons(client: redis.Redis, config: Config, report: dict[str, Any]) ->
     return report
 
 
-def with_levels(
-    client: redis.Redis, q: QueueConfig, now: float, lags: LagBudget | None = None
-) -> dict[str, Any]:
-    """A queue's status; with priority levels, each level's backlog too (its own stream).
-    ``lags``: unused (``LagBudget``)."""
+def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, Any]:
+    """A queue's status; with priority levels, each level's backlog too (its own stream)."""
     result = queue_status(client, q, now)
     if q.levels:
         result["levels"] = {}
