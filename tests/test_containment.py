@@ -475,10 +475,11 @@ def test_a_pid_freed_during_a_stops_scan_and_reused_is_not_signalled(
     makes the scan as long as it likes (its process count) and chooses when its member exits;
     the pid's reuse is forced here with ns_last_pid (an attacker wraps pid_max, 32768 here, by
     forking). The victim: a process of the test's, not
-    the job's."""
+    the job's. The stop is a `jobd cancel` (the same SIGTERM to the tree, by the same scan, as
+    a timeout's), sent once the processes are up: the 25 s timeout is not waited out."""
     script("h.py", PID_REUSE)
     freed, ready = tmp_path / "freed", tmp_path / "ready"
-    config = (
+    config = write_config(
         "cgroup: off\n"
         + queue_config(
             f"[./h.py, {freed}, {ready}, '6000']",
@@ -488,9 +489,11 @@ def test_a_pid_freed_during_a_stops_scan_and_reused_is_not_signalled(
         )
         + "  other:\n    command: [/bin/true]\n"
     )
-    daemon(write_config(config), prefix=OWN_SESSION)
+    daemon(config, prefix=OWN_SESSION)
     r.xadd("jobd:q", {"payload": "x", "job_id": "82"})
     wait_until(ready.exists, 30, "the handler's processes all started")
+    out = jobd_cli("cancel", "-c", str(config), "q", "82")
+    assert out.returncode == 0, out
     deadline = time.monotonic() + 40
     while not freed.exists():  # no sleep: the race is the daemon's scan
         assert time.monotonic() < deadline
