@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -51,6 +52,7 @@ QUEUES = 50
 CONNECTIONS = 150  # past the cap of 64, each pipelining /metrics, reconnecting when closed
 SCRAPES_ASKED = 10
 SCRAPE_WITHIN = 10.0  # Prometheus's default scrape_timeout
+SCRAPE_APART = 0.3  # between one scrape sent and the next
 
 
 TOKEN = "review36m-token"
@@ -86,6 +88,18 @@ def scrape(port: int, timeout: float, token: str | None) -> tuple[object, float]
     return status, round(time.monotonic() - began, 2)
 
 
+def scrapes(port: int, token: str | None) -> list[tuple[object, float]]:
+    """SCRAPES_ASKED scrapes, each on a thread of its own started SCRAPE_APART after the one
+    before: each meets the flood's queue (~3 s behind 64 connections) while the next ones are
+    sent, not after they are answered (one after another, they took 30 s)."""
+    with ThreadPoolExecutor(SCRAPES_ASKED) as pool:
+        asked = []
+        for _ in range(SCRAPES_ASKED):
+            asked.append(pool.submit(scrape, port, SCRAPE_WITHIN, token))
+            time.sleep(SCRAPE_APART)  # spaced over the flood's turnover, not an assertion
+        return [a.result() for a in asked]
+
+
 @pytest.mark.parametrize("token", [None, TOKEN], ids=["no-token", "token"])
 def test_a_scrape_is_answered_while_a_client_keeps_reconnecting(token: str | None) -> None:
     metrics = Metrics()
@@ -105,8 +119,7 @@ def test_a_scrape_is_answered_while_a_client_keeps_reconnecting(token: str | Non
                                   "120"])  # fmt: skip
         try:
             time.sleep(3)  # the flood under way (not an assertion: what the scrapes meet)
-            for _ in range(SCRAPES_ASKED):
-                seen.append(scrape(port, SCRAPE_WITHIN, token))
+            seen = scrapes(port, token)
         finally:
             flood.kill()
             flood.wait()
