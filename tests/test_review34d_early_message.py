@@ -24,6 +24,7 @@ from test_notify import scrape
 Daemon = Callable[..., DaemonProcess]
 JOBS = 200
 FLOODERS = 8
+CONCURRENCY = 16  # handlers of 300 ms each: 200 in ~4 s (at 4, 15 s; as many starts either way)
 EARLY = r"""
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +79,7 @@ def test_a_message_sent_at_the_start_is_a_strangers(
     config = (
         "redis: {url: '{redis}'}\nqueues:\n"
         f"  flood:\n    command: [./flood.py]\n    timeout: 5m\n"
-        f"  q:\n    command: [{binary}]\n    concurrency: 4\n"
+        f"  q:\n    command: [{binary}]\n    concurrency: {CONCURRENCY}\n"
         f"metrics: {{listen: '127.0.0.1:{port}'}}\n"
     )
     d = daemon(write_config(config))
