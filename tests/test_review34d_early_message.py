@@ -52,9 +52,9 @@ for _ in range({flooders} - 1):
     if os.fork() == 0:
         break
 with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-    s.connect("\\\\0" + address[1:])
+    s.connect("\\0" + address[1:])
     while not os.path.exists({stop!r}):
-        s.send(b"STATUS=x\\\\n" * 63)
+        s.send(b"STATUS=x\\n" * 63)
 """
 
 
