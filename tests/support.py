@@ -106,7 +106,9 @@ class RedisServer:
             [
                 find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
-                "--logfile", str(self.workdir / "redis.log"), *self.extra,
+                "--logfile", str(self.workdir / "redis.log"),
+                "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after 5 s
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
