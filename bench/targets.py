@@ -11,7 +11,8 @@
   backlog    100 000 jobs waiting: the daemon's RSS before and after they were added;
   processes  `processes: 1` against `processes: 2`, each against xargs (7 rounds, alternating),
              the CPU a job costs (jobd's processes, the handler), and what 16 cores could run.
---quick runs small sizes (a smoke test of the bench itself, not a measurement).
+--quick runs small sizes, with a fifth of the pauses before a measure (a smoke test of the bench
+itself, not a measurement).
 """
 
 from __future__ import annotations
@@ -114,7 +115,9 @@ def latency(r: redis.Redis, workdir: Path, port: int, samples: int) -> None:
     )
 
 
-def sleepers(r: redis.Redis, workdir: Path, port: int, count: int, window: float) -> None:
+def sleepers(
+    r: redis.Redis, workdir: Path, port: int, count: int, window: float, settle: float
+) -> None:
     half = count // 2
     lease = "lease: {renew_every: 1s, reclaim_after: 10s}"
     queues = "".join(
@@ -136,7 +139,7 @@ def sleepers(r: redis.Redis, workdir: Path, port: int, count: int, window: float
             )
         )
         wait_for(lambda: len(d.ps.children()) == count)
-        time.sleep(1.5)  # let the start-up settle before measuring a quiet window
+        time.sleep(1.5 * settle)  # let the start-up settle before measuring a quiet window
         calls0 = r.info("commandstats").get("cmdstat_xclaim", {}).get("calls", 0)
         cpu0, t0 = d.cpu(), time.monotonic()
         time.sleep(window)
@@ -155,12 +158,12 @@ def sleepers(r: redis.Redis, workdir: Path, port: int, count: int, window: float
     )
 
 
-def backlog(r: redis.Redis, workdir: Path, port: int, count: int) -> None:
+def backlog(r: redis.Redis, workdir: Path, port: int, count: int, settle: float) -> None:
     d = Daemon(workdir, port, "  slow: {command: [sleep, '60'], concurrency: 8, timeout: 5m}\n")
     try:
         wait_for(lambda: group_ready(r, "jobd:slow"))
         r.xadd("jobd:slow", {"payload": "first"})
-        time.sleep(1.0)
+        time.sleep(1.0 * settle)
         before = d.rss_mb()
         pipe = r.pipeline(transaction=False)
         for i in range(count):
@@ -169,7 +172,7 @@ def backlog(r: redis.Redis, workdir: Path, port: int, count: int) -> None:
                 pipe.execute()
         pipe.execute()
         wait_for(lambda: len(d.ps.children()) == 8)
-        time.sleep(2.0)
+        time.sleep(2.0 * settle)
         after = d.rss_mb()
         delivered = r.xinfo_groups("jobd:slow")[0]["entries-read"]
     finally:
@@ -230,6 +233,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    settle = 0.2 if args.quick else 1.0  # pauses before a measure: a smoke test's are short
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         server, port = start_redis(workdir)
@@ -243,9 +247,9 @@ def main() -> None:
             r.flushall()
             latency(r, workdir, port, 10 if args.quick else 60)
             r.flushall()
-            sleepers(r, workdir, port, 20 if args.quick else 1000, 2 if args.quick else 10)
+            sleepers(r, workdir, port, 20 if args.quick else 1000, 2 if args.quick else 10, settle)
             r.flushall()
-            backlog(r, workdir, port, 1000 if args.quick else 100_000)
+            backlog(r, workdir, port, 1000 if args.quick else 100_000, settle)
             r.flushall()
             processes(workdir, port, 60 if args.quick else 2000, 2 if args.quick else 7)
         finally:
