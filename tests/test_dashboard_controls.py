@@ -429,6 +429,7 @@ def test_what_redis_holds_is_shown_as_text_never_as_markup(
     r.hset("{jobd:q}:paused", mapping={"since": int(time.time() * 1000), "by": markup})
     enqueue = ("enqueue", "-c", str(site.config), "other", "x", "--job-id", markup, "--delay", "1h")
     assert jobd_cli(*enqueue).returncode == 0
+    site.daemon.wait_log("queue=q paused by")  # its reader saw the pause: it reads no more
     r.xadd("jobd:q", {"payload": markup, "job_id": markup + "-waiting"})  # paused: it waits
     r.xadd("{jobd:q}:dead", {
         "payload": markup, "jobd_job_id": markup + "-dead", "jobd_error": markup,
