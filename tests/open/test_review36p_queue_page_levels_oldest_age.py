@@ -1,0 +1,59 @@
+"""Review 36p of issue 36: the dashboard's queue page never shows the age of a job stuck on a
+priority level other than the queue's default. Its "oldest pending" figure (dashboard.js
+``figure(age(q.oldest_pending_age), "oldest pending")``) is the default level's alone
+(``pages.queue_page``: ``status.with_levels``, whose top-level figures are the default stream's),
+and its "Priority levels" table shows each level's backlog, pending and delayed, not the
+``oldest_pending_age`` each level carries since review 36o (433a168). The overview's row of the
+same queue (the oldest of every level's, 433a168), STATUS= and ``jobd_queue_oldest_pending_age``
+(``report.queue_report``, a9258e1) say 700 s; the page an operator opens from that row says
+"oldest pending –" (and "pending 0", "backlog (lag) 0" in its figures, while the overview row
+sums every level's).
+
+Reproduced: ``priorities: [high, low]`` (``low`` the default), a job on ``high`` delivered and
+pending since 700 s (its entry id 700 s back on Redis's clock, so no test sleeps), nothing on
+``low``: ``queue_page``'s ``oldest_pending_age`` is None and dashboard.js shows no level's age.
+
+What should happen: the queue page shows the stuck job's age: its "oldest pending" figure the
+oldest of every level's (as the overview's row), or its levels table each level's. Suggested
+fix: ``pages.queue_page`` sets the figure to the max over ``levels`` (and sums pending and lag
+as ``_row`` does), or dashboard.js adds an "oldest pending" column from ``b.oldest_pending_age``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import redis
+from support import queue_config
+
+STUCK_FOR = 700  # seconds
+SCRIPT = pathlib.Path(__file__).parents[2] / "jobd" / "web" / "static" / "dashboard.js"
+
+
+def test_the_queue_page_shows_the_age_of_a_job_stuck_on_another_level(
+    r: redis.Redis, write_config: Any
+) -> None:
+    from jobd.config import load
+    from jobd.store.store import Store
+    from jobd.web import pages
+
+    config = load(str(write_config(queue_config("[/bin/true]", priorities="[high, low]"))))
+    q = config.queues["q"]
+    levels = {level.priority: level for level in q.all_levels()}
+    for level in levels.values():  # as a daemon's reader makes them (ensure_group)
+        r.xgroup_create(level.stream, level.group, id="0", mkstream=True)
+    seconds, _ = r.time()
+    entry = f"{(seconds - STUCK_FOR) * 1000}-0"  # enqueued 700 s ago
+    r.xadd(levels["high"].stream, {"payload": "p", "job_id": "stuck"}, id=entry)
+    r.xreadgroup(levels["high"].group, "host-1-abcdabcdabcdabcd", {levels["high"].stream: ">"})
+    row = pages.summary(Store(r), config, {})["queues"]["q"]
+    assert row["oldest_pending_age"] >= STUCK_FOR - 5, row  # the overview says it
+    page = pages.queue_page(Store(r), config, {"queue": ["q"]})["status"]
+    headline = page["oldest_pending_age"] or 0
+    per_level = "b.oldest_pending_age" in SCRIPT.read_text()  # the levels table shows it
+    assert headline >= STUCK_FOR - 5 or per_level, (
+        f"a job pending for {STUCK_FOR} s on the queue's 'high' level (the overview says "
+        f"{row['oldest_pending_age']:.0f} s): the queue page's oldest pending is "
+        f"{page['oldest_pending_age']}, and its levels table shows no age"
+    )
