@@ -29,7 +29,12 @@ A fix (aeced24: the stand-in's JSON built in dead_letter.lua from the record, by
 held_json) was reverted: it converted every byte of up to 1000 values to JSON in Lua, one at a
 time, and searched for the cut up to 14 times, so one hostile stand-in held Redis 6-7 s
 (tests/test_review35v_stand_in_json_blocks_redis.py). A fix needs a conversion in C-speed passes
-(string.gsub over runs of bytes) and the cut's size worked out, not rebuilt."""
+(string.gsub over runs of bytes) and the cut's size worked out, not rebuilt. A second try did
+both (utf8_text in string.find/gsub passes, each cut's JSON size counted, the JSON built once):
+72-92 ms for review 35v's 0xff entry, but 130-430 ms a call for values of mixed valid and
+invalid UTF-8 ("é\x01" the worst found), against 25 ms before: not merged. What is left: a
+conversion with per-value counts computed once (no pass per cut), or a bound on what of a
+stand-in's record goes into its JSON."""
 
 from __future__ import annotations
 
