@@ -35,30 +35,11 @@ import redis
 from support import wait_group
 from test_endings_faults import opened  # noqa: F401  (a fixture)
 from test_loop import STREAM, Loop
+from test_review34o_span_start_failure import Spans
 
 from jobd import tracing
 from jobd.outcome import Verb
 from jobd.process import handler as handler_module
-
-PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
-class Spans:
-    """``tracing.Spans`` as the daemon uses it: what was started and what ended, and how."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-        self.ended: dict[str, str] = {}
-
-    def start(self, job: Any, queue: Any) -> tuple[Any, str]:
-        self.started.append(job.job_id)
-        return job.job_id, PARENT
-
-    def end(self, span: Any, outcome: Any, end_time: int | None = None) -> None:
-        self.ended[span] = outcome.verb.name
-
-    def shutdown(self) -> None:
-        pass
 
 
 class Os:
