@@ -7,6 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from jobd.logs import printable
+from jobd.store import status
 
 if TYPE_CHECKING:
     from jobd.config import Config
@@ -47,10 +48,10 @@ def render(report: dict[str, Any]) -> str:
             p = s["paused"]
             lines.append(f"  PAUSED since {_when(p['since'])} by {p['by']}: "
                          "no new job starts until `jobd resume`")  # fmt: skip
-        last, this = s["last_minute"], s["this_minute"]
+        last, this, held = s["last_minute"], s["this_minute"], status.over_levels(s)
         lines += [
             f"  length {s['length']}  lag {_lag(s)}  "
-            f"pending {_count(s['pending'])} (oldest {_age(s['oldest_pending_age'])})  "
+            f"pending {held['pending']} (oldest {_age(held['oldest_pending_age'])})  "
             f"delayed {_count(s['delayed'])}  dead-lettered {_count(s['dead_lettered'])}",
             f"  last minute: done {last['done']}, failed {last['failed']} "
             f"(retried {last['retried']}, dead {last['dead']});  "
@@ -60,13 +61,7 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  deduped: last minute {last['deduped']}, this minute {this['deduped']}")
         lines += _consumers(s)
         lines += _serving(s)
-        for level, b in s.get("levels", {}).items():
-            lag = _lag(b)
-            lines.append(
-                f"  level {level}: length {b['length']}  lag {lag}  "
-                f"pending {_count(b['pending'])}  delayed {_count(b['delayed'])}  "
-                f"(stream {b['stream']})"
-            )
+        lines += _levels(s)
         limits = s["limits"]
         if "slots" in limits:
             lines.append(f"  slots {limits['slots']['used']}/{limits['slots']['limit']} in use")
@@ -111,6 +106,16 @@ def _daemons(report: dict[str, Any]) -> list[str]:
         )
         lines += [f"    problem: {p}" for p in d["problems"]]
     return lines
+
+
+def _levels(s: dict[str, Any]) -> list[str]:
+    """One line per priority level of queue status ``s``: its own figures."""
+    return [
+        f"  level {level}: length {b['length']}  lag {_lag(b)}  "
+        f"pending {_count(b['pending'])} (oldest {_age(b['oldest_pending_age'])})  "
+        f"delayed {_count(b['delayed'])}  (stream {b['stream']})"
+        for level, b in s.get("levels", {}).items()
+    ]
 
 
 def _serving(s: dict[str, Any]) -> list[str]:

@@ -312,3 +312,15 @@ def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, An
                           "oldest_pending_age", "delayed")
             }  # fmt: skip
     return result
+
+
+def over_levels(s: dict[str, Any]) -> dict[str, Any]:
+    """A queue's pending entries and the oldest one's age over all its priority levels (as the
+    overview's row, ``STATUS=`` and the gauge say them), from its ``with_levels`` status: its
+    own without levels. ``s``'s top-level figures are its default level's alone."""
+    levels = list((s.get("levels") or {"": s}).values())
+    ages = [b["oldest_pending_age"] for b in levels if b["oldest_pending_age"] is not None]
+    return {
+        "pending": sum(b["pending"] or 0 for b in levels),
+        "oldest_pending_age": max(ages, default=None),
+    }

@@ -15,6 +15,9 @@ What should happen: `jobd status` shows the stuck job's age, as the overview and
 do: the queue's line the oldest of every level's (as the overview's row), or each level's line
 its own oldest pending age. Suggested fix: ``cli.status.render`` prints ``_age(b
 ['oldest_pending_age'])`` on each level's line (and/or the max over levels on the queue's).
+
+Fixed (review 36p): the queue's line says its pending entries and the oldest one's age over all
+its levels (``status.over_levels``, as the overview's row), each level's line its own age.
 """
 
 from __future__ import annotations
