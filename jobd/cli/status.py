@@ -48,11 +48,12 @@ def render(report: dict[str, Any]) -> str:
             p = s["paused"]
             lines.append(f"  PAUSED since {_when(p['since'])} by {p['by']}: "
                          "no new job starts until `jobd resume`")  # fmt: skip
-        last, this, held = s["last_minute"], s["this_minute"], status.over_levels(s)
+        last, this = s["last_minute"], s["this_minute"]
+        q = {**s, **status.over_levels(s)} if s.get("levels") else s  # over its levels
         lines += [
-            f"  length {s['length']}  lag {_lag(s)}  "
-            f"pending {held['pending']} (oldest {_age(held['oldest_pending_age'])})  "
-            f"delayed {_count(s['delayed'])}  dead-lettered {_count(s['dead_lettered'])}",
+            f"  length {q['length']}  lag {_lag(q)}  "
+            f"pending {_count(q['pending'])} (oldest {_age(q['oldest_pending_age'])})  "
+            f"delayed {_count(q['delayed'])}  dead-lettered {_count(s['dead_lettered'])}",
             f"  last minute: done {last['done']}, failed {last['failed']} "
             f"(retried {last['retried']}, dead {last['dead']});  "
             f"this minute: done {this['done']}, failed {this['failed']}",

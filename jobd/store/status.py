@@ -315,12 +315,20 @@ def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, An
 
 
 def over_levels(s: dict[str, Any]) -> dict[str, Any]:
-    """A queue's pending entries and the oldest one's age over all its priority levels (as the
-    overview's row, ``STATUS=`` and the gauge say them), from its ``with_levels`` status: its
-    own without levels. ``s``'s top-level figures are its default level's alone."""
+    """A queue's figures over all its priority levels (as the overview's row, ``STATUS=`` and
+    the gauge say them), from its ``with_levels`` status (its own without levels; its top-level
+    figures are its default level's alone): entries, pending, delayed and lag summed (None
+    when a level's is not known; then ``lag_at_most`` when each level's bound is), the oldest
+    pending age the oldest of any level's."""
     levels = list((s.get("levels") or {"": s}).values())
     ages = [b["oldest_pending_age"] for b in levels if b["oldest_pending_age"] is not None]
+    bounds = [b["lag"] if b["lag"] is not None else b["lag_at_most"] for b in levels]
+    lag = None if any(b["lag"] is None for b in levels) else sum(b["lag"] for b in levels)
     return {
+        "length": sum(b["length"] for b in levels),
+        "lag": lag,
+        "lag_at_most": None if lag is not None or None in bounds else sum(bounds),
         "pending": sum(b["pending"] or 0 for b in levels),
         "oldest_pending_age": max(ages, default=None),
+        "delayed": sum(b["delayed"] or 0 for b in levels),
     }

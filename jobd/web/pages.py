@@ -145,11 +145,14 @@ def daemons(store: Store, config: Config, query: Query) -> dict[str, Any]:
 
 
 def queue_page(store: Store, config: Config, query: Query) -> dict[str, Any]:
-    """One queue: its status, its last hour of figures, and who serves it."""
+    """One queue: its status (a priority queue's figures over its levels), its last hour of
+    figures, and who serves it."""
     q = actions.queue_of(config, {"queue": one(query, "queue")})
     clock = redisconn.Clock(store.client)  # Redis's time, not this host's
     now = clock.at(q.stream)
     report = status.with_levels(store.client, q, now)
+    if q.levels:  # its figures the queue's, as the overview's row: its levels' in "levels"
+        report.update(status.over_levels(report))
     report["hour"] = figures.last_hour(store.client, q, now)
     listed = registry.listing(store.client)["daemons"]
     report["daemons"] = [s for lvl in q.all_levels()

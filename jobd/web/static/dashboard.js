@@ -445,9 +445,10 @@ function drawQueue(view) {
   const serving = (q.daemons || []).map((d) => `${d.name} (${d.state})`).join(", ");
   fill(section.querySelector(".more"),
     q.levels ? [el("h3", {}, "Priority levels"), el("table", {},
-      el("tr", {}, ["level", "backlog", "pending", "delayed"].map((h) => el("th", {}, h))),
+      el("tr", {}, ["level", "backlog", "pending", "oldest pending", "delayed"].map((h) => el("th", {}, h))),
       Object.entries(q.levels).map(([level, b]) => el("tr", {}, el("td", {}, level),
         el("td", {class: "num"}, b.lag ?? "–"), el("td", {class: "num"}, b.pending ?? "–"),
+        el("td", {class: "num"}, age(b.oldest_pending_age)),
         el("td", {class: "num"}, b.delayed ?? "–"))))] : null,
     el("h3", {}, "Consumers"), q.consumers_listed === false
       ? el("p", {class: "muted"}, `${q.consumers_count} consumers: not listed (more than 256: the daemons table lists jobd's)`)

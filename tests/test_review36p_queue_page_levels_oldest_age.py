@@ -17,6 +17,10 @@ What should happen: the queue page shows the stuck job's age: its "oldest pendin
 oldest of every level's (as the overview's row), or its levels table each level's. Suggested
 fix: ``pages.queue_page`` sets the figure to the max over ``levels`` (and sums pending and lag
 as ``_row`` does), or dashboard.js adds an "oldest pending" column from ``b.oldest_pending_age``.
+
+Fixed (review 36p): ``pages.queue_page`` gives a priority queue's figures over all its levels
+(``status.over_levels``: entries, backlog, pending, delayed summed, the oldest pending age the
+oldest), as the overview's row, and dashboard.js's levels table shows each level's oldest pending.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import redis
 from support import queue_config
 
 STUCK_FOR = 700  # seconds
-SCRIPT = pathlib.Path(__file__).parents[2] / "jobd" / "web" / "static" / "dashboard.js"
+SCRIPT = pathlib.Path(__file__).parents[1] / "jobd" / "web" / "static" / "dashboard.js"
 
 
 def test_the_queue_page_shows_the_age_of_a_job_stuck_on_another_level(
