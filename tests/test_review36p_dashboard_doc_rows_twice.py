@@ -11,6 +11,9 @@ Reproduced: count the table rows by their first cell.
 
 What should happen: each read has one row, saying what the code does. Suggested fix: delete the
 older of each pair (keeping ab1acce's and c9c321d's texts).
+
+Fixed (review 36p): the older row of each pair is deleted; the page keeps c9c321d's small-hashes
+row (HLEN fields at jobd's largest) and ab1acce's group row (XLEN, the idle time).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import pathlib
 from collections import Counter
 
-PAGE = pathlib.Path(__file__).parents[2] / "docs" / "operations" / "dashboard.md"
+PAGE = pathlib.Path(__file__).parents[1] / "docs" / "operations" / "dashboard.md"
 
 
 def test_each_read_of_the_dashboard_page_has_one_row() -> None:
