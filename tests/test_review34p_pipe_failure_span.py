@@ -35,7 +35,7 @@ import redis
 from support import wait_group
 from test_endings_faults import opened  # noqa: F401  (a fixture)
 from test_loop import STREAM, Loop
-from test_review34o_span_start_failure import Spans
+from test_review34o_span_start_failure import PARENT, Spans
 
 from jobd import tracing
 from jobd.outcome import Verb
