@@ -94,7 +94,10 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
         self.outage = redisconn.Outage(log, f"queue={queue.name} ")
 
     def stop(self) -> None:
+        """Stop at once: a wait for new entries under way is cut (it holds nothing: XREAD),
+        anything else this thread is doing is let end."""
         self.stopping.set()
+        self.store.bell.cut()
 
     def run(self) -> None:
         try:
@@ -113,6 +116,8 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
                 self.outage.up()
                 self._checked = False
             except redisconn.UNAVAILABLE as exc:
+                if self.stopping.is_set():
+                    break  # its wait cut by ``stop``, or Redis away as it stops: nothing to say
                 self.store.refresh()
                 self.stopping.wait(self.outage.down(exc, "retrying"))
             except redis.ResponseError as exc:

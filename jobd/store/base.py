@@ -9,7 +9,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from jobd.config import RedisConfig
-from jobd.store import connection, keys
+from jobd.store import connection, doorbell, keys
 from jobd.store.scripts import Batch, Scripts
 
 
@@ -23,6 +23,8 @@ class StoreBase:
         self.consumer = consumer  # '' for a command line tool, which holds no entry
         # reading.read_new's waits that timed out, by stream: the ids and when (see there)
         self._idle: dict[str, tuple[dict[str, str], float]] = {}
+        # reading's waits (doorbell): another thread may cut them short (a daemon stopping)
+        self.bell = doorbell.Bell()
         # reading.found_migrating: streams whose cluster slot was found migrating, and until
         # when (time.monotonic) their reads go key by key
         self._migrating: dict[str, float] = {}

@@ -14,11 +14,21 @@ the connection, as redis-py does: its next user connects again.
 While the streams' cluster slot migrates, an ASK is followed (the same wait, after ASKING, on
 the node it names), streams split between the two nodes (TRYAGAIN) are polled every SPLIT_WAIT,
 and a pause or generation the node sent elsewhere is read by the cluster client (``wait``).
+
+A wait can be cut short from another thread (``Bell.cut``: a daemon stopping ends its readers'
+waits at once, not after up to a BLOCK of a second): the waiting connection's socket is shut, the
+waiter gets a connection error. Only a wait is ever cut: XREAD delivers nothing to a group, so a
+cut loses no entry, and a bell is held only from the moment its connection is taken to the moment
+its reply was read; once cut, no later wait of it is sent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -35,6 +45,38 @@ _AWAY = ("MOVED ", "ASK ", "CLUSTERDOWN ", "TRYAGAIN ", "LOADING ", "MASTERDOWN 
 # reads, key by key. No XREAD can wait on them until they are on one node again.
 SPLIT_WAIT = 0.2
 
+
+class Bell:
+    """The wait under way on one thread's connection, for another thread to ``cut``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting: Any = None  # the connection of the wait under way
+        self.was_cut = False
+
+    @contextlib.contextmanager
+    def held(self, conn: Any) -> Iterator[None]:
+        with self.lock:
+            if self.was_cut:
+                raise redis.ConnectionError("the wait was cut: stopping")
+            self.waiting = conn
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.waiting = None
+
+    def cut(self) -> None:
+        """End the wait under way, if one is (its socket shut: its reply never comes), and every
+        later one before it is sent."""
+        with self.lock:
+            self.was_cut = True
+            sock = getattr(self.waiting, "_sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
 Address = tuple[str, int]  # an ASK's node: the slot migrates there, and the streams are there
 Came = bool | Address | None  # None: TRYAGAIN, the streams split between two nodes
 
@@ -45,6 +87,7 @@ def wait(
     block_ms: int,
     then: str | None,
     gen: str | None = None,
+    bell: Bell | None = None,
 ) -> tuple[bool, dict[bytes, bytes] | Exception | None, bytes | None]:
     """Wait up to ``block_ms`` until a stream of ``newest`` has an entry after its id (the
     streams share one cluster slot); True when one has. With ``then`` (a hash in that slot:
@@ -55,11 +98,14 @@ def wait(
     While the slot migrates (Redis Cluster resharding), the node asked answers ASK for keys it
     no longer has: for the streams, the wait is sent to the node the ASK names (ASKING, then
     the XREAD, its reply skipped all the same); for the pause or the generation, they are
-    read again, after the wait, by the cluster client, which follows ASK itself."""
-    came, pause, value = _send(node_for(client, next(iter(newest))), newest, block_ms, then, gen)
+    read again, after the wait, by the cluster client, which follows ASK itself. With ``bell``,
+    another thread can cut the wait short (``Bell.cut``)."""
+    bell = Bell() if bell is None else bell
+    node = node_for(client, next(iter(newest)))
+    came, pause, value = _send(node, newest, block_ms, then, gen, bell)
     asked = isinstance(came, tuple)
     if isinstance(came, tuple):  # the slot migrates, and the streams are on the node named
-        came = _send(_node_at(client, came), newest, block_ms, None, None, asking=True)[0]
+        came = _send(_node_at(client, came), newest, block_ms, None, None, bell, asking=True)[0]
         if isinstance(came, tuple):
             raise redis.ConnectionError(f"ASK again from the node asked: {came}")
     if came is None:
@@ -78,35 +124,47 @@ def _send(
     block_ms: int,
     then: str | None,
     gen: str | None,
+    bell: Bell,
     asking: bool = False,
 ) -> tuple[Came, dict[bytes, bytes] | Exception | None, bytes | Exception | None]:
     """XREAD BLOCK on ``node`` (after ASKING, with ``asking``), and HGETALL ``then`` and GET
     ``gen`` when given, in one round trip on a connection of its pool: whether an entry came
     (or where the ASK sends it, or None for TRYAGAIN), the hash and the string, or their
-    errors. Any failure on the way drops the connection."""
+    errors. Any failure on the way drops the connection; ``bell`` holds it meanwhile."""
     pool = node.connection_pool
     conn = pool.get_connection()
     try:
-        commands: list[tuple[object, ...]] = [("ASKING",)] if asking else []
-        commands.append(
-            ("XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", *newest, *newest.values())
-        )
-        if then is not None:
-            commands.append(("HGETALL", then))
-        if gen is not None:
-            commands.append(("GET", gen))
-        conn.send_packed_command(conn.pack_commands(commands))
-        reply = _Reply(conn)
-        if asking and (line := reply.first()) != b"+OK":
-            raise redis.ConnectionError(f"ASKING answered {line[:80]!r}")
-        came = _came(reply)
-        pause = None if then is None else reply.hash()
-        return came, pause, None if gen is None else reply.string()
+        with bell.held(conn):
+            return _exchange(conn, newest, block_ms, then, gen, asking)
     except BaseException:
         conn.disconnect()
         raise
     finally:
         pool.release(conn)
+
+
+def _exchange(
+    conn: Any,
+    newest: dict[str, str],
+    block_ms: int,
+    then: str | None,
+    gen: str | None,
+    asking: bool,
+) -> tuple[Came, dict[bytes, bytes] | Exception | None, bytes | Exception | None]:
+    """``_send``'s round trip on ``conn``."""
+    commands: list[tuple[object, ...]] = [("ASKING",)] if asking else []
+    commands.append(("XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", *newest, *newest.values()))
+    if then is not None:
+        commands.append(("HGETALL", then))
+    if gen is not None:
+        commands.append(("GET", gen))
+    conn.send_packed_command(conn.pack_commands(commands))
+    reply = _Reply(conn)
+    if asking and (line := reply.first()) != b"+OK":
+        raise redis.ConnectionError(f"ASKING answered {line[:80]!r}")
+    came = _came(reply)
+    pause = None if then is None else reply.hash()
+    return came, pause, None if gen is None else reply.string()
 
 
 def _came(reply: _Reply) -> Came:

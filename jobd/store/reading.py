@@ -140,7 +140,7 @@ class ReadingOps(StoreBase):
                 return NewEntries(read.entries[0][1], read.cancels, read.paused, read.cancel_gen)
             idle = (read.newest, time.monotonic())
         came, pause, gen = doorbell.wait(
-            self.client, idle[0], block_ms, queue.keys.paused, queue.keys.cancel_gen
+            self.client, idle[0], block_ms, queue.keys.paused, queue.keys.cancel_gen, self.bell
         )
         # Nothing came: the next call waits after the same ids without reading first (one
         # round trip an idle cycle); a reset of the group meanwhile is seen by the next read,
@@ -316,7 +316,7 @@ class ReadingOps(StoreBase):
         """Wait up to ``block_ms`` until a stream has an entry after its ``newest`` id; True
         when one has. XREAD holds nothing, and its reply (an entry: any size) is skipped as it
         comes, never held (``doorbell``)."""
-        return doorbell.wait(self.client, newest, block_ms, None)[0]
+        return doorbell.wait(self.client, newest, block_ms, None, bell=self.bell)[0]
 
     def length(self, stream: str) -> int:
         """How many entries ``stream`` holds (XLEN)."""
