@@ -169,7 +169,10 @@ def test_a_parent_retried_after_its_first_success_writes_its_follow_ups_once(
 
     handler = script("three.sh", THREE)
     with FaultProxy(redis_server.port) as proxy:
-        cfg = write_config(f"redis: {{url: '{proxy.url}'}}\n" + queues_yaml(handler))
+        # A cut read's reply leaves its parent pending until reclaim_after (1 s here, not 60 s:
+        # the wait below is for settles replayed, not for a lost read's lease to lapse).
+        lease = "    lease: {renew_every: 200ms, reclaim_after: 1s}\n"
+        cfg = write_config(f"redis: {{url: '{proxy.url}'}}\n" + queues_yaml(handler, lease))
         daemon(cfg)
         for n in range(20):
             enqueue(cfg, "a", "go", f"p{n}")

@@ -68,9 +68,10 @@ def test_a_hostile_stand_ins_dead_letter_does_not_block_redis_for_seconds(
             return False
 
     wait_until(alerted, timeout=120, what="the alert")
-    slowest = max(
+    logged = [
         (e["duration"] / 1e6, e["command"][:60])
         for e in r.slowlog_get(128)
         if b"{jobd:a}:dead" in e["command"]
-    )  # the dead_letter.lua call (its keys name the dead-letter stream)
+    ]  # the dead_letter.lua call (its keys name the dead-letter stream), when over 10 ms
+    slowest = max(logged, default=(0.0, b"not in the slow log: under its 10 ms"))
     assert slowest[0] < 1.0, f"one dead letter held Redis for {slowest[0]:.2f} s: {slowest[1]!r}"
