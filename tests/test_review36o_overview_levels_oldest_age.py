@@ -27,12 +27,10 @@ from support import queue_config
 STUCK_FOR = 700  # seconds
 
 
-def test_the_overview_shows_no_age_for_a_job_stuck_on_another_level(
-    r: redis.Redis, write_config: Any
-) -> None:
+def stuck_on_high(r: redis.Redis, write_config: Any) -> Any:
+    """A config of queue q with levels high and low, each level's group made, and one job on
+    'high' pending for STUCK_FOR seconds (its id that old, delivered to a consumer)."""
     from jobd.config import load
-    from jobd.store.store import Store
-    from jobd.web import pages
 
     config = load(str(write_config(queue_config("[/bin/true]", priorities="[high, low]"))))
     q = config.queues["q"]
@@ -43,6 +41,16 @@ def test_the_overview_shows_no_age_for_a_job_stuck_on_another_level(
     entry = f"{(seconds - STUCK_FOR) * 1000}-0"  # enqueued 700 s ago
     r.xadd(levels["high"].stream, {"payload": "p", "job_id": "stuck"}, id=entry)
     r.xreadgroup(levels["high"].group, "host-1-abcdabcdabcdabcd", {levels["high"].stream: ">"})
+    return config
+
+
+def test_the_overview_shows_no_age_for_a_job_stuck_on_another_level(
+    r: redis.Redis, write_config: Any
+) -> None:
+    from jobd.store.store import Store
+    from jobd.web import pages
+
+    config = stuck_on_high(r, write_config)
     row = pages.summary(Store(r), config, {})["queues"]["q"]
     assert row["pending"] == 1, row
     assert (row["oldest_pending_age"] or 0) >= STUCK_FOR - 5, (

@@ -29,28 +29,18 @@ import pathlib
 from typing import Any
 
 import redis
-from support import queue_config
+from test_review36o_overview_levels_oldest_age import STUCK_FOR, stuck_on_high
 
-STUCK_FOR = 700  # seconds
 SCRIPT = pathlib.Path(__file__).parents[1] / "jobd" / "web" / "static" / "dashboard.js"
 
 
 def test_the_queue_page_shows_the_age_of_a_job_stuck_on_another_level(
     r: redis.Redis, write_config: Any
 ) -> None:
-    from jobd.config import load
     from jobd.store.store import Store
     from jobd.web import pages
 
-    config = load(str(write_config(queue_config("[/bin/true]", priorities="[high, low]"))))
-    q = config.queues["q"]
-    levels = {level.priority: level for level in q.all_levels()}
-    for level in levels.values():  # as a daemon's reader makes them (ensure_group)
-        r.xgroup_create(level.stream, level.group, id="0", mkstream=True)
-    seconds, _ = r.time()
-    entry = f"{(seconds - STUCK_FOR) * 1000}-0"  # enqueued 700 s ago
-    r.xadd(levels["high"].stream, {"payload": "p", "job_id": "stuck"}, id=entry)
-    r.xreadgroup(levels["high"].group, "host-1-abcdabcdabcdabcd", {levels["high"].stream: ">"})
+    config = stuck_on_high(r, write_config)
     row = pages.summary(Store(r), config, {})["queues"]["q"]
     assert row["oldest_pending_age"] >= STUCK_FOR - 5, row  # the overview says it
     page = pages.queue_page(Store(r), config, {"queue": ["q"]})["status"]
