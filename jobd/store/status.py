@@ -317,9 +317,9 @@ def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, An
 def over_levels(s: dict[str, Any]) -> dict[str, Any]:
     """A queue's figures over all its priority levels (as the overview's row, ``STATUS=`` and
     the gauge say them), from its ``with_levels`` status (its own without levels; its top-level
-    figures are its default level's alone): entries, pending, delayed and lag summed (None
-    when a level's is not known; then ``lag_at_most`` when each level's bound is), the oldest
-    pending age the oldest of any level's."""
+    figures are its default level's alone): entries, pending, delayed and lag summed (delayed
+    and lag None when a level's is not known; then ``lag_at_most`` when each level's bound
+    is), the oldest pending age the oldest of any level's."""
     levels = list((s.get("levels") or {"": s}).values())
     ages = [b["oldest_pending_age"] for b in levels if b["oldest_pending_age"] is not None]
     bounds = [b["lag"] if b["lag"] is not None else b["lag_at_most"] for b in levels]
@@ -330,5 +330,7 @@ def over_levels(s: dict[str, Any]) -> dict[str, Any]:
         "lag_at_most": None if lag is not None or None in bounds else sum(bounds),
         "pending": sum(b["pending"] or 0 for b in levels),
         "oldest_pending_age": max(ages, default=None),
-        "delayed": sum(b["delayed"] or 0 for b in levels),
+        "delayed": None  # a level's delayed set not read (someone else's key at its name)
+        if any(b["delayed"] is None for b in levels)
+        else sum(b["delayed"] for b in levels),
     }

@@ -17,6 +17,9 @@ What should happen: a sum over levels one of which cannot be read is not given a
 None ("-"), or marked as a lower bound, as the lag is ("-(≤N)"). Suggested fix: in
 ``over_levels``, ``"delayed": None if any(b["delayed"] is None for b in levels) else sum(...)``
 (the text and the page already print None as "-"/"–").
+
+Fixed (store/status.py over_levels): the delayed sum is None when a level's is not known, as
+the lag's is: `jobd status` and the queue page say "-" for it.
 """
 
 from __future__ import annotations
