@@ -7,6 +7,7 @@ port in a temporary folder, and daemons are `python -m jobd run` subprocesses.
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import shutil
 import sys
@@ -70,8 +71,28 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["PYTHONPYCACHEPREFIX"] = folder
 
 
+# Tests that steer the pid of a process they start by writing /proc/sys/kernel/ns_last_pid: one
+# such write is the whole pid namespace's, so two of them at once can hand each other's pid to a
+# process of the other, for good (a stop CI's Valkey phase lost 20 s of tries to it). They run on
+# one xdist worker, one after the other (``--dist loadgroup`` in pyproject's addopts).
+PID_STEERING = ("ns_last_pid", "NS_LAST_PID", "session_leader_with_pid", "TAKES_A_PID")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))
+    for item in items:
+        function = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(function) if function is not None else ""
+        except (OSError, TypeError):
+            continue
+        scripts = [  # the module's scripts (handlers as text) that steer a pid themselves
+            name
+            for name, value in vars(getattr(item, "module", None) or object()).items()
+            if isinstance(value, str) and "ns_last_pid" in value
+        ]
+        if any(word in source for word in (*PID_STEERING, *scripts)):
+            item.add_marker(pytest.mark.xdist_group("ns_last_pid"))
 
 
 def pytest_report_header() -> str | None:
