@@ -44,8 +44,10 @@ def test_a_tree_over_its_memory_cap_is_stopped_as_memory_and_others_run_on(
         r.xadd("jobd:other", {"payload": "x", "job_id": f"o{i}"})
     wait_until(lambda: r.hlen("{jobd:other}:history") == 5, what="the other queue's jobs")
     assert d.proc.poll() is None
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "300 << 20" in " ".join(
-        p.info["cmdline"] or [])], "the whole tree stopped"  # fmt: skip
+    # Every process of the tree gone, within a bound: a SIGKILLed process leaves /proc when the
+    # kernel has torn it down (under CI's load, after the other queue's jobs were recorded).
+    wait_until(lambda: not [p for p in psutil.process_iter(["cmdline"]) if "300 << 20" in " ".join(
+        p.info["cmdline"] or [])], 10, "the whole tree stopped")  # fmt: skip
 
 
 def test_handlers_get_their_oom_score_adj(r: redis.Redis, write_config, daemon: Daemon) -> None:
