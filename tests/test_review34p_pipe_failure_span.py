@@ -26,36 +26,17 @@ the start (``launch.piped``, which closes the pipes' ends, ours too when it fail
 
 from __future__ import annotations
 
-import errno
-import os
-from typing import Any
-
 import pytest
 import redis
 from support import wait_group
 from test_endings_faults import opened  # noqa: F401  (a fixture)
 from test_loop import STREAM, Loop
 from test_review34o_span_start_failure import PARENT, Spans
+from test_review34p_pipe_failure_fds import Os
 
 from jobd import tracing
 from jobd.outcome import Verb
 from jobd.process import handler as handler_module
-
-
-class Os:
-    """``os`` for ``jobd.process.handler``: its second ``pipe2`` fails with EMFILE, once."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(os, name)
-
-    def pipe2(self, flags: int) -> tuple[int, int]:
-        self.calls += 1
-        if self.calls == 2:
-            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-        return os.pipe2(flags)
 
 
 def test_a_start_that_cannot_make_its_pipes_ends_its_span(
