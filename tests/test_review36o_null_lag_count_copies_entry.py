@@ -69,7 +69,7 @@ def test_a_null_lag_count_copies_a_producers_entry(r: redis.Redis, write_config:
         f"one summary of one queue whose lag Redis says null (an operator XDELed a done entry "
         f"behind a long job) and whose first waiting entry holds {FIELDS} fields a=1 held "
         f"Redis {used / 1000:.0f} ms in scripts, XINFO and XPENDING ({small / 1000:.1f} ms "
-        f"before that entry; lag {queue['lag']}, at least: {queue['lag_at_least']}): "
+        f"before that entry; lag {queue['lag']}, at most: {queue['lag_at_most']}): "
         f"count_after.lua's XRANGE copies the entry whole"
     )
     assert queue["lag"] is None and queue["lag_at_most"] == 2, queue  # not counted: at most XLEN

@@ -20,7 +20,8 @@ count stopped at its bound and said ``backlog at least N``. Since f36a a null la
 counted (counting read a producer's entries whole) and jobd's retention no longer makes one
 (trim.lua keeps each group's last delivered entry): Redis says null only after someone's XDEL
 ahead of the group. The test now makes that null with an operator's XDEL and checks the line
-says the backlog is not known, never a number as if exact.
+says the backlog is not known, never a number as if exact. ``lag_at_least`` (always false since
+then) is no longer in the status (nor ``backlog_at_least`` in the overview's rows).
 """
 
 from __future__ import annotations

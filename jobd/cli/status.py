@@ -161,10 +161,10 @@ def _running(r: dict[str, Any]) -> str:
 
 def _lag(s: dict[str, Any]) -> str:
     """The lag; '-' unknown, "-(≤N)" unknown with at most N waiting (Redis says null: never
-    counted by reading entries); "≥N" from a report that says a lower bound."""
+    counted by reading entries)."""
     if s["lag"] is None:
         return "-" if s.get("lag_at_most") is None else f"-(≤{s['lag_at_most']})"
-    return f"≥{s['lag']}" if s.get("lag_at_least") else str(s["lag"])
+    return str(s["lag"])
 
 
 def _count(n: int | None) -> str:

@@ -62,7 +62,6 @@ def queue_status(client: redis.Redis, q: QueueConfig, now: float | None = None) 
         "length": 0 if isinstance(length, Exception) else length,
         "exists": group is not None,
         "lag": None,
-        "lag_at_least": False,  # no longer a lower bound ever: a null lag is not counted
         "lag_at_most": None,  # lag None: at most that many wait (None: not known either)
         "pending": 0,
         "oldest_pending_age": None,
@@ -308,7 +307,7 @@ def with_levels(client: redis.Redis, q: QueueConfig, now: float) -> dict[str, An
             s = result if level.stream == q.stream else queue_status(client, level, now)
             result["levels"][level.priority] = {
                 k: s[k]
-                for k in ("stream", "length", "lag", "lag_at_least", "lag_at_most", "pending",
+                for k in ("stream", "length", "lag", "lag_at_most", "pending",
                           "oldest_pending_age", "delayed")
             }  # fmt: skip
     return result

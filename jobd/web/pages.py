@@ -118,7 +118,6 @@ def _row(
     return {
         "state": state, "backlog": backlog,
         "lag_known": all(level["lag"] is not None for level in levels),
-        "backlog_at_least": any(level.get("lag_at_least") for level in levels),
         "oldest_pending_age": max(ages, default=None), **running,
         "concurrency": slots, "pending": sum(level["pending"] or 0 for level in levels),
         "delayed": sum(level["delayed"] or 0 for level in levels),

@@ -251,7 +251,7 @@ function queueTable(queues) {
     onclick: (event) => { if (event.target.tagName !== "A") location.hash = "#/queue/" + encodeURIComponent(name); }},
     el("td", {}, queueLink(name), q.levels ? el("div", {class: "muted"}, "levels " + q.levels.join(", ")) : null),
     el("td", {class: "state-" + q.state}, q.state),
-    el("td", {class: "num"}, q.lag_known ? (q.backlog_at_least ? "≥ " : "") + q.backlog : "–"),
+    el("td", {class: "num"}, q.lag_known ? q.backlog : "–"),
     el("td", {class: "num"}, age(q.oldest_pending_age)),
     el("td", {class: "num"}, `${q.running_at_most ? "≤ " : ""}${q.running} / ${q.concurrency}`),
     el("td", {class: "num"}, q.done_per_minute), el("td", {class: "num"}, q.failed_per_minute),
@@ -433,7 +433,7 @@ function drawQueue(view) {
       "no daemon starts a new job of it until it is resumed; running jobs finish.") : null,
     (q.errors || []).map((e) => el("p", {class: "bad"}, e)));
   fill(section.querySelector(".figures"),
-    figure(q.length, "in stream"), figure(q.lag === null ? (q.lag_at_most == null ? "–" : "≤ " + q.lag_at_most) : (q.lag_at_least ? "≥ " : "") + q.lag, "backlog (lag)"),
+    figure(q.length, "in stream"), figure(q.lag === null ? (q.lag_at_most == null ? "–" : "≤ " + q.lag_at_most) : q.lag, "backlog (lag)"),
     figure(q.pending ?? "–", "pending"), figure(age(q.oldest_pending_age), "oldest pending"),
     figure(`${q.running_at_most ? "≤ " : ""}${q.running_count} / ${q.concurrency}`, "running / concurrency (config)"),
     figure(q.delayed ?? "–", "delayed"), figure(q.dead_lettered ?? "–", "dead-lettered"),
