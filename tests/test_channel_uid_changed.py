@@ -18,9 +18,8 @@ import pwd
 
 import pytest
 import redis
-from support import wait_group
 from test_endings_faults import opened  # noqa: F401  (a fixture)
-from test_loop import STREAM, Loop
+from test_loop import STREAM, Loop, started
 
 from jobd.outcome import Verb
 
@@ -40,14 +39,8 @@ def test_a_handler_of_a_user_whose_uid_changed_since_the_config_was_read_is_hear
     opened: list[Loop],  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cfg = write_config(
-        "redis: {url: '{redis}'}\nshutdown_grace: 200ms\nqueues:\n"
-        f"  q: {{stream: {STREAM}, command: [/usr/bin/python3, -c, '{SEND}'],"
-        " run_as: {user: nobody}}\n"
-    )
-    loop = Loop(cfg)
-    opened.append(loop)
-    wait_group(r, STREAM)
+    command = f"[/usr/bin/python3, -c, '{SEND}']"
+    loop = started(r, write_config, opened, command, run_as="{user: nobody}")
     old = pwd.getpwnam("nobody")
     assert loop.daemon.running.channel.uids == {old.pw_uid}
     # The user's uid changes (usermod -u); no reload: the next spawn gets the new one.

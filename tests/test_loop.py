@@ -61,21 +61,25 @@ class Loop:
         self.daemon.close()
 
 
+def started(
+    r: redis.Redis, write_config, opened: list[Loop], command: str, **settings: str
+) -> Loop:
+    """A Loop of one queue ``q`` on STREAM running ``command`` (a YAML list), with ``settings``
+    (YAML values by name), once its group is made; kept in ``opened``, for the test to stop."""
+    extra = "".join(f"\n    {name}: {value}" for name, value in settings.items())
+    path = write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 200ms\n"
+        f"queues:\n  q:\n    stream: {STREAM}\n    command: {command}{extra}\n"
+    )
+    opened.append(Loop(path))
+    wait_group(r, STREAM)
+    return opened[-1]
+
+
 @pytest.fixture
 def loop(r: redis.Redis, write_config) -> Iterator[Callable[..., Loop]]:
     opened: list[Loop] = []
-
-    def make(command: str, **settings: str) -> Loop:
-        extra = "".join(f"\n    {name}: {value}" for name, value in settings.items())
-        path = write_config(
-            "redis: {url: '{redis}'}\nshutdown_grace: 200ms\n"
-            f"queues:\n  q:\n    stream: {STREAM}\n    command: {command}{extra}\n"
-        )
-        opened.append(Loop(path))
-        wait_group(r, STREAM)
-        return opened[-1]
-
-    yield make
+    yield lambda command, **settings: started(r, write_config, opened, command, **settings)
     for each in opened:
         each.stop()
 

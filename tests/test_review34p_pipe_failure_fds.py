@@ -31,9 +31,8 @@ from typing import Any
 
 import pytest
 import redis
-from support import wait_group
 from test_endings_faults import opened  # noqa: F401  (a fixture)
-from test_loop import STREAM, Loop
+from test_loop import STREAM, Loop, started
 
 from jobd.outcome import Verb
 from jobd.process import handler as handler_module
@@ -73,13 +72,7 @@ def test_a_start_that_cannot_make_its_pipes_closes_those_it_made(
     opened: list[Loop],  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cfg = write_config(
-        "redis: {url: '{redis}'}\nshutdown_grace: 200ms\nqueues:\n"
-        f"  q: {{stream: {STREAM}, command: [/bin/true], retry: {{max_attempts: 3}}}}\n"
-    )
-    loop = Loop(cfg)
-    opened.append(loop)
-    wait_group(r, STREAM)
+    loop = started(r, write_config, opened, "[/bin/true]", retry="{max_attempts: 3}")
     fake = Os()
     monkeypatch.setattr(handler_module, "os", fake)
     r.xadd(STREAM, {"payload": "x", "job_id": "j1"})

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import pytest
 import redis
-from support import wait_group
 from test_endings_faults import opened  # noqa: F401  (a fixture)
-from test_loop import STREAM, Loop
+from test_loop import STREAM, Loop, started
 from test_review34o_span_start_failure import PARENT, Spans
 from test_review34p_pipe_failure_fds import Os
 
@@ -47,13 +46,7 @@ def test_a_start_that_cannot_make_its_pipes_ends_its_span(
 ) -> None:
     spans = Spans()
     monkeypatch.setattr(tracing, "_spans", spans)
-    cfg = write_config(
-        "redis: {url: '{redis}'}\nshutdown_grace: 200ms\nqueues:\n"
-        f"  q: {{stream: {STREAM}, command: [/bin/true], retry: {{max_attempts: 3}}}}\n"
-    )
-    loop = Loop(cfg)
-    opened.append(loop)
-    wait_group(r, STREAM)
+    loop = started(r, write_config, opened, "[/bin/true]", retry="{max_attempts: 3}")
     fake = Os()
     monkeypatch.setattr(handler_module, "os", fake)
     r.xadd(STREAM, {"payload": "x", "job_id": "j1", "traceparent": PARENT})
