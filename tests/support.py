@@ -25,7 +25,9 @@ import pytest
 import redis
 
 if TYPE_CHECKING:
+    from jobd.config import QueueConfig
     from jobd.daemon.channel import Channel
+    from jobd.store.history import RunningRead
 
 T = TypeVar("T")
 DEADLINE = 30.0  # seconds any poll may take before a test fails
@@ -763,6 +765,41 @@ def group_read_usec(r: redis.Redis) -> int:
     stats = r.info("commandstats")
     return sum(int(v.get("usec", 0)) for k, v in stats.items()
                if k.removeprefix("cmdstat_").split("|")[0] in GROUP_READ_COMMANDS)  # fmt: skip
+
+
+def running_records(
+    r: redis.Redis, config: Path, count: int, record: Callable[[str, int, str], tuple[str, bytes]]
+) -> QueueConfig:
+    """Queue ``q`` of ``config`` (its group made) with ``count`` running records in its running
+    table, each laid out as jobd writes it (``stream|entry``, a newline, the record's JSON);
+    ``record(stream, i, entry)`` gives the i-th's name and JSON, its entry id ``entry``."""
+    from jobd.config import load
+
+    queue = load(str(config)).queues["q"]
+    r.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
+    pipe = r.pipeline(transaction=False)
+    for i in range(count):
+        entry = f"{1700000000000 + i}-0"
+        name, fields = record(queue.stream, i, entry)
+        pipe.hset(queue.keys.active, name, f"{queue.stream}|{entry}\n".encode() + fields)
+    pipe.execute()
+    return queue
+
+
+def running_tab_read(r: redis.Redis, queue: QueueConfig, count: int, what: str) -> RunningRead:
+    """The running tab's read of ``queue``'s ``count`` records (``what`` they are, for the
+    message): some of them read (the docs: 1 000 records and 1 MiB at most), the rest counted
+    unread."""
+    from jobd.store.store import Store
+
+    read = Store(r).running_read(queue)
+    assert read.read > 0, (
+        f"{count} running records {what} weigh "
+        f"{r.memory_usage(queue.keys.active, samples=0) / 2**20:.1f} MiB: the running tab read "
+        f"{read.read} of {read.records} (the docs: 1 000 records and 1 MiB at most)"
+    )
+    assert (read.records, read.complete) == (count, False), read  # the rest counted unread
+    return read
 
 
 def longest_script_us(r: redis.Redis) -> int:

@@ -28,36 +28,27 @@ from typing import Any
 
 import orjson
 import redis
-from support import queue_config
-
-from jobd.config import load
-from jobd.store.store import Store
+from support import queue_config, running_records, running_tab_read
 
 RUNNING = 2000
+STATUS = (b"\x1b[2K\x1b[1G#" * 103)[:1024].decode()  # a terminal progress line, 1 KiB
+
+
+def record(stream: str, i: int, entry: str) -> tuple[str, bytes]:
+    """The i-th job's running record, with STATUS as its status line."""
+    note = {"stream": stream, "entry": entry, "consumer": "host-1-abcd",
+            "host": "host", "pid": 1000 + i, "since": 1700000000000, "attempt": 1,
+            "progress": 42, "status": STATUS}  # fmt: skip
+    return f"job-{i:04d}", orjson.dumps(note)
 
 
 def test_running_records_jobd_writes_leave_the_running_tab_blank(
     r: redis.Redis, write_config: Any
 ) -> None:
-    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
-    r.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
-    status = (b"\x1b[2K\x1b[1G#" * 103)[:1024].decode()  # a terminal progress line, 1 KiB
-    pipe = r.pipeline(transaction=False)
-    for i in range(RUNNING):
-        entry = f"{1700000000000 + i}-0"
-        record = {"stream": queue.stream, "entry": entry, "consumer": "host-1-abcd",
-                  "host": "host", "pid": 1000 + i, "since": 1700000000000, "attempt": 1,
-                  "progress": 42, "status": status}  # fmt: skip
-        value = f"{queue.stream}|{entry}\n".encode() + orjson.dumps(record)
-        pipe.hset(queue.keys.active, f"job-{i:04d}", value)
-    pipe.execute()
+    queue = running_records(r, write_config(queue_config("[/bin/true]")), RUNNING, record)
     size = len(r.hget(queue.keys.active, "job-0000") or b"")
-    read = Store(r).running_read(queue)
-    assert read.read > 0, (
-        f"{RUNNING} running records of {size} bytes each (a 1 KiB status line, escaped as jobd "
-        f"writes it; ACTIVE_CAP 16 KiB) weigh "
-        f"{r.memory_usage(queue.keys.active, samples=0) / 2**20:.1f} MiB: the running tab read "
-        f"{read.read} of {read.records} (the docs: 1 000 records and 1 MiB at most)"
+    what = (
+        f"of {size} bytes each (a 1 KiB status line, escaped as jobd writes it; ACTIVE_CAP 16 KiB)"
     )
-    assert (read.records, read.complete) == (RUNNING, False), read  # the rest counted unread
+    read = running_tab_read(r, queue, RUNNING, what)
     assert (1 << 20) // (size + 128) <= read.read < RUNNING, read.read  # the 1 MiB, names and all

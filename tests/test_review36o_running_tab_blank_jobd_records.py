@@ -36,45 +36,36 @@ from typing import Any
 
 import orjson
 import redis
-from support import queue_config
+from support import queue_config, running_records, running_tab_read
 
-from jobd.config import load
 from jobd.job import MAX_JOB_ID
 from jobd.process.channel import STATUS_MAX
 from jobd.store.leases import Shown
-from jobd.store.store import Store
 
 RUNNING = 2500
+
+
+def record(stream: str, i: int, entry: str) -> tuple[str, bytes]:
+    """The i-th job's running record at its largest: a MAX_JOB_ID-byte job id, STATUS_MAX
+    control bytes as its status line."""
+    job_id = f"{i:04d}".ljust(MAX_JOB_ID, "j")  # a producer's job id, as long as runs
+    told = Shown(entry, job_id, 42.0, b"\x01" * STATUS_MAX).fields()  # renew.lua's
+    note = {"stream": stream, "entry": entry, "consumer":
+            f"host-{i // 100}-abcdabcdabcdabcd", "host": "host", "pid": 1000 + i,
+            "attempt": 1}  # notes.active, as start.lua writes it  # fmt: skip
+    return job_id, (b"{" + told + b',"since":1700000000000,"deadline":1700003600000,'
+                    + orjson.dumps(note)[1:])  # fmt: skip
 
 
 def test_running_records_jobd_writes_at_their_largest_leave_the_tab_blank(
     r: redis.Redis, write_config: Any
 ) -> None:
-    queue = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
-    r.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
-    pipe = r.pipeline(transaction=False)
-    for i in range(RUNNING):
-        entry = f"{1700000000000 + i}-0"
-        job_id = f"{i:04d}".ljust(MAX_JOB_ID, "j")  # a producer's job id, as long as runs
-        told = Shown(entry, job_id, 42.0, b"\x01" * STATUS_MAX).fields()  # renew.lua's
-        record = {"stream": queue.stream, "entry": entry, "consumer":
-                  f"host-{i // 100}-abcdabcdabcdabcd", "host": "host", "pid": 1000 + i,
-                  "attempt": 1}  # notes.active, as start.lua writes it  # fmt: skip
-        value = (f"{queue.stream}|{entry}\n{{".encode() + told
-                 + b',"since":1700000000000,"deadline":1700003600000,'
-                 + orjson.dumps(record)[1:])  # fmt: skip
-        pipe.hset(queue.keys.active, job_id, value)
-    pipe.execute()
+    queue = running_records(r, write_config(queue_config("[/bin/true]")), RUNNING, record)
     size = max(r.hstrlen(queue.keys.active, f"{i:04d}".ljust(MAX_JOB_ID, "j")) for i in (0, 1))
     assert size <= 16 * 1024, size  # within ACTIVE_CAP: a record jobd writes
-    read = Store(r).running_read(queue)
-    assert read.read > 0, (
-        f"{RUNNING} running records of {size} bytes each under job ids of {MAX_JOB_ID} bytes "
-        f"(a 1 KiB status line of control bytes, escaped as jobd writes it) weigh "
-        f"{r.memory_usage(queue.keys.active, samples=0) / 2**20:.1f} MiB: the running tab "
-        f"read {read.read} of {read.records} (the docs: 1 000 records and 1 MiB at most)"
-    )
-    assert (read.records, read.complete) == (RUNNING, False), read  # the rest counted unread
+    what = (f"of {size} bytes each under job ids of {MAX_JOB_ID} bytes "
+            "(a 1 KiB status line of control bytes, escaped as jobd writes it)")  # fmt: skip
+    running_tab_read(r, queue, RUNNING, what)
 
 
 def test_the_name_bound_is_the_job_ids() -> None:
