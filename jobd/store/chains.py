@@ -29,7 +29,6 @@ from jobd.config import QueueConfig
 from jobd.job import (
     BATCH,
     BATCH_INCARNATION,
-    MAX_FIELDS,
     PARENT,
     PAYLOAD,
     RESERVED_JOB_ID,
@@ -64,14 +63,15 @@ def _kept(name: bytes, value: bytes) -> bool:
     return test is None or test(value)
 
 
-def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],
-              cluster: bool) -> list[object]:  # fmt: skip
+def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes], cluster: bool,
+              own: list[tuple[bytes, bytes]] | None = None) -> list[object]:  # fmt: skip
     """dead_letter.lua's ARGV for ``o``'s queue's hook (``[0]``: none); its keys appended to
-    ``keys``. ``jobd_fields`` are the record's (``outcomes.record_fields``)."""
+    ``keys``. ``jobd_fields`` are the record's (``outcomes.record_fields``), ``own`` its copy
+    of the entry (record_copy.lua), None: the fields the daemon read are it."""
     hook = o.queue.on_dead_letter
     if hook is None:
         return [0]
-    pieces = json_pieces(o, jobd_fields)
+    pieces = json_pieces(o, jobd_fields, own)
     if isinstance(pieces, str):  # not enqueued: the record says why
         jobd_fields += ["jobd_on_dead_letter", pieces]
         return [0]
@@ -96,17 +96,20 @@ def hook_args(o: Outcome, jobd_fields: list[object], keys: list[str | bytes],
     return [len(args), *args]
 
 
-def json_pieces(o: Outcome, jobd_fields: list[object]) -> list[bytes] | str:
+def json_pieces(o: Outcome, jobd_fields: list[object],
+                own: list[tuple[bytes, bytes]] | None = None) -> list[bytes] | str:  # fmt: skip
     """The record's JSON in four pieces: before its id, before its failed_at, before its
     jobd_failed_at (in ``fields``), and the rest; its values cut to fit the hook queue's
-    max_payload, or, when they cannot be, why (``jobd_on_dead_letter``)."""
-    own = [(k, v) for k, v in o.job.fields.items() if _kept(k, v)]
-    if len(own) > MAX_FIELDS:  # too wide to copy: dead_letter.lua keeps these two
-        own = [(k, v) for k, v in own if k in (PAYLOAD, b"job_id")]
+    max_payload, or, when they cannot be, why (``jobd_on_dead_letter``). ``own``: the record's
+    copy of the entry (``hook_args``); None: the fields the daemon read, as dead_letter.lua
+    copies them when it clips nothing (a job the daemon read whole: no more than MAX_FIELDS)."""
+    if own is None:
+        own = [(k, v) for k, v in o.job.fields.items() if _kept(k, v)]
     named = [(str(n).encode() if not isinstance(n, bytes) else n, v)
              for n, v in zip(jobd_fields[::2], jobd_fields[1::2], strict=True)]  # fmt: skip
-    values = [(name, value if isinstance(value, bytes) else str(value).encode())
-              for name, value in [*own, *named]]  # fmt: skip
+    raws = [(name, value if isinstance(value, bytes) else str(value).encode())
+            for name, value in [*own, *named]]  # fmt: skip
+    values = [(name, raw, _text(raw)) for name, raw in raws]  # each converted once
     pieces = _pieces(o, values, CLIP)
     hook = o.queue.on_dead_letter
     if hook is None or hook.max_payload is None or _size(pieces) <= hook.max_payload - ROOM:
@@ -115,7 +118,9 @@ def json_pieces(o: Outcome, jobd_fields: list[object]) -> list[bytes] | str:
     if (least := _size(_pieces(o, values, 0)) + ROOM) > most:
         return (f"not enqueued: queue {hook.queue}'s max_payload ({most}) is below the "
                 f"record's JSON, {least} bytes with each value cut to nothing")  # fmt: skip
-    low, high = 0, CLIP  # a cut that fits, one that does not: the longest that fits
+    # A cut that fits, one that does not (no value longer: the JSON as at CLIP): the longest
+    # that fits. A value no longer than the cut is not converted again.
+    low, high = 0, min(CLIP, max(len(raw) for _, raw in raws))
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if _size(_pieces(o, values, mid)) <= most - ROOM else (low, mid)
@@ -126,15 +131,17 @@ def _size(pieces: list[bytes]) -> int:
     return sum(len(p) for p in pieces)
 
 
-def _pieces(o: Outcome, values: list[tuple[bytes, bytes]], clip: int) -> list[bytes]:
-    """``json_pieces`` with each of ``values`` longer than ``clip`` cut to it."""
+def _pieces(o: Outcome, values: list[tuple[bytes, bytes, str]], clip: int) -> list[bytes]:
+    """``json_pieces`` with each of ``values`` (name, value, the value as text) longer than
+    ``clip`` cut to it."""
     record: dict[str, str] = {}
     clipped: list[str] = []
-    for name, raw in values:
+    for name, raw, whole in values:
+        text = whole
         if len(raw) > clip:
             clipped.append(f"{_text(name)} {len(raw)}")
-            raw = raw[:clip]
-        record[_text(name)] = _text(raw)
+            text = _text(raw[:clip])
+        record[_text(name)] = text
     job_id = os.fsencode(o.job.job_id)  # the record's jobd_job_id
     head = b'{"queue":' + orjson.dumps(o.queue.name) + b',"id":"'
     second = b'","job_id":' + orjson.dumps(_text(job_id) if job_id else None) + b',"failed_at":'
@@ -143,8 +150,22 @@ def _pieces(o: Outcome, values: list[tuple[bytes, bytes]], clip: int) -> list[by
     return [head, second, third, rest]
 
 
+# Each byte not in UTF-8 as the four characters \xNN, from the surrogate surrogateescape makes
+# of it (Python's backslashreplace, which converts such bytes one at a time, three times slower).
+_ESCAPES = {0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)}
+
+
 def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "backslashreplace")
+    """``raw`` as text, bytes not UTF-8 as ``\\xff``: decode's backslashreplace, or, when such
+    bytes are many, the same through _ESCAPES (which looks up every character)."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "surrogateescape")
+        bad = len(raw) - len(text.encode("utf-8", "ignore"))
+        if bad * 3 > len(text):
+            return text.translate(_ESCAPES)
+        return raw.decode("utf-8", "backslashreplace")
 
 
 def held_hook(q: QueueConfig) -> dict[str, str] | None:

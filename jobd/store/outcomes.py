@@ -127,14 +127,25 @@ class OutcomeOps(StoreBase):
         if mark is not None:
             keys.append(mark)
         jobd_fields = record_fields(o)
-        hook = [0] if q.on_dead_letter is None else chains.hook_args(o, jobd_fields, keys,
-                                                                     self.cluster)  # fmt: skip
+        clip = CLIP_BYTES if o.error == MALFORMED or o.job.malformed else ""
+        hook: list[object] = [0]
+        if q.on_dead_letter is not None:
+            own = self._record_copy(o, clip) if clip else None
+            hook = chains.hook_args(o, jobd_fields, keys, self.cluster, own)
         args = [
             q.group, self.consumer, o.message_id, dead.maxlen, max_age, STATS_TTL,
-            notes.settings(q), CLIP_BYTES if o.error == MALFORMED or o.job.malformed else "",
-            *hook, *notes.note(o, self.consumer), *jobd_fields,
+            notes.settings(q), clip, *hook, *notes.note(o, self.consumer), *jobd_fields,
         ]  # fmt: skip
         return self.scripts.dead_letter, keys, args
+
+    def _record_copy(self, o: Outcome, clip: int) -> list[tuple[bytes, bytes]]:
+        """What ``o``'s record will keep of its entry (record_copy.lua: the fields
+        dead_letter.lua copies, values clipped to ``clip``), which its on_dead_letter JSON is
+        built from when the record clips: the fields the daemon read are not the record's (a
+        stand-in's are none of the entry's: lua/lib/jobs.lua sized). One more call, for a
+        malformed job only; none of the entry when it is gone (its record keeps none)."""
+        flat = self.scripts.record_copy(keys=[o.queue.stream], args=[o.message_id, clip])
+        return list(zip(flat[::2], flat[1::2], strict=True)) if flat else []
 
     def _keep_retry_marks(self, sent: Batch, outcomes: list[Outcome]) -> None:
         """A retried --unique job's mark lasts UNIQUE_TTL past the retry's due time, as a new

@@ -33,7 +33,7 @@ NAMES = (
     "start", "scheduled", "forget", "keep_marks", "cancel_waiting", "follow_up", "beat",
     "entries_shown", "delayed_shown", "recent", "wait_on", "hold", "unblock", "batch", "callback",
     "cancel_held", "expire_held", "running_shown", "events_shown", "hashes_shown",
-    "job_shown", "unwait", "dead_letter_find",
+    "job_shown", "unwait", "dead_letter_find", "record_copy",
 )  # fmt: skip
 
 
@@ -107,6 +107,7 @@ class Scripts:
     job_shown: Script
     unwait: Script
     dead_letter_find: Script
+    record_copy: Script
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client

@@ -1,4 +1,4 @@
---! uses jobs.lua chains.lua workflows.lua
+--! uses jobs.lua record.lua chains.lua workflows.lua
 -- dead_letter.lua: write a job's dead-letter record and acknowledge its entry, in one step.
 --
 -- KEYS[1]   the queue's stream
@@ -47,14 +47,6 @@
 -- 'job:' mark left behind would cancel the job's next enqueue, or a requeue), its --unique
 -- mark deleted if it still says 'queued'; returns 0 then.
 local stream, dead, group, me, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
--- The jobd_ fields copied: each true (every occurrence), or the test of the value copied: its
--- last occurrence only, the value the daemon read (jobd.job; lib/jobs.lua sized), when it passes.
--- A batch is kept only when it is a batch id, by the rule of every batch link (batch_id_ok:
--- jobd.store.chains.KEPT builds the on_dead_letter job's JSON by the same), its incarnation
--- when no longer than jobd writes it.
-local KEPT = {jobd_unique = true, jobd_parent = true, jobd_timeout = true, jobd_max_attempts = true,
-  jobd_expires_at = true, jobd_batch = batch_id_ok,
-  jobd_batch_incarnation = function(value) return #value <= 32 end}
 local p = redis.call('XPENDING', stream, group, id, id, 1)
 if #p == 0 or p[1][2] ~= me then
   return {'not held', (#p == 0) and '' or p[1][2]}
@@ -64,7 +56,7 @@ local h = history_at(4, ARGV[7])
 local hook, at = dead_letter_hook_at(9)
 local job_mark = (hook == nil or hook.first > 11) and KEYS[11] or nil
 local note, first = note_at(at)
-local clip, clipped = tonumber(ARGV[8]), {}
+local clip = tonumber(ARGV[8])
 local marks, by_id, by_job = KEYS[8], 'id:' .. stream .. '|' .. id, 'job:' .. note.job
 if marks and redis.call('TYPE', marks).ok == 'zset' then
   local until_ms = redis.call('ZSCORE', marks, by_job)
@@ -77,43 +69,7 @@ if marks and redis.call('TYPE', marks).ok == 'zset' then
 end
 local record = {dead, 'MAXLEN', ARGV[4], '*'}
 local entry = redis.call('XRANGE', stream, id, id)
-if #entry == 1 then
-  local fields, own, last = entry[1][2], {}, {}
-  for i = 1, #fields, 2 do
-    if type(KEPT[fields[i]]) == 'function' then last[fields[i]] = i end
-  end
-  for i = 1, #fields, 2 do
-    local name, kept = fields[i], KEPT[fields[i]]
-    if string.sub(name, 1, 5) ~= 'jobd_' or kept == true or
-        (last[name] == i and kept(fields[i + 1])) then
-      own[#own + 1] = i
-    end
-  end
-  -- Counted as pairs, duplicate names included (an entry may repeat a name): too wide, only
-  -- the first payload and the first job_id are kept.
-  local wide, kept = #own > MAX_FIELDS, {}
-  for _, i in ipairs(own) do
-    local name = fields[i]
-    if not wide or ((name == 'payload' or name == 'job_id') and not kept[name]) then
-      kept[name] = true
-      local value = fields[i + 1]
-      if clip and #value > clip then
-        clipped[#clipped + 1] = name .. ' ' .. #value
-        value = string.sub(value, 1, clip)
-      end
-      record[#record + 1] = name
-      record[#record + 1] = value
-    end
-  end
-  if #clipped > 0 then
-    record[#record + 1] = 'jobd_clipped'
-    record[#record + 1] = table.concat(clipped, ', ')
-  end
-  if wide then
-    record[#record + 1] = 'jobd_fields'
-    record[#record + 1] = tostring(#fields / 2)
-  end
-end
+if #entry == 1 then record_copy(record, entry[1][2], clip) end
 for i = first, #ARGV do record[#record + 1] = ARGV[i] end
 local blocked = hook and dead_letter_hook_blocked(hook)
 if blocked then

@@ -34,7 +34,16 @@ both (utf8_text in string.find/gsub passes, each cut's JSON size counted, the JS
 72-92 ms for review 35v's 0xff entry, but 130-430 ms a call for values of mixed valid and
 invalid UTF-8 ("é\x01" the worst found), against 25 ms before: not merged. What is left: a
 conversion with per-value counts computed once (no pass per cut), or a bound on what of a
-stand-in's record goes into its JSON."""
+stand-in's record goes into its JSON.
+
+Fixed (review 35u, third try): the JSON stays built in Python; for a record that clips (a
+malformed job's, every stand-in's) the daemon first reads, by record_copy.lua, the entry's copy
+as dead_letter.lua writes it (one code: lua/lib/record.lua), bounded to MAX_FIELDS values of
+1 KiB, and builds the JSON from it (store/chains.py json_pieces). The copy of review 35v's
+hostile entry costs Redis 8-10 ms; no Lua converts anything. A job refused for its payload's
+size but read whole (the third case) had the same fault: its JSON kept the payload whole (cut
+at 4 KiB), its record 1 KiB of it and jobd_clipped. An entry deleted before the copy is read
+gives a JSON without its fields, as its record (the last test)."""
 
 from __future__ import annotations
 
@@ -46,6 +55,11 @@ import orjson
 import pytest
 import redis
 from support import DaemonProcess, jobd_cli, wait_until
+
+from jobd.config import load
+from jobd.job import Job
+from jobd.outcome import MALFORMED, Outcome, Verb
+from jobd.store.store import Store
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -69,7 +83,7 @@ def alert_and_record(r: redis.Redis, cfg: str, job_id: str) -> tuple[dict, dict]
     return got, {"queue": "a", **json.loads(shown.stdout)}
 
 
-@pytest.mark.parametrize("kind", ["oversize", "overwide"])
+@pytest.mark.parametrize("kind", ["oversize", "overwide", "clipped"])
 def test_a_stand_ins_alert_is_its_dead_letter_as_json(
     r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path, kind: str
 ) -> None:
@@ -77,6 +91,9 @@ def test_a_stand_ins_alert_is_its_dead_letter_as_json(
     if kind == "oversize":
         r.xadd("jobd:a", {"payload": b"x" * (4096 + (1 << 20) + 1), "job_id": "big"})
         job_id = "big"
+    elif kind == "clipped":  # over max_payload, not a stand-in: read whole, its record clips
+        r.xadd("jobd:a", {"payload": b"y" * 5000, "job_id": "long", "jobd_unique": "u"})
+        job_id = "long"
     else:
         fields = {"payload": "p", "job_id": "wide", "jobd_batch": "R"}
         fields.update({f"f{i:04}": "v" for i in range(1001)})
@@ -86,3 +103,22 @@ def test_a_stand_ins_alert_is_its_dead_letter_as_json(
     wait_until(lambda: r.xlen("jobd:alerts") == 1, what="the alert")
     got, record = alert_and_record(r, str(path), job_id)
     assert got == record, (sorted(got["fields"]), sorted(record["fields"]))
+
+
+def test_a_stand_in_whose_entry_is_gone_alerts_with_none_of_its_fields(
+    r: redis.Redis, write_config
+) -> None:
+    """Its entry deleted by hand (XDEL) while it is pending: its record keeps none of its
+    fields, and neither does its alert (record_copy.lua finds no entry)."""
+    path = write_config(CONFIG)
+    cfg = load(str(path))
+    r.xgroup_create("jobd:a", "jobd", id="0", mkstream=True)
+    mid = r.xadd("jobd:a", {"payload": b"x" * (4096 + (1 << 20) + 1), "job_id": "big"})
+    r.xreadgroup("jobd", "me", {"jobd:a": ">"})
+    r.xdel("jobd:a", mid)
+    job = Job.from_entry("a", mid, {b"jobd_oversize": b"1053714", b"job_id": b"big"})
+    assert job.malformed
+    Store(r, "me").settle([Outcome(Verb.DEAD_LETTER, cfg.queues["a"], job, MALFORMED, attempts=1)])
+    got, record = alert_and_record(r, str(path), "big")
+    assert got == record
+    assert not any(not name.startswith("jobd_") for name in got["fields"]), got["fields"]
