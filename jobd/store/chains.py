@@ -5,10 +5,12 @@ the record (on a Redis Cluster into the queue's outbox, moved on as follow-ups a
 
 The JSON is what ``jobd dlq show --json`` prints of the record, plus ``queue``: ``id``,
 ``job_id``, ``failed_at`` and ``fields`` (names and values as text, bytes not UTF-8 as
-``\\xff``). Each value longer than ``CLIP`` keeps its first ``CLIP`` bytes, and ``clipped``
-names it with its size (``"payload 67108864"``): the whole record stays in the dead-letter
-stream, under ``id``. The record's id and time are Redis's, known in the script only: the JSON
-is sent in four pieces, around them.
+``\\xff``): built from the fields the daemon read, or, for a record that clips (a malformed
+job's: they are not the record's), from its copy of the entry (record_copy.lua, the copying
+code of dead_letter.lua: lua/lib/record.lua). Each value longer than ``CLIP`` keeps its first
+``CLIP`` bytes, and ``clipped`` names it with its size (``"payload 67108864"``): the whole
+record stays in the dead-letter stream, under ``id``. The record's id and time are Redis's,
+known in the script only: the JSON is sent in four pieces, around them.
 
 The JSON fits the hook queue's ``max_payload`` (its daemons would dead-letter a larger job
 unrun, as malformed): when it would not, every value is cut to the longest length under

@@ -24,8 +24,9 @@
 --           then the attempt's note (lib/jobs.lua note_at: event dead-lettered, expired or
 --           poison), then the record's jobd_* fields, as name, value pairs
 --
--- The record is the job's own fields (those not starting with jobd_, plus jobd_unique, so that a
--- requeue keeps the job unique, the producer's limits jobd_timeout, jobd_max_attempts and
+-- The record is the job's own fields (lib/record.lua record_copy, which record_copy.lua reads
+-- for the hook's JSON of a record that clips: those not starting with jobd_, plus jobd_unique,
+-- so that a requeue keeps the job unique, the producer's limits jobd_timeout, jobd_max_attempts and
 -- jobd_expires_at: jobd.job.LIMIT_FIELDS, jobd_parent, and a batch member's jobd_batch and
 -- jobd_batch_incarnation, so that a requeue names the batch it leaves: requeue.lua keeps neither
 -- in the new entry; each by its last occurrence, the value the daemon read, and only when
