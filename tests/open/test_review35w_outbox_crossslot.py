@@ -1,0 +1,84 @@
+"""Review 35w of issue 35 (medium): one entry in a queue's outbox whose ``mark`` is not in the
+slot of the ``stream`` it names (someone else's XADD on the three-master cluster: a mark with
+another hash tag, or no ``mark`` field at all, read as '') holds back, for good, every follow-up
+of the queue's jobs into that stream among the outbox's first 100 entries.
+
+What is wrong: store/outbox.py ``_move_round`` groups the outbox's follow-ups by their target
+(stream, delayed set) and sends each group as one follow_up.lua call whose keys are the stream,
+the delayed set and every entry's mark. Redis refuses the whole call (CROSSSLOT: "Keys in
+request don't hash to the same slot") when one mark is in another slot, before follow_up.lua
+runs: review 35c's fix (follow_up.lua skips an entry whose ``fields`` it cannot unpack, for the
+caller to remove) never gets the chance. The call fails at the settle's move and at every tick
+of the daemons' duty, and the real follow-ups grouped with it are never added.
+
+Reproduce: cluster config with queues p (a parent that writes one follow-up into t) and t; XADD
+into p's outbox {stream: t's stream, delayed: t's delayed set, mark: 'elsewhere' (another
+slot), fields: a cmsgpack array}; start a daemon; `jobd enqueue p x --job-id p1`. p1 exits 0,
+its follow-up p1.1 is written into the outbox and never reaches t (the daemon logs CROSSSLOT
+every 2 s).
+
+What should happen: as for 35c's unreadable fields, an entry that is no follow-up jobd wrote
+(its mark not in its stream's slot: jobd derives every mark in its target's slot, keys.py
+QueueKeys.follow_up) is logged and removed, or at least sent on its own, so that it never holds
+back the follow-ups behind or beside it. Why it matters: docs/workflows.md promises a done
+job's follow-ups are added ("never silently dropped"); here one foreign write stops a whole
+pipeline stage on a cluster with nothing said but a repeated log line.
+
+Suggested fix: in ``_move_round``, check each follow-up entry before grouping it: its mark and
+stream and delayed set must hash to one slot (redis.cluster key_slot on a cluster; on one Redis
+every key shares the "slot"), and ``mark`` must start with the target's follow-up prefix; an
+entry failing that is logged and XDELed like 35c's garbage. Alternatively send each entry whose
+group call fails again on its own, removing those that fail for CROSSSLOT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from redis.cluster import RedisCluster
+from support import DaemonProcess, LocalCluster, jobd_cli, wait_until
+from test_after_batches import RUNS, runs
+
+from jobd.config import load
+
+Daemon = Callable[..., DaemonProcess]
+
+PARENT = """\
+#!/bin/sh
+cat > /dev/null
+printf '{"queue": "t", "payload": "x"}\\n' > "$JOBD_ENQUEUE"
+"""
+PACKED = b"\x92\xa7payload\xa1x"  # cmsgpack's {'payload', 'x'}: fields follow_up.lua reads
+
+
+def test_an_outbox_entry_whose_mark_is_in_another_slot_holds_back_the_follow_ups(
+    cluster: LocalCluster, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    nodes = ", ".join(cluster.nodes[:2])
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text(
+        f"redis:\n  cluster:\n    nodes: [{nodes}]\n"
+        "queues:\n"
+        f"  p:\n    command: [{script('parent.sh', PARENT)}]\n    stream: 'rv35w:p'\n"
+        f"  t:\n    command: [{script('runs.sh', RUNS)}]\n    stream: 'rv35w:t'\n"
+    )
+    config = load(str(cfg))
+    t = config.queues["t"]
+    client = RedisCluster.from_url(f"redis://{cluster.nodes[0]}")
+    try:
+        assert client.keyslot("elsewhere") != client.keyslot(t.stream)
+        outbox = config.queues["p"].keys.outbox
+        client.xadd(outbox, {
+            "queue": "t", "stream": t.stream, "delayed": t.keys.delayed, "mark": "elsewhere",
+            "due": "", "member": "m", "job": "g", "fields": PACKED,
+        })  # fmt: skip
+        daemon(cfg)
+        out = jobd_cli("enqueue", "-c", str(cfg), "p", "x", "--job-id", "p1")
+        assert out.returncode == 0, out.stderr
+        wait_until(lambda: "p1" in runs(tmp_path) or client.xlen(outbox) >= 2, 20,
+                   what="p1 ran, its follow-up in p's outbox")  # fmt: skip
+        wait_until(lambda: "p1.1" in runs(tmp_path), 20, what="p1's follow-up p1.1 run")
+        wait_until(lambda: client.xlen(outbox) == 0, 10, what="p's outbox emptied")
+    finally:
+        client.close()
