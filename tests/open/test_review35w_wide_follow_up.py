@@ -22,9 +22,9 @@ What should happen: docs/workflows.md: a file jobd will not take dead-letters th
 once (`jobd_error=enqueue`, "a line that is no job (its number and why)") and none of its jobs
 is enqueued; a done parent's follow-ups are added exactly once. Suggested fix: refuse in
 ``followups._follow_up`` a job wider than jobd reads one (``len(entry.fields) > MAX_FIELDS``
-once jobd's own fields are in: the line's number and "more than 1000 fields"), and let
-``add_job`` never be handed more (the same check in hold.lua's held jobs, released by the
-same ``add_job``).
+once jobd's own fields are in, as producer.check_width refuses a producer's job: the line's
+number and "more than 1000 fields"); the producer's check already keeps a held job, released
+by the same ``add_job``, within it.
 """
 
 from __future__ import annotations
