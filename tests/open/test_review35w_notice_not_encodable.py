@@ -1,0 +1,65 @@
+"""Review 35w of issue 35 (medium): one release notice in a queue's outbox whose waiter line
+holds a JSON list or object where jobd writes text or a number (someone else's XADD: here
+``"maxlen": [1]``) stops every move of that outbox for good, on one Redis as on a cluster: no
+held job of the queue is released, no batch member's end is counted, no seal applied, and (on
+a cluster) no follow-up of the queue's jobs moved.
+
+What is wrong: store/workflows.py ``move_notices`` removes a notice it cannot read ("so that it
+never holds back the notices behind it") only when building its call raises (KeyError,
+TypeError, ValueError, JSONDecodeError). ``unblock_call`` copies the waiter's ``maxlen``,
+``settings``, ``job``, ``hold`` into the script's arguments unchecked; redis-py refuses to
+encode a list or a dict (DataError) when the round's pipeline is packed, in ``self.run(sent)``,
+which raises for the whole round instead of giving one error among the replies. The error
+leaves ``move_notices`` and ``_move_round``, so nothing read in the round is applied, no
+cursor is left (``_outbox_resume``), and the next move starts from the outbox's first entry,
+the same one: the daemon logs "outbox of queue a failed" every 2 s, and so does the settle's
+move.
+
+Reproduce: XADD into queue a's outbox {kind: release, dep: 'a d', outcome: done, event: done,
+waiter: waiter_line(a, 'g') with maxlen [1]}; one daemon; `jobd enqueue a h --job-id h --after
+d`, `jobd enqueue a x --job-id d`. d runs and is done; h is "held: waiting for 1 of 1: a d"
+for ever, the release notice d's end wrote stays behind the garbage one.
+
+What should happen: as for any notice that is not jobd's (review 35c), it is logged and
+removed, and the notices behind it are applied: h runs. Why it matters: one foreign write in
+one key silently stops all dependencies and batches of a queue (and its follow-ups on a
+cluster), where docs/workflows.md promises a release and one callback "whatever the daemons
+do". Suggested fix: in ``unblock_call`` (or ``_notice_call``) check each waiter value's type
+(str for job, hold, stream, base, dead, settings; int or str for maxlen) and raise TypeError
+for another, so that the notice is garbage; and/or make ``Batch.run`` turn an encoding error
+of one call into that call's reply (encode each call's arguments before the pipeline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import redis
+from support import DaemonProcess, jobd_cli, wait_until
+from test_after_batches import RUNS, runs
+
+from jobd.config import load
+from jobd.store.workflows import waiter_line
+
+Daemon = Callable[..., DaemonProcess]
+
+
+def test_a_notice_redis_py_cannot_encode_does_not_stop_the_outbox(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    cfg = write_config(
+        f"redis: {{url: '{{redis}}'}}\nqueues:\n  a:\n    command: [{script('runs.sh', RUNS)}]\n"
+    )
+    c = str(cfg)
+    q = load(c).queues["a"]
+    waiter = {**orjson.loads(waiter_line(q, "g")), "maxlen": [1]}  # someone else's notice
+    r.xadd(q.keys.outbox, {"kind": "release", "dep": "a d", "outcome": "done", "event": "done",
+                           "waiter": orjson.dumps(waiter)})  # fmt: skip
+    daemon(cfg)
+    assert jobd_cli("enqueue", "-c", c, "a", "h", "--job-id", "h", "--after", "d").returncode == 0
+    assert jobd_cli("enqueue", "-c", c, "a", "x", "--job-id", "d").returncode == 0
+    wait_until(lambda: "d" in runs(tmp_path), 20, what="d run")
+    wait_until(lambda: "h" in runs(tmp_path), 20, what="h released (d done) and run")
+    wait_until(lambda: r.xlen(q.keys.outbox) == 0, 10, what="a's outbox emptied")
