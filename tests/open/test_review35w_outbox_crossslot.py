@@ -9,7 +9,10 @@ the delayed set and every entry's mark. Redis refuses the whole call (CROSSSLOT:
 request don't hash to the same slot") when one mark is in another slot, before follow_up.lua
 runs: review 35c's fix (follow_up.lua skips an entry whose ``fields`` it cannot unpack, for the
 caller to remove) never gets the chance. The call fails at the settle's move and at every tick
-of the daemons' duty, and the real follow-ups grouped with it are never added.
+of the daemons' duty, and the real follow-ups grouped with it are never added. An entry
+whose ``fields`` unpack to more than some 8 000 values does the same from inside follow_up.lua
+(``add_job``'s ``unpack``: "too many results to unpack", after the entries before it in its
+group were added: they are 'there' next time, those after it never).
 
 Reproduce: cluster config with queues p (a parent that writes one follow-up into t) and t; XADD
 into p's outbox {stream: t's stream, delayed: t's delayed set, mark: 'elsewhere' (another
