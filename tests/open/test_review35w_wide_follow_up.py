@@ -14,6 +14,9 @@ that one and stops before XACK: a script's writes are not undone. The recorder t
 so on: exactly once is broken and the pipeline below the parent floods. On a cluster the same
 line passes settle.lua (its follow-ups go into the outbox whole, cmsgpack) and follow_up.lua
 then fails on it at every move, holding back the follow-ups grouped with it (same target).
+A follow-up of 1 000 to some 4 000 fields is added, and its own queue then dead-letters it
+unrun (policy.refused: "more than jobd can retry or dead-letter"): the parent is done, its
+follow-up never runs.
 
 Reproduce: a parent handler that writes two lines into $JOBD_ENQUEUE, `{"queue": "t",
 "payload": "x"}` and a job of 5 000 fields into t; one daemon; `jobd enqueue p x --job-id p1`.
