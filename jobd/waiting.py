@@ -36,7 +36,7 @@ from jobd.store.history import MAX_BLOCK_MS
 from jobd.store.records import Record, parse_records, result_of
 from jobd.store.store import Store
 
-ENDS = frozenset({"done", "dead-lettered", "poison", "expired", "cancelled", "deduped"})
+ENDS = frozenset({"done", "dead-lettered", "poison", "expired", "cancelled", "deduped", "lost"})
 DONE = frozenset({"done", "deduped"})  # the ends a result comes with
 SHOWN = ("event", "entry", "origin", "attempt", "error", "exit_code", "signal", "duration_ms")
 COUNT = 1000  # events a read takes at most

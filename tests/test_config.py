@@ -149,6 +149,7 @@ DERIVED_OF_A = [
     ("{s}:after", "the held jobs' dependencies"),
     ("{s}:held:until", "the held jobs' deadlines"),
     ("{s}:held:ended", "the ended holds (--after)"),
+    ("{s}:taken", "the taken workflow entries"),
     ("{s}:job:j1", "a job mark"),
     ("{s}:tick:nightly:1700000000", "a schedule's tick mark"),
     ("{s}:schedule:nightly", "a schedule's last tick"),

@@ -37,7 +37,7 @@ from jobd.store.records import (
 )
 from jobd.store.scripts import Batch
 
-TERMINAL = frozenset({"done", "dead-lettered", "expired", "poison", "cancelled"})
+TERMINAL = frozenset({"done", "dead-lettered", "expired", "poison", "cancelled", "lost"})
 DUE = frozenset({"retried", "scheduled"})  # records with a due time: delayed until then
 MOVED = frozenset({"promoted", "requeued"})  # a new entry carries the job on: new_entry
 HELD = frozenset({"lease lost", "reclaimed", "handed back"})  # the record's entry lives on

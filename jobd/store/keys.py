@@ -79,6 +79,12 @@ Layout of a queue whose stream is S:
                        ms: the end plus history.max_age); hold.lua answers an --after enqueue of
                        such a job id "ended already" and holds nothing (lua/lib/workflows.lua
                        hold_ended); pruned by the scripts that add to it
+  derive(S, "taken")   the running jobs a deleted entry would leave untold (workflow jobs: of a
+                       batch, or waited for by a held job): a hash, "STREAM|ENTRY" -> cmsgpack
+                       {job id, batch, incarnation}, written by the read that takes the entry
+                       (lua/read_levels.lua, lua/reclaim.lua) and by lua/wait_on.lua; read by
+                       the script that finds the entry deleted (lib/workflows.lua lost_end);
+                       a record whose entry is pending no more is swept by later writes
   derive(S, "follow-up:batch|I|ID") the mark of batch ID's callback job in this (its
                        --on-complete) queue, once added; I is the batch's incarnation (Redis's
                        time in µs when it was made: a batch of that id made again after it
@@ -129,7 +135,7 @@ HOLDS = {
     "events": "events stream", "outbox": "follow-ups outbox",
     "waiters": "waiters (--after)", "held": "held jobs (--after)",
     "after": "held jobs' dependencies", "held_until": "held jobs' deadlines",
-    "held_ended": "ended holds (--after)",
+    "held_ended": "ended holds (--after)", "taken": "taken workflow entries",
 }  # fmt: skip
 STATS_TTL = 2 * 3600  # seconds a minute's counters are kept
 UNIQUE_TTL = 7 * 86400  # seconds a --unique job's "queued" mark lasts if its job is lost
@@ -196,6 +202,7 @@ class QueueKeys:
     after: str
     held_until: str
     held_ended: str
+    taken: str
 
     @classmethod
     def of(cls, stream: str, dead_letter: str | None = None) -> QueueKeys:
@@ -220,6 +227,7 @@ class QueueKeys:
             after=derive(stream, "after"),
             held_until=derive(stream, "held:until"),
             held_ended=derive(stream, "held:ended"),
+            taken=derive(stream, "taken"),
         )
 
     def level(self, name: str) -> QueueKeys:

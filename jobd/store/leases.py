@@ -115,7 +115,8 @@ class LeaseOps(StoreBase):
         themselves written into their jobs' active records, for those renewed (``told``: what
         changed since the last renewal). Returns the entries lost and the ids of ``told`` whose
         fields were written (one whose active record is not written yet is not)."""
-        keys = [queue.stream, queue.keys.cancels, *notes.keys(queue)]
+        keys = [queue.stream, queue.keys.cancels, *notes.keys(queue), queue.keys.waiters,
+                queue.keys.outbox, queue.keys.taken]
         keys += [queue.keys.running] if queue.slots else []
         args: list[object] = [queue.group, self.consumer, slot_lease_ms(queue)]
         args += [notes.settings(queue), len(told)]

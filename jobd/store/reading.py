@@ -187,7 +187,9 @@ class ReadingOps(StoreBase):
         after_ms = int((queue.starvation_after or 0) * 1000)
         keys = [*(level.stream for level in levels), queue.keys.cancels]
         keys += [queue.keys.paused, queue.keys.cancel_gen] if pause else []
-        args = [queue.group, self.consumer, count, 0, after_ms, len(levels), entry_limit(queue)]
+        keys += [queue.keys.waiters, queue.keys.taken]  # workflow jobs taken (read_levels.lua)
+        args = [queue.group, self.consumer, count, 0, after_ms, len(levels), entry_limit(queue),
+                len(keys) - 1]
         try:  # ARGV[4] 0: Redis's clock
             try:
                 reply = self.scripts.read_levels(keys, args, node_for(self.client, keys[0]))
@@ -275,7 +277,8 @@ class ReadingOps(StoreBase):
         consumer handed back whose hand-back Redis has not answered yet (see reclaim.lua)."""
         min_idle = int(queue.lease.reclaim_after * 1000)
         after, claimed, deleted = self.scripts.reclaim(
-            keys=[queue.stream, *notes.keys(queue)],
+            keys=[queue.stream, *notes.keys(queue), queue.keys.waiters, queue.keys.outbox,
+                  queue.keys.taken],
             args=[queue.group, self.consumer, min_idle, cursor, count, notes.settings(queue),
                   entry_limit(queue), *backs],
         )  # fmt: skip

@@ -158,7 +158,7 @@ class WorkflowOps(StoreBase):
         """Register ``waiter`` (a ``waiter_line``: once by its job and hold) with job ``job_id``
         of ``dep``; or, when it ended already and does not run again now, (outcome, event)."""
         k, w = dep.keys, orjson.loads(waiter)
-        keys = [k.history, k.waiters, k.active, k.job_mark(job_id),
+        keys = [k.history, k.waiters, k.active, k.job_mark(job_id), k.taken,
                 *(level.stream for level in dep.all_levels())]  # fmt: skip
         args = [job_id, waiter, dep.group, w["job"], w.get("hold", "")]
         reply = self.scripts.wait_on(keys=keys, args=args)

@@ -1,4 +1,4 @@
---! uses jobs.lua
+--! uses jobs.lua workflows.lua
 -- read_levels.lua: read new entries from a queue's priority levels, highest first, in one step
 -- (a queue without levels is its own one level).
 --
@@ -19,6 +19,12 @@
 --           max_payload and jobd.job.ENTRY_SLACK), or 0 for any: a larger entry is read (it is
 --           this consumer's now) but handed over as a stand-in (lib/jobs.lua sized), so no read
 --           brings the daemon more than this an entry
+-- ARGV[8]   optional: k, where KEYS[k] and KEYS[k+1] are the queue's waiters hash and taken
+--           hash (the last keys): each entry read of a workflow job is recorded in the taken
+--           hash (lib/workflows.lua take_note), so that its end is told should its entry be
+--           deleted while it is held; the waiters hash is looked at once (TYPE) a call that read
+--           entries, and for each entry read only when it is a hash (jobs wait on the queue);
+--           the taken hash only when a record is written
 --
 -- Returns {entries, newest, marks, pause, gen}: pause is the pause key's HGETALL (empty: not
 -- paused), or 'wrongtype' for a key of another type, when KEYS[n+2] is given; gen is the
@@ -30,7 +36,9 @@
 -- (XREAD BLOCK) without holding any. Strict priority: a level is read only when every higher
 -- level had no new entry left.
 local out, left = {}, tonumber(ARGV[3])
-local levels = tonumber(ARGV[6]) or #KEYS
+local wk = tonumber(ARGV[8] or '0')
+local last = wk > 0 and wk - 1 or #KEYS -- the keys before the workflow keys
+local levels = tonumber(ARGV[6]) or last
 local after = tonumber(ARGV[5])
 local limit = tonumber(ARGV[7]) or 0
 local now = 0 -- Redis's time (ms), read only for aging (most queues have none)
@@ -83,6 +91,11 @@ for i = 1, levels do
   read(i, left)
 end
 if failed and #out == 0 then return failed end
+if wk > 0 and #out > 0 then
+  local taken = taken_at(wk + 1)
+  local waiters = redis.call('TYPE', KEYS[wk]).ok == 'hash' and KEYS[wk] or nil
+  for _, e in ipairs(out) do take_note(taken, waiters, ARGV[1], KEYS[e[1]], e[2], e[3]) end
+end
 local newest = {}
 if #out == 0 then
   for i = 1, levels do
@@ -90,14 +103,14 @@ if #out == 0 then
     newest[i] = (#last == 0) and '0-0' or last[1][1]
   end
 end
-local marks = (levels < #KEYS) and redis.call('EXISTS', KEYS[levels + 1]) or 0
+local marks = (levels < last) and redis.call('EXISTS', KEYS[levels + 1]) or 0
 local pause = false
-if levels + 2 <= #KEYS then
+if levels + 2 <= last then
   pause = redis.pcall('HGETALL', KEYS[levels + 2])
   if type(pause) == 'table' and pause.err then pause = 'wrongtype' end
 end
 local gen = false
-if levels + 3 <= #KEYS then
+if levels + 3 <= last then
   gen = redis.pcall('GET', KEYS[levels + 3])
   if type(gen) ~= 'string' then gen = false end
 end

@@ -1,8 +1,9 @@
---! uses jobs.lua
+--! uses jobs.lua workflows.lua
 -- reclaim.lua: take over entries whose lease lapsed (idle at least min-idle), one XAUTOCLAIM step.
 --
 -- KEYS[1]  the queue's stream
 -- KEYS[2..5] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
+-- KEYS[6..8] the queue's waiters hash, outbox and taken hash (lib/workflows.lua lost_end)
 -- ARGV[1]  the consumer group
 -- ARGV[2]  this consumer's name
 -- ARGV[3]  min-idle in milliseconds (the queue's lease.reclaim_after)
@@ -27,9 +28,12 @@
 -- read in the same script, after the claim counted this delivery: it is what the poison check
 -- (max_deliveries) needs. Redis 7.0+ purges pending entries whose data was deleted and lists
 -- them third; 6.2 returns them with no data: they are acknowledged here, as nothing is left to run.
--- Either way their jobs' active records (of a daemon that died) are removed.
+-- Either way their jobs' active records (of a daemon that died) are removed, and each job's end,
+-- 'lost', is recorded and told to its batch and waiters (lib/workflows.lua lost_end): this step
+-- is the one that takes the entry out of the group, so it is told once.
 -- Each entry claimed is in its job's history and the queue's events ('reclaimed', deliveries) in
--- the same step.
+-- the same step, and a workflow job's is in the taken hash (lib/workflows.lua take_note: a
+-- waiter may have come since its first read).
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
 local unanswered = {}
 for i = 8, #ARGV do
@@ -49,6 +53,8 @@ for _, p in ipairs(redis.call('XPENDING', stream, group, ARGV[4], '+', 10 * tonu
 end
 local reply = redis.call('XAUTOCLAIM', stream, group, me, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
 local claimed, deleted, h = {}, reply[3] or {}, nil
+local taken, waiters = taken_at(8), nil
+if #reply[2] > 0 then waiters = redis.call('TYPE', KEYS[6]).ok == 'hash' and KEYS[6] or nil end
 for _, entry in ipairs(reply[2]) do
   local id, fields = entry[1], entry[2]
   if type(fields) ~= 'table' then
@@ -63,6 +69,7 @@ for _, entry in ipairs(reply[2]) do
     claimed[#claimed + 1] = {id, sized(fields, tonumber(ARGV[7])), p[1][4],
       (back[id] or unanswered[id]) and 1 or 0}
     h = h or history_at(2, ARGV[6])
+    take_note(taken, waiters, group, stream, id, fields)
     local job = job_id_of(id, fields)
     local record = cjson.encode({event = 'reclaimed', stream = stream, entry = id, consumer = me,
       deliveries = p[1][4]})
@@ -70,9 +77,13 @@ for _, entry in ipairs(reply[2]) do
       extras = {'consumer', me, 'deliveries', tostring(p[1][4])}}, batch_in(fields)), now_ms(), id)
   end
 end
--- A deleted entry's job runs nowhere: its active record (of a daemon that died) goes too.
+-- A deleted entry's job runs nowhere: its active record (of a daemon that died) goes too, and
+-- its end is told.
 if #deleted > 0 then
   h = h or history_at(2, ARGV[6])
-  gone_not_running(h, stream, deleted)
+  local now = now_ms()
+  lost_end(h, workflow_at(6, h.queue), taken, stream, deleted, gone_not_running(h, stream, deleted),
+    me, now)
+  trim_history(h, now)
 end
 return {reply[1], claimed, deleted}

@@ -1,15 +1,16 @@
---! uses jobs.lua
+--! uses jobs.lua workflows.lua
 -- renew.lua: renew this consumer's lease on every entry it holds; report the ones it lost.
 --
 -- KEYS[1]   the queue's stream
 -- KEYS[2]   the queue's cancellation marks (cancel.lua)
 -- KEYS[3..6] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
--- KEYS[7]   optional: the queue's running set (limits.concurrency), whose slots of the entries
+-- KEYS[7..9] the queue's waiters hash, outbox and taken hash (lib/workflows.lua lost_end)
+-- KEYS[10]  optional: the queue's running set (limits.concurrency), whose slots of the entries
 --           still held are renewed with them
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the slots' lease, ms: they expire that long after now by Redis's clock (TIME),
---           one clock for every host (ignored without KEYS[7])
+--           one clock for every host (ignored without KEYS[10])
 -- ARGV[4]   the history's settings (lib/jobs.lua history_at)
 -- ARGV[5]   N: how many of the held entries' handlers told something new (below)
 -- ARGV[6..5+4N] per such entry, four: its id, its job id, the fields to show in its active
@@ -23,9 +24,9 @@
 -- lists the entries it holds that `jobd cancel` marked ('id:STREAM|ENTRY'): the daemon stops their
 -- handlers (the heartbeat's reply carries the cancellation, so it reaches any host, through a
 -- cluster or Sentinel, with no pub/sub); shown lists the entries whose told fields were written. The marks stay until the outcome is written. An entry
--- lost to another consumer, or gone, is in the job's history and the queue's events ('lease
--- lost', owner) in the same step (not one this consumer handed back itself, nor one pending
--- nowhere: settled, by its own outcome most likely, since the caller listed it).
+-- lost to another consumer is in the job's history and the queue's events ('lease lost', owner)
+-- in the same step; one deleted, 'lost' (below); not one this consumer handed back itself, nor
+-- one pending nowhere: settled, by its own outcome most likely, since the caller listed it.
 --
 -- Redis counts an entry's idle time from its last delivery or claim. XCLAIM with min-idle 0 and
 -- JUSTID resets that time without counting a delivery; but min-idle 0 also takes an entry from
@@ -33,7 +34,10 @@
 -- two. The check reads this consumer's own pending list (XPENDING … consumer) once, so a tick
 -- costs a few commands however many entries are in flight; only lost entries are looked up one
 -- by one, for their new owner. On Redis 7.0+ XCLAIM drops (and does not return) entries whose
--- data was deleted: those are lost too.
+-- data was deleted, and takes them out of the group: those are lost too, and as this step took
+-- them out, it records each job's end, 'lost', and tells it to its batch and waiters
+-- (lib/workflows.lua lost_end), once (no later call, and no reclaim, finds them pending). On 6.2
+-- XCLAIM … JUSTID keeps them: the handler goes on, and its outcome is written as any.
 --
 -- An entry handed back (settle.lua 'back': its last delivery set to 1970) is no longer held
 -- although it is still in this consumer's pending list: renewing it would reset its idle time
@@ -48,19 +52,15 @@ while true do
   if #page < 1000 then break end
   start = '(' .. page[#page][1]
 end
-local lost, mine, h, gone = {}, {}, nil, {}
--- The job's history and the queue's events: this consumer's attempt of entry ``id`` ended here.
+local lost, mine, h, deleted = {}, {}, nil, {}
+-- The job's history and the queue's events: this consumer's attempt of entry ``id`` ended here,
+-- the entry taken over by ``owner`` (whose active record of the job it is now, maybe).
 local function lost_to(id, owner)
   h = h or history_at(3, ARGV[4])
   local entry = redis.call('XRANGE', stream, id, id)
   local job = #entry == 1 and job_id_of(id, entry[1][2]) or id
   local batch, incarnation -- its batch link (lib/jobs.lua linked); none when its data is gone
   if #entry == 1 then batch, incarnation = batch_in(entry[1][2]) end
-  if owner == '' and #entry == 1 then -- else the active record may be theirs
-    not_running(h, job, stream, id)
-  elseif owner == '' then -- its data gone: the job id is not known here (below, all at once)
-    gone[#gone + 1] = id
-  end
   local record = cjson.encode({event = 'lease lost', stream = stream, entry = id, consumer = me,
     owner = owner})
   remember(h, linked({event = 'lease lost', job = job, record = record,
@@ -84,7 +84,7 @@ for i = 6 + 4 * told, #ARGV do
   end
 end
 local expiry = 0
-local slots = KEYS[7]
+local slots = KEYS[10]
 if slots then -- someone else's key there takes no slot: the renewals (written above) must
   local t = redis.call('TYPE', slots).ok -- not end in an error that hides the leases lost
   if t ~= 'zset' and t ~= 'none' then slots = nil end
@@ -103,17 +103,23 @@ for first = 1, #mine, CHUNK do
   local kept = {}
   for _, id in ipairs(redis.call('XCLAIM', unpack(args))) do kept[id] = true end
   for i = first, last do
-    if not kept[mine[i]] then
+    if not kept[mine[i]] then -- deleted: taken out of the group by this XCLAIM (above)
       lost[#lost + 1] = mine[i]
       lost[#lost + 1] = ''
-      lost_to(mine[i], '')
+      deleted[#deleted + 1] = mine[i]
     else
       renewed[mine[i]] = true
       if slots then redis.call('ZADD', slots, expiry, me .. '|' .. stream .. '|' .. mine[i]) end
     end
   end
 end
-if h then gone_not_running(h, stream, gone) end
+if #deleted > 0 then
+  h = h or history_at(3, ARGV[4])
+  local now = now_ms()
+  lost_end(h, workflow_at(7, h.queue), taken_at(9), stream, deleted,
+    gone_not_running(h, stream, deleted), me, now)
+  trim_history(h, now)
+end
 -- A marks key of another type (someone else's) is no mark: the renewal itself must go on.
 local cancelled = {}
 if redis.call('TYPE', KEYS[2]).ok == 'zset' then

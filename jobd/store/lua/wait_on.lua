@@ -15,7 +15,12 @@
 -- KEYS[2]   the queue's waiters hash
 -- KEYS[3]   the queue's active hash (start.lua)
 -- KEYS[4]   the job id's --unique mark (jobd/store/keys.py job_mark)
--- KEYS[5..] the queue's streams (its own, and each priority level's)
+-- KEYS[5]   the queue's taken hash (lib/workflows.lua take_note): a job that runs now, its
+--           entry found by its running record, is recorded there once a waiter is registered
+--           (a job read before it had waiters has no record: its end, should its entry be
+--           deleted, could not be told); one that runs but has no running record yet (its
+--           first half second) cannot be found, nor recorded
+-- KEYS[6..] the queue's streams (its own, and each priority level's)
 -- ARGV[1]   the job id waited for
 -- ARGV[2]   the waiter, one JSON line (store/workflows.py waiter_line)
 -- ARGV[3]   the queue's consumer group
@@ -61,6 +66,7 @@ end
 -- once its handler has run half a second) names an entry of one of the queue's streams still
 -- pending in its group. A record a daemon killed -9 left behind, its entry settled since (by the
 -- daemon that took it over), is not believed; nor is one naming a key not among the queue's.
+-- Its stream and entry when it runs, else false.
 local function runs_now()
   local v = redis.pcall('HGET', KEYS[3], job)
   if type(v) ~= 'string' then return false end
@@ -68,20 +74,25 @@ local function runs_now()
   if not cut or cut > 4096 then return false end
   local stream, entry = string.match(string.sub(v, 1, cut - 1), '^(.*)|(%d+%-%d+)$')
   if not stream then return false end
-  for k = 5, #KEYS do
+  for k = 6, #KEYS do
     if KEYS[k] == stream then
       if redis.call('TYPE', stream).ok ~= 'stream' then return false end
       local p = redis.pcall('XPENDING', stream, ARGV[3], entry, entry, 1)
-      return type(p) == 'table' and not p.err and #p == 1
+      return type(p) == 'table' and not p.err and #p == 1 and stream, entry
     end
   end
   return false
 end
 
 local outcome, event = ended_as()
-if outcome and not (runs_now() or says_queued(KEYS[4])) then
+local stream, entry = runs_now()
+if outcome and not (stream or says_queued(KEYS[4])) then
   return {outcome, event}
 end
 upgrade_waiters(KEYS[2], job)
 add_waiter(KEYS[2], job, ARGV[4], ARGV[5], ARGV[2])
+local taken = stream and taken_key(taken_at(5))
+if taken then -- kept when there (a batch's: the read wrote it, with the batch)
+  redis.call('HSETNX', taken, stream .. '|' .. entry, cmsgpack.pack({job, '', ''}))
+end
 return {'waiting'}

@@ -290,10 +290,11 @@ end
 -- one script for 100 entries over 20 000 records, Redis blocked meanwhile), and at most
 -- GONE_STEPS pages of it, so a call's cost is bounded whatever the hash holds. A record a pass
 -- cut short leaves is stale: readers check it against XPENDING (store/history.py), and the
--- job's next start replaces it.
+-- job's next start replaces it. Returns the job ids of the records removed, by "STREAM|ENTRY".
 local GONE_STEPS = 32 -- HSCAN pages of ~1000 fields: a pass over a hash of ~30 000 records
 local function gone_not_running(h, stream, entries)
-  if not h.running or #entries == 0 then return end
+  local jobs = {}
+  if not h.running or #entries == 0 then return jobs end
   local gone = {}
   for _, entry in ipairs(entries) do gone[stream .. '|' .. entry] = true end
   local cursor, steps = '0', 0
@@ -302,11 +303,14 @@ local function gone_not_running(h, stream, entries)
     cursor, steps = page[1], steps + 1
     for i = 1, #page[2], 2 do
       local cut = string.find(page[2][i + 1], '\n', 1, true)
-      if cut and gone[string.sub(page[2][i + 1], 1, cut - 1)] then
+      local at = cut and string.sub(page[2][i + 1], 1, cut - 1)
+      if at and gone[at] then
         redis.call('HDEL', h.active, page[2][i])
+        jobs[at] = page[2][i]
       end
     end
   until cursor == '0' or steps >= GONE_STEPS
+  return jobs
 end
 
 -- The job's record and the text that goes before a new one: at most HISTORY_BYTES in all, the

@@ -5,8 +5,9 @@
 -- Not a script: scripts.py sends it with each script whose first line names it.
 
 -- What a job's end is, by the event of its record: done, failed or cancelled (nil: no end).
+-- 'lost': its entry was deleted (XDEL, XADD MAXLEN, XTRIM) while a daemon held it (``lost_end``).
 local ENDS = {done = 'done', deduped = 'done', ['dead-lettered'] = 'failed', expired = 'failed',
-  poison = 'failed', cancelled = 'cancelled'}
+  poison = 'failed', cancelled = 'cancelled', lost = 'failed'}
 
 -- A queue's waiters hash (job id -> the jobs waiting for it, one field each: ``add_waiter``)
 -- and outbox, KEYS[k] and KEYS[k + 1]. The hash is looked at once a call: a queue no job waits
@@ -325,4 +326,101 @@ local function hold_ended(key, job, now, window)
     ENDED_PRUNE)
   if #old > 0 then redis.call('ZREM', key, unpack(old)) end
   redis.call('ZADD', key, string.format('%d', now + window), job)
+end
+
+
+-- Taken workflow entries (the queue's taken hash, store/keys.py): a job whose entry is deleted
+-- while a daemon holds it (XDEL, XADD MAXLEN, XTRIM) cannot be read from its entry any more,
+-- yet its end must reach its batch and the jobs waiting for it. So the read that takes the
+-- entry of such a job (read_levels.lua, reclaim.lua; wait_on.lua for a waiter that comes while
+-- it runs) records "STREAM|ENTRY" -> cmsgpack {job id, batch, incarnation}, and the script that
+-- finds the entry deleted (``lost_end``) reads it there. Only workflow jobs are recorded: a
+-- jobd_batch, or a job id with waiters; other jobs cost nothing (a read asks nothing more of
+-- Redis than one TYPE when the queue has waiters). A record is removed by ``lost_end``; one whose
+-- entry was settled otherwise is swept by a later write (``sweep_taken``: TAKEN_SWEEP records
+-- drawn at random, each removed when its entry is pending no more), so the hash holds about
+-- twice the workflow jobs running, never the ones that ran. A key of another type there
+-- (someone else's) is neither read nor written (``taken_at``): the jobs are then told as before.
+local TAKEN_SWEEP = 2
+
+-- The taken hash KEYS[k], looked at (TYPE) only once a record is to be read or written
+-- (``taken_key``): most reads take no workflow job.
+local function taken_at(k)
+  return {key = KEYS[k]}
+end
+
+-- The taken hash ``t`` (``taken_at``), or nil when it is someone else's key.
+local function taken_key(t)
+  if t.ours == nil then
+    local kind = redis.call('TYPE', t.key).ok
+    t.ours = kind == 'hash' or kind == 'none'
+  end
+  return t.ours and t.key or nil
+end
+
+-- Whether job ``job`` has waiters in the waiters hash ``key`` (known to be a hash), in either
+-- form (``waiter_count``'s; one field JOB before review 35k: ``upgrade_waiters``).
+local function waited_for(key, job)
+  return redis.call('HEXISTS', key, job .. '\0n') == 1 or redis.call('HEXISTS', key, job) == 1
+end
+
+-- TAKEN_SWEEP records of ``taken`` whose entry is pending in ``group`` no more go.
+local function sweep_taken(taken, group)
+  for _, f in ipairs(redis.call('HRANDFIELD', taken, TAKEN_SWEEP)) do
+    local stream, id = string.match(f, '^(.+)|(%d+%-%d+)$')
+    local gone = not stream or hash_tag(stream) ~= hash_tag(taken)
+    if not gone then
+      local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+      gone = type(p) == 'table' and not p.err and #p == 0
+    end
+    if gone then redis.call('HDEL', taken, f) end
+  end
+end
+
+-- Entry ``id`` of ``stream``, fields ``fields`` (as handed over: a stand-in keeps the job id and
+-- batch), was taken by a consumer of ``group``: recorded in the taken hash ``t`` (``taken_at``)
+-- when its job is a workflow job: a batch's, or waited for in ``waiters`` (a hash; nil: none).
+local function take_note(t, waiters, group, stream, id, fields)
+  local batch, incarnation = batch_in(fields)
+  local job = (batch or waiters) and job_id_of(id, fields)
+  if not (batch or (waiters and waited_for(waiters, job))) then return end
+  local taken = taken_key(t)
+  if not taken then return end
+  redis.call('HSET', taken, stream .. '|' .. id, cmsgpack.pack({job, batch or '', incarnation or ''}))
+  sweep_taken(taken, group)
+end
+
+-- The job id, batch and incarnation the taken record at field ``at`` of the taken hash ``t``
+-- holds (nil each when there is none, or it is not one jobd wrote); the record is removed.
+local function taken_job(t, at)
+  local taken = taken_key(t)
+  local packed = taken and redis.call('HGET', taken, at)
+  if not packed then return nil end
+  redis.call('HDEL', taken, at)
+  local ok, t = pcall(cmsgpack.unpack, packed)
+  if not (ok and type(t) == 'table' and type(t[1]) == 'string') then return nil end
+  local batch = type(t[2]) == 'string' and t[2] ~= '' and t[2] or nil
+  return t[1], batch, type(t[3]) == 'string' and t[3] ~= '' and t[3] or nil
+end
+
+-- Entries ``entries`` of ``stream`` were deleted while pending, and this step took them out of
+-- the group (XCLAIM and XAUTOCLAIM purge such an entry on Redis 7.0+; on 6.2 the caller acks
+-- it): one step does so once, so each job's end is written once, whichever daemon, and however
+-- often a call is sent again. Its end, 'lost', goes into its history and the queue's events
+-- (in history ``h``, by consumer ``me``, at ``now``) and is told through ``w`` to its batch and
+-- its waiters, as a failure. Its job id, batch and incarnation come from its taken record;
+-- else its job id from its active record (``jobs``: by "STREAM|ENTRY", lib/jobs.lua
+-- gone_not_running), else it is the entry's id (a job of no workflow, deleted before its
+-- handler ran half a second).
+local function lost_end(h, w, taken, stream, entries, jobs, me, now)
+  for _, id in ipairs(entries) do
+    local at = stream .. '|' .. id
+    local job, batch, incarnation = taken_job(taken, at)
+    job = job or jobs[at] or id
+    local record = cjson.encode({event = 'lost', stream = stream, entry = id, consumer = me,
+      detail = 'its entry was deleted while pending'})
+    remember(h, linked({event = 'lost', job = job, record = record, extras = {'consumer', me}},
+      batch, incarnation), now, id)
+    ended(w, job, 'lost', batch, incarnation)
+  end
 end
