@@ -216,6 +216,18 @@ class Holdings:
                     found.append((Shown(mid, job_id, progress, status, extended), changed))
         return found
 
+    def job_ids(self, key: LeaseKey, held: dict[str, int]) -> list[str]:
+        """The job ids of ``held`` (id -> delivery), in its order: '' for an entry whose handler
+        has not started yet (its job id is then not known here)."""
+        with self._lock:
+            entries = self._held.get(key, {})
+            return [
+                e.teller.job.job_id
+                if (e := entries.get(mid)) and e.delivery == number and e.teller
+                else ""
+                for mid, number in held.items()
+            ]
+
     def shown(self, key: LeaseKey, written: dict[str, tuple[int, float]]) -> None:
         """These entries' fields (id -> delivery and ``Told.changed``) are in their records."""
         with self._lock:
@@ -294,7 +306,10 @@ class Renewal:
             return
         told = self.holdings.told(key(self.queue), held)
         sent = lease_clock()  # before the request: Redis reset the idle times no earlier
-        lost, written = self.store.renew_telling(self.queue, list(held), [s for s, _ in told])
+        jobs = self.holdings.job_ids(key(self.queue), held)  # a job deleted ends 'lost' by it
+        lost, written = self.store.renew_telling(
+            self.queue, list(held), [s for s, _ in told], jobs
+        )
         changed = {s.message_id: c for s, c in told}
         self.holdings.shown(key(self.queue), {m: (held[m], changed[m]) for m in written})
         gone_ids = {x.message_id for x in lost if not x.cancelled}

@@ -265,7 +265,7 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
             for mid in page.deleted:
                 log.warning(
                     "queue=%s entry %s was pending but its data is gone (trimmed or deleted); "
-                    "dropped from the group",
+                    "dropped from the group, its job's end recorded as lost",
                     q.name,
                     mid,
                 )

@@ -10,6 +10,7 @@ here from the queue's lease (why: ``jobd.daemon.lease`` and ``jobd.daemon.limits
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -109,12 +110,14 @@ class LeaseOps(StoreBase):
         return self.renew_telling(queue, ids, [])[0]
 
     def renew_telling(
-        self, queue: QueueConfig, ids: list[str], told: list[Shown]
+        self, queue: QueueConfig, ids: list[str], told: list[Shown], jobs: Sequence[str] = ()
     ) -> tuple[list[Lost], list[str]]:
         """``renew``, and in the same call what the handlers of some of ``ids`` told of
         themselves written into their jobs' active records, for those renewed (``told``: what
-        changed since the last renewal). Returns the entries lost and the ids of ``told`` whose
-        fields were written (one whose active record is not written yet is not)."""
+        changed since the last renewal). ``jobs``: the job ids of ``ids`` ('' where not known),
+        under which a job whose entry was deleted ends 'lost' (renew.lua). Returns the entries
+        lost and the ids of ``told`` whose fields were written (one whose active record is not
+        written yet is not)."""
         keys = [queue.stream, queue.keys.cancels, *notes.keys(queue), queue.keys.waiters,
                 queue.keys.outbox, queue.keys.taken]
         keys += [queue.keys.running] if queue.slots else []
@@ -123,8 +126,9 @@ class LeaseOps(StoreBase):
         for shown in told:
             deadline = "" if shown.deadline_ms is None else shown.deadline_ms
             args += [shown.message_id, os.fsencode(shown.job_id), shown.fields(), deadline]
+        job_ids = [os.fsencode(job_id) for job_id in jobs]
         try:
-            reply = self.scripts.renew(keys=keys, args=[*args, *ids])
+            reply = self.scripts.renew(keys=keys, args=[*args, len(ids), *ids, *job_ids])
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise

@@ -17,7 +17,10 @@
 --           record (a JSON object's members' text, as '"progress":42,"status":"…"'; '' when
 --           none), and its deadline in ms after its start (what it extended it to, as the daemon
 --           enforces it; '' when none)
--- ARGV[6+4N..] ids of the entries this consumer believes it holds
+-- ARGV[6+4N] M: how many entries this consumer believes it holds
+-- ARGV[7+4N..6+4N+M] their ids
+-- ARGV[7+4N+M..] their job ids, in the same order ('' or none: not known yet): a job whose
+--           entry was deleted is recorded under it (lib/workflows.lua lost_end)
 --
 -- Returns {lost, cancelled, shown}: lost is a flat list of pairs for the entries it no longer holds:
 -- id, owner now ('' when no one: acknowledged, its data trimmed, or handed back); cancelled
@@ -67,7 +70,13 @@ local function lost_to(id, owner)
     extras = {'consumer', me, 'owner', owner}}, batch, incarnation), now_ms(), id)
 end
 local told = tonumber(ARGV[5])
-for i = 6 + 4 * told, #ARGV do
+local first, count = 7 + 4 * told, tonumber(ARGV[6 + 4 * told])
+local known = {} -- the job ids the caller sent, by entry
+for i = first, first + count - 1 do
+  local job = ARGV[i + count]
+  if job and job ~= '' then known[stream .. '|' .. ARGV[i]] = job end
+end
+for i = first, first + count - 1 do
   local id = ARGV[i]
   if held[id] then
     mine[#mine + 1] = id
@@ -116,8 +125,9 @@ end
 if #deleted > 0 then
   h = h or history_at(3, ARGV[4])
   local now = now_ms()
-  lost_end(h, workflow_at(7, h.queue), taken_at(9), stream, deleted,
-    gone_not_running(h, stream, deleted), me, now)
+  local jobs = gone_not_running(h, stream, deleted)
+  for at, job in pairs(known) do jobs[at] = job end
+  lost_end(h, workflow_at(7, h.queue), taken_at(9), stream, deleted, jobs, me, now)
   trim_history(h, now)
 end
 -- A marks key of another type (someone else's) is no mark: the renewal itself must go on.

@@ -1,0 +1,82 @@
+"""A job whose stream entry is deleted while a live daemon runs it (XDEL by hand; a producer's
+XADD MAXLEN does the same: tests/test_review36o_producer_user_deletes_jobs.py). The daemon's
+lease renewal finds the entry gone (XCLAIM takes it out of the group) and stops the handler;
+the renewal's step records the job's end, 'lost', once, and tells it to its batch (counted
+failed) and to the jobs waiting for it: one waiting --after it is dead-lettered `dependency`,
+one waiting --after-any-outcome is released and runs. Its end is told though it was read
+before any job waited for it (wait_on.lua records it in the taken hash, by its running
+record). Real daemon, real Redis."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from support import DaemonProcess, jobd_cli, wait_until
+from test_after_batches import CALLBACK, callbacks
+
+Daemon = Callable[..., DaemonProcess]
+
+HANDLER = """\
+#!/bin/sh
+cat >/dev/null
+echo "$JOBD_JOB_ID" >> "$(dirname "$0")/runs"
+case "$JOBD_JOB_ID" in x|y) exec sleep 60;; esac
+"""
+
+
+def runs(tmp_path: Path) -> list[str]:
+    path = tmp_path / "runs"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_a_running_job_whose_entry_is_deleted_ends_lost_told_to_batch_and_waiters(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    handler, cb = script("h.sh", HANDLER), script("cb.sh", CALLBACK)
+    cfg = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n"
+        f"  a:\n    command: [{handler}]\n    concurrency: 4\n    retry: {{max_attempts: 1}}\n"
+        "    lease: {renew_every: 200ms, reclaim_after: 1s}\n"
+        f"  cb:\n    command: [{cb}]\n"
+    )
+    c = str(cfg)
+    out = jobd_cli("enqueue", "-c", c, "a", "x", "--job-id", "x", "--batch", "B",
+                   "--on-complete", "cb")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert jobd_cli("enqueue", "-c", c, "a", "y", "--job-id", "y").returncode == 0
+    d = daemon(cfg)
+    wait_until(lambda: {"x", "y"} <= set(runs(tmp_path)), what="x and y running")
+    # y had no waiter when it was read: the waiters come while it runs (its running record
+    # says where it runs once it ran half a second).
+    wait_until(lambda: r.hexists("{jobd:a}:active", "y"), what="y's running record")
+    for name, extra in (("h", []), ("k", ["--after-any-outcome"])):
+        out = jobd_cli("enqueue", "-c", c, "a", name, "--job-id", name, "--after", "y", *extra)
+        assert out.returncode == 0, out.stderr
+    assert r.hlen("{jobd:a}:taken") == 2  # x (a batch's) and y (waited for)
+    entries = {f[b"job_id"]: mid for mid, f in r.xrange("jobd:a")}
+    r.xdel("jobd:a", entries[b"x"], entries[b"y"])
+    d.wait_log("job=x attempt=1 lease lost: the entry now belongs to nobody")
+    d.wait_log("job=y attempt=1 lease lost: the entry now belongs to nobody")
+    wait_until(lambda: callbacks(tmp_path), 10, what="the batch's callback")
+    (told,) = callbacks(tmp_path)
+    assert (told["done"], told["failed"]) == (0, 1), told
+    wait_until(lambda: "k" in runs(tmp_path), 10, what="k released (any outcome)")
+    wait_until(lambda: r.exists("{jobd:a}:dead"), 10, what="h dead-lettered")
+    (dead,) = [f for _, f in r.xrange("{jobd:a}:dead")]
+    assert (dead[b"jobd_job_id"], dead[b"jobd_error"]) == (b"h", b"dependency")
+    assert "h" not in runs(tmp_path)
+    lost = [f for _, f in r.xrange("{jobd:a}:events") if f[b"event"] == b"lost"]
+    assert sorted((f[b"job"], f[b"entry"]) for f in lost) == sorted(
+        [(b"x", entries[b"x"]), (b"y", entries[b"y"])]
+    )  # once each
+    for job in ("x", "y"):
+        record = json.loads(r.hget("{jobd:a}:history", job).splitlines()[-1])
+        assert record["event"] == "lost", record
+        shown = json.loads(jobd_cli("job", "-c", c, "a", job, "--json").stdout)
+        assert shown["state"] == "lost", shown
+    assert r.xpending("jobd:a", "jobd")["pending"] == 0
+    assert not r.hlen("{jobd:a}:taken")
+    assert runs(tmp_path).count("x") == 1 and runs(tmp_path).count("y") == 1  # not run again
