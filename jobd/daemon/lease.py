@@ -307,9 +307,8 @@ class Renewal:
         told = self.holdings.told(key(self.queue), held)
         sent = lease_clock()  # before the request: Redis reset the idle times no earlier
         jobs = self.holdings.job_ids(key(self.queue), held)  # a job deleted ends 'lost' by it
-        lost, written = self.store.renew_telling(
-            self.queue, list(held), [s for s, _ in told], jobs
-        )
+        shown = [s for s, _ in told]
+        lost, written = self.store.renew_telling(self.queue, list(held), shown, jobs)
         changed = {s.message_id: c for s, c in told}
         self.holdings.shown(key(self.queue), {m: (held[m], changed[m]) for m in written})
         gone_ids = {x.message_id for x in lost if not x.cancelled}

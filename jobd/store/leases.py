@@ -118,8 +118,8 @@ class LeaseOps(StoreBase):
         under which a job whose entry was deleted ends 'lost' (renew.lua). Returns the entries
         lost and the ids of ``told`` whose fields were written (one whose active record is not
         written yet is not)."""
-        keys = [queue.stream, queue.keys.cancels, *notes.keys(queue), queue.keys.waiters,
-                queue.keys.outbox, queue.keys.taken]
+        k = queue.keys
+        keys = [queue.stream, k.cancels, *notes.keys(queue), k.waiters, k.outbox, k.taken]
         keys += [queue.keys.running] if queue.slots else []
         args: list[object] = [queue.group, self.consumer, slot_lease_ms(queue)]
         args += [notes.settings(queue), len(told)]

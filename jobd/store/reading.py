@@ -189,7 +189,7 @@ class ReadingOps(StoreBase):
         keys += [queue.keys.paused, queue.keys.cancel_gen] if pause else []
         keys += [queue.keys.waiters, queue.keys.taken]  # workflow jobs taken (read_levels.lua)
         args = [queue.group, self.consumer, count, 0, after_ms, len(levels), entry_limit(queue),
-                len(keys) - 1]
+                len(keys) - 1]  # fmt: skip
         try:  # ARGV[4] 0: Redis's clock
             try:
                 reply = self.scripts.read_levels(keys, args, node_for(self.client, keys[0]))
