@@ -80,3 +80,36 @@ def test_a_running_job_whose_entry_is_deleted_ends_lost_told_to_batch_and_waiter
     assert r.xpending("jobd:a", "jobd")["pending"] == 0
     assert not r.hlen("{jobd:a}:taken")
     assert runs(tmp_path).count("x") == 1 and runs(tmp_path).count("y") == 1  # not run again
+
+
+def test_a_job_handed_back_at_a_stop_after_its_entry_was_deleted_ends_lost(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    """The daemon stops (SIGTERM) before a renewal sees the entry gone: the hand-back's XCLAIM
+    (settle.lua 'back') takes the deleted entry out of the group, and the same step records
+    its end, 'lost', with the job id and batch its note carries, and tells them."""
+    handler, cb = script("h.sh", HANDLER), script("cb.sh", CALLBACK)
+    cfg = write_config(
+        "redis: {url: '{redis}'}\nshutdown_grace: 100ms\nqueues:\n"
+        f"  a:\n    command: [{handler}]\n    retry: {{max_attempts: 1}}\n"
+        "    lease: {renew_every: 20s, reclaim_after: 2m}\n"  # no renewal within the test
+        f"  cb:\n    command: [{cb}]\n"
+    )
+    c = str(cfg)
+    out = jobd_cli("enqueue", "-c", c, "a", "x", "--job-id", "x", "--batch", "B",
+                   "--on-complete", "cb")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert jobd_cli("enqueue", "-c", c, "a", "h", "--job-id", "h", "--after", "x").returncode == 0
+    first = daemon(cfg)
+    wait_until(lambda: "x" in runs(tmp_path), what="x running")
+    (entry,) = [mid for mid, f in r.xrange("jobd:a") if f[b"job_id"] == b"x"]
+    r.xdel("jobd:a", entry)
+    first.stop()
+    assert r.xpending("jobd:a", "jobd")["pending"] == 0  # not handed back: taken out
+    lost = [f for _, f in r.xrange("{jobd:a}:events") if f[b"event"] == b"lost"]
+    assert [(f[b"job"], f[b"entry"], f[b"batch"]) for f in lost] == [(b"x", entry, b"B")]
+    daemon(cfg)  # moves the notices the stopped one may have left
+    wait_until(lambda: callbacks(tmp_path), 10, what="the batch's callback")
+    assert callbacks(tmp_path)[0]["failed"] == 1
+    wait_until(lambda: r.exists("{jobd:a}:dead"), 10, what="h dead-lettered")
+    assert [f[b"jobd_error"] for _, f in r.xrange("{jobd:a}:dead")] == [b"dependency"]

@@ -26,7 +26,9 @@
 --           is written (it is taken over and run again, poison in the end). Operation
 --           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
---           it now), its delivery count one less: see below. Operation 'cancel' (`jobd
+--           it now), its delivery count one less: see below; an entry deleted meanwhile is
+--           taken out of the group by that XCLAIM (Redis 7.0+), and its job ends 'lost' here
+--           (lib/workflows.lua lost_job) rather than handed back. Operation 'cancel' (`jobd
 --           cancel` stopped it): XACK, counted as cancelled, its cancellation marks removed, and
 --           a --unique job's mark deleted if it still says 'queued'.
 -- KEYS[#KEYS - 1], KEYS[#KEYS] the queue's waiters hash and outbox: a job that ends here (done,
@@ -124,9 +126,15 @@ while i <= #ARGV do
     -- Once only: an entry idle for decades was handed back already (this call is a replay
     -- after a lost reply), and must not lose a second delivery.
     local count = math.max(tonumber(p[1][4]) - 1, 0)
-    redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'RETRYCOUNT', count, 'JUSTID')
+    local kept = redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'RETRYCOUNT',
+      count, 'JUSTID')
     not_running(h, note.job, stream, id)
-    remember(h, note, now, id)
+    if #kept == 0 then -- its entry was deleted: this XCLAIM took it out of the group (7.0+)
+      local batch, incarnation = batch_of(note)
+      lost_job(h, w, stream, id, note.job, batch, incarnation, me, now)
+    else
+      remember(h, note, now, id)
+    end
   end
 end
 trim_history(h, now)

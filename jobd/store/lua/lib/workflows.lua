@@ -403,24 +403,30 @@ local function taken_job(t, at)
   return t[1], batch, type(t[3]) == 'string' and t[3] ~= '' and t[3] or nil
 end
 
+-- Job ``job`` (its ``batch`` and ``incarnation``, nil each when none) of entry ``id`` of
+-- ``stream`` ended 'lost' (``lost_end``): its history record and event (history ``h``, consumer
+-- ``me``, at ``now``), told through ``w`` to its batch and its waiters, as a failure.
+local function lost_job(h, w, stream, id, job, batch, incarnation, me, now)
+  local record = cjson.encode({event = 'lost', stream = stream, entry = id, consumer = me,
+    detail = 'its entry was deleted while pending'})
+  remember(h, linked({event = 'lost', job = job, record = record, extras = {'consumer', me}},
+    batch, incarnation), now, id)
+  ended(w, job, 'lost', batch, incarnation)
+end
+
 -- Entries ``entries`` of ``stream`` were deleted while pending, and this step took them out of
 -- the group (XCLAIM and XAUTOCLAIM purge such an entry on Redis 7.0+; on 6.2 the caller acks
 -- it): one step does so once, so each job's end is written once, whichever daemon, and however
 -- often a call is sent again. Its end, 'lost', goes into its history and the queue's events
--- (in history ``h``, by consumer ``me``, at ``now``) and is told through ``w`` to its batch and
--- its waiters, as a failure. Its job id, batch and incarnation come from its taken record;
--- else its job id from its active record (``jobs``: by "STREAM|ENTRY", lib/jobs.lua
--- gone_not_running), else it is the entry's id (a job of no workflow, deleted before its
--- handler ran half a second).
-local function lost_end(h, w, taken, stream, entries, jobs, me, now)
+-- and is told to its batch and its waiters (``lost_job``). Its job id, batch and incarnation
+-- come from its taken record (in the taken hash ``t``, ``taken_at``); else its job id from
+-- ``jobs`` (by "STREAM|ENTRY": the ones the holder sent, its active record's: lib/jobs.lua
+-- gone_not_running), else it is the entry's id (a job of no workflow whose daemon died, or
+-- another took the entry out, before its handler ran half a second).
+local function lost_end(h, w, t, stream, entries, jobs, me, now)
   for _, id in ipairs(entries) do
     local at = stream .. '|' .. id
-    local job, batch, incarnation = taken_job(taken, at)
-    job = job or jobs[at] or id
-    local record = cjson.encode({event = 'lost', stream = stream, entry = id, consumer = me,
-      detail = 'its entry was deleted while pending'})
-    remember(h, linked({event = 'lost', job = job, record = record, extras = {'consumer', me}},
-      batch, incarnation), now, id)
-    ended(w, job, 'lost', batch, incarnation)
+    local job, batch, incarnation = taken_job(t, at)
+    lost_job(h, w, stream, id, job or jobs[at] or id, batch, incarnation, me, now)
   end
 end
