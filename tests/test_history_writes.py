@@ -184,7 +184,8 @@ def test_cancelled_jobs_lost_leases_and_reclaims_are_recorded(
     mid = r.xadd("jobd:q", {"payload": "x", "job_id": "stolen"})
     wait_until(lambda: r.hget(ACTIVE, "stolen"), what="the next job to run")
     r.xclaim("jobd:q", "jobd", "operator", 0, [mid])
-    wait_until(lambda: events(r, "lease lost"), what="the lease lost")
+    wait_until(lambda: events(r, "lost"), what="the job lost")
+    assert [e["job"] for e in events(r, "lost")] == ["deleted"]
     (lost,) = events(r, "lease lost")
     assert (lost["job"], lost["owner"], lost["consumer"]) == ("stolen", "operator", d.consumer())
     r.xack("jobd:q", "jobd", mid)  # the operator is done with it
@@ -264,7 +265,9 @@ def test_an_entry_deleted_while_it_runs_leaves_no_active_record(
 ) -> None:
     """XDEL of a running job's entry: its renewal finds the lease lost (the data gone, so the
     script cannot read the job id from the entry); the job's active record goes with it.
-    The same with the holder dead: the daemon that reclaims finds the entry deleted."""
+    The same with the holder dead: the daemon that reclaims finds the entry deleted. Each job
+    ends 'lost' (task f35d), under its job id: the holder's renewal sends it; the reclaim
+    reads it from the active record it removes."""
     config = write_config(
         queue_config(
             "[/bin/sh, -c, 'exec sleep 30']",
@@ -276,7 +279,8 @@ def test_an_entry_deleted_while_it_runs_leaves_no_active_record(
     mid = r.xadd("jobd:q", {"payload": "x", "job_id": "deleted"})
     wait_until(lambda: r.hget(ACTIVE, "deleted"), what="the active record")
     r.xdel("jobd:q", mid)
-    wait_until(lambda: events(r, "lease lost"), what="the lease lost")
+    wait_until(lambda: events(r, "lost"), what="the job lost")
+    assert [e["job"] for e in events(r, "lost")] == ["deleted"]
     assert not r.hexists(ACTIVE, "deleted"), "the deleted entry's job is listed as running"
     mid = r.xadd("jobd:q", {"payload": "x", "job_id": "orphan"})
     wait_until(lambda: r.hget(ACTIVE, "orphan"), what="the next job to run")
@@ -285,6 +289,7 @@ def test_an_entry_deleted_while_it_runs_leaves_no_active_record(
     other = daemon(config)
     other.wait_log(f"entry {mid.decode()} was pending but its data is gone")
     assert not r.hexists(ACTIVE, "orphan"), "the deleted entry's job is listed as running"
+    assert [e["job"] for e in events(r, "lost")] == ["deleted", "orphan"]
 
 
 def test_many_entries_deleted_at_once_leave_no_active_record(r: redis.Redis, write_config) -> None:
