@@ -113,3 +113,28 @@ def test_a_job_handed_back_at_a_stop_after_its_entry_was_deleted_ends_lost(
     assert callbacks(tmp_path)[0]["failed"] == 1
     wait_until(lambda: r.exists("{jobd:a}:dead"), 10, what="h dead-lettered")
     assert [f[b"jobd_error"] for _, f in r.xrange("{jobd:a}:dead")] == [b"dependency"]
+
+
+def test_the_taken_records_of_jobs_settled_as_usual_are_swept(
+    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Each batch member read is recorded in {S}:taken; one settled as usual (done) leaves its
+    record to be swept by later writes (two drawn at random each, removed when their entry is
+    pending no more): after 300 members, four at a time, a few records are left, not 300.
+    A job of no workflow is never recorded."""
+    cfg = write_config(
+        "redis: {url: '{redis}'}\nqueues:\n  a:\n    command: [/bin/true]\n    concurrency: 4\n"
+    )
+    lines = tmp_path / "lines"
+    lines.write_text("".join(f"{i}\n" for i in range(300)))
+    out = jobd_cli("enqueue", "-c", str(cfg), "a", "--lines", str(lines), "--batch", "B")
+    assert out.returncode == 0, out.stderr
+    for i in range(20):
+        r.xadd("jobd:a", {"payload": "p", "job_id": f"plain{i}"})
+    daemon(cfg)
+    state = lambda: json.loads(jobd_cli("batch", "-c", str(cfg), "B", "--json").stdout)  # noqa: E731
+    wait_until(lambda: state()["done"] == 300, 60, what="the batch done")
+    wait_until(lambda: r.xpending("jobd:a", "jobd")["pending"] == 0, what="every job settled")
+    left = r.hgetall("{jobd:a}:taken")
+    assert len(left) <= 40, len(left)  # about twice the jobs running at the last reads
+    assert not [v for v in left.values() if b"plain" in v]  # cmsgpack [job id, batch, …]
