@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, jobd_cli, wait_until
+from support import DaemonProcess, jobd_cli, queue_config, wait_until
 from test_after_batches import CALLBACK, callbacks
 
 Daemon = Callable[..., DaemonProcess]
@@ -138,3 +138,38 @@ def test_the_taken_records_of_jobs_settled_as_usual_are_swept(
     left = r.hgetall("{jobd:a}:taken")
     assert len(left) <= 40, len(left)  # about twice the jobs running at the last reads
     assert not [v for v in left.values() if b"plain" in v]  # cmsgpack [job id, batch, …]
+
+
+def test_a_live_holder_and_a_reclaimer_racing_write_the_end_once(
+    r: redis.Redis, write_config, tmp_path: Path
+) -> None:
+    """Entries of a batch member and of a plain job read by consumer A, then deleted: B's
+    reclaim (XAUTOCLAIM purges a deleted entry whatever its idle time) writes both ends and
+    the batch's notice; A's renewal, and each call sent again, find nothing pending and write
+    nothing more (A is told the entries are lost, owner none)."""
+    from jobd.config import load
+    from jobd.store.store import Store
+
+    lease = "{renew_every: 100ms, reclaim_after: 300ms}"
+    q = load(str(write_config(queue_config("[/bin/true]", lease=lease)))).queues["q"]
+    r.xgroup_create("jobd:q", "jobd", id="$", mkstream=True)
+    member = r.xadd("jobd:q", {"payload": "x", "job_id": "m", "jobd_batch": "B"}).decode()
+    plain = r.xadd("jobd:q", {"payload": "x", "job_id": "p"}).decode()
+    a, b = Store(r, "A"), Store(r, "B")
+    read = a.read_levels(q, 10).entries[0][1]
+    assert [mid.decode() for mid, _ in read] == [member, plain]
+    assert r.hkeys("{jobd:q}:taken") == [f"jobd:q|{member}".encode()]  # the member alone
+    r.xdel("jobd:q", member, plain)
+    for _ in range(2):  # the second call: a replay
+        assert sorted(b.reclaim(q, "0-0", 10).deleted) == ([] if _ else sorted([member, plain]))
+    lost = a.renew_telling(q, [member, plain], [], ["m", "p"])[0]
+    assert sorted((x.message_id, x.owner) for x in lost) == sorted([(member, ""), (plain, "")])
+    events = [f for _, f in r.xrange("{jobd:q}:events") if f[b"event"] == b"lost"]
+    assert sorted((f[b"job"], f[b"consumer"]) for f in events) == sorted(
+        [(b"m", b"B"), (plain.encode(), b"B")]  # p: its job id nowhere left (no running record)
+    )
+    notices = [f for _, f in r.xrange("{jobd:q}:outbox")]
+    assert [(n[b"kind"], n[b"outcome"], n[b"event"]) for n in notices] == [
+        (b"batch", b"failed", b"lost")
+    ]
+    assert not r.hlen("{jobd:q}:taken")
