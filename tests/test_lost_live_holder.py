@@ -116,28 +116,39 @@ def test_a_job_handed_back_at_a_stop_after_its_entry_was_deleted_ends_lost(
 
 
 def test_the_taken_records_of_jobs_settled_as_usual_are_swept(
-    r: redis.Redis, write_config, daemon: Daemon, tmp_path: Path
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
-    """Each batch member read is recorded in {S}:taken; one settled as usual (done) leaves its
-    record to be swept by later writes (two drawn at random each, removed when their entry is
-    pending no more): after 300 members, four at a time, a few records are left, not 300.
-    A job of no workflow is never recorded."""
+    """Each batch member read is recorded in {S}:taken, and kept while it is pending (a long
+    one, of batch S); one settled as usual (done) leaves its record to be swept by later writes
+    (two drawn at random each, removed when their entry is pending no more): after 300 members,
+    four at a time, a few records are left, not 300. A job of no workflow is never recorded."""
+    handler = script("h.sh", "#!/bin/sh\ncat >/dev/null\n"
+                     '[ "$JOBD_JOB_ID" = slow ] && while [ ! -e "$(dirname "$0")/go" ]; '
+                     "do sleep 0.05; done\nexit 0\n")  # fmt: skip
     cfg = write_config(
-        "redis: {url: '{redis}'}\nqueues:\n  a:\n    command: [/bin/true]\n    concurrency: 4\n"
+        f"redis: {{url: '{{redis}}'}}\nqueues:\n  a:\n    command: [{handler}]\n"
+        "    concurrency: 4\n"
     )
+    c = str(cfg)
+    out = jobd_cli("enqueue", "-c", c, "a", "s", "--job-id", "slow", "--batch", "S")
+    assert out.returncode == 0, out.stderr
     lines = tmp_path / "lines"
     lines.write_text("".join(f"{i}\n" for i in range(300)))
-    out = jobd_cli("enqueue", "-c", str(cfg), "a", "--lines", str(lines), "--batch", "B")
+    out = jobd_cli("enqueue", "-c", c, "a", "--lines", str(lines), "--batch", "B")
     assert out.returncode == 0, out.stderr
     for i in range(20):
         r.xadd("jobd:a", {"payload": "p", "job_id": f"plain{i}"})
     daemon(cfg)
-    state = lambda: json.loads(jobd_cli("batch", "-c", str(cfg), "B", "--json").stdout)  # noqa: E731
+    state = lambda: json.loads(jobd_cli("batch", "-c", c, "B", "--json").stdout)  # noqa: E731
     wait_until(lambda: state()["done"] == 300, 60, what="the batch done")
-    wait_until(lambda: r.xpending("jobd:a", "jobd")["pending"] == 0, what="every job settled")
+    wait_until(lambda: r.xpending("jobd:a", "jobd")["pending"] == 1, what="all settled but slow")
+    (slow,) = [mid for mid, f in r.xrange("jobd:a") if f.get(b"job_id") == b"slow"]
     left = r.hgetall("{jobd:a}:taken")
+    assert b"jobd:a|" + slow in left  # pending: kept
     assert len(left) <= 40, len(left)  # about twice the jobs running at the last reads
     assert not [v for v in left.values() if b"plain" in v]  # cmsgpack [job id, batch, …]
+    (tmp_path / "go").touch()
+    wait_until(lambda: r.xpending("jobd:a", "jobd")["pending"] == 0, what="slow done")
 
 
 def test_a_live_holder_and_a_reclaimer_racing_write_the_end_once(
