@@ -184,3 +184,25 @@ def test_a_live_holder_and_a_reclaimer_racing_write_the_end_once(
         (b"batch", b"failed", b"lost")
     ]
     assert not r.hlen("{jobd:q}:taken")
+
+
+def test_a_read_of_jobs_of_no_workflow_costs_one_type_and_writes_nothing(
+    r: redis.Redis, write_config
+) -> None:
+    """The hot path: a read of 50 plain jobs asks Redis one TYPE more (the waiters hash, once
+    a call) and writes no taken record (with jobs waiting on the queue: two HEXISTS an entry)."""
+    from jobd.config import load
+    from jobd.store.store import Store
+
+    q = load(str(write_config(queue_config("[/bin/true]")))).queues["q"]
+    r.xgroup_create("jobd:q", "jobd", id="$", mkstream=True)
+    for i in range(50):
+        r.xadd("jobd:q", {"payload": "x", "job_id": f"j{i}"})
+    store = Store(r, "A")
+    store.read_levels(q, 1)  # loads the script
+    r.config_resetstat()
+    assert len(store.read_levels(q, 100).entries[0][1]) == 49
+    stats = r.info("commandstats")
+    calls = {k: stats.get(f"cmdstat_{k}", {}).get("calls", 0) for k in ("type", "hexists", "hset")}
+    assert calls == {"type": 1, "hexists": 0, "hset": 0}, calls
+    assert not r.exists("{jobd:q}:taken")
