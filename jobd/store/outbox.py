@@ -13,22 +13,80 @@ a move made twice (a mover that died between the move and the XDEL that ends it,
 once, a lost reply) adds the job once. The marks live ``FOLLOW_UP_TTL``: a follow-up left in an
 outbox longer than that after it was first moved (every daemon of its queue down for a week
 between the two steps) could be added again.
+
+Each entry is looked at on its own before it joins a call (``follow_up_misfit``,
+``call_misfit``): one that is no follow-up or notice jobd wrote (someone else's XADD: a mark in
+another cluster slot than its stream, a value redis-py cannot send) would make the whole call
+fail, for every entry grouped with it, at every move. It is logged and removed instead.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
+
+import orjson
+from redis.crc import key_slot
 
 from jobd.config import QueueConfig
 from jobd.store.base import StoreBase
 from jobd.store.connection import away
 from jobd.store.keys import FOLLOW_UP_TTL
-from jobd.store.scripts import Batch
+from jobd.store.scripts import Batch, unsendable
 
 log = logging.getLogger("jobd.outbox")
 
 MOVE_BATCH = 100  # outbox entries one round of moves reads
+DUE = re.compile(rb"[+-]?[0-9]{1,18}")  # a due time as jobd writes one: Unix ms, or +MS
+WAITER_TEXTS = ("base", "stream", "dead", "job")
+SHOWN = 200  # bytes of each name and value of an entry a log line quotes (repr: escaped)
+
+
+def call_misfit(keys: list, args: list, cluster: bool) -> str | None:
+    """Why a script call of ``keys`` and ``args`` is none jobd makes, so must not be sent:
+    a value redis-py cannot encode (a JSON list, object, true or null in someone else's
+    notice: it refuses the whole pipeline), or on a cluster keys in more than one slot
+    (Redis refuses the call, CROSSSLOT, with every entry grouped in it); None for a call
+    that can be sent."""
+    if (why := unsendable(keys) or unsendable(args)) is not None or not cluster:
+        return why
+    slots = {key_slot(k if isinstance(k, bytes) else str(k).encode()) for k in keys}
+    return "its keys in more than one cluster slot" if len(slots) > 1 else None
+
+
+def follow_up_misfit(f: dict[bytes, bytes], cluster: bool) -> str | None:
+    """Why outbox entry ``f`` is no follow-up jobd wrote (settle.lua, lib/chains.lua): a key
+    missing or empty, a mark in another slot than its stream (jobd derives each mark in its
+    target's slot: ``QueueKeys.follow_up``), a due time neither '' nor Unix ms nor +MS; None
+    for one follow_up.lua can take (it skips those whose fields it cannot read)."""
+    keys = [f.get(b"stream", b""), f.get(b"delayed", b""), f.get(b"mark", b"")]
+    if not all(keys):
+        return "its stream, delayed set or mark missing"
+    due = f.get(b"due", b"")
+    if due and not DUE.fullmatch(due):
+        return "its due time no number"
+    return call_misfit(keys, [], cluster)
+
+
+def waiter_of(line: bytes) -> dict:
+    """A release notice's waiter line (``workflows.waiter_line``), read; TypeError for one jobd
+    never wrote: no JSON object, its base, stream, dead-letter stream or job no text (its keys
+    are derived from them), its dead-letter MAXLEN no integer (``call_misfit`` sees the rest)."""
+    w = orjson.loads(line)
+    texts = isinstance(w, dict) and all(isinstance(w.get(n), str) for n in WAITER_TEXTS)
+    if not texts or type(w.get("maxlen")) is not int or w["maxlen"] < 0:
+        raise TypeError("no waiter line jobd wrote")
+    return w
+
+
+def thrown_out(what: str, outbox: str, entry_id: bytes, why: str, f: dict[bytes, bytes]) -> None:
+    """Say that entry ``entry_id`` of ``outbox`` (fields ``f``) is no ``what`` jobd wrote, and
+    is removed: ``why``, and its first 20 names and values, each cut to SHOWN bytes (repr:
+    none of someone else's bytes reaches the log unescaped)."""
+    quoted = {k[:SHOWN]: v[:SHOWN] for k, v in list(f.items())[:20]}
+    log.error("outbox %s entry %s is no %s jobd wrote (%s), removed: %r",
+              outbox, entry_id, what, why, quoted)  # fmt: skip
 
 
 class OutboxOps(StoreBase):
@@ -76,6 +134,10 @@ class OutboxOps(StoreBase):
         by_target: dict[tuple[bytes, bytes], list[tuple[bytes, dict[bytes, bytes]]]]
         by_target = defaultdict(list)
         for entry_id, fields in rows:
+            if (why := follow_up_misfit(fields, self.cluster)) is not None:
+                thrown_out("follow-up", outbox, entry_id, why, fields)
+                done.append(entry_id)
+                continue
             by_target[(fields.get(b"stream", b""), fields.get(b"delayed", b""))].append(
                 (entry_id, fields)
             )
@@ -87,15 +149,17 @@ class OutboxOps(StoreBase):
                 keys.append(f.get(b"mark", b""))
                 args += [f.get(b"due", b""), f.get(b"member", b""), f.get(b"fields", b"")]
             sent.add(self.scripts.follow_up, keys, args)  # type: ignore[arg-type]
-            groups.append([entry_id for entry_id, _ in entries])
-        for ids, reply in zip(groups, self.run(sent), strict=True):
+            groups.append(entries)
+        for entries, reply in zip(groups, self.run(sent), strict=True):
             if isinstance(reply, Exception):
                 error = error or reply
                 continue
             for n in reply[2] if len(reply) > 2 else ():  # follow_up.lua skipped it
-                log.error("outbox %s entry %s is no follow-up jobd wrote (its fields unreadable)"
-                          ", removed", outbox, ids[int(n) - 1])  # fmt: skip
-            done += ids
+                entry_id, fields = entries[int(n) - 1]
+                thrown_out(
+                    "follow-up", outbox, entry_id, "its fields unreadable or too many", fields
+                )
+            done += [entry_id for entry_id, _ in entries]
         if done:
             self.client.xdel(outbox, *done)
         return len(done), error, last, read == MOVE_BATCH

@@ -14,6 +14,7 @@ from redis.commands.core import Script
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    DataError,
     MovedError,
     NoScriptError,
     TryAgainError,
@@ -139,6 +140,15 @@ def call(client: redis.Redis | RedisCluster, name: str, keys: list[str], args: l
         return client.evalsha(sha(name), len(keys), *keys, *args)
 
 
+def unsendable(values: tuple | list) -> str | None:
+    """What of ``values`` (a call's keys and arguments) redis-py cannot encode, as its Encoder
+    refuses it (a bool, None, a list, a dict: from someone else's JSON); None when nothing."""
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (bytes, str, int, float)):
+            return f"a value of type {type(value).__name__}"
+    return None
+
+
 class Batch:
     """Script calls sent together in one round trip, their replies (or errors) in order.
 
@@ -147,6 +157,8 @@ class Batch:
     holds each call's slot (a call's keys share one slot, see ``keys.py``); a call whose slot
     moved meanwhile is sent again through the cluster client. Each script jobd batches checks
     ownership before it writes, so a batch sent again after a lost connection does no harm.
+    A call redis-py cannot encode (``unsendable``) is not sent: its reply is that DataError,
+    where redis-py would refuse the whole pipeline.
     """
 
     def __init__(self) -> None:
@@ -156,12 +168,21 @@ class Batch:
         self.calls.append((script, keys, args))
 
     def run(self, client: redis.Redis | RedisCluster) -> list[object]:
-        if not isinstance(client, RedisCluster):
-            return self._pipeline(client, list(range(len(self.calls))))
         replies: list[object] = [None] * len(self.calls)
+        ready = []
+        for i, (_, keys, args) in enumerate(self.calls):
+            if (why := unsendable(keys) or unsendable(args)) is not None:
+                replies[i] = DataError(f"not sent: {why} (redis-py cannot encode it)")
+            else:
+                ready.append(i)
+        if not isinstance(client, RedisCluster):
+            if ready:
+                for i, reply in zip(ready, self._pipeline(client, ready), strict=True):
+                    replies[i] = reply
+            return replies
         by_node: dict[int, tuple[redis.Redis, list[int]]] = {}
-        for i, (_, keys, _) in enumerate(self.calls):
-            node = redisconn.node_for(client, keys[0])
+        for i in ready:
+            node = redisconn.node_for(client, self.calls[i][1][0])
             by_node.setdefault(id(node), (node, []))[1].append(i)
         for node, indexes in by_node.values():
             for i, reply in zip(indexes, self._pipeline(node, indexes), strict=True):

@@ -45,6 +45,7 @@ from jobd.store.keys import (
     batch_adders,
     batch_members,
 )
+from jobd.store.outbox import call_misfit, thrown_out, waiter_of
 from jobd.store.scripts import Batch
 
 log = logging.getLogger("jobd.outbox")
@@ -162,9 +163,7 @@ class WorkflowOps(StoreBase):
                 *(level.stream for level in dep.all_levels())]  # fmt: skip
         args = [job_id, waiter, dep.group, w["job"], w.get("hold", "")]
         reply = self.scripts.wait_on(keys=keys, args=args)
-        if reply[0] == b"waiting":
-            return None
-        return reply[0].decode(), reply[1].decode()
+        return None if reply[0] == b"waiting" else (reply[0].decode(), reply[1].decode())
 
     def know(self, queues: Iterable[QueueConfig]) -> None:
         """The max_payload of each of ``queues`` (a config's, in force now), and their hooks'."""
@@ -175,11 +174,9 @@ class WorkflowOps(StoreBase):
     def know_hook(self, q: QueueConfig) -> None:
         """Take ``q``'s on_dead_letter queue's max_payload as in force: a held job's record is
         cut to fit it (``unblock_call``), not its waiter line's copy, of its hold's day."""
-        hook = q.on_dead_letter
-        if hook is not None:
-            self.payload_limits[hook.queue] = (
-                "" if hook.max_payload is None else str(hook.max_payload)
-            )
+        if (hook := q.on_dead_letter) is not None:
+            limit = hook.max_payload
+            self.payload_limits[hook.queue] = "" if limit is None else str(limit)
 
     def after_of(self, q: QueueConfig, job_id: str) -> dict | None:
         """The after hash's spec of held job ``job_id`` of ``q`` (hold.lua), None when it is
@@ -210,7 +207,7 @@ class WorkflowOps(StoreBase):
         KeyError, TypeError, ValueError for an entry that is no notice."""
         outcome, event = f.get(b"outcome", b"").decode(), f.get(b"event", b"").decode()
         if f.get(b"kind") == b"release":
-            waiter = orjson.loads(f.get(b"waiter", b"{}"))
+            waiter = waiter_of(f.get(b"waiter", b"{}"))  # TypeError: no line jobd wrote
             return self.unblock_call(waiter, f[b"dep"].decode(), outcome, event)
         if f.get(b"kind") == b"unwait":  # a hold ended: its registration goes (unwait.lua)
             return self.scripts.unwait, [f[b"waiters"].decode()], [f[b"dep"], f[b"job"], f[b"hold"]]
@@ -334,17 +331,19 @@ class WorkflowOps(StoreBase):
         applied (to delete) and the first error (the others stay for the next move)."""
         sent, ids, garbage = Batch(), [], []
         for entry_id, f in rows:
-            try:
+            try:  # a call redis-py cannot send, or Redis refuses whole, is never sent
                 call = self._notice_call(outbox, entry_id, f)
-            except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
-                # Not a notice jobd wrote (someone else's XADD, a value mangled): said and
-                # removed, so that it never holds back the notices behind it.
-                log.error("outbox entry %s is no notice jobd wrote, removed: %r",
-                          entry_id, {k: v[:200] for k, v in list(f.items())[:20]})  # fmt: skip
-                garbage.append(entry_id)
+                why = call_misfit(call[1], call[2], self.cluster)
+            except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
+                why = type(exc).__name__
+            if why is None:
+                sent.add(*call)
+                ids.append((entry_id, f))
                 continue
-            sent.add(*call)
-            ids.append((entry_id, f))
+            # Not a notice jobd wrote (someone else's XADD, a value mangled): said and removed,
+            # so that it never holds back the notices beside and behind it.
+            thrown_out("notice", outbox, entry_id, why, f)
+            garbage.append(entry_id)
         done, error = garbage, None
         for (entry_id, f), reply in zip(ids, self.run(sent), strict=True):
             try:

@@ -41,6 +41,8 @@ from support import DaemonProcess, jobd_cli, wait_until
 from test_after_batches import RUNS, runs
 
 from jobd.config import load
+from jobd.store.scripts import Batch
+from jobd.store.store import Store
 from jobd.store.workflows import waiter_line
 
 Daemon = Callable[..., DaemonProcess]
@@ -63,3 +65,42 @@ def test_a_notice_redis_py_cannot_encode_does_not_stop_the_outbox(
     wait_until(lambda: "d" in runs(tmp_path), 20, what="d run")
     wait_until(lambda: "h" in runs(tmp_path), 20, what="h released (d done) and run")
     wait_until(lambda: r.xlen(q.keys.outbox) == 0, 10, what="a's outbox emptied")
+
+
+def test_notices_no_call_can_be_made_of_are_removed_and_the_one_behind_applied(
+    r: redis.Redis, write_config
+) -> None:
+    """Release notices whose waiter line jobd never wrote, each in another way (its MAXLEN a
+    list, true, text; its queue's stream a list: keys are derived from it; no JSON object; its
+    history settings an object; its hook's stream a list), then a batch notice jobd wrote: one
+    move removes each bad one, logged, applies the last, and raises nothing."""
+    cfg = write_config("redis: {url: '{redis}'}\nqueues:\n  a:\n    command: [/bin/true]\n")
+    q = load(str(cfg)).queues["a"]
+    line = orjson.loads(waiter_line(q, "g"))
+    hook = {"queue": "a", "stream": [1], "delayed": "d", "head": "h"}
+    for changed in ({"maxlen": [1]}, {"maxlen": True}, {"maxlen": "9"}, {"base": [1]},
+                    {"settings": {}}, {"hook": hook}):  # fmt: skip
+        waiter = orjson.dumps({**line, **changed})
+        r.xadd(q.keys.outbox, {"kind": "release", "dep": "a d", "outcome": "done",
+                               "event": "done", "waiter": waiter})  # fmt: skip
+    r.xadd(q.keys.outbox, {"kind": "release", "dep": "a d", "outcome": "done", "waiter": "[1]"})
+    r.hset("{jobd:batch:C}", mapping={"state": "sealed", "total": 1, "done": 0, "failed": 0,
+                                      "open": 0, "ttl": 3600})  # fmt: skip
+    r.xadd(q.keys.outbox, {"kind": "batch", "batch": "C", "member": "a c", "outcome": "done",
+                           "event": "done"})  # fmt: skip
+    assert Store(r).move_follow_ups(q) == 8
+    assert r.xlen(q.keys.outbox) == 0
+    assert r.hget("{jobd:batch:C}", "state") == b"complete"
+
+
+def test_a_call_redis_py_cannot_encode_is_that_calls_error_alone(r: redis.Redis) -> None:
+    """A batch of script calls, one of them with an argument redis-py refuses (a list): that
+    call's reply is its DataError, sent to no one; the others are sent and answered."""
+    store = Store(r)
+    sent = Batch()
+    r.hset("w", mapping={"x": "1"})
+    for args in (["d", "j", "t"], ["d", [1], "t"], ["d", "j", "t"]):
+        sent.add(store.scripts.unwait, ["w"], args)  # type: ignore[arg-type]
+    first, bad, last = sent.run(r)
+    assert (first, last) == (0, 0)
+    assert isinstance(bad, redis.DataError)

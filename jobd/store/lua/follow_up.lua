@@ -12,17 +12,20 @@
 --           the job's fields (cmsgpack array name, value, …, as settle.lua packed them)
 --
 -- Returns {added, already there, {the positions (1: the first) of those that are no follow-up
--- jobd wrote: fields not a cmsgpack array of name, value pairs; skipped, for the caller to
+-- jobd wrote: fields not a cmsgpack array of 1 to MAX_FIELDS name, value pairs (wider, XADD's
+-- unpack fails: "too many results to unpack", about 8 000 values); skipped, for the caller to
 -- remove}}; an error, having written nothing, when the stream or the delayed set is someone
 -- else's key of another type.
 if not can_add(KEYS[1], KEYS[2]) then
   return redis.error_reply('WRONGTYPE follow_up.lua: ' .. KEYS[1] .. ' or its delayed set')
 end
 
--- The fields packed in ``packed``, or nil when they are not name, value pairs of text.
+-- The fields packed in ``packed``, or nil when they are not 1 to MAX_FIELDS name, value pairs
+-- of text (lib/jobs.lua).
 local function unpacked(packed)
   local ok, fields = pcall(cmsgpack.unpack, packed)
   if not ok or type(fields) ~= 'table' or #fields == 0 or #fields % 2 ~= 0 then return nil end
+  if #fields > 2 * MAX_FIELDS then return nil end
   for _, v in ipairs(fields) do
     if type(v) ~= 'string' and type(v) ~= 'number' then return nil end
   end
