@@ -51,7 +51,7 @@ def call_misfit(keys: list, args: list, cluster: bool) -> str | None:
     that can be sent."""
     if (why := unsendable(keys) or unsendable(args)) is not None or not cluster:
         return why
-    slots = {key_slot(k if isinstance(k, bytes) else str(k).encode()) for k in keys}
+    slots = {key_slot(k if isinstance(k, (bytes, memoryview)) else str(k).encode()) for k in keys}
     return "its keys in more than one cluster slot" if len(slots) > 1 else None
 
 

@@ -39,6 +39,7 @@ NAMES = (
 
 
 USES = "--! uses "
+SENDABLE = frozenset((bytes, str, int, float))  # the types redis-py's Encoder takes as they are
 
 
 @cache
@@ -144,7 +145,9 @@ def unsendable(values: tuple | list) -> str | None:
     """What of ``values`` (a call's keys and arguments) redis-py cannot encode, as its Encoder
     refuses it (a bool, None, a list, a dict: from someone else's JSON); None when nothing."""
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (bytes, str, int, float)):
+        if type(value) in SENDABLE:  # nearly every value: one look-up
+            continue
+        if isinstance(value, bool) or not isinstance(value, (*SENDABLE, bytearray, memoryview)):
             return f"a value of type {type(value).__name__}"
     return None
 

@@ -32,6 +32,19 @@ stream and delayed set must hash to one slot (redis.cluster key_slot on a cluste
 every key shares the "slot"), and ``mark`` must start with the target's follow-up prefix; an
 entry failing that is logged and XDELed like 35c's garbage. Alternatively send each entry whose
 group call fails again on its own, removing those that fail for CROSSSLOT.
+
+Fixed (f35wb): each follow-up entry is looked at alone before it joins its group's call
+(store/outbox.py ``follow_up_misfit``): a stream, delayed set or mark missing or empty, keys in
+more than one cluster slot, a due time that is neither '' nor Unix ms nor +MS (ZADD refuses
+'1e400') make it no follow-up jobd wrote: logged (its first names and values cut and escaped)
+and removed, counted as moved. follow_up.lua skips, for the caller to remove, fields of more
+than MAX_FIELDS pairs as it skips unreadable ones, before add_job's unpack could fail. A
+release or batch notice whose call has keys in two slots, or a value redis-py cannot encode,
+is removed the same way (``call_misfit``). The daemon test's wait for "p1 ran or its follow-up
+in the outbox" went: p's handler writes no run, and once the move works the outbox never holds
+two entries, so it could only pass while the defect was there. The second test shows each
+kind of entry removed alone, the good follow-up behind them added in the same move; each of
+its cases fails without its part of the fix.
 """
 
 from __future__ import annotations

@@ -28,6 +28,15 @@ do". Suggested fix: in ``unblock_call`` (or ``_notice_call``) check each waiter 
 (str for job, hold, stream, base, dead, settings; int or str for maxlen) and raise TypeError
 for another, so that the notice is garbage; and/or make ``Batch.run`` turn an encoding error
 of one call into that call's reply (encode each call's arguments before the pipeline).
+
+Fixed (f35wb): both. A release notice's waiter line is read by store/outbox.py ``waiter_of``: no
+JSON object, its base, stream, dead-letter stream or job no text, its MAXLEN no integer is a
+TypeError, so the notice is no notice jobd wrote: logged and removed. Every notice's call is
+then looked at whole (``call_misfit``): a key or argument redis-py cannot encode (the hook's,
+the settings) or, on a cluster, keys in two slots makes it garbage too. And ``Batch.run`` sends
+no call redis-py cannot encode: its reply is a DataError, the others are sent and answered,
+where redis-py refused the whole pipeline. The last two tests show each; all three fail
+without the fix.
 """
 
 from __future__ import annotations
