@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
+from itertools import islice
 
 import orjson
 from redis.crc import key_slot
@@ -39,7 +40,7 @@ log = logging.getLogger("jobd.outbox")
 
 MOVE_BATCH = 100  # outbox entries one round of moves reads
 DUE = re.compile(rb"[+-]?[0-9]{1,18}")  # a due time as jobd writes one: Unix ms, or +MS
-WAITER_TEXTS = ("base", "stream", "dead", "job")
+WAITER_TEXTS = ("base", "stream", "dead", "job")  # a waiter line's values that name keys: text
 SHOWN = 200  # bytes of each name and value of an entry a log line quotes (repr: escaped)
 
 
@@ -84,7 +85,7 @@ def thrown_out(what: str, outbox: str, entry_id: bytes, why: str, f: dict[bytes,
     """Say that entry ``entry_id`` of ``outbox`` (fields ``f``) is no ``what`` jobd wrote, and
     is removed: ``why``, and its first 20 names and values, each cut to SHOWN bytes (repr:
     none of someone else's bytes reaches the log unescaped)."""
-    quoted = {k[:SHOWN]: v[:SHOWN] for k, v in list(f.items())[:20]}
+    quoted = {k[:SHOWN]: v[:SHOWN] for k, v in islice(f.items(), 20)}
     log.error("outbox %s entry %s is no %s jobd wrote (%s), removed: %r",
               outbox, entry_id, what, why, quoted)  # fmt: skip
 
