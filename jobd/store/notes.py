@@ -18,7 +18,7 @@ import orjson
 
 from jobd.config import QueueConfig
 from jobd.job import BATCH, BATCH_INCARNATION, ORIGIN, PARENT, is_batch_id
-from jobd.outcome import EXPIRED, POISON, RESULT, Outcome, Started, Verb
+from jobd.outcome import ENQUEUE, EXPIRED, POISON, RESULT, Outcome, Started, Verb
 from jobd.store.keys import HISTORY_BYTES
 
 HOST = socket.gethostname()
@@ -98,7 +98,7 @@ def note(o: Outcome, consumer: str) -> list[object]:
             record["stderr"] = _text(ran.stderr[-keep:])
     elif o.detail and keep:  # why it never ran (malformed, expired, could not start)
         record["detail"] = _text(o.detail[-keep:])
-    if o.error == RESULT:  # why its result was refused: the detail's last line
+    if o.error in (RESULT, ENQUEUE):  # why its result or follow-ups were refused: the last line
         record["detail"] = _text(o.detail.rpartition(b"\njobd: ")[2])
     record.update(links(o))
     return [event_of(o), os.fsencode(job.job_id), run_ms, _fit(record), len(extras) // 2, *extras]

@@ -16,6 +16,9 @@ the record has stderr "oops\\n", error "enqueue", no detail.
 What should happen: the record's ``detail`` is the why, as for a refused result: "JOBD_ENQUEUE
 line 1: queue 'nope' is not in the config", and `jobd job` shows it. Suggested fix: in
 ``notes.note``, ``if o.error in (RESULT, ENQUEUE)`` (both append "\\njobd: WHY" to the detail).
+
+Fixed (fixer f35wa): ``notes.note`` writes the detail's last line for ``ENQUEUE`` as for
+``RESULT``.
 """
 
 from __future__ import annotations
