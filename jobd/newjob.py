@@ -157,6 +157,15 @@ class JobClock:
         return int((time.time() if now is None else now) * 1000)
 
 
+def too_wide(fields: Mapping[bytes, bytes]) -> str | None:
+    """Why a job of these fields is wider than jobd runs one (``job.MAX_FIELDS``: its scripts
+    could not copy it), or None."""
+    if len(fields) <= _job.MAX_FIELDS:
+        return None
+    most = _job.MAX_FIELDS
+    return f"a job has at most {most} fields (jobd.job.MAX_FIELDS); this one has {len(fields)}"
+
+
 def prepare(job: NewJob, clock: Clock) -> tuple[NewEntry, str | None]:
     """The entry that adds ``job``, and its job id when known before the write (given, or
     generated for a timed job); ValueError, saying why, when the job is refused."""

@@ -38,8 +38,8 @@ from jobd.enqueue_result import (  # jobd.producer has them all: its callers imp
     ProducerError,
     Refused,
 )
-from jobd.job import MAX_FIELDS, ORIGIN
-from jobd.newjob import Clock, NewJob, RedisClock, prepare
+from jobd.job import ORIGIN
+from jobd.newjob import Clock, NewJob, RedisClock, prepare, too_wide
 from jobd.store import connection as redisconn
 from jobd.store.admin import Durability, Enqueued, NewEntry
 from jobd.store.store import Store
@@ -348,11 +348,8 @@ def _added(added: Enqueued, queue: str, job_id: str | None) -> str:
 
 def check_width(fields: dict[bytes, bytes]) -> None:
     """Refuse a job wider than jobd runs (``job.MAX_FIELDS``): its scripts could not copy it."""
-    if len(fields) > MAX_FIELDS:
-        raise ProducerError(
-            f"a job has at most {MAX_FIELDS} fields (jobd.job.MAX_FIELDS); this one has "
-            f"{len(fields)}: not added"
-        )
+    if (why := too_wide(fields)) is not None:
+        raise ProducerError(f"{why}: not added")
 
 
 def _check(job_id: str, want: Durability, reply: object) -> None:

@@ -55,6 +55,11 @@ def test_settle_cost_bench_runs() -> None:
     assert "new - old: Redis " in out and "old: Redis " in out, out
 
 
+def test_follow_ups_cost_bench_runs() -> None:
+    out = run(str(BENCH / "follow_ups_cost.py"), "--quick", "--repeat", "1")
+    assert out.count("ms of Redis, weight ") == 6, out
+
+
 def test_memory_sampling_bench_runs() -> None:
     out = run(str(BENCH / "memory_sampling.py"), "--handlers", "20", "--samples", "3")
     assert "20 capped handlers, " in out and "% of one core" in out, out

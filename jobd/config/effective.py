@@ -37,6 +37,7 @@ def effective(q: QueueConfig) -> dict[str, Any]:
         "max_payload": q.max_payload,
         "result_max": q.result_max,
         "max_follow_ups": q.max_follow_ups,
+        "max_follow_ups_bytes": q.max_follow_ups_bytes,
         "then": [{"queue": t.queue, "payload": t.payload, "delay": t.delay} for t in q.then],
         "on_dead_letter": {"queue": q.on_dead_letter.queue} if q.on_dead_letter else None,
         "priorities": [level.priority for level in q.levels] or None,

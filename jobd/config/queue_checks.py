@@ -24,6 +24,8 @@ from jobd.config.view import run_checks
 RENEWALS_PER_RECLAIM = 3
 OUTPUT_MAX = 16384  # history.output: bytes of a tail a record keeps, at most
 RESULT_MAX = 2**20  # result_max at most: a result is kept whole in the history (store.notes)
+# max_follow_ups_bytes from, to: what a job's follow-ups hold is written in one Redis call
+FOLLOW_UPS_BYTES = (1024, 64 * 2**20)
 
 Check = Callable[[QueueSettings], list[Problem]]
 
@@ -81,6 +83,14 @@ def _result_max(q: QueueSettings) -> list[Problem]:
         return [q.problem(("result_max",), "is more than 1MiB; a result is kept whole in the "
                           "job's history: pass larger data by reference")]  # fmt: skip
     return []
+
+
+def _follow_ups_bytes(q: QueueSettings) -> list[Problem]:
+    least, most = FOLLOW_UPS_BYTES
+    if least <= sizes.parse(q.get("max_follow_ups_bytes")) <= most:
+        return []
+    why = "give from 1KiB to 64MiB: a job's follow-ups are written in one Redis call"
+    return [q.problem(("max_follow_ups_bytes",), why)]
 
 
 def _backoff(q: QueueSettings) -> list[Problem]:
@@ -240,6 +250,7 @@ CHECKS: tuple[Check, ...] = (
     _max_timeout,
     _positive("history", "max_age"),
     _history_output,
+    _follow_ups_bytes,
     _result_max,
     _lease,
     _backoff,

@@ -10,8 +10,18 @@ succeeded: its jobs are then written with the job's acknowledgement, in the same
 
 A file jobd will not take fails the attempt, which is dead-lettered at once (``enqueue``),
 and none of its jobs is enqueued: more than ``max_follow_ups`` jobs, more than ``MAX_BYTES``,
-a line that is no job (its number and why), a queue not in the config, a payload above the
-queue's ``max_payload``, or ``unique`` (a follow-up is once by construction).
+jobs that hold more than ``max_follow_ups_bytes`` together (``weight``), a line that is no job
+(its number and why), a job wider than jobd runs one (``job.MAX_FIELDS``, jobd's fields
+counted: as ``jobd.producer`` refuses one), a queue not in the config, a payload above the
+queue's ``max_payload``, or ``unique`` (a follow-up is once by construction). The why quotes
+the handler's text in part only (``WHY_MOST``): it ends the dead letter's ``jobd_stderr``,
+whose last 4 KiB are kept, and leaves the handler's own stderr room.
+
+Those bounds are what keeps the one Redis call that writes a job's follow-ups with its
+acknowledgement short (``settle.lua``; it blocks every other client of that Redis meanwhile):
+a job wider than ``MAX_FIELDS`` would make it fail half-way, having written the follow-ups
+before it, and the Redis time grows with the jobs, their fields and their bytes (measured:
+docs/workflows.md, bench/follow_ups_cost.py).
 
 Each follow-up gets a job id derived from its parent's and its place in the file (``ID.N``, N
 from 1), unless its line gives one, and the field ``jobd_parent`` ("QUEUE JOB_ID"). Its
@@ -29,13 +39,19 @@ import orjson
 from jobd import ndjson
 from jobd.config import QueueConfig
 from jobd.job import PARENT, Job
-from jobd.newjob import JobClock, follow_up_id, follow_up_template, prepare
+from jobd.newjob import JobClock, follow_up_id, follow_up_template, prepare, too_wide
 from jobd.outcome import FollowUp
 from jobd.process import results
 
 SUFFIX = ".enqueue"  # JOBD_ENQUEUE is JOBD_RESULT's path plus this
 PACE = 64  # lines parsed between two calls of ``parse``'s ``pause``
-MAX_BYTES = 64 * 2**20  # the most a JOBD_ENQUEUE file may hold: all of it is sent in one write
+MAX_BYTES = 64 * 2**20  # the most a JOBD_ENQUEUE file may hold (read whole into the daemon)
+# Each field of a follow-up counts this many bytes at least towards max_follow_ups_bytes: what
+# writing one costs Redis, besides its bytes (measured: some 200 ns a field, 2.5 ns a byte).
+FIELD_BYTES = 128
+# A refusal's why longer than this many characters keeps its first WHY_HEAD and its last WHY_TAIL
+# (a handler's value quoted whole, a 1 MiB queue name, would push the rest out of jobd_stderr).
+WHY_MOST, WHY_HEAD, WHY_TAIL = 480, 240, 120
 
 
 class FollowUpError(Exception):
@@ -69,12 +85,15 @@ def parse(
     pause: Callable[[], object] | None = None,
 ) -> tuple[FollowUp, ...]:  # fmt: skip
     """The follow-ups ``data`` (a JOBD_ENQUEUE file) names; FollowUpError for the first line
-    that is no job, or for more than the queue's ``max_follow_ups``. ``pause`` is called every
-    PACE lines (a thread parsing beside the daemon's loop lets it have the GIL meanwhile)."""
+    that is no job or a job wider than ``MAX_FIELDS``, for more than the queue's
+    ``max_follow_ups``, or for jobs that weigh more than its ``max_follow_ups_bytes``. ``pause``
+    is called every PACE lines (a thread parsing beside the daemon's loop lets it have the GIL
+    meanwhile)."""
     start = ndjson.as_arguments(follow_up_template(job))  # once: the same for every line
     parent = f"{queue.name} ".encode() + os.fsencode(job.job_id)  # each one's PARENT field
-    clock, most = JobClock(job), queue.max_follow_ups
+    clock, most, budget = JobClock(job), queue.max_follow_ups, queue.max_follow_ups_bytes
     found: list[FollowUp] = []
+    held = 0  # what the jobs found weigh together
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip(b" \t\r"):
             continue
@@ -83,11 +102,34 @@ def parse(
         if len(found) >= most:
             raise FollowUpError(f"JOBD_ENQUEUE: more than max_follow_ups ({most}) jobs")
         try:
-            found.append(_follow_up(line, len(found) + 1, job, queue, queues, start, clock))
+            new = _follow_up(line, len(found) + 1, job, queue, queues, start, clock)
+            new.fields[PARENT] = parent
+            if (wide := too_wide(new.fields)) is not None:  # jobd's fields counted
+                raise ValueError(wide)
         except ValueError as exc:
-            raise FollowUpError(f"JOBD_ENQUEUE line {number}: {exc}") from None
-        found[-1].fields[PARENT] = parent
+            raise FollowUpError(brief(f"JOBD_ENQUEUE line {number}: {exc}")) from None
+        held += weight(new.fields)
+        if held > budget:
+            raise FollowUpError(
+                f"JOBD_ENQUEUE: its jobs up to line {number} hold more than max_follow_ups_bytes "
+                f"({budget}), each field counted as {FIELD_BYTES} bytes at least"
+            )
+        found.append(new)
     return tuple(found)
+
+
+def weight(fields: dict[bytes, bytes]) -> int:
+    """What a follow-up counts towards ``max_follow_ups_bytes``: its fields' names and values,
+    each field ``FIELD_BYTES`` at least."""
+    return sum(max(len(name) + len(value), FIELD_BYTES) for name, value in fields.items())
+
+
+def brief(why: str) -> str:
+    """``why``, its middle cut when it is longer than ``WHY_MOST`` characters (saying how many
+    were cut): a refusal's why says its line and its reason whatever the handler wrote."""
+    if len(why) <= WHY_MOST:
+        return why
+    return f"{why[:WHY_HEAD]}…[{len(why) - WHY_HEAD - WHY_TAIL} characters]…{why[-WHY_TAIL:]}"
 
 
 def _follow_up(

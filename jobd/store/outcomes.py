@@ -32,6 +32,12 @@ STDERR_LIMIT = 4096  # bytes of a handler's stderr a dead-letter record keeps (i
 # nor is such a job's when it is dead-lettered as poison first.
 CLIP_BYTES = 1024
 
+# Follow-up fields one settle.lua call writes at most, unless one job's alone are more (a
+# JOBD_ENQUEUE file's, up to max_follow_ups_bytes: process.followups): a job whose follow-ups
+# would pass it goes into a call of its own, and a call stays as short as one job's (Redis
+# serves no other client meanwhile). A chain's few follow-ups share calls as before.
+CALL_FIELDS = 4096
+
 # One write's outcomes and what came of it: the (message id, owner now) pairs of the entries
 # left alone because this consumer no longer holds them, or the error the call failed with.
 Settled = tuple[list[Outcome], list[tuple[str, str]] | Exception]
@@ -42,10 +48,16 @@ class OutcomeOps(StoreBase):
         """Write ``outcomes`` (none of them RELEASE) in one round trip."""
         sent = Batch()
         calls: list[list[Outcome]] = []
-        acks: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+        acks: dict[tuple[str, str, int], list[Outcome]] = defaultdict(list)
+        parts: Counter[tuple[str, str]] = Counter()  # per queue: its settle.lua calls, less one
+        loads: Counter[tuple[str, str]] = Counter()  # follow-up fields in its last call
         for o in outcomes:
             if o.verb in SETTLE_OPS:
-                acks[(o.queue.stream, o.queue.group)].append(o)
+                queue, load = (o.queue.stream, o.queue.group), _load(o)
+                if load and loads[queue] and loads[queue] + load > CALL_FIELDS:
+                    parts[queue], loads[queue] = parts[queue] + 1, 0  # one more call
+                loads[queue] += load
+                acks[(*queue, parts[queue])].append(o)
             elif o.verb is Verb.RETRY:
                 sent.add(*self._retry(o))
                 calls.append([o])
@@ -192,6 +204,11 @@ class OutcomeOps(StoreBase):
                 by_queue[o.queue.keys.running].append(member)
         for running, members in by_queue.items():
             sent.add(self.scripts.release, [running], members)
+
+
+def _load(o: Outcome) -> int:
+    """The fields of ``o``'s follow-ups (``CALL_FIELDS``)."""
+    return sum(len(f.fields) for f in o.follow_ups)
 
 
 def follow_up_args(o: Outcome, keys: list[str | bytes], direct: bool) -> list[object]:

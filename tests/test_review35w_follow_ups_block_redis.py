@@ -26,6 +26,13 @@ what one file sends, e.g. the sum over its jobs of their fields (a FollowUpError
 payload bytes; or, keeping big files, write the follow-ups as one packed outbox entry in
 settle.lua (one XADD, one value: the ack stays atomic with them) and let movers add them in
 chunks, each chunk once by its marks, as on a cluster.
+
+Fixed (fixer f35wa): the queue key ``max_follow_ups_bytes`` (default 8 MiB) bounds what a
+file's jobs hold together, each field counted as 128 bytes at least (process/followups.py
+``weight``): this file (some 480 MiB so counted) dead-letters its parent `enqueue` at its 66th
+line, nothing written. At the bound a call costs 16-24 ms (bench/follow_ups_cost.py); a job
+whose follow-ups take a settle.lua call past 4096 fields gets a call of its own
+(store/outcomes.py CALL_FIELDS), so parents settled together do not add up.
 """
 
 from __future__ import annotations

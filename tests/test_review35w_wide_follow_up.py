@@ -28,6 +28,12 @@ is enqueued; a done parent's follow-ups are added exactly once. Suggested fix: r
 once jobd's own fields are in, as producer.check_width refuses a producer's job: the line's
 number and "more than 1000 fields"); the producer's check already keeps a held job, released
 by the same ``add_job``, within it.
+
+Fixed (fixer f35wa): process/followups.py ``parse`` refuses a line whose job, jobd_parent
+included, has more than MAX_FIELDS fields, with the check jobd.producer makes
+(``newjob.too_wide``): the parent is dead-lettered `enqueue` ("JOBD_ENQUEUE line 2: a job has
+at most 1000 fields …"), none of its follow-ups added; settle.lua (and an outbox) never gets
+such a job.
 """
 
 from __future__ import annotations

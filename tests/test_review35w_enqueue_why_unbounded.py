@@ -16,6 +16,10 @@ key 'delya'": the why says its line and reason whatever the handler wrote, and l
 handler's stderr tail room. Suggested fix: quote at most some 200 characters of a value in
 these messages (a ``shown(value)`` that cuts with "…" and the length), or cut the why itself
 to e.g. 1 KiB keeping its head, before ``decide`` appends it to the detail.
+
+Fixed (fixer f35wa): process/followups.py ``brief`` keeps the first 240 and the last 120
+characters of a why longer than 480, saying how many were cut between, so the line's number,
+its reason and the handler's stderr stay in jobd_stderr.
 """
 
 from __future__ import annotations
