@@ -41,18 +41,23 @@ def line(**job: object) -> bytes:
 
 
 def shapes(quick: bool) -> dict[str, bytes]:
-    """Files at the default bounds: most jobs, most fields, most bytes (``--quick``: small)."""
+    """Files at the default bounds: most jobs, most fields, most bytes (``--quick``: small),
+    each due now and due in an hour (into the delayed set: a packed member, which costs more)."""
     jobs, fields, cut = (10_000, 990, 1) if not quick else (100, 99, 10)
-    wide = line(payload="", fields=dict.fromkeys(NAMES[:fields], ""))
+    names = dict.fromkeys(NAMES[:fields], "")
     big, small = 2**20 // cut, 500 // cut
-    return {
-        f"{jobs} jobs, payload 'x'": line(payload="x") * jobs,
-        f"{jobs} jobs due in an hour": line(payload="x", delay=3600) * jobs,
-        f"65 jobs of {fields} short fields": wide * 65,
-        f"67 jobs of {fields} short fields": wide * 67,
-        f"7 jobs of a {big >> 10} KiB payload": line(payload="x" * big) * 7,
-        f"{jobs} jobs of {small} payload bytes": line(payload="x" * small) * jobs,
-    }
+    found = {}
+    for later in (False, True):
+        due: dict[str, object] = {"delay": 3600} if later else {}
+        when = ", due in an hour" if later else ""
+        found |= {
+            f"{jobs} jobs, payload 'x'{when}": line(payload="x", **due) * jobs,
+            f"{jobs} jobs of {small} payload bytes{when}": line(payload="x" * small, **due) * jobs,
+            f"65 jobs of {fields} short fields{when}": line(payload="", fields=names, **due) * 65,
+            f"7 jobs of a {big >> 10} KiB payload{when}": line(payload="x" * big, **due) * 7,
+        }
+    found[f"67 jobs of {fields} short fields"] = line(payload="", fields=names) * 67
+    return found
 
 
 def settle_ms(r: redis.Redis, config: str, data: bytes) -> tuple[float, int] | str:

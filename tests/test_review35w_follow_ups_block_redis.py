@@ -30,7 +30,7 @@ chunks, each chunk once by its marks, as on a cluster.
 Fixed (fixer f35wa): the queue key ``max_follow_ups_bytes`` (default 8 MiB) bounds what a
 file's jobs hold together, each field counted as 128 bytes at least (process/followups.py
 ``weight``): this file (some 480 MiB so counted) dead-letters its parent `enqueue` at its 66th
-line, nothing written. At the bound a call costs 16-24 ms (bench/follow_ups_cost.py); a job
+line, nothing written. At the bound the bytes and fields cost 15-35 ms (bench/follow_ups_cost.py); a job
 whose follow-ups take a settle.lua call past 4096 fields gets a call of its own
 (store/outcomes.py CALL_FIELDS), so parents settled together do not add up.
 """
