@@ -7,7 +7,7 @@ job id ('job:J', for --unseen-for). Every other end takes both marks with it (se
 ``unmark``, dead_letter.lua, lib/jobs.lua cancelled_instead: "one left behind would cancel the
 job's next enqueue, or a requeue"). The new end 'lost' does not: renew.lua and reclaim.lua
 (lib/workflows.lua lost_end) write the end and leave the marks; the daemon's later 'cancel'
-settle finds the entry pending nowhere and writes nothing. (Read from renew.lua, not tested: the renewal also reports the
+settle finds the entry pending nowhere and writes nothing. (The renewal also reports the
 deleted entry twice, lost and cancelled: renew.lua builds ``cancelled`` from ``mine``, deleted
 entries included.) So the job id's mark outlives its job, and a producer that sends J again
 after seeing it 'lost' (the one thing to do with a lost job: its payload is gone) has it
@@ -65,6 +65,8 @@ def test_a_job_lost_while_marked_cancelled_leaves_no_mark_on_its_job_id(
     r.xdel("jobd:a", entry)
     lost = a.renew_telling(q, [entry], [], ["J"])[0]
     assert [x.message_id for x in lost if not x.cancelled] == [entry]
+    # (and, as it stands, reported cancelled too: renew.lua's ``cancelled`` is built from
+    # ``mine``, the deleted entry included)
     events = [f[b"event"] for _, f in r.xrange("{jobd:a}:events") if f.get(b"job") == b"J"]
     assert events.count(b"lost") == 1, events
     assert r.xpending("jobd:a", "jobd")["pending"] == 0
