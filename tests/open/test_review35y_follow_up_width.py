@@ -27,7 +27,7 @@ one (``job.MAX_FIELDS``, jobd's fields counted)") — a line jobd will not run i
 the file: p1 dead-lettered at once (jobd_error enqueue, "JOBD_ENQUEUE line 1: …"), none of its
 jobs added. Why it matters: a handler's follow-up that can never run is accepted silently and
 its parent is counted done; the pipeline stage below loses the job (the malformed dead letter
-is the only trace, and its record cannot even be requeued as is: it is as wide).
+is the only trace, and requeued it would be as wide, refused again).
 
 Suggested fix: one bound, counted as the reader counts it: ``too_wide`` (or parse) compares
 ``len(fields)`` plus the jobd fields a first read adds and a retry writes (jobd_job_id,
