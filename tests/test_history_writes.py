@@ -142,7 +142,7 @@ def test_history_ages_out_on_redis_clock_and_a_replay_writes_nothing_twice(
     mid = r.xadd("jobd:q", {"payload": "x", "job_id": b"\xff\xfe"})
     r.xreadgroup("jobd", "me", {"jobd:q": ">"})
     keys = ["jobd:q", q.keys.stats(int(r.time()[0]) // 60), q.keys.cancels, *notes.keys(q), q.keys.waiters,
-            q.keys.outbox]  # fmt: skip
+            q.keys.outbox, q.keys.taken]  # fmt: skip
     note = ["done", b"\xff\xfe", 5, b'{"event":"done"}', 1, "consumer", "me", 0]
     for _ in range(2):
         args = ["jobd", "me", 60, 0, notes.settings(q), 0, "ack", mid, 0, -1, *note]

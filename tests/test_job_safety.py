@@ -282,7 +282,8 @@ def test_dead_letter_script_copies_no_more_than_it_can(r: redis.Redis) -> None:
     note = ["poison", mid, "", b'{"event":"poison"}', 0]  # lua/lib/jobs.lua note_at
     args = ["g", "me", mid, 100, "", 60, "604800000 100 100 s", "", 0, *note, "jobd_error",
             "poison"]  # 0: no on_dead_letter hook  # fmt: skip
-    keys = ["s", "{s}:dead", "{s}:stats:1", *HISTORY, "{s}:cancels", "{s}:waiters", "{s}:outbox"]
+    keys = ["s", "{s}:dead", "{s}:stats:1", *HISTORY, "{s}:cancels", "{s}:waiters", "{s}:outbox",
+            "{s}:taken"]  # fmt: skip
     record_id = scripts.dead_letter(keys=keys, args=args)
     (record,) = r.xrange("{s}:dead")
     assert record[0] == record_id and record[1][b"jobd_fields"] == b"6001"
@@ -489,7 +490,8 @@ def test_a_hand_back_sent_again_lowers_the_count_once(r: redis.Redis) -> None:
     for _ in range(2):  # the first call, and the same call sent again
         note = ["handed back", mid, "", b'{"event":"handed back"}', 0]
         args = ["g", "me", 60, 0, "604800000 100 100 s", 0, "back", mid, 0, -1, *note, 0]
-        keys = ["s", "{s}:stats:1", "{s}:cancels", *HISTORY, "{s}:waiters", "{s}:outbox"]
+        keys = ["s", "{s}:stats:1", "{s}:cancels", *HISTORY, "{s}:waiters", "{s}:outbox",
+                "{s}:taken"]  # fmt: skip
         scripts.settle(keys=keys, args=args)
     assert deliveries(r, "s", "g") == 2
 

@@ -94,7 +94,7 @@ def test_a_batch_asks_nothing_before_its_calls_and_reloads_flushed_scripts(
         batch = Batch()
         for mid in some:
             keys = ["jobd:q", queue.keys.stats(int(r.time()[0]) // 60), queue.keys.cancels, *notes.keys(queue),
-                    queue.keys.waiters, queue.keys.outbox]  # fmt: skip
+                    queue.keys.waiters, queue.keys.outbox, queue.keys.taken]  # fmt: skip
             note = ["done", mid, "", b'{"event":"done"}', 0]  # lua/lib/jobs.lua note_at
             # 0 after the settings: no outbox; 0 after the note: no follow-ups (store/outcomes.py)
             args = ["jobd", "me", 60, 0, notes.settings(queue), 0, "ack", mid, 0, -1, *note, 0]

@@ -74,7 +74,7 @@ def test_a_renewal_after_a_hand_back_leaves_the_entry_reclaimable_at_once(
     snapshot = [kept, handed]
     outcome = Batch()  # what the recorder sends: settle 'back', then the slot's release
     keys = ["jobd:q", queue.keys.stats(int(r.time()[0]) // 60), queue.keys.cancels, *notes.keys(queue),
-            queue.keys.waiters, queue.keys.outbox]  # fmt: skip
+            queue.keys.waiters, queue.keys.outbox, queue.keys.taken]  # fmt: skip
     note = ["handed back", handed, "", b'{"event":"handed back"}', 0]  # lua/lib/jobs.lua note_at
     args = ["jobd", "me", 60, 0, notes.settings(queue), 0, "back", handed, 0, -1, *note, 0]
     outcome.add(scripts.settle, keys, args)

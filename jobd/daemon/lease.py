@@ -110,11 +110,13 @@ def consumer_name() -> str:
 @dataclass(slots=True)
 class _Held:
     """One entry held: by which delivery (``Job.delivery``), when its lease was last confirmed
-    (``lease_clock``, before the request was sent), and its --unique job's 'queued' mark."""
+    (``lease_clock``, before the request was sent), its --unique job's 'queued' mark, and its
+    job id as read ('' when not given)."""
 
     delivery: int
     confirmed: float
     mark: bytes | None = None
+    job_id: str = ""
     teller: Teller | None = None  # its handler, once started: what it tells (``told``)
     shown: float = 0.0  # its ``Told.changed`` last written to its active record
 
@@ -139,17 +141,20 @@ class Holdings:
         ids: Iterable[str],
         confirmed: float,
         marks: dict[str, bytes] | None = None,
+        job_ids: dict[str, str] | None = None,
     ) -> list[int]:
         """Hold ``ids`` from now on, their leases ``confirmed`` then (``lease_clock``, before
         the read or claim that delivered them was sent); each one's delivery number
-        (``Job.delivery``). ``marks``: those of --unique jobs, by id (``marks_of``)."""
-        marks = marks or {}
+        (``Job.delivery``). ``marks``: those of --unique jobs, by id (``marks_of``);
+        ``job_ids``: their job ids, by id (a job whose entry is deleted ends 'lost' under it,
+        started or not)."""
+        marks, job_ids = marks or {}, job_ids or {}
         with self._lock:
             held = self._held[key]
             numbers = []
             for mid in ids:
                 number = next(self._numbers)
-                held[mid] = _Held(number, confirmed, marks.get(mid))
+                held[mid] = _Held(number, confirmed, marks.get(mid), job_ids.get(mid, ""))
                 numbers.append(number)
             return numbers
 
@@ -216,15 +221,16 @@ class Holdings:
                     found.append((Shown(mid, job_id, progress, status, extended), changed))
         return found
 
-    def job_ids(self, key: LeaseKey, held: dict[str, int]) -> list[str]:
-        """The job ids of ``held`` (id -> delivery), in its order: '' for an entry whose handler
-        has not started yet (its job id is then not known here)."""
+    def job_ids(self, key: LeaseKey, held: dict[str, int]) -> list[tuple[str, bytes | None]]:
+        """The job ids and --unique marks of ``held`` (id -> delivery), in its order: ('', None)
+        for an entry no longer held by that delivery. A job read ahead, its handler not started
+        yet, has the job id it was read with (a handler's is the same: ``Job.job_id``)."""
         with self._lock:
             entries = self._held.get(key, {})
             return [
-                e.teller.job.job_id
-                if (e := entries.get(mid)) and e.delivery == number and e.teller
-                else ""
+                (e.teller.job.job_id if e.teller else e.job_id, e.mark)
+                if (e := entries.get(mid)) and e.delivery == number
+                else ("", None)
                 for mid, number in held.items()
             ]
 
@@ -306,9 +312,11 @@ class Renewal:
             return
         told = self.holdings.told(key(self.queue), held)
         sent = lease_clock()  # before the request: Redis reset the idle times no earlier
-        jobs = self.holdings.job_ids(key(self.queue), held)  # a job deleted ends 'lost' by it
+        known = self.holdings.job_ids(key(self.queue), held)  # a job deleted ends 'lost' by it
         shown = [s for s, _ in told]
-        lost, written = self.store.renew_telling(self.queue, list(held), shown, jobs)
+        lost, written = self.store.renew_telling(
+            self.queue, list(held), shown, [j for j, _ in known], [m for _, m in known]
+        )
         changed = {s.message_id: c for s, c in told}
         self.holdings.shown(key(self.queue), {m: (held[m], changed[m]) for m in written})
         gone_ids = {x.message_id for x in lost if not x.cancelled}

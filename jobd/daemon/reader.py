@@ -362,7 +362,9 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
         if jobs:
             offset = self.clock_offset(q, jobs)
             ids = [job.message_id for job in jobs]
-            numbers = self.holdings.add(key(q), ids, sent, marks_of(q, jobs))
+            numbers = self.holdings.add(
+                key(q), ids, sent, marks_of(q, jobs), {job.message_id: job.job_id for job in jobs}
+            )
             jobs = [job.delivered(n, offset) for job, n in zip(jobs, numbers, strict=True)]
             if self.limiter is not None:
                 self.taken += [slot_member(self.consumer, q.stream, mid) for mid in ids]

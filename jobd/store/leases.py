@@ -110,25 +110,36 @@ class LeaseOps(StoreBase):
         return self.renew_telling(queue, ids, [])[0]
 
     def renew_telling(
-        self, queue: QueueConfig, ids: list[str], told: list[Shown], jobs: Sequence[str] = ()
+        self,
+        queue: QueueConfig,
+        ids: list[str],
+        told: list[Shown],
+        jobs: Sequence[str] = (),
+        marks: Sequence[bytes | None] = (),
     ) -> tuple[list[Lost], list[str]]:
         """``renew``, and in the same call what the handlers of some of ``ids`` told of
         themselves written into their jobs' active records, for those renewed (``told``: what
         changed since the last renewal). ``jobs``: the job ids of ``ids`` ('' where not known),
-        under which a job whose entry was deleted ends 'lost' (renew.lua). Returns the entries
-        lost and the ids of ``told`` whose fields were written (one whose active record is not
-        written yet is not)."""
+        under which a job whose entry was deleted ends 'lost' (renew.lua); ``marks``: their
+        --unique marks (None: none), which such an end deletes while they say 'queued'. Returns
+        the entries lost and the ids of ``told`` whose fields were written (one whose active
+        record is not written yet is not)."""
         k = queue.keys
-        keys = [queue.stream, k.cancels, *notes.keys(queue), k.waiters, k.outbox, k.taken]
-        keys += [queue.keys.running] if queue.slots else []
-        args: list[object] = [queue.group, self.consumer, slot_lease_ms(queue)]
+        keys: list[str | bytes] = [queue.stream, k.cancels, *notes.keys(queue), k.waiters]
+        keys += [k.outbox, k.taken, k.running]
+        lease = slot_lease_ms(queue) if queue.slots else 0  # 0: no slots, KEYS[10] left alone
+        args: list[object] = [queue.group, self.consumer, lease]
         args += [notes.settings(queue), len(told)]
         for shown in told:
             deadline = "" if shown.deadline_ms is None else shown.deadline_ms
             args += [shown.message_id, os.fsencode(shown.job_id), shown.fields(), deadline]
-        job_ids = [os.fsencode(job_id) for job_id in jobs]
+        job_ids = [os.fsencode(job_id) for job_id in jobs] + [b""] * (len(ids) - len(jobs))
+        at = []  # where renew.lua finds each one's mark in KEYS (0: none)
+        for mark in [*marks, *[None] * (len(ids) - len(marks))]:
+            keys += [mark] if mark is not None else []
+            at.append(len(keys) if mark is not None else 0)
         try:
-            reply = self.scripts.renew(keys=keys, args=[*args, len(ids), *ids, *job_ids])
+            reply = self.scripts.renew(keys=keys, args=[*args, len(ids), *ids, *job_ids, *at])
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise

@@ -97,8 +97,8 @@ class OutcomeOps(StoreBase):
         ops: list[object] = []
         for o in outcomes:
             mark_index = 0  # where settle.lua finds the job's mark in KEYS; 0: none
-            mark = _mark(o)
-            if mark is not None and o.verb in (Verb.ACK, Verb.CANCEL):
+            mark = _mark(o) if o.verb is not Verb.HAND_BACK else o.job.mark_key(q.keys, False)
+            if mark is not None:  # a hand-back's: a --unique job's, deleted should it be lost
                 keys.append(mark)
                 mark_index = len(keys)
             again = -1 if o.sent_at is None else int((time.monotonic() - o.sent_at) * 1000)
@@ -107,7 +107,7 @@ class OutcomeOps(StoreBase):
                     *follow_up_args(o, keys, outbox == 0)]  # fmt: skip
         window_ms = int((q.dedupe_window or 0) * 1000)
         args = [q.group, self.consumer, STATS_TTL, window_ms, notes.settings(q), outbox, *ops]
-        return self.scripts.settle, [*keys, q.keys.waiters, q.keys.outbox], args
+        return self.scripts.settle, [*keys, q.keys.waiters, q.keys.outbox, q.keys.taken], args
 
     def _retry(self, o: Outcome) -> tuple:
         """retry.lua: the next attempt into the delayed set, due ``delay`` from now on Redis's
@@ -133,7 +133,7 @@ class OutcomeOps(StoreBase):
         max_age = "" if dead.max_age is None else int(dead.max_age * 1000)
         keys: list[str | bytes] = [
             q.stream, dead.stream, q.keys.stats(self.minute(q.stream)), *notes.keys(q),
-            q.keys.cancels, q.keys.waiters, q.keys.outbox,
+            q.keys.cancels, q.keys.waiters, q.keys.outbox, q.keys.taken,
         ]  # fmt: skip
         mark = _mark(o)  # cleared when `jobd cancel` marked the entry: cancelled, not dead
         if mark is not None:

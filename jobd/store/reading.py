@@ -278,7 +278,7 @@ class ReadingOps(StoreBase):
         min_idle = int(queue.lease.reclaim_after * 1000)
         after, claimed, deleted = self.scripts.reclaim(
             keys=[queue.stream, *notes.keys(queue), queue.keys.waiters, queue.keys.outbox,
-                  queue.keys.taken],
+                  queue.keys.taken, queue.keys.cancels],
             args=[queue.group, self.consumer, min_idle, cursor, count, notes.settings(queue),
                   entry_limit(queue), *backs],
         )  # fmt: skip

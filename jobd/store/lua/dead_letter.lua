@@ -8,7 +8,9 @@
 -- KEYS[8]   the queue's cancellation marks (cancel.lua)
 -- KEYS[9], KEYS[10] the queue's waiters hash and outbox: the job's end is told to its batch and
 --           to the jobs waiting for it (lib/workflows.lua ended)
--- KEYS[11]  optional: the job id's mark (a --unique job's), deleted with the ack if 'queued'
+-- KEYS[11]  the queue's taken hash: a workflow job's record goes with its end (lib/workflows.lua
+--           untake)
+-- KEYS[12]  optional: the job id's mark (a --unique job's), deleted with the ack if 'queued'
 --           (unless ARGV[9]'s hook has its first key there)
 -- KEYS[..]  the on_dead_letter hook's keys, if any (lib/chains.lua)
 -- ARGV[1]   the consumer group
@@ -55,7 +57,7 @@ end
 local now = now_ms()
 local h = history_at(4, ARGV[7])
 local hook, at = dead_letter_hook_at(9)
-local job_mark = (hook == nil or hook.first > 11) and KEYS[11] or nil
+local job_mark = (hook == nil or hook.first > 12) and KEYS[12] or nil
 local note, first = note_at(at)
 local clip = tonumber(ARGV[8])
 local marks, by_id, by_job = KEYS[8], 'id:' .. stream .. '|' .. id, 'job:' .. note.job
@@ -64,7 +66,9 @@ if marks and redis.call('TYPE', marks).ok == 'zset' then
   if redis.call('ZSCORE', marks, by_id) or (until_ms and tonumber(until_ms) > now) then
     cancelled_instead(stream, group, me, id, h, note, now, marks, by_id, job_mark, KEYS[3],
       ARGV[6], 'ended (' .. note.event .. ') before jobd cancel stopped it: not dead-lettered')
-    ended(workflow_at(9, h.queue), note.job, 'cancelled', batch_of(note))
+    local w = workflow_at(9, h.queue)
+    untake(taken_at(11), w, stream, id, batch_of(note))
+    ended(w, note.job, 'cancelled', batch_of(note))
     return 0
   end
 end
@@ -92,7 +96,9 @@ trim_history(h, now)
 -- completed, and must outlive this one's failure.
 -- (pcall: a mark of another type is someone else's key, not a reason to fail after the ack.)
 if job_mark and says_queued(job_mark) then redis.call('DEL', job_mark) end
-ended(workflow_at(9, h.queue), note.job, note.event, batch_of(note))
+local w = workflow_at(9, h.queue)
+untake(taken_at(11), w, stream, id, batch_of(note))
+ended(w, note.job, note.event, batch_of(note))
 add_count(KEYS[3], 'dead', 1, ARGV[6])
 add_count(KEYS[3], 'failed', 1, ARGV[6])
 return record_id

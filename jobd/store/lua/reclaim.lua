@@ -4,6 +4,7 @@
 -- KEYS[1]  the queue's stream
 -- KEYS[2..5] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[6..8] the queue's waiters hash, outbox and taken hash (lib/workflows.lua lost_end)
+-- KEYS[9]  the queue's cancellation marks (cancel.lua): a deleted entry's go with its end
 -- ARGV[1]  the consumer group
 -- ARGV[2]  this consumer's name
 -- ARGV[3]  min-idle in milliseconds (the queue's lease.reclaim_after)
@@ -83,7 +84,7 @@ if #deleted > 0 then
   h = h or history_at(2, ARGV[6])
   local now = now_ms()
   lost_end(h, workflow_at(6, h.queue), taken, stream, deleted, gone_not_running(h, stream, deleted),
-    me, now)
+    me, now, marks_of(KEYS[9]), {})
   trim_history(h, now)
 end
 return {reply[1], claimed, deleted}

@@ -5,12 +5,14 @@
 -- KEYS[2]   the queue's cancellation marks (cancel.lua)
 -- KEYS[3..6] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[7..9] the queue's waiters hash, outbox and taken hash (lib/workflows.lua lost_end)
--- KEYS[10]  optional: the queue's running set (limits.concurrency), whose slots of the entries
---           still held are renewed with them
+-- KEYS[10]  the queue's running set (limits.concurrency), whose slots of the entries still held
+--           are renewed with them (when ARGV[3] is not 0)
+-- KEYS[11..] the --unique marks of held entries (jobd/store/keys.py job_mark), referred to by
+--           index from ARGV (below)
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   the slots' lease, ms: they expire that long after now by Redis's clock (TIME),
---           one clock for every host (ignored without KEYS[10])
+--           one clock for every host; 0: the queue has no slots (KEYS[10] is left alone)
 -- ARGV[4]   the history's settings (lib/jobs.lua history_at)
 -- ARGV[5]   N: how many of the held entries' handlers told something new (below)
 -- ARGV[6..5+4N] per such entry, four: its id, its job id, the fields to show in its active
@@ -19,12 +21,14 @@
 --           enforces it; '' when none)
 -- ARGV[6+4N] M: how many entries this consumer believes it holds
 -- ARGV[7+4N..6+4N+M] their ids
--- ARGV[7+4N+M..] their job ids, in the same order ('' or none: not known yet): a job whose
+-- ARGV[7+4N+M..6+4N+2M] their job ids, in the same order ('' or none: not known): a job whose
 --           entry was deleted is recorded under it (lib/workflows.lua lost_end)
+-- ARGV[7+4N+2M..6+4N+3M] the index in KEYS of each one's --unique mark (0 or none: none): a
+--           job whose entry was deleted frees its job id (lost_end: a mark saying 'queued' goes)
 --
 -- Returns {lost, cancelled, shown}: lost is a flat list of pairs for the entries it no longer holds:
 -- id, owner now ('' when no one: acknowledged, its data trimmed, or handed back); cancelled
--- lists the entries it holds that `jobd cancel` marked ('id:STREAM|ENTRY'): the daemon stops their
+-- lists the entries it renewed that `jobd cancel` marked ('id:STREAM|ENTRY'): the daemon stops their
 -- handlers (the heartbeat's reply carries the cancellation, so it reaches any host, through a
 -- cluster or Sentinel, with no pub/sub); shown lists the entries whose told fields were written. The marks stay until the outcome is written. An entry
 -- lost to another consumer is in the job's history and the queue's events ('lease lost', owner)
@@ -71,10 +75,11 @@ local function lost_to(id, owner)
 end
 local told = tonumber(ARGV[5])
 local first, count = 7 + 4 * told, tonumber(ARGV[6 + 4 * told])
-local known = {} -- the job ids the caller sent, by entry
+local known, uniques = {}, {} -- the job ids and --unique marks the caller sent, by entry
 for i = first, first + count - 1 do
-  local job = ARGV[i + count]
+  local job, mark = ARGV[i + count], tonumber(ARGV[i + 2 * count])
   if job and job ~= '' then known[stream .. '|' .. ARGV[i]] = job end
+  if mark and mark > 0 then uniques[stream .. '|' .. ARGV[i]] = KEYS[mark] end
 end
 for i = first, first + count - 1 do
   local id = ARGV[i]
@@ -93,7 +98,7 @@ for i = first, first + count - 1 do
   end
 end
 local expiry = 0
-local slots = KEYS[10]
+local slots = tonumber(ARGV[3]) > 0 and KEYS[10] or nil
 if slots then -- someone else's key there takes no slot: the renewals (written above) must
   local t = redis.call('TYPE', slots).ok -- not end in an error that hides the leases lost
   if t ~= 'zset' and t ~= 'none' then slots = nil end
@@ -127,14 +132,16 @@ if #deleted > 0 then
   local now = now_ms()
   local jobs = gone_not_running(h, stream, deleted)
   for at, job in pairs(known) do jobs[at] = job end
-  lost_end(h, workflow_at(7, h.queue), taken_at(9), stream, deleted, jobs, me, now)
+  lost_end(h, workflow_at(7, h.queue), taken_at(9), stream, deleted, jobs, me, now,
+    marks_of(KEYS[2]), uniques)
   trim_history(h, now)
 end
--- A marks key of another type (someone else's) is no mark: the renewal itself must go on.
+-- A marks key of another type (someone else's) is no mark: the renewal itself must go on. Only
+-- the entries renewed: one deleted is reported lost (above), once, its marks gone with its end.
 local cancelled = {}
 if redis.call('TYPE', KEYS[2]).ok == 'zset' then
   for _, id in ipairs(mine) do
-    if redis.call('ZSCORE', KEYS[2], 'id:' .. stream .. '|' .. id) then
+    if renewed[id] and redis.call('ZSCORE', KEYS[2], 'id:' .. stream .. '|' .. id) then
       cancelled[#cancelled + 1] = id
     end
   end

@@ -7,7 +7,7 @@
 -- KEYS[3]   the queue's cancellation marks (cancel.lua)
 -- KEYS[4..7] the queue's history, history:at, active and events keys (lib/jobs.lua history_at)
 -- KEYS[8..] the job id marks of the jobs that keep one (jobd/store/keys.py, "job:J"), referred to
---           by index from ARGV
+--           by index from ARGV (for 'back', a --unique job's only: deleted should it end 'lost')
 -- ARGV[1]   the consumer group
 -- ARGV[2]   this consumer's name
 -- ARGV[3]   seconds the counters are kept
@@ -28,11 +28,15 @@
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
 --           it now), its delivery count one less: see below; an entry deleted meanwhile is
 --           taken out of the group by that XCLAIM (Redis 7.0+), and its job ends 'lost' here
---           (lib/workflows.lua lost_job) rather than handed back. Operation 'cancel' (`jobd
+--           (lib/workflows.lua lost_job, its cancellation marks and --unique mark removed)
+--           rather than handed back. Operation 'cancel' (`jobd
 --           cancel` stopped it): XACK, counted as cancelled, its cancellation marks removed, and
 --           a --unique job's mark deleted if it still says 'queued'.
--- KEYS[#KEYS - 1], KEYS[#KEYS] the queue's waiters hash and outbox: a job that ends here (done,
---           cancelled) tells its batch and the jobs waiting for it (lib/workflows.lua ended).
+-- KEYS[#KEYS - 2], KEYS[#KEYS - 1] the queue's waiters hash and outbox: a job that ends here
+--           (done, cancelled) tells its batch and the jobs waiting for it (lib/workflows.lua
+--           ended)
+-- KEYS[#KEYS] the queue's taken hash: a workflow job's record goes with its end (lib/workflows.lua
+--           untake)
 --
 -- Returns a flat list of pairs for the entries left alone: id, owner now ('' when no one); and
 -- last the pair '', 'notices' when workflow notices were written into the outbox.
@@ -42,7 +46,7 @@
 local stream, stats, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local window = tonumber(ARGV[4])
 local h, now = history_at(4, ARGV[5]), now_ms()
-local w = workflow_at(#KEYS - 1, h.queue)
+local w, taken = workflow_at(#KEYS - 2, h.queue), taken_at(#KEYS)
 local skipped, done, cancelled = {}, 0, 0
 -- While cancellation marks exist, a job that ends here (done, or cancelled) takes its marks
 -- with it: a later job of the same id is not cancelled by a mark meant for this one.
@@ -93,6 +97,7 @@ while i <= #ARGV do
     if acked == 1 then
       not_running(h, note.job, stream, id)
       remember(h, note, now, id)
+      untake(taken, w, stream, id, batch_of(note))
       ended(w, note.job, 'done', batch_of(note))
     end
     done = done + acked
@@ -110,6 +115,7 @@ while i <= #ARGV do
     if acked == 1 then
       not_running(h, note.job, stream, id)
       remember(h, note, now, id)
+      untake(taken, w, stream, id, batch_of(note))
       ended(w, note.job, 'cancelled', batch_of(note))
     end
     if mark > 0 and says_queued(KEYS[mark]) then
@@ -131,7 +137,9 @@ while i <= #ARGV do
     not_running(h, note.job, stream, id)
     if #kept == 0 then -- its entry was deleted: this XCLAIM took it out of the group (7.0+)
       local batch, incarnation = batch_of(note)
-      lost_job(h, w, stream, id, note.job, batch, incarnation, me, now)
+      untake(taken, w, stream, id, batch)
+      lost_job(h, w, stream, id, note.job, batch, incarnation, me, now, marks,
+        mark > 0 and KEYS[mark] or nil)
     else
       remember(h, note, now, id)
     end

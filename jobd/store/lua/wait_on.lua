@@ -19,7 +19,9 @@
 --           entry found by its running record, is recorded there once a waiter is registered
 --           (a job read before it had waiters has no record: its end, should its entry be
 --           deleted, could not be told); one that runs but has no running record yet (its
---           first half second) cannot be found, nor recorded
+--           first half second) cannot be found, nor recorded; the record goes with the job's
+--           end (settle.lua, dead_letter.lua: lib/workflows.lua untake), and each write sweeps
+--           as the read's does (``sweep_taken``)
 -- KEYS[6..] the queue's streams (its own, and each priority level's)
 -- ARGV[1]   the job id waited for
 -- ARGV[2]   the waiter, one JSON line (store/workflows.py waiter_line)
@@ -94,5 +96,6 @@ add_waiter(KEYS[2], job, ARGV[4], ARGV[5], ARGV[2])
 local taken = stream and taken_key(taken_at(5))
 if taken then -- kept when there (a batch's: the read wrote it, with the batch)
   redis.call('HSETNX', taken, stream .. '|' .. entry, cmsgpack.pack({job, '', ''}))
+  sweep_taken(taken, ARGV[3]) -- as every write of a record does (lib/workflows.lua take_note)
 end
 return {'waiting'}

@@ -405,8 +405,14 @@ end
 
 -- Job ``job`` (its ``batch`` and ``incarnation``, nil each when none) of entry ``id`` of
 -- ``stream`` ended 'lost' (``lost_end``): its history record and event (history ``h``, consumer
--- ``me``, at ``now``), told through ``w`` to its batch and its waiters, as a failure.
-local function lost_job(h, w, stream, id, job, batch, incarnation, me, now)
+-- ``me``, at ``now``), told through ``w`` to its batch and its waiters, as a failure. Its marks
+-- go as every end's do: its cancellation marks in ``marks`` (the queue's, known to be a zset;
+-- nil: none), 'id:STREAM|ENTRY' and 'job:JOB' (one left behind would cancel the job id's next
+-- enqueue unrun), and its --unique mark ``unique`` (nil: none known) while it says 'queued',
+-- as dead_letter.lua's (else the job id sent again is refused as a duplicate for days).
+local function lost_job(h, w, stream, id, job, batch, incarnation, me, now, marks, unique)
+  if marks then redis.call('ZREM', marks, 'id:' .. stream .. '|' .. id, 'job:' .. job) end
+  if unique and says_queued(unique) then redis.call('DEL', unique) end
   local record = cjson.encode({event = 'lost', stream = stream, entry = id, consumer = me,
     detail = 'its entry was deleted while pending'})
   remember(h, linked({event = 'lost', job = job, record = record, extras = {'consumer', me}},
@@ -422,11 +428,30 @@ end
 -- come from its taken record (in the taken hash ``t``, ``taken_at``); else its job id from
 -- ``jobs`` (by "STREAM|ENTRY": the ones the holder sent, its active record's: lib/jobs.lua
 -- gone_not_running), else it is the entry's id (a job of no workflow whose daemon died, or
--- another took the entry out, before its handler ran half a second).
-local function lost_end(h, w, t, stream, entries, jobs, me, now)
+-- another took the entry out, before its handler ran half a second). ``marks``: the queue's
+-- cancellation marks key (``marks_of``); ``uniques``: the --unique marks of the entries known
+-- to have one, by "STREAM|ENTRY" (the holder's: it read them; none for a reclaimer) (``lost_job``).
+local function lost_end(h, w, t, stream, entries, jobs, me, now, marks, uniques)
   for _, id in ipairs(entries) do
     local at = stream .. '|' .. id
     local job, batch, incarnation = taken_job(t, at)
-    lost_job(h, w, stream, id, job or jobs[at] or id, batch, incarnation, me, now)
+    lost_job(h, w, stream, id, job or jobs[at] or id, batch, incarnation, me, now, marks,
+      uniques[at])
   end
+end
+
+-- The cancellation marks key ``key`` (cancel.lua) when it is one (a zset), else nil: a key of
+-- another type there (someone else's) is no mark.
+local function marks_of(key)
+  return key and redis.call('TYPE', key).ok == 'zset' and key or nil
+end
+
+-- The taken record of entry ``id`` of ``stream`` goes with the end of its job, if the job is a
+-- workflow job (of a batch, or waited for: ``w.watched``, the queue has waiters): a record
+-- wait_on.lua wrote for a job read before anything waited for it is swept by no read (none of
+-- its job writes one), and the hash would keep it for ever. A job of no workflow costs nothing.
+local function untake(t, w, stream, id, batch)
+  if not (batch or w.watched) then return end
+  local taken = taken_key(t)
+  if taken then redis.call('HDEL', taken, stream .. '|' .. id) end
 end
