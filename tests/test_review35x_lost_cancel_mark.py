@@ -26,7 +26,12 @@ ends 'cancelled' instead of 'lost', its marks removed, once.
 Suggested fix: renew.lua and reclaim.lua pass the cancellation marks key to lost_end (renew.lua
 has it: KEYS[2]; reclaim.lua would take it as one more key), and lost_job does ZREM marks
 'id:STREAM|ENTRY' 'job:JOB' when the key is a zset; renew.lua builds ``cancelled`` from the
-entries renewed, not from ``mine``."""
+entries renewed, not from ``mine``.
+
+Fixed (task f35xb): ``lost_job`` removes the entry's cancellation marks ('id:STREAM|ENTRY' and
+'job:JOB') as every other end does: renew.lua and settle.lua pass their marks key, reclaim.lua
+takes it as KEYS[9]. renew.lua reports as cancelled only the entries it renewed: the deleted
+one is reported once, lost."""
 
 from __future__ import annotations
 

@@ -22,7 +22,10 @@ inbox), so the renewal sends it.
 
 Why it matters: whoever follows the job by its id (`jobd job`, a dashboard link, the history
 hash) never learns it ended; its end is recorded under an id no producer knows. (Not checked:
-whether `jobd enqueue --wait`, which matches events by entry, sees it.)"""
+whether `jobd enqueue --wait`, which matches events by entry, sees it.)
+
+Fixed (task f35xb): the reader hands each entry's job id, as read, to ``Holdings.add`` (kept in
+``_Held.job_id``), and ``Holdings.job_ids`` sends it for an entry whose handler has not started."""
 
 from __future__ import annotations
 

@@ -26,7 +26,14 @@ knows from the daemon (it could send each held --unique job's mark key as a KEY:
 already lists them for keep_marks) and reclaim.lua knows only from the taken record or the
 active record; for the reclaim, the taken record could note the mark's key (or the 'unique'
 flag) when the entry has jobd_unique, and the reclaim read it with a key passed by the caller
-per claimed page; at least the live holder's renewal (the common case) can clear it."""
+per claimed page; at least the live holder's renewal (the common case) can clear it.
+
+Fixed (task f35xb): the step that writes 'lost' deletes the job's --unique mark while it says
+'queued' (lib/workflows.lua ``lost_job``). The holder knows its jobs' marks (it read them:
+lease.py ``_Held.mark``) and sends each with its renewal as a declared key (renew.lua KEYS[11..],
+by index from ARGV), and with a hand-back (settle.lua, a --unique job's mark). A reclaimer
+cannot know the mark of an entry it never read: a --unique job deleted under a dead daemon
+keeps its mark until it expires (docs/workflows.md, Limits)."""
 
 from __future__ import annotations
 

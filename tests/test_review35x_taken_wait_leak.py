@@ -25,7 +25,13 @@ even history.max_age.
 Suggested fix: wait_on.lua calls sweep_taken after its HSETNX (it has the group: ARGV[3]), as
 take_note does, so that each write sweeps two records; or settle.lua (ack, cancel) and
 dead_letter.lua HDEL their entry's record when the queue's waiters hash says the job was waited
-for (a field they compute already for ``ended``)."""
+for (a field they compute already for ``ended``).
+
+Fixed (task f35xb): the step that ends a workflow job while it is pending (settle.lua for done
+and cancelled, dead_letter.lua, and settle.lua's hand-back that finds the entry deleted)
+removes its entry's taken record (lib/workflows.lua ``untake``: only when the queue has
+waiters or the job is a batch's, so a job of no workflow pays nothing), and wait_on.lua sweeps
+as the reads' writes do (``sweep_taken``). Without ``untake`` the ten records stay."""
 
 from __future__ import annotations
 

@@ -84,7 +84,8 @@ Layout of a queue whose stream is S:
                        {job id, batch, incarnation}, written by the read that takes the entry
                        (lua/read_levels.lua, lua/reclaim.lua) and by lua/wait_on.lua; read by
                        the script that finds the entry deleted (lib/workflows.lua lost_end);
-                       a record whose entry is pending no more is swept by later writes
+                       removed with its job's end (settle.lua, dead_letter.lua), and a record
+                       whose entry is pending no more otherwise is swept by later writes
   derive(S, "follow-up:batch|I|ID") the mark of batch ID's callback job in this (its
                        --on-complete) queue, once added; I is the batch's incarnation (Redis's
                        time in µs when it was made: a batch of that id made again after it

@@ -336,10 +336,11 @@ end
 -- it runs) records "STREAM|ENTRY" -> cmsgpack {job id, batch, incarnation}, and the script that
 -- finds the entry deleted (``lost_end``) reads it there. Only workflow jobs are recorded: a
 -- jobd_batch, or a job id with waiters; other jobs cost nothing (a read asks nothing more of
--- Redis than one TYPE when the queue has waiters). A record is removed by ``lost_end``; one whose
--- entry was settled otherwise is swept by a later write (``sweep_taken``: TAKEN_SWEEP records
--- drawn at random, each removed when its entry is pending no more), so the hash holds about
--- twice the workflow jobs running, never the ones that ran. A key of another type there
+-- Redis than one TYPE when the queue has waiters). A record is removed by ``lost_end`` and by
+-- the step that ends its job while pending (settle.lua, dead_letter.lua: ``untake``); one whose
+-- entry was settled otherwise (a retry, a cancel at the read) is swept by a later write
+-- (``sweep_taken``: TAKEN_SWEEP records drawn at random, each removed when its entry is pending
+-- no more), so the hash holds about the workflow jobs running, never the ones that ran. A key of another type there
 -- (someone else's) is neither read nor written (``taken_at``): the jobs are then told as before.
 local TAKEN_SWEEP = 2
 
