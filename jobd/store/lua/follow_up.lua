@@ -26,7 +26,8 @@ local function unpacked(packed)
   local ok, fields = pcall(cmsgpack.unpack, packed)
   if not ok or type(fields) ~= 'table' or #fields == 0 or #fields % 2 ~= 0 then return nil end
   if #fields > 2 * MAX_FIELDS then return nil end
-  for _, v in ipairs(fields) do
+  for i = 1, #fields do  -- by index: ipairs stops at a nil, which # may count (cmsgpack)
+    local v = fields[i]
     if type(v) ~= 'string' and type(v) ~= 'number' then return nil end
   end
   return fields

@@ -31,6 +31,10 @@ follow-ups are added; one foreign write stops a whole pipeline stage on a cluste
 Suggested fix: in follow_up.lua ``unpacked``, check the values by index, ``for i = 1, #fields
 do local v = fields[i] ... end`` (nil is neither string nor number), as lib/jobs.lua
 ``decode_member`` does for delayed members; or compare #fields with a count of ``pairs``.
+
+Fixed (fixer f35y): follow_up.lua ``unpacked`` checks the values by index, 1 to ``#fields``
+(as lib/jobs.lua ``decode_member`` does): a nil is neither text nor a number, so the entry is
+skipped, logged and removed alone, and the good one is added in the same move.
 """
 
 from __future__ import annotations
