@@ -78,7 +78,8 @@ def enqueue(
     With ``unique`` (a ``job_id`` is required): added only if that job id is not queued,
     running, or done within the dedupe window, checked and added in one script; else raises
     Duplicate. Its mark lasts until ``UNIQUE_TTL`` after the job is due (by Redis's clock), in
-    case the job is lost. A job has at most ``job.MAX_FIELDS`` fields (ProducerError otherwise).
+    case the job is lost. A job has at most ``job.MAX_FIELDS`` fields, jobd's own counted as
+    its daemon counts them (``newjob.too_wide``; ProducerError otherwise).
     With ``priority``: into that level's stream (the queue's own stream is its default level).
     Per-job limits and extra fields: ``enqueue_job``.
     """
@@ -347,7 +348,8 @@ def _added(added: Enqueued, queue: str, job_id: str | None) -> str:
 
 
 def check_width(fields: dict[bytes, bytes]) -> None:
-    """Refuse a job wider than jobd runs (``job.MAX_FIELDS``): its scripts could not copy it."""
+    """Refuse a job wider than jobd runs (``job.MAX_FIELDS``, jobd's fields counted as the
+    daemon that reads it counts them: ``newjob.too_wide``): its scripts could not copy it."""
     if (why := too_wide(fields)) is not None:
         raise ProducerError(f"{why}: not added")
 

@@ -34,6 +34,13 @@ Suggested fix: one bound, counted as the reader counts it: ``too_wide`` (or pars
 jobd_attempt, jobd_origin: those of ``job.KEPT`` not in the fields yet) with MAX_FIELDS; or
 build the ``Job`` the reader would and ask ``Job.too_wide``. The producer's check_width the
 same, so that `jobd enqueue` never adds a job its daemon refuses to run.
+
+Fixed (fixer f35y): ``newjob.too_wide`` counts as the reader counts: past the fields no job
+can make wide (``MAX_FIELDS - len(KEPT)``) it builds the ``Job`` the daemon would read and asks
+``Job.too_wide`` (its own fields and jobd's a retry carries, jobd_job_id, jobd_attempt and
+jobd_origin added). process/followups.py and producer.check_width share it: p1 is
+dead-lettered `enqueue` ("JOBD_ENQUEUE line 1: a job has at most 1000 fields with jobd's own
+…"), nothing added; `jobd enqueue` refuses a payload and 997 fields the same way.
 """
 
 from __future__ import annotations
