@@ -30,6 +30,12 @@ Suggested fix: split on the weight, not the field count: ``_load`` returns
 parse), and a queue's call takes another parent's only while the sum stays under the queue's
 max_follow_ups_bytes (or a fixed CALL_BYTES near the default). Tried (not committed): `_load` as
 the weight over 128 makes each parent its own call, and this test passes.
+
+Fixed (fixer f35y): each FollowUp carries its ``outcome.weight`` (counted once, where it is
+made), and store/outcomes.py ``_one_more_call`` gives a parent a settle.lua call of its own
+when its follow-ups would take its queue's call past what one file may hold: the queue's
+max_follow_ups_bytes by that weight, or its max_follow_ups jobs (``CALL_FIELDS`` is gone).
+Here every parent is a call of its own (99 arguments).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class QueueConfig:
     max_payload: int  # bytes
     result_max: int  # bytes: a handler's result, at most (process.results)
     max_follow_ups: int  # jobs one job may enqueue through JOBD_ENQUEUE (process.followups)
-    max_follow_ups_bytes: int  # what those jobs may hold together (process.followups.weight)
+    max_follow_ups_bytes: int  # what those jobs may hold together (outcome.weight)
     resources: Resources
     run_as_user: str | None  # Unix user for handlers (queue key run_as.user)
     run_as_group: (

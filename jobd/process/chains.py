@@ -24,7 +24,7 @@ from jobd.config import QueueConfig
 from jobd.config.types import ChainStep
 from jobd.job import PARENT, PAYLOAD, Job
 from jobd.newjob import JobClock, follow_up_id, follow_up_template, prepare
-from jobd.outcome import FollowUp
+from jobd.outcome import FollowUp, weight
 from jobd.process.channel import ProgressOutput
 from jobd.process.output import Output
 
@@ -113,4 +113,5 @@ def _follow_up(
                        JobClock(job))  # fmt: skip
     entry.fields[PARENT] = f"{queue.name} ".encode() + os.fsencode(job.job_id)
     mark = target.keys.follow_up(queue.name, job.job_id, job.origin, f"then.{n}")
-    return FollowUp(target, entry.fields, entry.due, os.fsencode(job_id), mark)
+    fields = entry.fields
+    return FollowUp(target, fields, entry.due, os.fsencode(job_id), mark, weight(fields))

@@ -10,12 +10,13 @@ succeeded: its jobs are then written with the job's acknowledgement, in the same
 
 A file jobd will not take fails the attempt, which is dead-lettered at once (``enqueue``),
 and none of its jobs is enqueued: more than ``max_follow_ups`` jobs, more than ``MAX_BYTES``,
-jobs that hold more than ``max_follow_ups_bytes`` together (``weight``), a line that is no job
-(its number and why), a job wider than jobd runs one (``job.MAX_FIELDS``, jobd's fields
-counted: as ``jobd.producer`` refuses one), a queue not in the config, a payload above the
-queue's ``max_payload``, or ``unique`` (a follow-up is once by construction). The why quotes
-the handler's text in part only (``WHY_MOST``): it ends the dead letter's ``jobd_stderr``,
-whose last 4 KiB are kept, and leaves the handler's own stderr room.
+jobs that hold more than ``max_follow_ups_bytes`` together (``outcome.weight``), a line that is
+no job (its number and why), a job wider than jobd runs one (``job.MAX_FIELDS``, jobd's fields
+counted as the daemon that reads it counts them: as ``jobd.producer`` refuses one), a queue
+not in the config, a payload above the queue's ``max_payload``, or ``unique`` (a follow-up is
+once by construction). The why quotes the handler's text in part only (``WHY_MOST``): it ends
+the dead letter's ``jobd_stderr``, whose last 4 KiB are kept, and leaves the handler's own
+stderr room.
 
 Those bounds are what keeps the one Redis call that writes a job's follow-ups with its
 acknowledgement short (``settle.lua``; it blocks every other client of that Redis meanwhile):
@@ -40,15 +41,12 @@ from jobd import ndjson
 from jobd.config import QueueConfig
 from jobd.job import PARENT, Job
 from jobd.newjob import JobClock, follow_up_id, follow_up_template, prepare, too_wide
-from jobd.outcome import FollowUp
+from jobd.outcome import FIELD_BYTES, FollowUp, weight
 from jobd.process import results
 
 SUFFIX = ".enqueue"  # JOBD_ENQUEUE is JOBD_RESULT's path plus this
 PACE = 64  # lines parsed between two calls of ``parse``'s ``pause``
 MAX_BYTES = 64 * 2**20  # the most a JOBD_ENQUEUE file may hold (read whole into the daemon)
-# Each field of a follow-up counts this many bytes at least towards max_follow_ups_bytes: what
-# writing one costs Redis, besides its bytes (measured: some 200 ns a field, 2.5 ns a byte).
-FIELD_BYTES = 128
 # A refusal's why longer than this many characters keeps its first WHY_HEAD and its last WHY_TAIL
 # (a handler's value quoted whole, a 1 MiB queue name, would push the rest out of jobd_stderr).
 WHY_MOST, WHY_HEAD, WHY_TAIL = 480, 240, 120
@@ -102,13 +100,10 @@ def parse(
         if len(found) >= most:
             raise FollowUpError(f"JOBD_ENQUEUE: more than max_follow_ups ({most}) jobs")
         try:
-            new = _follow_up(line, len(found) + 1, job, queue, queues, start, clock)
-            new.fields[PARENT] = parent
-            if (wide := too_wide(new.fields)) is not None:  # jobd's fields counted
-                raise ValueError(wide)
+            new = _follow_up(line, len(found) + 1, job, queue, queues, start, clock, parent)
         except ValueError as exc:
             raise FollowUpError(brief(f"JOBD_ENQUEUE line {number}: {exc}")) from None
-        held += weight(new.fields)
+        held += new.weight
         if held > budget:
             raise FollowUpError(
                 f"JOBD_ENQUEUE: its jobs up to line {number} hold more than max_follow_ups_bytes "
@@ -116,12 +111,6 @@ def parse(
             )
         found.append(new)
     return tuple(found)
-
-
-def weight(fields: dict[bytes, bytes]) -> int:
-    """What a follow-up counts towards ``max_follow_ups_bytes``: its fields' names and values,
-    each field ``FIELD_BYTES`` at least."""
-    return sum(max(len(name) + len(value), FIELD_BYTES) for name, value in fields.items())
 
 
 def brief(why: str) -> str:
@@ -134,11 +123,12 @@ def brief(why: str) -> str:
 
 def _follow_up(
     line: bytes, n: int, parent: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig],
-    template: dict[str, object], clock: JobClock,
+    template: dict[str, object], clock: JobClock, parent_field: bytes,
 ) -> FollowUp:  # fmt: skip
-    """The follow-up of one line, the ``n``th job of the file (its ``PARENT`` field left to
-    the caller); ValueError saying why not. The line is parsed once (``orjson``), its job
-    made from the object (``ndjson.job_from_object``)."""
+    """The follow-up of one line, the ``n``th job of the file, its ``PARENT`` field
+    ``parent_field``; ValueError saying why not, a job wider than jobd runs one too (jobd's
+    fields counted: ``newjob.too_wide``). The line is parsed once (``orjson``), its job made
+    from the object (``ndjson.job_from_object``)."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -164,5 +154,9 @@ def _follow_up(
         job_id = follow_up_id(parent.job_id, n)
         object.__setattr__(new, "job_id", job_id)
     entry, _ = prepare(new, clock)
+    entry.fields[PARENT] = parent_field
+    if (wide := too_wide(entry.fields)) is not None:
+        raise ValueError(wide)
     mark = target.keys.follow_up(queue.name, parent.job_id, parent.origin, n)
-    return FollowUp(target, entry.fields, entry.due, os.fsencode(job_id), mark)
+    fields = entry.fields
+    return FollowUp(target, fields, entry.due, os.fsencode(job_id), mark, weight(fields))

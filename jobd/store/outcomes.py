@@ -32,12 +32,6 @@ STDERR_LIMIT = 4096  # bytes of a handler's stderr a dead-letter record keeps (i
 # nor is such a job's when it is dead-lettered as poison first.
 CLIP_BYTES = 1024
 
-# Follow-up fields one settle.lua call writes at most, unless one job's alone are more (a
-# JOBD_ENQUEUE file's, up to max_follow_ups_bytes: process.followups): a job whose follow-ups
-# would pass it goes into a call of its own, and a call stays as short as one job's (Redis
-# serves no other client meanwhile). A chain's few follow-ups share calls as before.
-CALL_FIELDS = 4096
-
 # One write's outcomes and what came of it: the (message id, owner now) pairs of the entries
 # left alone because this consumer no longer holds them, or the error the call failed with.
 Settled = tuple[list[Outcome], list[tuple[str, str]] | Exception]
@@ -50,13 +44,12 @@ class OutcomeOps(StoreBase):
         calls: list[list[Outcome]] = []
         acks: dict[tuple[str, str, int], list[Outcome]] = defaultdict(list)
         parts: Counter[tuple[str, str]] = Counter()  # per queue: its settle.lua calls, less one
-        loads: Counter[tuple[str, str]] = Counter()  # follow-up fields in its last call
+        loads: dict[tuple[str, str], tuple[int, int]] = {}  # follow-ups in its last call
         for o in outcomes:
             if o.verb in SETTLE_OPS:
-                queue, load = (o.queue.stream, o.queue.group), _load(o)
-                if load and loads[queue] and loads[queue] + load > CALL_FIELDS:
-                    parts[queue], loads[queue] = parts[queue] + 1, 0  # one more call
-                loads[queue] += load
+                queue = (o.queue.stream, o.queue.group)
+                if o.follow_ups:  # nearly every job has none: nothing to count
+                    parts[queue] += _one_more_call(o, loads, queue)
                 acks[(*queue, parts[queue])].append(o)
             elif o.verb is Verb.RETRY:
                 sent.add(*self._retry(o))
@@ -206,9 +199,25 @@ class OutcomeOps(StoreBase):
             sent.add(self.scripts.release, [running], members)
 
 
-def _load(o: Outcome) -> int:
-    """The fields of ``o``'s follow-ups (``CALL_FIELDS``)."""
-    return sum(len(f.fields) for f in o.follow_ups)
+def _one_more_call(
+    o: Outcome, loads: dict[tuple[str, str], tuple[int, int]], queue: tuple[str, str]
+) -> int:
+    """1 when ``o``'s follow-ups go into a settle.lua call of their own, 0 when they join the
+    last call of ``queue`` (its stream and group); ``loads`` keeps what that call holds (their
+    weight, their number). A call holds at most what one JOBD_ENQUEUE file may, as weighed
+    by ``outcome.weight`` (the queue's max_follow_ups_bytes and max_follow_ups), unless one
+    job's follow-ups alone are more (a file's and its ``then:`` steps'): its Redis time, in
+    which Redis serves no other client, is one file's, not that of every parent settled with
+    it (docs/workflows.md)."""
+    q, jobs = o.queue, len(o.follow_ups)
+    weight = sum(f.weight for f in o.follow_ups)
+    held, held_jobs = loads.get(queue, (0, 0))
+    over = held + weight > q.max_follow_ups_bytes or held_jobs + jobs > q.max_follow_ups
+    if held_jobs and over:
+        loads[queue] = (weight, jobs)
+        return 1
+    loads[queue] = (held + weight, held_jobs + jobs)
+    return 0
 
 
 def follow_up_args(o: Outcome, keys: list[str | bytes], direct: bool) -> list[object]:
