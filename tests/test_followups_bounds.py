@@ -1,7 +1,8 @@
 """What bounds the one Redis call that writes a job's follow-ups with its acknowledgement
 (fixer f35wa, review 35w): ``max_follow_ups_bytes`` (what a JOBD_ENQUEUE file's jobs hold
 together, each field counted as 128 bytes at least), and a settle.lua call of its own for a job
-whose follow-ups are many fields. Real Redis; the parse is the daemon's
+whose follow-ups would take the call past that weight (fixer f35y; many fields before), and
+an outbox move's calls cut by it. Real Redis; the parse is the daemon's
 (``process.followups.parse``). The reproductions of review 35w are in test_review35w_*.py."""
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from support import jobd_cli
 
 from jobd.config import load
 from jobd.job import Job
-from jobd.outcome import Outcome, Verb
+from jobd.outcome import Outcome, Verb, weight
 from jobd.process import followups
 from jobd.store import scripts
+from jobd.store.outbox import cut, packed_weight
 from jobd.store.store import Store
 
 
@@ -68,11 +70,12 @@ def test_max_follow_ups_bytes_is_from_1kib_to_64mib(write_config, size: str) -> 
 def test_jobs_with_many_follow_up_fields_are_settled_in_calls_of_their_own(
     r: redis.Redis, write_config
 ) -> None:
-    """Two parents whose files hold 3 000 fields each, and two whose one follow-up is small,
-    settled together: two settle.lua calls, each one file's (and a small one's), not one call
-    as long as both files."""
-    qs = queues(write_config)
-    line = orjson.dumps({"queue": "b", "payload": "", "fields": {f"f{i}": "" for i in range(997)}})
+    """Two parents whose files hold 2 991 fields each (374 KiB by ``outcome.weight``: 128
+    bytes a field), and two whose one follow-up is small, settled together on a queue of
+    max_follow_ups_bytes 512 KiB: two settle.lua calls, each one file's (and a small one's),
+    not one call as long as both files."""
+    qs = queues(write_config, ", max_follow_ups_bytes: 512KiB")
+    line = orjson.dumps({"queue": "b", "payload": "", "fields": {f"f{i}": "" for i in range(994)}})
     wide = (line + b"\n") * 3
     small = b'{"queue": "b", "payload": "x"}\n'
     outcomes = []
@@ -89,3 +92,22 @@ def test_jobs_with_many_follow_up_fields_are_settled_in_calls_of_their_own(
     assert len(settles) == 2, [c[:120] for c in settles]
     assert r.xpending("jobd:a", "jobd")["pending"] == 0
     assert r.xlen("jobd:b") == 8
+
+
+@pytest.mark.parametrize("width", [1, 7, 8, 990])  # a fixarray, then an array 16
+def test_an_outbox_entry_weighs_what_its_follow_up_does_or_a_little_more(
+    r: redis.Redis, width: int
+) -> None:
+    """``packed_weight`` reads the count of an outbox entry's fields from the header of what
+    cmsgpack packed (as settle.lua packs them), unpacking nothing: at least the follow-up's
+    ``outcome.weight``, at most 128 bytes a field and the packing's own bytes more."""
+    fields = {b"payload": b"y" * 300} | {b"f%d" % i: b"" for i in range(width - 1)}
+    flat = [x for pair in fields.items() for x in pair]
+    packed = r.eval("return cmsgpack.pack(ARGV)", 0, *flat)
+    assert weight(fields) <= packed_weight(packed) <= weight(fields) + 128 * width + len(packed)
+    assert packed_weight(packed) - len(packed) == 128 * width  # the header's count, exactly
+    entries = [(b"%d-0" % n, {b"fields": packed}) for n in range(5)]
+    one = packed_weight(packed)
+    assert [len(c) for c in cut(entries, 2 * one, 100)] == [2, 2, 1]
+    assert [len(c) for c in cut(entries, one - 1, 100)] == [1] * 5  # each alone, none left
+    assert [len(c) for c in cut(entries, 10 * one, 3)] == [3, 2]  # at most max_follow_ups

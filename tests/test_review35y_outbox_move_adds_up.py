@@ -34,6 +34,12 @@ Suggested fix: in ``_move_round``, cut each target's group into calls of at most
 max_follow_ups_bytes or a fixed bound near the default), an entry larger than the budget alone;
 and read fewer entries when they are large (XRANGE COUNT stays, a budget of bytes stops the
 round early).
+
+Fixed (fixer f35y): store/outbox.py ``cut`` splits each target's entries into follow_up.lua
+calls of at most the outbox queue's max_follow_ups_bytes (``packed_weight``: the packed
+fields' bytes, 128 a field, the count read from cmsgpack's array header) and max_follow_ups
+entries, an entry alone when it is more: here calls of 7. Not done: the XRANGE that reads up
+to MOVE_BATCH entries still brings them all in one reply.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import orjson
 from redis.crc import key_slot
 
 from jobd.config import QueueConfig
+from jobd.outcome import FIELD_BYTES
 from jobd.store.base import StoreBase
 from jobd.store.connection import away
 from jobd.store.keys import FOLLOW_UP_TTL
@@ -42,6 +43,7 @@ MOVE_BATCH = 100  # outbox entries one round of moves reads
 DUE = re.compile(rb"[+-]?[0-9]{1,18}")  # a due time as jobd writes one: Unix ms, or +MS
 WAITER_TEXTS = ("base", "stream", "dead", "job")  # a waiter line's values that name keys: text
 SHOWN = 200  # bytes of each name and value of an entry a log line quotes (repr: escaped)
+Entry = tuple[bytes, dict[bytes, bytes]]  # an outbox entry: its id, its fields
 
 
 def call_misfit(keys: list, args: list, cluster: bool) -> str | None:
@@ -68,6 +70,40 @@ def follow_up_misfit(f: dict[bytes, bytes], cluster: bool) -> str | None:
     if due and not DUE.fullmatch(due):
         return "its due time no number"
     return call_misfit(keys, [], cluster)
+
+
+def packed_weight(packed: bytes) -> int:
+    """What a follow-up packed by settle.lua (a cmsgpack array of names and values) weighs, as
+    ``outcome.weight`` counts it or a little more: its bytes, and FIELD_BYTES a field (the
+    array's header says how many values it holds, not how long each is: no unpacking)."""
+    head = packed[:1]
+    if head and 0x90 <= head[0] <= 0x9F:  # fixarray: up to 15 values
+        values = head[0] - 0x90
+    elif head in (b"\xdc", b"\xdd"):  # array 16, array 32: the count follows, big-endian
+        values = int.from_bytes(packed[1 : 3 if head == b"\xdc" else 5], "big")
+    else:  # no array (follow_up.lua skips it): its bytes
+        values = 0
+    return len(packed) + FIELD_BYTES * (values // 2)
+
+
+def cut(entries: list[Entry], budget: int, most: int) -> list[list[Entry]]:
+    """One target's follow-up ``entries`` in follow_up.lua calls of at most ``budget`` weight
+    (``packed_weight``) and ``most`` entries each, an entry alone when its own weight is more:
+    what one call adds is bounded as a settle.lua call's is (``store.outcomes``), whatever
+    the move gathered (the follow-ups of every parent settled since the last one)."""
+    calls: list[list[Entry]] = []
+    call: list[Entry] = []
+    held = 0
+    for entry in entries:
+        weight = packed_weight(entry[1].get(b"fields", b""))
+        if call and (held + weight > budget or len(call) >= most):
+            calls.append(call)
+            call, held = [], 0
+        call.append(entry)
+        held += weight
+    if call:
+        calls.append(call)
+    return calls
 
 
 def waiter_of(line: bytes) -> dict:
@@ -132,8 +168,7 @@ class OutboxOps(StoreBase):
         notices = [row for row in rows if b"kind" in row[1]]  # dependencies, batches
         done, error = self.move_notices(outbox, notices) if notices else ([], None)  # type: ignore[attr-defined]
         rows = [row for row in rows if b"kind" not in row[1]]
-        by_target: dict[tuple[bytes, bytes], list[tuple[bytes, dict[bytes, bytes]]]]
-        by_target = defaultdict(list)
+        by_target: dict[tuple[bytes, bytes], list[Entry]] = defaultdict(list)
         for entry_id, fields in rows:
             if (why := follow_up_misfit(fields, self.cluster)) is not None:
                 thrown_out("follow-up", outbox, entry_id, why, fields)
@@ -144,13 +179,14 @@ class OutboxOps(StoreBase):
             )
         sent, groups = Batch(), []
         for (stream, delayed), entries in by_target.items():
-            keys: list[object] = [stream, delayed]
-            args: list[object] = [FOLLOW_UP_TTL]
-            for _, f in entries:
-                keys.append(f.get(b"mark", b""))
-                args += [f.get(b"due", b""), f.get(b"member", b""), f.get(b"fields", b"")]
-            sent.add(self.scripts.follow_up, keys, args)  # type: ignore[arg-type]
-            groups.append(entries)
+            for call in cut(entries, queue.max_follow_ups_bytes, queue.max_follow_ups):
+                keys: list[object] = [stream, delayed]
+                args: list[object] = [FOLLOW_UP_TTL]
+                for _, f in call:
+                    keys.append(f.get(b"mark", b""))
+                    args += [f.get(b"due", b""), f.get(b"member", b""), f.get(b"fields", b"")]
+                sent.add(self.scripts.follow_up, keys, args)  # type: ignore[arg-type]
+                groups.append(call)
         for entries, reply in zip(groups, self.run(sent), strict=True):
             if isinstance(reply, Exception):
                 error = error or reply
