@@ -32,7 +32,9 @@ file's jobs hold together, each field counted as 128 bytes at least (process/fol
 ``weight``): this file (some 480 MiB so counted) dead-letters its parent `enqueue` at its 66th
 line, nothing written. At the bound the bytes and fields cost 15-35 ms (bench/follow_ups_cost.py); a job
 whose follow-ups take a settle.lua call past 4096 fields gets a call of its own
-(store/outcomes.py CALL_FIELDS), so parents settled together do not add up.
+(store/outcomes.py CALL_FIELDS), so parents settled together do not add up. (Since fixer
+f35y: a call of its own past one file's max_follow_ups_bytes by the same weight, or its
+max_follow_ups jobs; CALL_FIELDS is gone.)
 """
 
 from __future__ import annotations
