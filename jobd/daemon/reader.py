@@ -282,14 +282,14 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
         held = set(self.holdings.snapshot(key(q))) if claimed else set()
         jobs: list[Job] = []
         poison: list[tuple[Job, int]] = []
-        own: list[str] = []
+        own: list[Job] = []
         try:
             for raw_id, fields, deliveries, back in claimed:
                 job = Job.from_entry(q.name, raw_id, fields)
                 if job.message_id in held:
                     # Our own job, still running: its lease lapsed while Redis was away and this
                     # claim renewed it. It is not a new job, and not a delivery (keep.lua).
-                    own.append(job.message_id)
+                    own.append(job)
                 elif deliveries > q.max_deliveries:
                     poison.append((job, deliveries))
                 elif back:  # handed back unstarted (by any daemon): nothing went wrong
@@ -308,7 +308,7 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
         finally:
             handed = self.hand_over(q, jobs, sent)
             if own:
-                self.store.keep(q, own)
+                self.store.keep(q, [j.message_id for j in own], [j.job_id for j in own])
             self.dead_letter(q, self.poison_outcomes(q, poison))
         return handed
 

@@ -291,10 +291,16 @@ class ReadingOps(StoreBase):
             [mid.decode() for mid in deleted],
         )
 
-    def keep(self, queue: QueueConfig, ids: list[str]) -> int:
+    def keep(self, queue: QueueConfig, ids: list[str], jobs: Sequence[str] = ()) -> int:
         """Entries this consumer still runs that its own reclaim took back: renewed, and the
-        delivery the claim counted undone. Returns how many were kept."""
-        return int(self.scripts.keep(keys=[queue.stream], args=[queue.group, self.consumer, *ids]))
+        delivery the claim counted undone. ``jobs``: the job ids of ``ids`` ('' where not
+        known), under which a job whose entry was deleted meanwhile ends 'lost' (keep.lua).
+        Returns how many were kept."""
+        k = queue.keys
+        keys = [queue.stream, *notes.keys(queue), k.waiters, k.outbox, k.taken]
+        job_ids = [os.fsencode(job_id) for job_id in jobs]
+        args = [queue.group, self.consumer, notes.settings(queue), len(ids), *ids, *job_ids]
+        return int(self.scripts.keep(keys=keys, args=args))
 
     def dedupe(self, queue: QueueConfig, jobs: list[Job]) -> set[str]:
         """Acknowledge, unrun, the jobs whose job id's mark says done (within the queue's

@@ -48,19 +48,48 @@ end
 -- looks at most at ARGV[5] × 10 entries of the pending list from the cursor on, so those are
 -- the ones read here (their rows only, in the same order), before the claim makes them idle no
 -- more: a bounded read, where XPENDING … IDLE walks the whole rest of the list when few match.
-local back = {}
-for _, p in ipairs(redis.call('XPENDING', stream, group, ARGV[4], '+', 10 * tonumber(ARGV[5]))) do
+local back, rows = {}, redis.call('XPENDING', stream, group, ARGV[4], '+', 10 * tonumber(ARGV[5]))
+for _, p in ipairs(rows) do
   if tonumber(p[3]) >= HANDED_BACK then back[p[1]] = true end
 end
 local reply = redis.call('XAUTOCLAIM', stream, group, me, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+-- Redis 6.2 replies a null (Lua: false) in place of a claimed entry whose data was deleted, not
+-- its id (7.0+ purges it and lists its id third). Its id is the first of ``rows`` (the pending
+-- rows read above, in the order XAUTOCLAIM walks them) after the entry before it in the reply
+-- that this claim took: this consumer's now, its delivery count one more than read above (an
+-- entry XAUTOCLAIM passes over is left as it was). By position in the reply; nil: not found.
+local function null_ids(entries)
+  local ids, r = {}, 1
+  for i, entry in ipairs(entries) do
+    if type(entry) == 'table' then
+      while r <= #rows and rows[r][1] ~= entry[1] do r = r + 1 end
+      r = r + 1
+    else
+      while r <= #rows and not ids[i] do
+        local row = rows[r]
+        local p = redis.call('XPENDING', stream, group, row[1], row[1], 1)[1]
+        if p and p[2] == me and tonumber(p[4]) > tonumber(row[4]) then ids[i] = row[1] end
+        r = r + 1
+      end
+    end
+  end
+  return ids
+end
+local nulls = {}
+for _, entry in ipairs(reply[2]) do
+  if type(entry) ~= 'table' then nulls = null_ids(reply[2]); break end
+end
 local claimed, deleted, h = {}, reply[3] or {}, nil
 local taken, waiters = taken_at(8), nil
 if #reply[2] > 0 then waiters = redis.call('TYPE', KEYS[6]).ok == 'hash' and KEYS[6] or nil end
-for _, entry in ipairs(reply[2]) do
-  local id, fields = entry[1], entry[2]
+for i, entry in ipairs(reply[2]) do
+  local id, fields = nulls[i], nil
+  if type(entry) == 'table' then id, fields = entry[1], entry[2] end
   if type(fields) ~= 'table' then
-    redis.call('XACK', stream, group, id)
-    deleted[#deleted + 1] = id
+    if id then
+      redis.call('XACK', stream, group, id)
+      deleted[#deleted + 1] = id
+    end
   else
     local p = redis.call('XPENDING', stream, group, id, id, 1)
     if unanswered[id] then

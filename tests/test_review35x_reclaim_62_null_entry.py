@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, jobd_cli, wait_until
+from support import DaemonProcess, jobd_cli, purges_deleted, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -80,3 +80,47 @@ def test_a_deleted_entry_under_a_dead_daemon_does_not_stop_the_queue(
     wait_until(lambda: "z" in runs(), 15, what="z run by the second daemon")
     wait_until(lambda: r.xpending("jobd:a", "jobd")["pending"] == 0, 10, what="x's entry acked")
     assert "attempt to index" not in second.log()
+    lost = [f[b"entry"] for _, f in r.xrange("{jobd:a}:events") if f[b"event"] == b"lost"]
+    assert lost == [entry]  # its end, once
+
+
+def test_deleted_entries_among_others_are_each_acked_and_told_once(
+    r: redis.Redis, write_config
+) -> None:
+    """Consumer A reads five entries; its lease lapses; C takes the third (not idle then); the
+    second (a batch member), third and fourth are deleted. B's reclaim claims the first and
+    fifth with their data, and each deleted entry it claims is acked and ends 'lost' under its
+    own id: on 6.2 the reply holds a null for each, in walk order, and the third (C's, not
+    claimed) lies between the two; 7.0+ purges all three, idle or not, and lists them."""
+    from jobd.config import load
+    from jobd.store.store import Store
+
+    lease = "{renew_every: 100ms, reclaim_after: 300ms}"
+    q = load(str(write_config(queue_config("[/bin/true]", lease=lease)))).queues["q"]
+    r.xgroup_create("jobd:q", "jobd", id="$", mkstream=True)
+    ids = [
+        r.xadd("jobd:q", {"payload": "x", "job_id": job, **extra}).decode()
+        for job, extra in [("e1", {}), ("m", {"jobd_batch": "B"}), ("e3", {}), ("e4", {}),
+                           ("e5", {})]
+    ]  # fmt: skip
+    (read,) = [entries for _, entries in Store(r, "A").read_levels(q, 10).entries]
+    assert [mid.decode() for mid, _ in read] == ids
+    rows = lambda: r.xpending_range("jobd:q", "jobd", "-", "+", 9)  # noqa: E731
+    wait_until(lambda: min(p["time_since_delivered"] for p in rows()) >= 300, what="lapsed")
+    assert r.xclaim("jobd:q", "jobd", "C", 0, [ids[2]], justid=True) == [ids[2].encode()]
+    r.xdel("jobd:q", *ids[1:4])
+    b = Store(r, "B")
+    got = b.reclaim(q, "0-0", 10)
+    assert [c[0].decode() for c in got.claimed] == [ids[0], ids[4]]
+    gone = ids[1:4] if purges_deleted(r) else [ids[1], ids[3]]
+    assert sorted(got.deleted) == sorted(gone)
+    left = {p["message_id"].decode(): p["consumer"].decode() for p in rows()}
+    kept = {} if purges_deleted(r) else {ids[2]: "C"}
+    assert left == {ids[0]: "B", ids[4]: "B", **kept}
+    assert b.reclaim(q, "0-0", 10).deleted == []  # a replay: nothing more
+    lost = [
+        (f[b"job"], f[b"entry"]) for _, f in r.xrange("{jobd:q}:events") if f[b"event"] == b"lost"
+    ]
+    assert sorted(lost) == sorted([(b"m" if i == ids[1] else i.encode(), i.encode()) for i in gone])
+    notices = [(n[b"kind"], n[b"outcome"]) for _, n in r.xrange("{jobd:q}:outbox")]
+    assert notices == [(b"batch", b"failed")]
