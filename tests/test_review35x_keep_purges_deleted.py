@@ -26,7 +26,13 @@ a deleted entry to the renewal, which then purges and records it).
 
 Why it matters: narrow (a deletion in the window between two calls of one reader pass, after an
 outage longer than reclaim_after), but the end is lost for good, with no trace and no log line,
-which is the very thing f35d set out to end."""
+which is the very thing f35d set out to end.
+
+Fixed (keep.lua; store/reading.py keep; daemon/reader.py): keep.lua ends 'lost' each entry its
+XCLAIM returns nothing for (lib/workflows.lua lost_end, with the job ids the reader sends, the
+history, waiters, outbox and taken keys), as renew.lua does. On Redis 6.2 its XCLAIM … JUSTID
+keeps a deleted entry: A's renewals keep it too and its handler's outcome is the end (checked
+here on 6.2)."""
 
 from __future__ import annotations
 

