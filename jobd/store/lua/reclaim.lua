@@ -28,7 +28,8 @@
 -- entries per call and may claim nothing yet return a non-zero cursor. The delivery count is
 -- read in the same script, after the claim counted this delivery: it is what the poison check
 -- (max_deliveries) needs. Redis 7.0+ purges pending entries whose data was deleted and lists
--- them third; 6.2 returns them with no data: they are acknowledged here, as nothing is left to run.
+-- them third; 6.2 claims them and replies a null for each (its id found below): they are
+-- acknowledged here, as nothing is left to run.
 -- Either way their jobs' active records (of a daemon that died) are removed, and each job's end,
 -- 'lost', is recorded and told to its batch and waiters (lib/workflows.lua lost_end): this step
 -- is the one that takes the entry out of the group, so it is told once.
