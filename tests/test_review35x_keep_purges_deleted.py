@@ -44,6 +44,7 @@ def test_an_entry_deleted_before_keep_ends_lost_told_to_its_batch(
     r: redis.Redis, write_config
 ) -> None:
     from jobd.config import load
+    from jobd.job import Job
     from jobd.store.store import Store
 
     lease = "{renew_every: 100ms, reclaim_after: 300ms}"
@@ -61,7 +62,7 @@ def test_an_entry_deleted_before_keep_ends_lost_told_to_its_batch(
         member.encode()
     ]  # its own, still running: the reader keeps it
     r.xdel("jobd:q", member)  # between the reclaim and keep.lua
-    a.keep(q, [member])
+    a.keep(q, [Job.from_entry(q.name, mid, fields) for mid, fields, _, _ in claimed])
     a.renew_telling(q, [member], [], ["m"])
     Store(r, "B").reclaim(q, "0-0", 10)
     lost = [f for _, f in r.xrange("{jobd:q}:events") if f[b"event"] == b"lost"]

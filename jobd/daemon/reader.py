@@ -308,7 +308,7 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
         finally:
             handed = self.hand_over(q, jobs, sent)
             if own:
-                self.store.keep(q, [j.message_id for j in own], [j.job_id for j in own])
+                self.store.keep(q, own)
             self.dead_letter(q, self.poison_outcomes(q, poison))
         return handed
 

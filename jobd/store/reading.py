@@ -291,16 +291,22 @@ class ReadingOps(StoreBase):
             [mid.decode() for mid in deleted],
         )
 
-    def keep(self, queue: QueueConfig, ids: list[str], jobs: Sequence[str] = ()) -> int:
-        """Entries this consumer still runs that its own reclaim took back: renewed, and the
-        delivery the claim counted undone. ``jobs``: the job ids of ``ids`` ('' where not
-        known), under which a job whose entry was deleted meanwhile ends 'lost' (keep.lua).
-        Returns how many were kept."""
+    def keep(self, queue: QueueConfig, jobs: Sequence[Job]) -> int:
+        """Jobs this consumer still runs that its own reclaim took back (as it read them):
+        renewed, and the delivery the claim counted undone. A job whose entry was deleted
+        meanwhile ends 'lost' under its job id, its cancellation marks and its --unique mark
+        going with it (keep.lua). Returns how many were kept."""
         k = queue.keys
-        keys = [queue.stream, *notes.keys(queue), k.waiters, k.outbox, k.taken]
-        job_ids = [os.fsencode(job_id) for job_id in jobs]
-        args = [queue.group, self.consumer, notes.settings(queue), len(ids), *ids, *job_ids]
-        return int(self.scripts.keep(keys=keys, args=args))
+        keys: list[str | bytes] = [queue.stream, *notes.keys(queue), k.waiters, k.outbox]
+        keys += [k.taken, k.cancels]
+        at = []  # where keep.lua finds each one's --unique mark in KEYS (0: none)
+        for job in jobs:
+            mark = job.mark_key(k, dedupe=False)
+            keys += [mark] if mark is not None else []
+            at.append(len(keys) if mark is not None else 0)
+        args: list[object] = [queue.group, self.consumer, notes.settings(queue), len(jobs)]
+        args += [job.message_id for job in jobs] + [os.fsencode(job.job_id) for job in jobs]
+        return int(self.scripts.keep(keys=keys, args=[*args, *at]))
 
     def dedupe(self, queue: QueueConfig, jobs: list[Job]) -> set[str]:
         """Acknowledge, unrun, the jobs whose job id's mark says done (within the queue's
