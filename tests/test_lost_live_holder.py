@@ -32,20 +32,39 @@ def runs(tmp_path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+LEASE = "{renew_every: 200ms, reclaim_after: 1s}"
+
+
+def batch_member_x(
+    write_config,
+    script,
+    handler: str,
+    *enqueue: str,
+    lease: str = LEASE,
+    queue: str = "",
+    top: str = "",
+) -> Path:
+    """A config of queue a (the handler ``handler`` as its command, one attempt, ``lease``, and
+    ``queue``'s lines) and queue cb (test_after_batches' CALLBACK), ``top`` lines before them;
+    and job x enqueued on a in batch B, its callback on cb (``enqueue``: more options)."""
+    cb = script("cb.sh", CALLBACK)
+    cfg = write_config(
+        f"redis: {{url: '{{redis}}'}}\n{top}queues:\n"
+        f"  a:\n    command: [{script('h.sh', handler)}]\n{queue}"
+        f"    retry: {{max_attempts: 1}}\n    lease: {lease}\n"
+        f"  cb:\n    command: [{cb}]\n"
+    )
+    out = jobd_cli("enqueue", "-c", str(cfg), "a", "x", "--job-id", "x", "--batch", "B",
+                   "--on-complete", "cb", *enqueue)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return cfg
+
+
 def test_a_running_job_whose_entry_is_deleted_ends_lost_told_to_batch_and_waiters(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
-    handler, cb = script("h.sh", HANDLER), script("cb.sh", CALLBACK)
-    cfg = write_config(
-        "redis: {url: '{redis}'}\nqueues:\n"
-        f"  a:\n    command: [{handler}]\n    concurrency: 4\n    retry: {{max_attempts: 1}}\n"
-        "    lease: {renew_every: 200ms, reclaim_after: 1s}\n"
-        f"  cb:\n    command: [{cb}]\n"
-    )
+    cfg = batch_member_x(write_config, script, HANDLER, queue="    concurrency: 4\n")
     c = str(cfg)
-    out = jobd_cli("enqueue", "-c", c, "a", "x", "--job-id", "x", "--batch", "B",
-                   "--on-complete", "cb")  # fmt: skip
-    assert out.returncode == 0, out.stderr
     assert jobd_cli("enqueue", "-c", c, "a", "y", "--job-id", "y").returncode == 0
     d = daemon(cfg)
     wait_until(lambda: {"x", "y"} <= set(runs(tmp_path)), what="x and y running")
@@ -89,17 +108,10 @@ def test_a_job_handed_back_at_a_stop_after_its_entry_was_deleted_ends_lost(
     (settle.lua 'back') takes the deleted entry out of the group, and the same step records
     its end, 'lost', with the job id and batch its note carries, and tells them; its --unique
     mark goes (the hand-back sends it: review 35x), so the job id can be sent again."""
-    handler, cb = script("h.sh", HANDLER), script("cb.sh", CALLBACK)
-    cfg = write_config(
-        "redis: {url: '{redis}'}\nshutdown_grace: 100ms\nqueues:\n"
-        f"  a:\n    command: [{handler}]\n    retry: {{max_attempts: 1}}\n"
-        "    lease: {renew_every: 20s, reclaim_after: 2m}\n"  # no renewal within the test
-        f"  cb:\n    command: [{cb}]\n"
-    )
+    lease = "{renew_every: 20s, reclaim_after: 2m}"  # no renewal within the test
+    cfg = batch_member_x(write_config, script, HANDLER, "--unique", lease=lease,
+                         top="shutdown_grace: 100ms\n")  # fmt: skip
     c = str(cfg)
-    out = jobd_cli("enqueue", "-c", c, "a", "x", "--job-id", "x", "--batch", "B",
-                   "--on-complete", "cb", "--unique")  # fmt: skip
-    assert out.returncode == 0, out.stderr
     assert jobd_cli("enqueue", "-c", c, "a", "h", "--job-id", "h", "--after", "x").returncode == 0
     assert r.get("{jobd:a}:job:x") == b"queued"
     first = daemon(cfg)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import redis
 from support import DaemonProcess, jobd_cli, wait_until
-from test_after_batches import CALLBACK, callbacks
+from test_after_batches import callbacks
+from test_lost_live_holder import batch_member_x
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -36,17 +37,8 @@ exec sleep 60
 def test_a_pending_entry_deleted_under_a_dead_daemon_tells_its_waiter_and_batch(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
-    slow, cb = script("slow.sh", SLOW), script("cb.sh", CALLBACK)
-    cfg = write_config(
-        "redis: {url: '{redis}'}\nqueues:\n"
-        f"  a:\n    command: [{slow}]\n    retry: {{max_attempts: 1}}\n"
-        "    lease: {renew_every: 200ms, reclaim_after: 1s}\n"
-        f"  cb:\n    command: [{cb}]\n"
-    )
+    cfg = batch_member_x(write_config, script, SLOW)
     c = str(cfg)
-    out = jobd_cli("enqueue", "-c", c, "a", "x", "--job-id", "x", "--batch", "B",
-                   "--on-complete", "cb")  # fmt: skip
-    assert out.returncode == 0, out.stderr
     assert jobd_cli("enqueue", "-c", c, "a", "h", "--job-id", "h", "--after", "x").returncode == 0
     first = daemon(cfg)
     wait_until(lambda: (tmp_path / "runs").exists(), what="x running")
