@@ -34,19 +34,11 @@ from collections.abc import Callable
 
 import redis
 from support import DaemonProcess, wait_until
+from test_review35u_hook_json_stand_in import CONFIG as HOOKED
 
 Daemon = Callable[..., DaemonProcess]
 
-CONFIG = """\
-redis: {url: '{redis}'}
-queues:
-  a:
-    command: [/bin/false]
-    max_payload: 4KiB
-    retry: {max_attempts: 1}
-    on_dead_letter: {queue: alerts}
-  alerts: {command: [/bin/true], max_payload: 1MiB}
-"""
+CONFIG = HOOKED + "    max_payload: 1MiB\n"  # the alerts queue's
 
 
 def test_a_hostile_stand_ins_dead_letter_does_not_block_redis_for_seconds(
