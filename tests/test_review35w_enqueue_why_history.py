@@ -24,6 +24,7 @@ Fixed (fixer f35wa): ``notes.note`` writes the detail's last line for ``ENQUEUE`
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 import redis
@@ -39,18 +40,26 @@ echo '{"queue": "nope", "payload": "x"}' > "$JOBD_ENQUEUE"
 """
 
 
-def test_the_why_of_a_refused_follow_up_file_is_in_the_history_record(
-    r: redis.Redis, write_config, script, daemon: Daemon
-) -> None:
+def dead_parent(
+    r: redis.Redis, write_config, script, daemon: Daemon, handler: str
+) -> tuple[Path, dict[bytes, bytes]]:
+    """Queue p, whose handler is ``handler`` (its text), and queue t; one daemon; job p1
+    enqueued on p and dead-lettered: the config and p1's dead letter."""
     cfg = write_config(
         "redis: {url: '{redis}'}\nqueues:\n"
-        f"  p:\n    command: [{script('parent.sh', PARENT)}]\n"
+        f"  p:\n    command: [{script('parent.sh', handler)}]\n"
         "  t:\n    command: [/bin/true]\n"
     )
     daemon(cfg)
     assert jobd_cli("enqueue", "-c", str(cfg), "p", "x", "--job-id", "p1").returncode == 0
     wait_until(lambda: r.xlen("{jobd:p}:dead") == 1, 20, what="p1 dead-lettered")
-    dead = r.xrange("{jobd:p}:dead")[0][1]
+    return cfg, r.xrange("{jobd:p}:dead")[0][1]
+
+
+def test_the_why_of_a_refused_follow_up_file_is_in_the_history_record(
+    r: redis.Redis, write_config, script, daemon: Daemon
+) -> None:
+    cfg, dead = dead_parent(r, write_config, script, daemon, PARENT)
     why = "JOBD_ENQUEUE line 1: queue 'nope' is not in the config"
     assert dead[b"jobd_error"] == b"enqueue" and dead[b"jobd_stderr"].endswith(why.encode())
     wait_until(lambda: r.hget("{jobd:p}:history", "p1") is not None, 10, what="p1's record")

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from support import DaemonProcess, jobd_cli, wait_until
+from support import DaemonProcess
+from test_review35w_enqueue_why_history import dead_parent
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -38,16 +39,8 @@ def test_a_long_name_in_a_refused_line_leaves_the_why_readable(
 ) -> None:
     lines = tmp_path / "follow-ups"
     lines.write_bytes(b'{"queue": "' + b"q" * 2**20 + b'", "payload": "x"}\n')
-    parent = script("parent.sh", f'#!/bin/sh\ncat > /dev/null\necho oops >&2\ncat {lines} > "$JOBD_ENQUEUE"\n')  # fmt: skip
-    cfg = write_config(
-        "redis: {url: '{redis}'}\nqueues:\n"
-        f"  p:\n    command: [{parent}]\n"
-        "  t:\n    command: [/bin/true]\n"
-    )
-    daemon(cfg)
-    assert jobd_cli("enqueue", "-c", str(cfg), "p", "x", "--job-id", "p1").returncode == 0
-    wait_until(lambda: r.xlen("{jobd:p}:dead") == 1, 20, what="p1 dead-lettered")
-    dead = r.xrange("{jobd:p}:dead")[0][1]
+    handler = f'#!/bin/sh\ncat > /dev/null\necho oops >&2\ncat {lines} > "$JOBD_ENQUEUE"\n'
+    dead = dead_parent(r, write_config, script, daemon, handler)[1]
     assert dead[b"jobd_error"] == b"enqueue"
     stderr = dead[b"jobd_stderr"]
     assert stderr.endswith(b"is not in the config"), stderr[-100:]
