@@ -77,7 +77,7 @@ def settle_ms(r: redis.Redis, config: str, data: bytes) -> tuple[float, int] | s
     r.slowlog_reset()
     Store(r, "me").settle([Outcome(Verb.ACK, p, job, follow_ups=found)])
     slow = [e["duration"] for e in r.slowlog_get(100) if e["command"].startswith(b"EVALSHA")]
-    return max(slow) / 1000, sum(followups.weight(f.fields) for f in found)
+    return max(slow) / 1000, sum(f.weight for f in found)
 
 
 def main() -> None:
