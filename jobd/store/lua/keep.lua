@@ -46,11 +46,7 @@ for i = 5, 4 + n do
 end
 if #deleted > 0 then
   local h = history_at(2, ARGV[3])
-  local now = now_ms()
-  local jobs = gone_not_running(h, stream, deleted)
-  for at, job in pairs(known) do jobs[at] = job end
-  lost_end(h, workflow_at(6, h.queue), taken_at(8), stream, deleted, jobs, me, now,
+  lost_held(h, workflow_at(6, h.queue), taken_at(8), stream, deleted, known, me,
     marks_of(KEYS[9]), uniques)
-  trim_history(h, now)
 end
 return kept

@@ -129,12 +129,8 @@ for first = 1, #mine, CHUNK do
 end
 if #deleted > 0 then
   h = h or history_at(3, ARGV[4])
-  local now = now_ms()
-  local jobs = gone_not_running(h, stream, deleted)
-  for at, job in pairs(known) do jobs[at] = job end
-  lost_end(h, workflow_at(7, h.queue), taken_at(9), stream, deleted, jobs, me, now,
+  lost_held(h, workflow_at(7, h.queue), taken_at(9), stream, deleted, known, me,
     marks_of(KEYS[2]), uniques)
-  trim_history(h, now)
 end
 -- A marks key of another type (someone else's) is no mark: the renewal itself must go on. Only
 -- the entries renewed: one deleted is reported lost (above), once, its marks gone with its end.

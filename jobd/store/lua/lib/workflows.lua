@@ -441,6 +441,19 @@ local function lost_end(h, w, t, stream, entries, jobs, me, now, marks, uniques)
   end
 end
 
+-- Entries ``deleted`` of ``stream``, held by ``me`` (this consumer) and taken out of the group
+-- by its XCLAIM in this step (renew.lua, keep.lua), end 'lost' (``lost_end``): each job under
+-- the job id its holder sent (``known``, by "STREAM|ENTRY"), else its running record's
+-- (lib/jobs.lua gone_not_running), with its marks (``marks``, ``uniques``: ``lost_end``'s);
+-- then the history ``h`` is trimmed.
+local function lost_held(h, w, t, stream, deleted, known, me, marks, uniques)
+  local now = now_ms()
+  local jobs = gone_not_running(h, stream, deleted)
+  for at, job in pairs(known) do jobs[at] = job end
+  lost_end(h, w, t, stream, deleted, jobs, me, now, marks, uniques)
+  trim_history(h, now)
+end
+
 -- The cancellation marks key ``key`` (cancel.lua) when it is one (a zset), else nil: a key of
 -- another type there (someone else's) is no mark.
 local function marks_of(key)
