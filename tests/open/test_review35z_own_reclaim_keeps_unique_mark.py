@@ -29,12 +29,17 @@ exits 0 and U runs again.
 Why it matters: the case f35x set out to mend (a producer resending a lost --unique job is
 refused for a week) stays the usual outcome for any queue with concurrency > 1, which is most.
 
-Suggested fix: the reader knows the marks and job ids of the entries it holds (Holdings:
-``_Held.mark``, ``_Held.job_id``); store/reading.py reclaim could send them for the level's
-held entries, the marks as declared keys by index as renew.lua takes them, and reclaim.lua pass
-them to lost_end for the deleted entries it finds among them (XAUTOCLAIM purges before the
-script could choose to leave an entry to its holder's renewal). A dead holder's marks stay the
-documented limit (docs/workflows.md, Limits)."""
+Every other daemon's reclaim pass does the same to the holder's entry (a second daemon on the
+queue: its passes run every second whatever it holds), so a holder-side fix alone leaves the
+multi-daemon case as it is.
+
+Suggested fix: record what the end needs where every reclaimer finds it: the read that takes a
+--unique job (read_levels.lua, reclaim.lua: the entry has jobd_unique) notes it in the taken
+hash as it notes a workflow job (lib/workflows.lua take_note; the mark's key is the queue's
+job-mark prefix, passed as a key, plus the job id: one slot), and lost_end deletes the mark the
+record names while it says 'queued'. Narrower: the reader sends its own held entries' marks
+and job ids (Holdings ``_Held.mark``, ``_Held.job_id``) with its reclaim, as renew.lua takes
+them; that covers a lone daemon only."""
 
 from __future__ import annotations
 
