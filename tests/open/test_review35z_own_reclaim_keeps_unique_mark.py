@@ -33,13 +33,14 @@ Every other daemon's reclaim pass does the same to the holder's entry (a second 
 queue: its passes run every second whatever it holds), so a holder-side fix alone leaves the
 multi-daemon case as it is.
 
-Suggested fix: record what the end needs where every reclaimer finds it: the read that takes a
---unique job (read_levels.lua, reclaim.lua: the entry has jobd_unique) notes it in the taken
-hash as it notes a workflow job (lib/workflows.lua take_note; the mark's key is the queue's
-job-mark prefix, passed as a key, plus the job id: one slot), and lost_end deletes the mark the
-record names while it says 'queued'. Narrower: the reader sends its own held entries' marks
-and job ids (Holdings ``_Held.mark``, ``_Held.job_id``) with its reclaim, as renew.lua takes
-them; that covers a lone daemon only."""
+Suggested fix: the read that takes a --unique job (read_levels.lua, reclaim.lua: its entry
+has jobd_unique) notes it in the taken hash as it notes a workflow job (lib/workflows.lua
+take_note), so that any step that ends the entry 'lost' knows its job id and that it is
+--unique; reclaim.lua returns those job ids with its deleted ids, and its caller frees each
+mark in a call of its own (a declared key: store/keys.py job_mark; deleted only while it says
+'queued'; a daemon dying in between leaves the mark to its TTL, as now). Narrower: the reader
+sends its own held entries' marks and job ids (Holdings ``_Held.mark``, ``_Held.job_id``)
+with its reclaim, as renew.lua takes them; that covers a lone daemon only."""
 
 from __future__ import annotations
 
