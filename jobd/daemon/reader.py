@@ -269,6 +269,7 @@ class Reader(ControlPoll, Screening, Groups, threading.Thread):
                     q.name,
                     mid,
                 )
+            self.store.free_lost_marks(q, page.unfreed)  # --unique ones' job ids: free again
             if cursor == "0-0":
                 break
         return used

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 from redis.exceptions import ClusterError, MovedError
@@ -56,12 +56,14 @@ class Levels:
 @dataclass(frozen=True, slots=True)
 class Reclaimed:
     """One page of a reclaim: where the next page starts ('0-0': there is none), the entries
-    claimed with their delivery count (this claim's included), and the ids of pending entries
-    whose data was gone (dropped from the group)."""
+    claimed with their delivery count (this claim's included), the ids of pending entries
+    whose data was gone (dropped from the group, their jobs ended 'lost'), and the job ids of
+    the --unique ones among those, whose marks are still to be freed (``free_lost_marks``)."""
 
     cursor: str
     claimed: list[Claimed]
     deleted: list[str]
+    unfreed: list[bytes] = field(default_factory=list)
 
 
 def _fields(flat: list[bytes]) -> Fields:
@@ -276,7 +278,7 @@ class ReadingOps(StoreBase):
         consumer: at most ``count``, from ``cursor`` ('0-0' at first). ``backs``: entries this
         consumer handed back whose hand-back Redis has not answered yet (see reclaim.lua)."""
         min_idle = int(queue.lease.reclaim_after * 1000)
-        after, claimed, deleted = self.scripts.reclaim(
+        after, claimed, deleted, unfreed = self.scripts.reclaim(
             keys=[queue.stream, *notes.keys(queue), queue.keys.waiters, queue.keys.outbox,
                   queue.keys.taken, queue.keys.cancels],
             args=[queue.group, self.consumer, min_idle, cursor, count, notes.settings(queue),
@@ -289,7 +291,16 @@ class ReadingOps(StoreBase):
                 for mid, flat, deliveries, back in claimed
             ],
             [mid.decode() for mid in deleted],
+            list(unfreed),
         )
+
+    def free_lost_marks(self, queue: QueueConfig, job_ids: Sequence[bytes]) -> int:
+        """Free the job ids of --unique jobs a reclaim ended 'lost' (``Reclaimed.unfreed``):
+        each mark deleted while it says 'queued' (lua/lost_marks.lua). A second call, as the
+        reclaim is not sent those keys: a daemon that dies in between leaves the marks to
+        expire (UNIQUE_TTL), as before review 35z. Returns how many were freed."""
+        marks = [queue.keys.job_mark(job_id) for job_id in job_ids]
+        return int(self.scripts.lost_marks(keys=marks, args=[])) if marks else 0
 
     def keep(self, queue: QueueConfig, jobs: Sequence[Job]) -> int:
         """Jobs this consumer still runs that its own reclaim took back (as it read them):

@@ -34,7 +34,7 @@ NAMES = (
     "start", "scheduled", "forget", "keep_marks", "cancel_waiting", "follow_up", "beat",
     "entries_shown", "delayed_shown", "recent", "wait_on", "hold", "unblock", "batch", "callback",
     "cancel_held", "expire_held", "running_shown", "events_shown", "hashes_shown",
-    "job_shown", "unwait", "dead_letter_find", "record_copy",
+    "job_shown", "unwait", "dead_letter_find", "record_copy", "lost_marks",
 )  # fmt: skip
 
 
@@ -110,6 +110,7 @@ class Scripts:
     unwait: Script
     dead_letter_find: Script
     record_copy: Script
+    lost_marks: Script
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client

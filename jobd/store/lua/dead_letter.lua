@@ -67,7 +67,7 @@ if marks and redis.call('TYPE', marks).ok == 'zset' then
     cancelled_instead(stream, group, me, id, h, note, now, marks, by_id, job_mark, KEYS[3],
       ARGV[6], 'ended (' .. note.event .. ') before jobd cancel stopped it: not dead-lettered')
     local w = workflow_at(9, h.queue)
-    untake(taken_at(11), w, stream, id, batch_of(note))
+    untake(taken_at(11), w, stream, id, batch_of(note), job_mark ~= nil)
     ended(w, note.job, 'cancelled', batch_of(note))
     return 0
   end
@@ -97,7 +97,7 @@ trim_history(h, now)
 -- (pcall: a mark of another type is someone else's key, not a reason to fail after the ack.)
 if job_mark and says_queued(job_mark) then redis.call('DEL', job_mark) end
 local w = workflow_at(9, h.queue)
-untake(taken_at(11), w, stream, id, batch_of(note))
+untake(taken_at(11), w, stream, id, batch_of(note), job_mark ~= nil)
 ended(w, note.job, note.event, batch_of(note))
 add_count(KEYS[3], 'dead', 1, ARGV[6])
 add_count(KEYS[3], 'failed', 1, ARGV[6])

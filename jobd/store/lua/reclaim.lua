@@ -23,7 +23,9 @@
 --          finds the entry delivered since and leaves it alone.)
 --
 -- Returns {next cursor, {{id, {field, value, …}, times delivered, handed back: 1 or 0}, …},
--- {deleted id, …}}.
+-- {deleted id, …}, {job id, …}}: the last, the --unique jobs among the deleted ones (known by
+-- their taken records: lib/workflows.lua take_note), whose 'queued' marks the caller deletes in
+-- a call of its own (lost_marks.lua): this script is not sent their keys.
 -- The caller follows the cursor until it is '0-0': XAUTOCLAIM scans at most COUNT×10 pending
 -- entries per call and may claim nothing yet return a non-zero cursor. The delivery count is
 -- read in the same script, after the claim counted this delivery: it is what the poison check
@@ -110,11 +112,12 @@ for i, entry in ipairs(reply[2]) do
 end
 -- A deleted entry's job runs nowhere: its active record (of a daemon that died) goes too, and
 -- its end is told.
+local unfreed = {}
 if #deleted > 0 then
   h = h or history_at(2, ARGV[6])
   local now = now_ms()
-  lost_end(h, workflow_at(6, h.queue), taken, stream, deleted, gone_not_running(h, stream, deleted),
+  unfreed = lost_end(h, workflow_at(6, h.queue), taken, stream, deleted, gone_not_running(h, stream, deleted),
     me, now, marks_of(KEYS[9]), {})
   trim_history(h, now)
 end
-return {reply[1], claimed, deleted}
+return {reply[1], claimed, deleted, unfreed}

@@ -26,10 +26,11 @@
 --           is written (it is taken over and run again, poison in the end). Operation
 --           'back': make the entry reclaimable at once (XCLAIM … TIME 1 JUSTID sets its last
 --           delivery to 1970, so it looks idle for decades and any consumer's XAUTOCLAIM takes
---           it now), its delivery count one less: see below; an entry deleted meanwhile is
---           taken out of the group by that XCLAIM (Redis 7.0+), and its job ends 'lost' here
---           (lib/workflows.lua lost_job, its cancellation marks and --unique mark removed)
---           rather than handed back. Operation 'cancel' (`jobd
+--           it now), its delivery count one less: see below; an entry deleted meanwhile (no
+--           data: XRANGE) is acked instead, and its job ends 'lost' here (lib/workflows.lua
+--           lost_job, its cancellation marks and --unique mark removed) rather than handed
+--           back: on Redis 6.2 as on 7.0+ (whose XCLAIM would purge it; 6.2's keeps it pending,
+--           to end 'lost' in a reclaim that knows no mark: review 35z). Operation 'cancel' (`jobd
 --           cancel` stopped it): XACK, counted as cancelled, its cancellation marks removed, and
 --           a --unique job's mark deleted if it still says 'queued'.
 -- KEYS[#KEYS - 2], KEYS[#KEYS - 1] the queue's waiters hash and outbox: a job that ends here
@@ -97,7 +98,7 @@ while i <= #ARGV do
     if acked == 1 then
       not_running(h, note.job, stream, id)
       remember(h, note, now, id)
-      untake(taken, w, stream, id, batch_of(note))
+      untake(taken, w, stream, id, batch_of(note), mark > 0)
       ended(w, note.job, 'done', batch_of(note))
     end
     done = done + acked
@@ -115,7 +116,7 @@ while i <= #ARGV do
     if acked == 1 then
       not_running(h, note.job, stream, id)
       remember(h, note, now, id)
-      untake(taken, w, stream, id, batch_of(note))
+      untake(taken, w, stream, id, batch_of(note), mark > 0)
       ended(w, note.job, 'cancelled', batch_of(note))
     end
     if mark > 0 and says_queued(KEYS[mark]) then
@@ -131,16 +132,16 @@ while i <= #ARGV do
     -- (max_deliveries), and the next consumer's XAUTOCLAIM counts one; so one less here.
     -- Once only: an entry idle for decades was handed back already (this call is a replay
     -- after a lost reply), and must not lose a second delivery.
-    local count = math.max(tonumber(p[1][4]) - 1, 0)
-    local kept = redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'RETRYCOUNT',
-      count, 'JUSTID')
     not_running(h, note.job, stream, id)
-    if #kept == 0 then -- its entry was deleted: this XCLAIM took it out of the group (7.0+)
+    if #redis.call('XRANGE', stream, id, id) == 0 then -- its entry was deleted: nothing to hand
+      redis.call('XACK', stream, group, id)
       local batch, incarnation = batch_of(note)
-      untake(taken, w, stream, id, batch)
+      untake(taken, w, stream, id, batch, mark > 0)
       lost_job(h, w, stream, id, note.job, batch, incarnation, me, now, marks,
         mark > 0 and KEYS[mark] or nil)
     else
+      local count = math.max(tonumber(p[1][4]) - 1, 0)
+      redis.call('XCLAIM', stream, group, me, '0', id, 'TIME', '1', 'RETRYCOUNT', count, 'JUSTID')
       remember(h, note, now, id)
     end
   end

@@ -333,10 +333,11 @@ end
 -- while a daemon holds it (XDEL, XADD MAXLEN, XTRIM) cannot be read from its entry any more,
 -- yet its end must reach its batch and the jobs waiting for it. So the read that takes the
 -- entry of such a job (read_levels.lua, reclaim.lua; wait_on.lua for a waiter that comes while
--- it runs) records "STREAM|ENTRY" -> cmsgpack {job id, batch, incarnation}, and the script that
--- finds the entry deleted (``lost_end``) reads it there. Only workflow jobs are recorded: a
--- jobd_batch, or a job id with waiters; other jobs cost nothing (a read asks nothing more of
--- Redis than one TYPE when the queue has waiters). A record is removed by ``lost_end`` and by
+-- it runs) records "STREAM|ENTRY" -> cmsgpack {job id, batch, incarnation[, 1: --unique]}, and
+-- the script that finds the entry deleted (``lost_end``) reads it there. Only workflow jobs and
+-- --unique jobs are recorded: a jobd_batch, a job id with waiters, or a jobd_unique (whose mark
+-- a reclaimer, which never read the entry, frees by its job id: review 35z); other jobs cost
+-- nothing (a read asks nothing more of Redis than one TYPE when the queue has waiters). A record is removed by ``lost_end`` and by
 -- the step that ends its job while pending (settle.lua, dead_letter.lua: ``untake``); one whose
 -- entry was settled otherwise (a retry, a cancel at the read) is swept by a later write
 -- (``sweep_taken``: TAKEN_SWEEP records drawn at random, each removed when its entry is pending
@@ -380,19 +381,28 @@ end
 
 -- Entry ``id`` of ``stream``, fields ``fields`` (as handed over: a stand-in keeps the job id and
 -- batch), was taken by a consumer of ``group``: recorded in the taken hash ``t`` (``taken_at``)
--- when its job is a workflow job: a batch's, or waited for in ``waiters`` (a hash; nil: none).
+-- when its job is a workflow job (a batch's, or waited for in ``waiters``: a hash; nil: none)
+-- or a --unique one (jobd_unique, under a job id of its own: jobd.job mark_key).
 local function take_note(t, waiters, group, stream, id, fields)
   local batch, incarnation = batch_in(fields)
-  local job = (batch or waiters) and job_id_of(id, fields)
-  if not (batch or (waiters and waited_for(waiters, job))) then return end
+  local unique = false
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'jobd_unique' then unique = true end
+  end
+  local job = (batch or waiters or unique) and job_id_of(id, fields)
+  unique = unique and job ~= id
+  if not (batch or unique or (waiters and waited_for(waiters, job))) then return end
   local taken = taken_key(t)
   if not taken then return end
-  redis.call('HSET', taken, stream .. '|' .. id, cmsgpack.pack({job, batch or '', incarnation or ''}))
+  local note = {job, batch or '', incarnation or ''}
+  if unique then note[4] = 1 end
+  redis.call('HSET', taken, stream .. '|' .. id, cmsgpack.pack(note))
   sweep_taken(taken, group)
 end
 
--- The job id, batch and incarnation the taken record at field ``at`` of the taken hash ``t``
--- holds (nil each when there is none, or it is not one jobd wrote); the record is removed.
+-- The job id, batch, incarnation and whether it is --unique (true, else nil) the taken record at
+-- field ``at`` of the taken hash ``t`` holds (nil each when there is none, or it is not one jobd
+-- wrote); the record is removed.
 local function taken_job(t, at)
   local taken = taken_key(t)
   local packed = taken and redis.call('HGET', taken, at)
@@ -401,7 +411,7 @@ local function taken_job(t, at)
   local ok, t = pcall(cmsgpack.unpack, packed)
   if not (ok and type(t) == 'table' and type(t[1]) == 'string') then return nil end
   local batch = type(t[2]) == 'string' and t[2] ~= '' and t[2] or nil
-  return t[1], batch, type(t[3]) == 'string' and t[3] ~= '' and t[3] or nil
+  return t[1], batch, type(t[3]) == 'string' and t[3] ~= '' and t[3] or nil, t[4] == 1 or nil
 end
 
 -- Job ``job`` (its ``batch`` and ``incarnation``, nil each when none) of entry ``id`` of
@@ -432,13 +442,19 @@ end
 -- another took the entry out, before its handler ran half a second). ``marks``: the queue's
 -- cancellation marks key (``marks_of``); ``uniques``: the --unique marks of the entries known
 -- to have one, by "STREAM|ENTRY" (the holder's: it read them; none for a reclaimer) (``lost_job``).
+-- Returns the job ids of the --unique jobs (by their taken records) whose mark was not among
+-- ``uniques``: a script may not write a key it was not sent, so its caller frees those marks
+-- in a call of its own (reclaim.lua's reply; lost_marks.lua).
 local function lost_end(h, w, t, stream, entries, jobs, me, now, marks, uniques)
+  local unfreed = {}
   for _, id in ipairs(entries) do
     local at = stream .. '|' .. id
-    local job, batch, incarnation = taken_job(t, at)
+    local job, batch, incarnation, unique = taken_job(t, at)
     lost_job(h, w, stream, id, job or jobs[at] or id, batch, incarnation, me, now, marks,
       uniques[at])
+    if unique and not uniques[at] then unfreed[#unfreed + 1] = job end
   end
+  return unfreed
 end
 
 -- Entries ``deleted`` of ``stream``, held by ``me`` (this consumer) and taken out of the group
@@ -461,11 +477,12 @@ local function marks_of(key)
 end
 
 -- The taken record of entry ``id`` of ``stream`` goes with the end of its job, if the job is a
--- workflow job (of a batch, or waited for: ``w.watched``, the queue has waiters): a record
--- wait_on.lua wrote for a job read before anything waited for it is swept by no read (none of
--- its job writes one), and the hash would keep it for ever. A job of no workflow costs nothing.
-local function untake(t, w, stream, id, batch)
-  if not (batch or w.watched) then return end
+-- workflow job (of a batch, or waited for: ``w.watched``, the queue has waiters) or may be a
+-- --unique one (``kept``: its caller was sent its job id's mark): a record wait_on.lua wrote for
+-- a job read before anything waited for it is swept by no read (none of its job writes one),
+-- and the hash would keep it for ever. A job of neither costs nothing.
+local function untake(t, w, stream, id, batch, kept)
+  if not (batch or kept or w.watched) then return end
   local taken = taken_key(t)
   if taken then redis.call('HDEL', taken, stream .. '|' .. id) end
 end

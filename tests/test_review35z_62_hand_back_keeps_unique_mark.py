@@ -33,7 +33,12 @@ deleted; and CI's 6.2 phase fails.
 Suggested fix: settle.lua's 'back' looks for the entry's data before its XCLAIM (XRANGE id id,
 or the XCLAIM without JUSTID, whose 6.2 reply for a deleted entry is a null, as XAUTOCLAIM's):
 a deleted entry is acked and ends 'lost' there, with the mark it was sent, as on 7.0; the
-hand-back then behaves the same on both."""
+hand-back then behaves the same on both.
+
+Fixed (task f35zz), as suggested: settle.lua's 'back' looks for the entry (XRANGE id id) before
+its XCLAIM; one deleted is acked and ends 'lost' there under its job id, its --unique mark
+deleted while it says 'queued' (lib/workflows.lua ``lost_job``), on 6.2 as on 7.0+. Also makes
+tests/test_lost_live_holder.py's hand-back test pass on 6.2."""
 
 from __future__ import annotations
 

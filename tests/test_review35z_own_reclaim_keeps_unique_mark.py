@@ -40,7 +40,16 @@ take_note), so that any step that ends the entry 'lost' knows its job id and tha
 mark in a call of its own (a declared key: store/keys.py job_mark; deleted only while it says
 'queued'; a daemon dying in between leaves the mark to its TTL, as now). Narrower: the reader
 sends its own held entries' marks and job ids (Holdings ``_Held.mark``, ``_Held.job_id``)
-with its reclaim, as renew.lua takes them; that covers a lone daemon only."""
+with its reclaim, as renew.lua takes them; that covers a lone daemon only.
+
+Fixed (task f35zz), as suggested: the read that takes a --unique job (read_levels.lua,
+reclaim.lua: lib/workflows.lua ``take_note``) writes its taken record (a fourth element, 1:
+--unique); ``lost_end`` returns the job ids of the --unique jobs it ended whose mark it was not
+sent, reclaim.lua replies them (``Reclaimed.unfreed``), and the reader frees their marks in a
+call of its own (store/reading.py ``free_lost_marks``, lua/lost_marks.lua: each deleted while
+it says 'queued'), for its own held jobs and any other daemon's alike (the second test here, on
+6.2 and 7.0). A daemon dying between the two calls leaves the marks to expire, as before. The
+taken record of a --unique job goes with its end (settle.lua, dead_letter.lua ``untake``)."""
 
 from __future__ import annotations
 
@@ -48,8 +57,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
-from support import DaemonProcess, jobd_cli, wait_until
+from support import DaemonProcess, jobd_cli, purges_deleted, queue_config, wait_until
 
 Daemon = Callable[..., DaemonProcess]
 
@@ -66,6 +76,8 @@ exec sleep 60
 def test_a_unique_job_its_own_daemon_reclaims_lost_can_be_sent_again(
     r: redis.Redis, write_config, script, daemon: Daemon, tmp_path: Path
 ) -> None:
+    if not purges_deleted(r):
+        pytest.skip("Redis 6.2: a reclaim takes a deleted entry only once idle past reclaim_after")
     handler = script("h.sh", HANDLER)
     cfg = write_config(
         f"redis: {{url: '{{redis}}'}}\nqueues:\n  a:\n    command: [{handler}]\n"
@@ -85,3 +97,33 @@ def test_a_unique_job_its_own_daemon_reclaims_lost_can_be_sent_again(
                                    r.get("{jobd:a}:job:U"), r.pttl("{jobd:a}:job:U"))  # fmt: skip
     wait_until(lambda: (tmp_path / "runs").read_text().split() == ["U", "U"], 10,
                what="U sent again, run")  # fmt: skip
+
+
+def test_another_daemons_reclaim_of_a_deleted_unique_job_frees_its_mark(
+    r: redis.Redis, write_config
+) -> None:
+    """A --unique job read by consumer A (which died), its entry deleted, its lease lapsed: B's
+    reclaim ends it 'lost' under its job id (its taken record) and replies its job id, whose
+    mark ``free_lost_marks`` then deletes; the job id can be sent again (6.2 and 7.0)."""
+    from jobd.config import load
+    from jobd.store.store import Store
+
+    lease = "{renew_every: 100ms, reclaim_after: 300ms}"
+    c = str(write_config(queue_config("[/bin/true]", lease=lease)))
+    q = load(c).queues["q"]
+    r.xgroup_create("jobd:q", "jobd", id="0", mkstream=True)
+    assert jobd_cli("enqueue", "-c", c, "q", "p", "--job-id", "U", "--unique").returncode == 0
+    (entry,) = [mid.decode() for mid, _ in Store(r, "A").read_levels(q, 10).entries[0][1]]
+    r.xdel("jobd:q", entry)
+    idle = lambda: r.xpending_range("jobd:q", "jobd", "-", "+", 1)[0]["time_since_delivered"]  # noqa: E731
+    wait_until(lambda: idle() >= 300, what="A's lease lapsed")
+    b = Store(r, "B")
+    got = b.reclaim(q, "0-0", 10)
+    assert (got.claimed, got.deleted, got.unfreed) == ([], [entry], [b"U"])
+    lost = [f[b"job"] for _, f in r.xrange("{jobd:q}:events") if f[b"event"] == b"lost"]
+    assert lost == [b"U"]
+    assert r.get("{jobd:q}:job:U") == b"queued"  # until the second call
+    assert b.free_lost_marks(q, got.unfreed) == 1
+    assert not r.exists("{jobd:q}:job:U") and not r.exists("{jobd:q}:taken")
+    again = jobd_cli("enqueue", "-c", c, "q", "p", "--job-id", "U", "--unique")
+    assert again.returncode == 0, (again.returncode, again.stderr)
