@@ -80,8 +80,9 @@ Layout of a queue whose stream is S:
                        such a job id "ended already" and holds nothing (lua/lib/workflows.lua
                        hold_ended); pruned by the scripts that add to it
   derive(S, "taken")   the running jobs a deleted entry would leave untold (workflow jobs: of a
-                       batch, or waited for by a held job): a hash, "STREAM|ENTRY" -> cmsgpack
-                       {job id, batch, incarnation}, written by the read that takes the entry
+                       batch, or waited for by a held job) or with a mark to free (--unique): a
+                       hash, "STREAM|ENTRY" -> cmsgpack {job id, batch, incarnation[, 1:
+                       --unique]}, written by the read that takes the entry
                        (lua/read_levels.lua, lua/reclaim.lua) and by lua/wait_on.lua; read by
                        the script that finds the entry deleted (lib/workflows.lua lost_end);
                        removed with its job's end (settle.lua, dead_letter.lua), and a record

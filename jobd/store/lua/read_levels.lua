@@ -20,9 +20,9 @@
 --           this consumer's now) but handed over as a stand-in (lib/jobs.lua sized), so no read
 --           brings the daemon more than this an entry
 -- ARGV[8]   optional: k, where KEYS[k] and KEYS[k+1] are the queue's waiters hash and taken
---           hash (the last keys): each entry read of a workflow job is recorded in the taken
---           hash (lib/workflows.lua take_note), so that its end is told should its entry be
---           deleted while it is held; the waiters hash is looked at once (TYPE) a call that read
+--           hash (the last keys): each entry read of a workflow or --unique job is recorded in
+--           the taken hash (lib/workflows.lua take_note), so that its end is told (and its
+--           mark freed) should its entry be deleted while it is held; the waiters hash is looked at once (TYPE) a call that read
 --           entries, and for each entry read only when it is a hash (jobs wait on the queue);
 --           the taken hash only when a record is written
 --

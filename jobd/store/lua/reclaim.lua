@@ -36,8 +36,8 @@
 -- 'lost', is recorded and told to its batch and waiters (lib/workflows.lua lost_end): this step
 -- is the one that takes the entry out of the group, so it is told once.
 -- Each entry claimed is in its job's history and the queue's events ('reclaimed', deliveries) in
--- the same step, and a workflow job's is in the taken hash (lib/workflows.lua take_note: a
--- waiter may have come since its first read).
+-- the same step, and a workflow or --unique job's is in the taken hash (lib/workflows.lua
+-- take_note: a waiter may have come since its first read).
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
 local unanswered = {}
 for i = 8, #ARGV do
