@@ -72,10 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with embedded.session(config.redis.embedded):
-            return dispatch(config, args, parser)
+            code = dispatch(config, args, parser)
+            sys.stdout.flush()  # here, where a reader gone is caught, not at the exit
+            return code
     except RuntimeError as exc:  # the embedded server could not be started
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
+    except BrokenPipeError:  # `jobd … | head`: the reader has all it wanted, whatever command
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return exitcodes.OK
 
 
 def handed_over(args: argparse.Namespace) -> tuple[dict[str, str] | None, str | None]:

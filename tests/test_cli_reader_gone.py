@@ -1,0 +1,42 @@
+"""A command whose reader goes away (`jobd dlq q show ID | head -1`, `jobd status | true`) ends
+quietly with 0, whatever the command: jobd/cli/main.py flushes stdout inside the command's own
+guard, where a BrokenPipeError is caught, not at the interpreter's exit (where Python prints
+"Exception ignored … BrokenPipeError" and exits 120). Found by review 35aa: `jobd dlq … show |
+head` ended in a BrokenPipe traceback. A real interpreter, its stdout a pipe whose reader has
+closed before it writes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+CONFIG = "redis: {url: '{redis}'}\nqueues:\n  q: {command: [/bin/true]}\n"
+
+
+def run_into_closed_pipe(*args: str) -> subprocess.CompletedProcess[bytes]:
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone: every write fails with EPIPE
+    try:
+        return subprocess.run([sys.executable, "-m", "jobd", *args], stdout=write,
+                              stderr=subprocess.PIPE, timeout=60, check=False)  # fmt: skip
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("command", [("dlq", "q", "show", "j1"), ("dlq", "q", "list"), ("status",)])
+def test_a_command_whose_reader_is_gone_ends_quietly(
+    r: redis.Redis, write_config: Callable[..., Path], command: tuple[str, ...]
+) -> None:
+    cfg = write_config(CONFIG)
+    r.xadd("{jobd:q}:dead", {"payload": "x\ny\n", "job_id": "j1", "jobd_job_id": "j1",
+                             "jobd_error": "exit", "jobd_failed_at": "1"})  # fmt: skip
+    sub, rest = command[0], command[1:]
+    done = run_into_closed_pipe(sub, "-c", str(cfg), *rest)
+    assert b"Traceback" not in done.stderr and b"BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 0, (done.returncode, done.stderr)
