@@ -43,32 +43,40 @@ class Edge:
 def steps_of(q: QueueSettings) -> list[tuple[Path, Mapping[str, object]]]:
     """The queue's chain steps as written: (where, the step's mapping). Unchecked when the
     schema refused them."""
-    found: list[tuple[Path, Mapping[str, object]]] = []
-    for i, step in enumerate(q.get("then", default=[])):
-        found.append((("then", i), step))
+    return _then_steps(q) + _hook_steps(q)
+
+
+def _then_steps(q: QueueSettings) -> list[tuple[Path, Mapping[str, object]]]:
+    """The queue's `then:` steps as written. Unchecked when the schema refused them."""
+    return [(("then", i), step) for i, step in enumerate(q.get("then", default=[]))]
+
+
+def _hook_steps(q: QueueSettings) -> list[tuple[Path, Mapping[str, object]]]:
+    """The queue's `on_dead_letter` as a step (none when it names no queue). Unchecked when
+    the schema refused it."""
     hook = q.get("on_dead_letter", default={})
-    if hook.get("queue") is not None:
-        found.append((("on_dead_letter",), hook))
-    return found
+    return [] if hook.get("queue") is None else [(("on_dead_letter",), hook)]
 
 
 def chain_problems(queues: Mapping[str, QueueSettings], names: list[str]) -> list[Problem]:
     """A step naming a queue not among ``names`` (every queue of the file), and each cycle of
-    steps not marked ``cycle: allowed``."""
+    steps not marked ``cycle: allowed``. A refused `then:` leaves its steps out, not the
+    queue's `on_dead_letter` (nor the other way round): each is read on its own."""
     problems: list[Problem] = []
     edges: list[Edge] = []
     for q in queues.values():
-        try:
-            written = steps_of(q)
-        except Unchecked:
-            continue
-        for sub, step in written:
-            target = str(step["queue"])
-            if target not in names:
-                problems.append(q.problem((*sub, "queue"), _unknown(target, names)))
-            elif target in queues:
-                edges.append(Edge(q, target, sub, step.get("cycle") == ALLOWED))
-                problems += _hook_payload_problems(q, sub, queues[target])
+        for read in (_then_steps, _hook_steps):
+            try:
+                written = read(q)
+            except Unchecked:
+                continue
+            for sub, step in written:
+                target = str(step["queue"])
+                if target not in names:
+                    problems.append(q.problem((*sub, "queue"), _unknown(target, names)))
+                elif target in queues:
+                    edges.append(Edge(q, target, sub, step.get("cycle") == ALLOWED))
+                    problems += _hook_payload_problems(q, sub, queues[target])
     return problems + _cycle_problems([e for e in edges if not e.allowed])
 
 

@@ -20,6 +20,11 @@ in one pass, before a reload (a refused reload keeps the old config running).
 
 Suggested fix: read `then:` and `on_dead_letter` each under its own ``Unchecked`` in
 ``steps_of`` (a refused `then:` leaves its steps out, not the hook).
+
+Fixed (review 35aa): config/chains.py ``chain_problems`` reads a queue's `then:` steps and its
+`on_dead_letter` each on its own (``_then_steps``, ``_hook_steps``), each under its own
+``Unchecked``: a refused `then:` leaves out its own steps only, and the hook's unknown queue,
+too small queue and cycle are told in the same run (the second test).
 """
 
 from __future__ import annotations
@@ -48,3 +53,32 @@ def test_a_typo_in_then_hides_no_hook_problem(tmp_path: Path) -> None:
     said = (out.stdout + out.stderr).decode()
     assert "queues.a.then.0.dealy: unknown key 'dealy'" in said, said
     assert "queues.a.on_dead_letter.queue: queue 'alrets' is not in the config" in said, said
+
+
+HOOKS = """\
+redis: {url: redis://127.0.0.1:1/0}
+queues:
+  a:
+    command: [/bin/true]
+    then: [{queue: small, dealy: 1s}]
+    on_dead_letter: {queue: small}
+  c:
+    command: [/bin/true]
+    then: [{queue: small, payload: nothing}]
+    on_dead_letter: {queue: c}
+  small:
+    command: [/bin/true]
+    max_payload: 100
+"""
+
+
+def test_a_refused_then_hides_no_small_hook_queue_nor_hook_cycle(tmp_path: Path) -> None:
+    cfg = tmp_path / "jobd.yaml"
+    cfg.write_text(HOOKS)
+    out = jobd_cli("validate", str(cfg))
+    assert out.returncode == 78, out.stdout + out.stderr
+    said = (out.stdout + out.stderr).decode()
+    assert "queues.a.then.0.dealy: unknown key 'dealy'" in said, said
+    assert "queues.a.on_dead_letter.queue: queue 'small' takes payloads of 100 bytes" in said, said
+    assert "queues.c.then.0.payload:" in said, said
+    assert "queues.c.on_dead_letter.queue: the chain c → c leads back to queue 'c'" in said, said
