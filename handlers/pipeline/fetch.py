@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Pipeline step 1, fetch: the payload names a document (an http(s):// URL, or a file's path,
-relative to the config's folder); its text goes on, with the document's id, as one JSON object
-on stdout (the queue's `then:` sends stdout to transform).
+relative to the queue's `cwd`: the repository's root in config/pipeline.yaml); its text goes on,
+with the document's id, as one JSON object on stdout (the queue's `then:` sends stdout to
+transform).
 
 Exit 65 (EX_DATAERR): no such document (dead-lettered at once: on_dead_letter tells alerts).
 Exit 75 (EX_TEMPFAIL): the server did not answer (retried with backoff).

@@ -28,6 +28,12 @@ Suggested fix: write the command with `../README.md` (and drop or soften the "9"
 give config/pipeline.yaml's fetch queue `cwd: ..` (then say "relative to the repository"), and
 make tests/test_pipeline_example.py enqueue exactly the page's command, so the two cannot part
 again.
+
+Fixed (review 35aa): config/pipeline.yaml's fetch queue runs in the repository's root (`cwd:
+..`), so `fetch README.md` reads the repository's README, and the page says "relative to the
+repository's root"; the page no longer states how many paragraphs the README makes, but how to
+read it (transform's output, its `follow-ups: N`). tests/test_pipeline_example.py now reads the
+section's commands from the page and runs them as written, from the repository's root.
 """
 
 from __future__ import annotations
