@@ -247,8 +247,8 @@ def links(records: list[Record]) -> dict[str, Any]:
         if record.event == "waiting" and isinstance(after := raw.get("after"), list):
             every = [str(x) for x in after]
             found["after"] = {"all": every, "left": list(every), "any": raw.get("any") is True}
-        elif record.event == "dependency" and found["after"] is not None:
-            left = found["after"]["left"]
+        elif record.event in ("dependency", "dead-lettered") and found["after"] is not None:
+            left = found["after"]["left"]  # a dead letter names the dependency that failed
             if raw.get("dependency") in left:
                 left.remove(raw["dependency"])
         elif record.event == "released" and found["after"] is not None:

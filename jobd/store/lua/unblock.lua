@@ -2,8 +2,8 @@
 -- unblock.lua: job ARGV[2] ended (ARGV[3] outcome, ARGV[4] its event), and held job ARGV[1] of this
 -- queue waited for it (hold.lua): once per dependency (one told again is 'seen'), the held job is
 -- released into its stream (or delayed set) when it waited for no other, dead-lettered with
--- jobd_error=dependency when this one did not end done (unless it runs after any outcome),
--- else it waits on. Its end, when dead-lettered, is told on (lib/workflows.lua ended).
+-- jobd_error=dependency when this one did not end done (unless it runs after any outcome; its
+-- record names this one and its end, as its event does), else it waits on. Its end, when dead-lettered, is told on (lib/workflows.lua ended).
 --
 -- KEYS[1]   the queue's held hash       KEYS[2]  its after hash (hold.lua)
 -- KEYS[3]   the queue's held:until set (deadlines: expire_held.lua)
@@ -43,7 +43,7 @@ if outcome ~= 'done' and not after.any then
   local w = workflow_at(11, h.queue)
   j.told = dep -- its registration with dep went with dep's end (lib/workflows.lua unregister)
   held_dead(j, h, w, now, 'dependency ' .. dep .. ' ' .. event, {'dependency', dep}, KEYS[6],
-    ARGV[6], KEYS[13], ARGV[7], (held_hook_at(10)), ARGV[8], KEYS[14])
+    ARGV[6], KEYS[13], ARGV[7], (held_hook_at(10)), ARGV[8], KEYS[14], nil, dep, event)
   hold_ended(KEYS[15], job, now, h.max_age)
   trim_history(h, now)
   return {'dead', w.sent}

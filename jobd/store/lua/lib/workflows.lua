@@ -269,9 +269,11 @@ end
 -- queue's counters ``stats`` (kept ``ttl`` s), its end told on through ``w``, and the queue's
 -- on_dead_letter job ``hook_job`` enqueued by ``hook`` (lib/chains.lua held_hook_at: nil for
 -- none; the script then uses chains.lua too), as dead_letter.lua's; ``mark`` its job id's
--- mark (``unmark``).
+-- mark (``unmark``); ``dep``, ``outcome``: the dependency whose end dead-lettered it and how
+-- that ended, written into its record too (`jobd job`'s after.left strikes it off there:
+-- store/records.py links), nil for none.
 local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, hook, hook_job,
-    mark, err)
+    mark, err, dep, outcome)
   err = err or 'dependency'
   local event = err == 'expired' and 'expired' or 'dead-lettered'
   local fields = {}
@@ -296,7 +298,8 @@ local function held_dead(j, h, w, now, why, extras, dead, maxlen, stats, ttl, ho
   local ex, origin = {'error', err}, origin_of(j.fields)
   for _, v in ipairs(extras) do ex[#ex + 1] = v end
   remember(h, linked({event = event, job = j.job, extras = with_origin(ex, origin),
-    record = cjson.encode({event = event, error = err, detail = why, origin = origin})},
+    record = cjson.encode({event = event, error = err, detail = why, origin = origin,
+      dependency = dep, outcome = outcome})},
     j.batch, j.incarnation), now, nil)
   add_count(stats, 'dead', 1, ttl)
   add_count(stats, 'failed', 1, ttl)

@@ -26,6 +26,11 @@ Suggested fix: unblock.lua writes the failed dependency into the `dead-lettered`
 (`dependency = dep`, as its event has), and ``links`` strikes it off `left` for a
 `dead-lettered` record that names one (or write the `dependency` record before `held_dead`,
 as the done path does, which also makes the records match the page).
+
+Fixed (review 35aa): unblock.lua writes the dependency whose end dead-lettered the held job, and
+how it ended, into its `dead-lettered` record (`dependency`, `outcome`: lib/workflows.lua
+held_dead), as its event names it, and store/records.py ``links`` strikes a `dead-lettered`
+record's dependency off `left`, as it does a `dependency` record's.
 """
 
 from __future__ import annotations
@@ -66,5 +71,7 @@ def test_a_failed_dependency_is_not_left(
     wait_until(lambda: shown()["state"] == "dead-lettered", what="w dead-lettered")
     got = shown()
     assert got["records"][-1]["detail"] == "dependency f f1 dead-lettered"
+    assert (got["records"][-1]["dependency"], got["records"][-1]["outcome"]) == (
+        "f f1", "dead-lettered")  # fmt: skip
     assert got["after"]["all"] == ["f f1", "f f2"]
     assert got["after"]["left"] == ["f f2"], got["after"]
