@@ -322,6 +322,7 @@ class Admission:
             self.cannot_start(queue, job, exc, span_of(exc))
             return
         else:
+            handler.started_under = self.queues.config.queues  # its follow-ups' (process.chains)
             self.running.add(handler)
         finally:
             channel.end_start()

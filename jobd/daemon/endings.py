@@ -37,7 +37,7 @@ from jobd.daemon.admission import Admission
 from jobd.daemon.handlers import Handlers
 from jobd.daemon.poller import Poller, Wakeup
 from jobd.outcome import FollowUp, Outcome, Verb
-from jobd.process import followups, policy
+from jobd.process import chains, followups, policy
 from jobd.process.exitstatus import ExitStatus
 from jobd.process.handler import Handler
 from jobd.web.metrics import Metrics
@@ -73,12 +73,13 @@ class Endings:
         self.thread: threading.Thread | None = None  # started at the first file
 
     def finish(self, handler: Handler, queues: Mapping[str, QueueConfig]) -> None:
-        """The handler's leader exited: reap it, decide, settle; ``queues``: the config's. An
+        """The handler's leader exited: reap it, decide, settle; ``queues``: the config's (its
+        follow-ups go to its queues as the config it started under says: ``chains.targets``). An
         error doing so (a bug) releases its entry, its handler out of the table (and reaped) if
         it is not yet: one bad end never takes the others of its pass down (the loop finishes
         each in turn), nor stays in the table (a shutdown waits for an empty one)."""
         try:
-            self.ended(handler, queues)
+            self.ended(handler, chains.targets(handler.started_under, queues))
         except Exception:
             self.running.discard(handler)
             self.release(handler, "finishing it")

@@ -67,16 +67,30 @@ def output_class(queue: QueueConfig, plain: type[Output]) -> Any:
     return make
 
 
+def targets(
+    started: Mapping[str, QueueConfig] | None, queues: Mapping[str, QueueConfig]
+) -> Mapping[str, QueueConfig]:
+    """Where a handler's follow-ups go, its ``then:`` steps' and its JOBD_ENQUEUE file's: each
+    queue as the config it started under (``started``; None: not known) defines it, and a queue
+    a reload added since as the config in force (``queues``) does. A running handler finishes
+    under the definition it started with: a step whose queue a reload removed (with the step)
+    is still added to that queue's stream, where it waits until a config serves the queue."""
+    if started is None or started is queues:
+        return queues
+    return {**queues, **started}
+
+
 def then_follow_ups(
     job: Job, queue: QueueConfig, queues: Mapping[str, QueueConfig], result: bytes | None,
     stdout: Output,
 ) -> tuple[tuple[FollowUp, ...], str | None]:  # fmt: skip
     """The follow-ups of ``queue``'s ``then:`` for ``job``, done with ``result`` and
-    ``stdout``; or why they fail the attempt."""
+    ``stdout``, to their queues as ``queues`` (``targets``) defines them; or why they fail the
+    attempt."""
     made: list[FollowUp] = []
     for n, step in enumerate(queue.then, 1):
         target = queues.get(step.queue)
-        if target is None:  # the config checked it: a queue removed on a reload since
+        if target is None:  # the config checked it (``targets`` keeps it after a reload)
             return (), f"then: queue {step.queue!r} is not in the config"
         payload = _payload(step, job, result, stdout, queue)
         if isinstance(payload, str):

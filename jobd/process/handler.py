@@ -32,7 +32,7 @@ import os
 import resource
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from jobd.config import QueueConfig
 from jobd.job import Job
@@ -55,6 +55,8 @@ class Handler(Talking):
     of itself: ``Talking``."""
 
     exit_seen: float | None = None  # when the loop saw its leader's exit (``Handlers.exited``)
+    # The config's queues when it started: where its follow-ups go (``chains.targets``).
+    started_under: Mapping[str, QueueConfig] | None = None
 
     def __init__(self, job: Job, queue: QueueConfig, pid: int, uid: int, stdin: int | None,
                  stdout: int, stderr: int, placed: tuple[Tree, Cgroup] | None = None,
