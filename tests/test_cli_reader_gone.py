@@ -1,7 +1,7 @@
 """A command whose reader goes away (`jobd dlq q show ID | head -1`, `jobd status | true`) ends
-quietly with 0, whatever the command: jobd/cli/main.py flushes stdout inside the command's own
-guard, where a BrokenPipeError is caught, not at the interpreter's exit (where Python prints
-"Exception ignored … BrokenPipeError" and exits 120). Found by review 35aa: `jobd dlq … show |
+quietly with its own code (0 here), whatever the command: while it runs, what it writes after
+its reader went is dropped (jobd/cli/common.py reader_may_go), not raised at the interpreter's
+exit (where Python printed "Exception ignored … BrokenPipeError" and exited 120). Found by review 35aa: `jobd dlq … show |
 head` ended in a BrokenPipe traceback. A real interpreter, its stdout a pipe whose reader has
 closed before it writes."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
+import io
 import os
 import socket
 import sys
@@ -89,3 +90,37 @@ def text(value: str | bytes) -> str:
     UTF-8 as ``\\xff``."""
     raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
     return raw.decode("utf-8", "backslashreplace")
+
+
+class _Dropping(io.RawIOBase):
+    """File descriptor 1 whose reader may be gone: what it cannot take is dropped, never an
+    error (``reader_may_go``)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        size = memoryview(data).nbytes
+        if self.closed or getattr(self, "gone", False):
+            return size
+        try:
+            return os.write(1, data)
+        except BrokenPipeError:  # `jobd … | head`: the reader has all it wanted
+            self.gone = True
+            return size
+
+
+@contextlib.contextmanager
+def reader_may_go() -> Iterator[None]:
+    """While inside, stdout's reader may go away (`jobd dlq q requeue --all | head -1`): what
+    is written after it went is dropped, and the command goes on to the end, its errors said on
+    stderr and its exit code its own (review 35ab); stdout flushed before leaving."""
+    old = sys.stdout
+    old.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Dropping()), encoding=old.encoding,
+                                  errors=old.errors, line_buffering=old.line_buffering)  # fmt: skip
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = old

@@ -69,18 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         return run_daemon(config, args)
     from jobd import embedded
+    from jobd.cli.common import reader_may_go
 
     try:
-        with embedded.session(config.redis.embedded):
-            code = dispatch(config, args, parser)
-            sys.stdout.flush()  # here, where a reader gone is caught, not at the exit
-            return code
+        with embedded.session(config.redis.embedded), reader_may_go():
+            return dispatch(config, args, parser)
     except RuntimeError as exc:  # the embedded server could not be started
         print(f"jobd: {exc}", file=sys.stderr)
         return exitcodes.UNAVAILABLE
-    except BrokenPipeError:  # `jobd … | head`: the reader has all it wanted, whatever command
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
-        return exitcodes.OK
 
 
 def handed_over(args: argparse.Namespace) -> tuple[dict[str, str] | None, str | None]:

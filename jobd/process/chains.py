@@ -71,13 +71,15 @@ def targets(
     started: Mapping[str, QueueConfig] | None, queues: Mapping[str, QueueConfig]
 ) -> Mapping[str, QueueConfig]:
     """Where a handler's follow-ups go, its ``then:`` steps' and its JOBD_ENQUEUE file's: each
-    queue as the config it started under (``started``; None: not known) defines it, and a queue
-    a reload added since as the config in force (``queues``) does. A running handler finishes
-    under the definition it started with: a step whose queue a reload removed (with the step)
-    is still added to that queue's stream, where it waits until a config serves the queue."""
+    queue as the config in force (``queues``) defines it, its stream and its limits (a follow-up
+    its queue would dead-letter unrun is refused now, whatever the config at the handler's
+    start said: review 35ab); a queue a reload removed since as the config the handler started
+    under (``started``; None: not known) did: a running handler finishes under the steps it
+    started with, so a step whose queue a reload removed (with the step) is still added to that
+    queue's stream, where it waits until a config serves the queue."""
     if started is None or started is queues:
         return queues
-    return {**queues, **started}
+    return {**started, **queues}
 
 
 def then_follow_ups(

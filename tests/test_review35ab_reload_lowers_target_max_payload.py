@@ -29,6 +29,11 @@ Suggested fix: in ``chains.targets`` merge the other way, ``{**started, **queues
 in force wins, a removed queue comes from the start-time config); update docs/operations/
 controls.md ("their streams, their max_payload") and the diary entry of 2026-12-07. Checked:
 with that one change this test and review 35aa's reload tests pass.
+
+Fixed (review 35ab, by the lead): ``chains.targets`` merges ``{**started, **queues}``: a queue
+the config in force defines is taken as it defines it (stream, max_payload); only a queue the
+reload removed comes from the config the handler started under. The parent is dead-lettered
+``enqueue``, nothing is added to rb.
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ work may have been cut short.
 Suggested fix: catch BrokenPipeError around the flush alone (``try: sys.stdout.flush() except
 BrokenPipeError: dup2 devnull`` then ``return code``), and let the outer handler return
 128 + SIGPIPE for an EPIPE raised while the command ran.
+
+Fixed (review 35ab, by the lead): while a command runs, stdout is a writer that drops what its
+reader can no longer take (jobd/cli/common.py ``reader_may_go``), so the command goes on to its
+end, says its errors on stderr and exits with its own code; no BrokenPipeError is caught around
+the command any more.
 """
 
 from __future__ import annotations
