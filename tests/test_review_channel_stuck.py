@@ -16,6 +16,7 @@ from pathlib import Path
 import redis
 from support import DaemonProcess, acked_all, queue_config, wait_until
 from test_notify import lingering_socket
+from test_review34h_extended_deadline_shown import running_told
 
 Daemon = Callable[..., DaemonProcess]
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,29 +53,47 @@ def test_one_strangers_message_makes_every_jobs_extend_and_result_unheard(
 ) -> None:
     """A healthy job asks for more time (`jobd notify --extend`, within max_timeout) and says
     its result; a process of no job sent the channel one lingering descriptor before. Expected:
-    the stranger's message is dropped and the job, which did everything right, succeeds.
-    Observed: the channel's thread is blocked in the close for the linger time (a minute here;
-    SO_LINGER allows far more), every job's message waits unread, `jobd notify` fails, and the
-    job is stopped at its 2 s timeout and fails as a timeout."""
+    the stranger's message is dropped and the job, which did everything right, is heard: its
+    deadline moves as asked, and it succeeds with its result. Observed: the channel's thread is
+    blocked in the close for the linger time (a minute here; SO_LINGER allows far more), every
+    job's message waits unread, `jobd notify` fails, and the job's deadline and result are
+    never heard.
+
+    Made load-proof (a CI run on a loaded machine failed it): the job's timeout was 2 s and its
+    extension had to be heard before then, but a Python interpreter's start (`jobd notify
+    --extend` imports the config's modules: 0.15 s of CPU) took more than 2 s there, so the job
+    was stopped before it could speak, whatever the channel did. Now the order is explicit: the
+    daemon's record of the job shows the deadline it extended to (the timeout no longer races
+    the interpreter's start: it only bounds a broken run), and the handler ends only once the
+    test has seen it."""
     address = tmp_path / "address"
     script(
         "h.sh",
         f'#!/bin/sh\necho "$NOTIFY_SOCKET" > {address}\n'
         f'[ "$JOBD_JOB_ID" = first ] && exit 0\n'
-        f"{JOBD} notify --extend 20s || echo 'notify failed' >&2\n"
-        "sleep 4\n"
+        f"{JOBD} notify --extend 50s --status extended || echo 'notify failed' >&2\n"
+        f"while [ ! -e {tmp_path}/go ]; do sleep 0.05; done\n"
         f"{JOBD} notify --result fine\n",
     )
-    config = queue_config(
-        "[./h.sh]", env=ENV, timeout="2s", max_timeout="1m", kill_grace="1s",
-        retry="{max_attempts: 1}",
-    )  # fmt: skip
-    d = daemon(write_config(config))
+    config = write_config(queue_config(
+        "[./h.sh]", env=ENV, timeout="30s", max_timeout="1m", kill_grace="1s",
+        retry="{max_attempts: 1}", lease="{renew_every: 300ms, reclaim_after: 3s}",
+    ))  # fmt: skip
+    d = daemon(config)
     r.xadd("jobd:q", {"payload": "", "job_id": "first"})
     wait_until(lambda: acked_all(r, "jobd:q", 1), what="the first job done")
     kept = send_lingering(d, "\0" + address.read_text().strip()[1:])
     r.xadd("jobd:q", {"payload": "", "job_id": "slow"})
-    wait_until(lambda: acked_all(r, "jobd:q", 2), timeout=30, what="the slow job settled")
+    try:
+        running = wait_until(lambda: running_told(config, "slow"), what="its extension heard")
+        since, deadline = running["since"], running["deadline"]
+        assert deadline - since >= 45_000, (
+            f"its deadline is since + {deadline - since} ms: its 30 s timeout, not the 50 s it "
+            "asked for"
+        )
+    finally:
+        (tmp_path / "go").touch()
+    wait_until(lambda: acked_all(r, "jobd:q", 2), what="the slow job settled")
     dead = [f for _, f in r.xrange("{jobd:q}:dead")] if r.exists("{jobd:q}:dead") else []
     assert not dead, f"a healthy job failed because a stranger sent one message: {dead}"
     assert "job=slow attempt=1 told jobd: " in d.log()
