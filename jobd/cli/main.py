@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, TextIO
 
 import orjson
@@ -72,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jobd.cli.common import reader_may_go
 
     try:
-        with embedded.session(config.redis.embedded), reader_may_go():
+        # `enqueue`'s stdout is its work (the job ids, a --wait's result): a reader gone fails
+        # it, its own way (cli/bulk.py); any other command goes on to its end (reader_may_go).
+        output = nullcontext() if args.command == "enqueue" else reader_may_go()
+        with embedded.session(config.redis.embedded), output:
             return dispatch(config, args, parser)
     except RuntimeError as exc:  # the embedded server could not be started
         print(f"jobd: {exc}", file=sys.stderr)
