@@ -40,3 +40,15 @@ def test_a_command_whose_reader_is_gone_ends_quietly(
     done = run_into_closed_pipe(sub, "-c", str(cfg), *rest)
     assert b"Traceback" not in done.stderr and b"BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode == 0, (done.returncode, done.stderr)
+
+
+def test_events_follow_ends_when_its_reader_is_gone(
+    r: redis.Redis, write_config: Callable[..., Path]
+) -> None:
+    """`jobd events --follow | head -1`: the follow ends with its reader (cli/history.py), not
+    followed for ever into a pipe nobody reads (reader_may_go is not around `events`)."""
+    cfg = write_config(CONFIG)
+    r.execute_command("XADD", "{jobd:q}:events", "*", "event", "done", "job", "j1")
+    done = run_into_closed_pipe("events", "-c", str(cfg), "q", "--follow")
+    assert b"Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 0, (done.returncode, done.stderr)

@@ -96,12 +96,16 @@ class _Dropping(io.RawIOBase):
     """File descriptor 1 whose reader may be gone: what it cannot take is dropped, never an
     error (``reader_may_go``)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.gone = False  # the reader went: nothing more is written
+
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
         size = memoryview(data).nbytes
-        if self.closed or getattr(self, "gone", False):
+        if self.closed or self.gone:
             return size
         try:
             return os.write(1, data)

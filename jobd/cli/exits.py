@@ -137,7 +137,7 @@ def markdown() -> str:
         "the same table and that command's own meanings. A reader of its output that goes "
         "away (`jobd dlq q list | head -1`) changes no command's code but `jobd enqueue`'s "
         "(its job ids are its work): what is written after it went is dropped, and the "
-        "command goes on to its end.",
+        "command goes on to its end (`jobd job` and `jobd events`, `--follow` too, end there).",
         "",
         "| Code | Meaning |",
         "|-----:|---------|",

@@ -74,8 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         # `enqueue`'s stdout is its work (the job ids, a --wait's result): a reader gone fails
-        # it, its own way (cli/bulk.py); any other command goes on to its end (reader_may_go).
-        output = nullcontext() if args.command == "enqueue" else reader_may_go()
+        # it (cli/bulk.py); `job` and `events` (--follow too) end there (cli/history.py); any
+        # other command goes on to its end, its own exit code kept (reader_may_go).
+        ends = args.command in ("enqueue", "job", "events")
+        output = nullcontext() if ends else reader_may_go()
         with embedded.session(config.redis.embedded), output:
             return dispatch(config, args, parser)
     except RuntimeError as exc:  # the embedded server could not be started
