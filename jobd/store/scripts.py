@@ -172,20 +172,11 @@ class Batch:
         self.calls.append((script, keys, args))
 
     def run(self, client: redis.Redis | RedisCluster) -> list[object]:
-        replies: list[object] = [None] * len(self.calls)
-        ready = []
-        for i, (_, keys, args) in enumerate(self.calls):
-            if (why := unsendable(keys) or unsendable(args)) is not None:
-                replies[i] = DataError(f"not sent: {why} (redis-py cannot encode it)")
-            else:
-                ready.append(i)
         if not isinstance(client, RedisCluster):
-            if ready:
-                for i, reply in zip(ready, self._pipeline(client, ready), strict=True):
-                    replies[i] = reply
-            return replies
+            return self._pipeline(client, list(range(len(self.calls))))
+        replies: list[object] = [None] * len(self.calls)
         by_node: dict[int, tuple[redis.Redis, list[int]]] = {}
-        for i in ready:
+        for i in range(len(self.calls)):
             node = redisconn.node_for(client, self.calls[i][1][0])
             by_node.setdefault(id(node), (node, []))[1].append(i)
         for node, indexes in by_node.values():
@@ -212,6 +203,23 @@ class Batch:
         return replies
 
     def _send(self, client: redis.Redis, indexes: list[int]) -> list[object]:
+        """The calls at ``indexes`` in one pipeline; a call redis-py cannot encode
+        (``unsendable``) is not sent, its reply that DataError. Looked for only when redis-py
+        refuses the pipeline: it packs every call before it sends any, so nothing went."""
+        try:
+            return self._execute(client, indexes)
+        except DataError:
+            bad = {i: why for i in indexes
+                   if (why := unsendable([*self.calls[i][1], *self.calls[i][2]]))}  # fmt: skip
+            if not bad:
+                raise
+            sent = iter(self._execute(client, [i for i in indexes if i not in bad]))
+            return [DataError(f"not sent: {bad[i]} (redis-py cannot encode it)") if i in bad
+                    else next(sent) for i in indexes]  # fmt: skip
+
+    def _execute(self, client: redis.Redis, indexes: list[int]) -> list[object]:
+        if not indexes:
+            return []
         pipe = client.pipeline(transaction=False)
         for i in indexes:
             script, keys, args = self.calls[i]
