@@ -387,10 +387,12 @@ end
 -- when its job is a workflow job (a batch's, or waited for in ``waiters``: a hash; nil: none)
 -- or a --unique one (jobd_unique, under a job id of its own: jobd.job mark_key).
 local function take_note(t, waiters, group, stream, id, fields)
-  local batch, incarnation = batch_in(fields)
-  local unique = false
+  local batch, incarnation, unique = nil, nil, false -- one pass over the fields (batch_in's rule)
   for i = 1, #fields - 1, 2 do
-    if fields[i] == 'jobd_unique' then unique = true end
+    local name = fields[i]
+    if name == 'jobd_batch' then batch = fields[i + 1]
+    elseif name == 'jobd_batch_incarnation' then incarnation = fields[i + 1]
+    elseif name == 'jobd_unique' then unique = true end
   end
   local job = (batch or waiters or unique) and job_id_of(id, fields)
   unique = unique and job ~= id
